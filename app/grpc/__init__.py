@@ -1,0 +1,1 @@
+"""gRPC adapter: servicers over the DataPlane."""
