@@ -1,0 +1,127 @@
+"""The ``servekit`` command line. argv is parsed only inside ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from app import __version__
+from app.compiler import ServePlan, compile_plan
+from app.config_loader import ConfigError, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servekit", description="Serve models from serve.yaml.")
+    parser.add_argument("--version", action="version", version=f"servekit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
+    serve.add_argument("config", nargs="?", default="serve.yaml")
+    serve.add_argument("--http-port", type=int, help="HTTP port (0 picks a free one)")
+    serve.add_argument("--grpc-port", type=int, help="gRPC port (0 picks a free one)")
+    serve.add_argument("--no-grpc", action="store_true", help="disable gRPC")
+    serve.add_argument("--host", help="address to listen on")
+    serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    validate = sub.add_parser("validate", help="check CONFIG and print a summary")
+    validate.add_argument("config", nargs="?", default="serve.yaml")
+    sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
+    return parser
+
+
+def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ServePlan:
+    """Load, override (flags beat file and environment) and compile a config file."""
+    config = load_config(path)
+    if overrides:
+        server = config.server.model_copy(update=overrides)
+        config = config.model_copy(update={"server": server})
+    file = Path(path).resolve()
+    return compile_plan(config, file.parent, file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "schema":
+        from app.config import json_schema
+
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    try:
+        if args.command == "validate":
+            return _validate(args.config)
+        return _serve(args)
+    except ConfigError as exc:
+        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        return 1
+
+
+def _validate(path: str) -> int:
+    plan = load_plan(path)
+    print(f"{path}: OK, {len(plan.models)} model(s)")
+    for model in plan.models:
+        versions = ",".join(str(v.version) for v in model.versions) or "-"
+        status = f"  problem: {model.problem}" if model.problem else ""
+        print(f"  {model.name}: format {model.format_name}, runtime {model.runtime}, "
+              f"versions {versions}{status}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {}
+    if args.http_port is not None:
+        overrides["http_port"] = args.http_port
+    if args.grpc_port is not None:
+        overrides["grpc_port"] = args.grpc_port
+    if args.no_grpc:
+        overrides["grpc_port"] = None
+    if args.host is not None:
+        overrides["host"] = args.host
+    if args.watch:
+        overrides["watch"] = True
+    plan = load_plan(args.config, overrides)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        runner = asyncio.run
+    try:
+        runner(_run(plan))
+    except OSError as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _run(plan: ServePlan) -> None:
+    from app.server import ServeKit
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = ServeKit(plan)
+    addresses = await server.start()
+    print(addresses.listening_line(), flush=True)
+    watcher = None
+    if plan.server.watch:
+        from app.watch import watch_config
+
+        watcher = asyncio.create_task(watch_config(server))
+    await stop.wait()
+    print("servekit: stopping (in-flight requests finish first)", flush=True)
+    if watcher is not None:
+        watcher.cancel()
+    await server.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Triton's binary tensor data extension for HTTP, and the raw binary request.
+
+A body is a JSON header of ``Inference-Header-Content-Length`` bytes followed by the tensors'
+raw bytes in the order of the JSON's inputs (or outputs). A header length of 0 is the raw binary
+request: the whole body is the single input of the model. Tensors are numpy views over the body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.codecs import v2_json
+from app.codecs.raw import Buffer, tensor_from_bytes, tensor_to_buffer
+from app.datatypes import DataType, element_count, lookup
+from app.errors import InvalidArgument
+from app.types import InferRequest, InferResponse, Tensor, TensorSpec
+
+HEADER_LENGTH = "inference-header-content-length"
+
+
+def parse_header_length(value: str | None, body_length: int) -> int | None:
+    """The JSON header length from the HTTP header, validated against the body."""
+    if value is None:
+        return None
+    try:
+        length = int(value)
+    except ValueError:
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length must be an integer, got {value!r}"
+        ) from None
+    if length < 0 or length > body_length:
+        raise InvalidArgument(
+            f"Inference-Header-Content-Length {length} is outside the body of {body_length} bytes"
+        )
+    return length
+
+
+def decode_request(
+    body: bytes, header_length: int, model_name: str, model_version: str | None
+) -> InferRequest:
+    """Decode a JSON header plus binary tensor data; inputs become views over ``body``."""
+    view = memoryview(body)
+    obj = v2_json.loads(view[:header_length])
+    cursor = header_length
+
+    def take(name: str, datatype: DataType, shape: tuple[int, ...], size: int) -> np.ndarray:  # type: ignore[type-arg]
+        nonlocal cursor
+        if cursor + size > len(body):
+            raise InvalidArgument(
+                f"input {name!r}: binary_data_size {size} runs past the end of the body"
+            )
+        array = tensor_from_bytes(name, datatype, shape, body, cursor, size)
+        cursor += size
+        return array
+
+    request = v2_json.decode_request(obj, model_name, model_version, binary=take)
+    if cursor != len(body):
+        raise InvalidArgument(
+            f"{len(body) - cursor} bytes of binary data follow the inputs but no input claims them"
+        )
+    return request
+
+
+def decode_raw_request(
+    body: bytes, model_name: str, model_version: str | None, inputs: tuple[TensorSpec, ...]
+) -> InferRequest:
+    """The raw binary request: the body is the only input, its shape inferred from its size.
+
+    Allowed only for a model with exactly one input that has at most one dynamic dimension (or is
+    a BYTES input of shape [1]); every output is returned as binary data.
+    """
+    if len(inputs) != 1:
+        raise InvalidArgument(
+            f"a raw binary request (Inference-Header-Content-Length: 0) needs a model with one "
+            f"input; {model_name!r} has {len(inputs)}"
+        )
+    spec = inputs[0]
+    datatype = lookup(spec.datatype)
+    if datatype.is_bytes:
+        array = np.empty(1, dtype=object)
+        array[0] = bytes(body)
+        shape: tuple[int, ...] = (1,)
+    else:
+        shape = _infer_shape(spec, datatype, len(body))
+        array = tensor_from_bytes(spec.name, datatype, shape, body)
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        inputs=[Tensor(spec.name, datatype.name, shape, array)],
+        parameters={"binary_data_output": True},
+    )
+
+
+def _infer_shape(spec: TensorSpec, datatype: DataType, size: int) -> tuple[int, ...]:
+    dynamic = [i for i, dim in enumerate(spec.shape) if dim < 0]
+    if len(dynamic) > 1:
+        raise InvalidArgument(
+            f"a raw binary request cannot infer the shape {list(spec.shape)} of input "
+            f"{spec.name!r}: it has more than one dynamic dimension"
+        )
+    fixed = element_count([d for d in spec.shape if d >= 0]) * datatype.itemsize
+    if not dynamic:
+        return spec.shape
+    if fixed == 0 or size % fixed:
+        raise InvalidArgument(
+            f"raw binary body of {size} bytes does not fit input {spec.name!r} "
+            f"with shape {list(spec.shape)} of {datatype.name}"
+        )
+    shape = list(spec.shape)
+    shape[dynamic[0]] = size // fixed
+    return tuple(shape)
+
+
+def wants_binary(request: InferRequest, name: str) -> bool:
+    """Whether output ``name`` goes back as binary data: per-output setting, else request-wide."""
+    if request.outputs:
+        for requested in request.outputs:
+            if requested.name == name and "binary_data" in requested.parameters:
+                return bool(requested.parameters["binary_data"])
+    return bool(request.parameters.get("binary_data_output", False))
+
+
+def encode_response(request: InferRequest, response: InferResponse) -> tuple[bytes, int | None]:
+    """Encode a response as JSON, or JSON plus binary data when any output asks for it.
+
+    Returns the body and the JSON header length (None when the body is pure JSON).
+    """
+    entries: list[dict[str, Any]] = []
+    buffers: list[Buffer] = []
+    for tensor in response.outputs:
+        entry = v2_json.output_entry(tensor)
+        if wants_binary(request, tensor.name):
+            buffer = tensor_to_buffer(lookup(tensor.datatype), tensor.data)
+            entry.setdefault("parameters", {})["binary_data_size"] = memoryview(buffer).nbytes
+            buffers.append(buffer)
+        else:
+            entry["data"] = v2_json.output_json_data(tensor)
+        entries.append(entry)
+    header = v2_json.dumps(v2_json.response_header(response, entries))
+    if not buffers:
+        return header, None
+    return b"".join([header, *buffers]), len(header)

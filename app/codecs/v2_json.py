@@ -1,0 +1,235 @@
+"""The V2 (Open Inference Protocol) JSON inference request and response objects.
+
+Decoding turns the parsed JSON object into an :class:`InferRequest`; tensors whose bytes follow
+the JSON (Triton's binary tensor data extension) are resolved by :mod:`app.codecs.v2_binary`
+through the ``binary`` callback. Encoding builds the response object with numpy arrays left in
+place for orjson to serialize natively (no ``tolist()`` round trip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import orjson
+
+from app.codecs.raw import check_shape, datatype_of
+from app.datatypes import DataType, element_count
+from app.errors import InvalidArgument
+from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+
+# Given (name, datatype, shape, binary_data_size) return the decoded array.
+BinaryResolver = Callable[[str, DataType, tuple[int, ...], int], np.ndarray]  # type: ignore[type-arg]
+
+_KIND_OK = {
+    "BOOL": "b",
+    "UINT8": "iu", "UINT16": "iu", "UINT32": "iu", "UINT64": "iu",
+    "INT8": "iu", "INT16": "iu", "INT32": "iu", "INT64": "iu",
+    "FP16": "iuf", "FP32": "iuf", "FP64": "iuf",
+}  # fmt: skip
+
+
+def loads(body: bytes | memoryview) -> Any:
+    """Parse JSON, turning a syntax error into the client's mistake."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"malformed JSON: {exc}") from None
+
+
+def _parameters(owner: str, value: object) -> Parameters:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{owner}: parameters must be a JSON object")
+    return value
+
+
+def decode_request(
+    obj: object, model_name: str, model_version: str | None,
+    binary: BinaryResolver | None = None,
+) -> InferRequest:
+    """Build an InferRequest from a parsed V2 JSON request object."""
+    if not isinstance(obj, dict):
+        raise InvalidArgument("inference request must be a JSON object")
+    raw_inputs = obj.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgument("inference request needs an 'inputs' list")
+    inputs = [_decode_input(item, binary) for item in raw_inputs]
+    outputs = None
+    raw_outputs = obj.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise InvalidArgument("'outputs' must be a list")
+        outputs = [_decode_output(item) for item in raw_outputs]
+    request_id = obj.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=_parameters("request", obj.get("parameters")),
+    )
+
+
+def _decode_output(item: object) -> RequestedOutput:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgument("each requested output needs a 'name'")
+    name = item["name"]
+    return RequestedOutput(name, _parameters(f"output {name!r}", item.get("parameters")))
+
+
+def _decode_input(item: object, binary: BinaryResolver | None) -> Tensor:
+    if not isinstance(item, dict):
+        raise InvalidArgument("each input must be a JSON object")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgument("each input needs a string 'name'")
+    datatype = datatype_of(name, item.get("datatype"))
+    if "shape" not in item:
+        raise InvalidArgument(f"input {name!r}: missing 'shape'")
+    shape = check_shape(name, item["shape"])
+    parameters = _parameters(f"input {name!r}", item.get("parameters"))
+    size = parameters.get("binary_data_size")
+    if size is not None:
+        if binary is None:
+            raise InvalidArgument(
+                f"input {name!r}: binary_data_size given but the request has no binary data "
+                "(set the Inference-Header-Content-Length header)"
+            )
+        if type(size) is not int or size < 0:
+            raise InvalidArgument(f"input {name!r}: binary_data_size must be a non-negative int")
+        array = binary(name, datatype, shape, size)
+    else:
+        if "data" not in item:
+            raise InvalidArgument(f"input {name!r}: missing 'data'")
+        array = json_data_to_array(name, datatype, shape, item["data"])
+    return Tensor(name, datatype.name, shape, array, parameters)
+
+
+def json_data_to_array(
+    name: str, datatype: DataType, shape: tuple[int, ...], data: object
+) -> np.ndarray:  # type: ignore[type-arg]
+    """Convert nested or flat JSON ``data`` to an array of ``shape``, checking kinds strictly.
+
+    ``1.5`` for an INT32 input or ``"a"`` for FP32 is an error, not a silent cast; integers out
+    of the datatype's range are errors too.
+    """
+    count = element_count(shape)
+    if not isinstance(data, list):
+        data = [data]
+    if datatype.is_bytes:
+        return _bytes_from_json(name, shape, count, data)
+    try:
+        inferred = np.asarray(data)
+    except (ValueError, TypeError):
+        raise InvalidArgument(f"input {name!r}: 'data' is ragged or not numeric") from None
+    if inferred.size != count:
+        raise InvalidArgument(
+            f"input {name!r}: shape {list(shape)} needs {count} elements, got {inferred.size}"
+        )
+    if count and inferred.dtype.kind not in _KIND_OK[datatype.name]:
+        raise InvalidArgument(
+            f"input {name!r}: 'data' holds {_describe(inferred.dtype)}, "
+            f"not valid for {datatype.name}"
+        )
+    if inferred.dtype.kind in "iu" and datatype.dtype.kind in "iu" and count:
+        info = np.iinfo(datatype.dtype)
+        low, high = inferred.min(), inferred.max()
+        if low < info.min or high > info.max:
+            raise InvalidArgument(
+                f"input {name!r}: value out of range for {datatype.name} "
+                f"[{info.min}, {info.max}]"
+            )
+    return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+
+
+def _describe(dtype: np.dtype) -> str:  # type: ignore[type-arg]
+    return {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings"}.get(
+        dtype.kind, "mixed values"
+    )
+
+
+def _bytes_from_json(
+    name: str, shape: tuple[int, ...], count: int, data: list[Any]
+) -> np.ndarray:  # type: ignore[type-arg]
+    flat: list[Any] = []
+    _flatten(data, flat)
+    if len(flat) != count:
+        raise InvalidArgument(
+            f"input {name!r}: shape {list(shape)} needs {count} elements, got {len(flat)}"
+        )
+    out = np.empty(count, dtype=object)
+    for i, item in enumerate(flat):
+        if not isinstance(item, str):
+            raise InvalidArgument(f"input {name!r}: BYTES data must be strings")
+        out[i] = item.encode("utf-8")
+    return out.reshape(shape)
+
+
+def _flatten(data: list[Any], into: list[Any]) -> None:
+    for item in data:
+        if isinstance(item, list):
+            _flatten(item, into)
+        else:
+            into.append(item)
+
+
+def output_json_data(tensor: Tensor) -> Any:
+    """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
+    flat = tensor.data.reshape(-1)
+    if tensor.datatype != "BYTES":
+        return np.ascontiguousarray(flat)
+    try:
+        return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in flat]
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON; "
+            "request it with the binary_data parameter"
+        ) from None
+
+
+def output_json_data_nested(tensor: Tensor) -> Any:
+    """An output as nested lists (KServe V1 predictions), BYTES as strings."""
+    if tensor.datatype != "BYTES":
+        return tensor.data.tolist()
+    flat = np.array(output_json_data(tensor), dtype=object)
+    return flat.reshape(tensor.data.shape).tolist()
+
+
+def response_header(response: InferResponse, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The response object around already-built output entries."""
+    obj: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+    }
+    if response.id is not None:
+        obj["id"] = response.id
+    if response.parameters:
+        obj["parameters"] = response.parameters
+    obj["outputs"] = outputs
+    return obj
+
+
+def output_entry(tensor: Tensor) -> dict[str, Any]:
+    """The JSON entry of an output without its data."""
+    entry: dict[str, Any] = {
+        "name": tensor.name,
+        "datatype": tensor.datatype,
+        "shape": list(tensor.shape),
+    }
+    if tensor.parameters:
+        entry["parameters"] = dict(tensor.parameters)
+    return entry
+
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialize a response object (numpy arrays included) to JSON bytes."""
+    return orjson.dumps(obj, option=_DUMP_OPTIONS)

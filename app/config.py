@@ -1,0 +1,264 @@
+"""The serve.yaml schema: pydantic models with camelCase keys and documented fields.
+
+Unknown keys are errors; every field's docstring becomes its description in the JSON Schema
+(``servekit schema``), so editors can complete and explain serve.yaml. Values are layered:
+defaults < serve.yaml < ``SERVEKIT_*`` environment variables (nested with ``__``, e.g.
+``SERVEKIT_SERVER__HTTPPORT=9000``) < command-line flags. Loading lives in app/config_loader.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+
+
+class Section(BaseModel):
+    """Base of every serve.yaml section: camelCase keys, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+
+class ServerConfig(Section):
+    """Network and process settings of the one server."""
+
+    name: str = "servekit"
+    """Server name reported by the V2 server metadata endpoint."""
+    host: str = "0.0.0.0"
+    """Address both HTTP and gRPC listen on."""
+    http_port: int = Field(8000, ge=0, le=65535)
+    """REST, dashboard and metrics port; 0 picks a free port."""
+    grpc_port: int | None = Field(8001, ge=0, le=65535)
+    """gRPC port; 0 picks a free port; null disables gRPC."""
+    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest gRPC message accepted or sent, in bytes."""
+    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    """Largest HTTP request body accepted, in bytes."""
+    storage_dir: str | None = None
+    """Folder for models pushed by clients (repository load with files); default
+    `.servekit/storage` beside serve.yaml."""
+    startup_models: Literal["all", "none"] | list[str] = "all"
+    """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
+    watch: bool = False
+    """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
+    inline_below_microseconds: int = Field(500, ge=0)
+    """Models whose average compute time is below this run on the event loop thread (no
+    thread hop); slower ones run in a worker thread so the server stays responsive."""
+
+
+class ModelFormat(Section):
+    """What kind of model file this is, as in KServe's InferenceService modelFormat."""
+
+    name: str
+    """Format name, e.g. onnx or python."""
+    version: str | None = None
+    """Format version; when given, the runtime must list the same version."""
+
+
+class SupportedModelFormat(Section):
+    """A format a runtime can serve, as in KServe's ServingRuntime.supportedModelFormats."""
+
+    name: str
+    """Format name."""
+    version: str | None = None
+    """Format version; null means any version."""
+    auto_select: bool = False
+    """Whether models of this format that name no runtime may be given this runtime."""
+    priority: int = Field(1, ge=1)
+    """Among auto-selectable runtimes for a format, the highest priority wins; a tie is an
+    error."""
+
+
+class RuntimeOptions(Section):
+    """Options of a runtime; a model's own `runtimeOptions` override its runtime's."""
+
+    intra_op_threads: int | None = Field(None, ge=1)
+    """Threads inside one operator; default: the machine's cores shared among all instances."""
+    inter_op_threads: int | None = Field(None, ge=1)
+    """Threads across independent operators (default 1)."""
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
+    """ONNX Runtime graph optimization level (default all)."""
+    execution_providers: list[str] | None = None
+    """ONNX Runtime execution providers in order of preference (default CPU)."""
+
+
+class RuntimeConfig(Section):
+    """A named runtime: a built-in implementation plus the formats it serves and options."""
+
+    name: str
+    """Runtime name, referred to by a model's `runtime`."""
+    implementation: Literal["onnxruntime", "python"]
+    """Which built-in implementation runs the models."""
+    supported_model_formats: list[SupportedModelFormat] = Field(min_length=1)
+    """Formats this runtime serves."""
+    options: RuntimeOptions = RuntimeOptions()
+    """Options for every model on this runtime."""
+
+
+class LatestPolicy(Section):
+    """Serve the highest N versions."""
+
+    num_versions: int = Field(1, ge=1)
+    """How many of the highest versions to serve."""
+
+
+class AllPolicy(Section):
+    """Serve every version found."""
+
+
+class SpecificPolicy(Section):
+    """Serve exactly the listed versions."""
+
+    versions: list[int] = Field(min_length=1)
+    """Version numbers to serve."""
+
+
+class VersionPolicy(Section):
+    """Which versions to serve (exactly one of latest, all, specific), as in Triton."""
+
+    latest: LatestPolicy | None = None
+    """Serve the highest N versions."""
+    all: AllPolicy | None = None
+    """Serve every version."""
+    specific: SpecificPolicy | None = None
+    """Serve the listed versions."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VersionPolicy:
+        chosen = [k for k in ("latest", "all", "specific") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one of latest, all, specific")
+        return self
+
+
+class TensorOverride(Section):
+    """Metadata of an input or output declared in serve.yaml instead of read from the file."""
+
+    name: str
+    """Tensor name."""
+    datatype: str | None = None
+    """V2 datatype (FP32, INT64, BYTES, ...)."""
+    shape: list[int] | None = None
+    """Shape, -1 for a dynamic dimension."""
+
+
+class DynamicBatching(Section):
+    """Server-side batching of concurrent requests into one model call."""
+
+    max_queue_delay_microseconds: int = Field(100, ge=0)
+    """How long a request may wait for others to join its batch."""
+    preferred_batch_size: list[int] = []
+    """Batch sizes to aim for."""
+
+
+class ModelConfig(Section):
+    """One served model."""
+
+    name: str
+    """Model name used in URLs and requests."""
+    model_format: ModelFormat
+    """Format of the model, e.g. {name: onnx}."""
+    storage_uri: str | None = None
+    """Path relative to serve.yaml: a folder of numbered version folders, or one model file."""
+    entrypoint: str | None = None
+    """For Python models: `module:attr`, a class with load/predict or a function."""
+    runtime: str | None = None
+    """Runtime by name; default chosen by format (autoSelect and priority)."""
+    version_policy: VersionPolicy = VersionPolicy(latest=LatestPolicy())
+    """Which versions to serve; default the highest one."""
+    default_version: int | None = None
+    """Version answering unversioned requests; default the highest served."""
+    max_batch_size: int = Field(0, ge=0)
+    """Largest batch the model accepts along its first dimension; 0 disables batching."""
+    dynamic_batching: DynamicBatching | None = None
+    """Batch concurrent requests together (needs maxBatchSize > 0)."""
+    instances: int = Field(1, ge=1)
+    """Number of model instances (sessions) serving requests in parallel."""
+    inputs: list[TensorOverride] | None = None
+    """Input metadata overrides, or the full list for Python models."""
+    outputs: list[TensorOverride] | None = None
+    """Output metadata overrides, or the full list for Python models."""
+    runtime_options: RuntimeOptions | None = None
+    """Options overriding the runtime's for this model."""
+    parameters: dict[str, Any] = {}
+    """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not MODEL_NAME.match(value):
+            raise ValueError(
+                "model names use letters, digits, '_', '.', '-', start with a letter or digit, "
+                "and are at most 128 characters"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _has_source(self) -> ModelConfig:
+        if self.storage_uri is None and self.entrypoint is None:
+            raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
+        return self
+
+
+class ServeConfig(BaseSettings):
+    """The whole serve.yaml."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SERVEKIT_",
+        env_nested_delimiter="__",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+    server: ServerConfig = ServerConfig()
+    """Network and process settings."""
+    runtimes: list[RuntimeConfig] = []
+    """Runtimes beyond the built-in onnxruntime and python (same name replaces a built-in)."""
+    models: list[ModelConfig] = []
+    """Served models."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment variables override the file (the file arrives as init values)."""
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ServeConfig:
+        for kind, names in (
+            ("model", [m.name for m in self.models]),
+            ("runtime", [r.name for r in self.runtimes]),
+        ):
+            seen: set[str] = set()
+            for name in names:
+                if name in seen:
+                    raise ValueError(f"{kind} name {name!r} is used twice")
+                seen.add(name)
+        return self
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of serve.yaml, with field docstrings as descriptions."""
+    schema = ServeConfig.model_json_schema(by_alias=True)
+    schema["title"] = "servekit serve.yaml"
+    return schema

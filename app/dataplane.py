@@ -1,0 +1,208 @@
+"""The one dataplane: every protocol adapter calls these methods and nothing else.
+
+It validates a request against the model's metadata (names, datatypes, shapes), picks the
+version, runs the model and records statistics. Small models run right on the event loop thread
+(a thread hop costs more than they do); models whose average compute time exceeds
+``server.inlineBelowMicroseconds`` run in a worker thread so the loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from app import __version__
+from app.errors import Internal, InvalidArgument, ServeError
+from app.repository import ModelRepository, State, VersionEntry
+from app.stats import Statistics
+from app.types import (
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ModelSignature,
+    Tensor,
+    TensorSpec,
+)
+
+EXTENSIONS: list[str] = ["binary_tensor_data"]
+"""Protocol extensions this server implements; adapters append theirs when registered."""
+
+_EWMA = 0.2  # weight of the newest compute time in the running average
+
+
+class DataPlane:
+    """Health, metadata and inference over the model repository."""
+
+    def __init__(self, repository: ModelRepository, statistics: Statistics | None = None) -> None:
+        self.repository = repository
+        self.statistics = statistics or Statistics()
+        self.extensions: list[str] = list(EXTENSIONS)
+        self.started_at = time.time()
+        self._inline_ns = repository.plan.server.inline_below_microseconds * 1000
+        self._compute_avg_ns: dict[tuple[str, int], float] = {}
+
+    # -- health and metadata ------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Ready once start-up loading has finished (a failed model does not hold others back)."""
+        return self.repository.startup_done
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.repository.plan.server.name,
+            "version": __version__,
+            "extensions": list(self.extensions),
+        }
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        entry = self.repository.get(name)
+        if version is None or version == "":
+            return bool(entry.ready_versions())
+        try:
+            self.repository.resolve(name, version)
+        except ServeError as exc:
+            if exc.code.value == "NOT_FOUND":
+                raise
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        entry, found = self.repository.resolve(name, version)
+        signature = _signature(found)
+        versions = tuple(str(v) for v in entry.ready_versions())
+        runtime = found.runtime
+        platform = runtime.platform if runtime is not None else entry.plan.format_name
+        return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
+
+    # -- inference ----------------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, run and answer one inference request."""
+        started = time.perf_counter_ns()
+        entry, version = self.repository.resolve(request.model_name, request.model_version)
+        stats = self.statistics.of(entry.plan.name, version.version)
+        version.enter()
+        try:
+            runtime = version.runtime
+            if runtime is None:
+                raise Internal(f"model {request.model_name!r} lost its runtime while in use")
+            signature = runtime.signature
+            feed = validate_inputs(request, signature.inputs, entry.plan.max_batch_size)
+            wanted = requested_outputs(request, signature.outputs)
+            input_done = time.perf_counter_ns()
+            key = (entry.plan.name, version.version)
+            if self._compute_avg_ns.get(key, 0.0) <= self._inline_ns:
+                results = runtime.predict(feed, [s.name for s in wanted])
+            else:
+                results = await asyncio.to_thread(runtime.predict, feed, [s.name for s in wanted])
+            infer_done = time.perf_counter_ns()
+            avg = self._compute_avg_ns.get(key)
+            spent = infer_done - input_done
+            self._compute_avg_ns[key] = spent if avg is None else avg + _EWMA * (spent - avg)
+            outputs = [
+                Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
+                for s in wanted
+            ]
+            batch = _batch_size(request, entry.plan.max_batch_size)
+            stats.record_success(
+                batch, 0, input_done - started, spent, time.perf_counter_ns() - infer_done
+            )
+        except ServeError:
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead request
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise Internal(
+                f"model {request.model_name!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            version.leave()
+        return InferResponse(
+            model_name=entry.plan.name,
+            model_version=str(version.version),
+            outputs=outputs,
+            id=request.id,
+        )
+
+    def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
+        """The signature of the version a request for (name, version) would use."""
+        _, found = self.repository.resolve(name, version)
+        return _signature(found)
+
+
+def _signature(found: VersionEntry) -> ModelSignature:
+    if found.state is not State.READY or found.runtime is None:
+        raise Internal("version is not loaded")
+    return found.runtime.signature
+
+
+def _batch_size(request: InferRequest, max_batch_size: int) -> int:
+    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+        return request.inputs[0].shape[0]
+    return 1
+
+
+def validate_inputs(
+    request: InferRequest, specs: tuple[TensorSpec, ...], max_batch_size: int = 0
+) -> dict[str, Any]:
+    """Check every input against the model's metadata; return name -> array for the runtime."""
+    by_name = {s.name: s for s in specs}
+    feed: dict[str, Any] = {}
+    for tensor in request.inputs:
+        spec = by_name.get(tensor.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no input {tensor.name!r}; "
+                f"its inputs are {', '.join(by_name)}"
+            )
+        if tensor.name in feed:
+            raise InvalidArgument(f"input {tensor.name!r} is given twice")
+        if tensor.datatype != spec.datatype:
+            raise InvalidArgument(
+                f"input {tensor.name!r} must be {spec.datatype}, got {tensor.datatype}"
+            )
+        _check_shape(tensor, spec, max_batch_size)
+        feed[tensor.name] = tensor.data
+    missing = [name for name in by_name if name not in feed]
+    if missing:
+        raise InvalidArgument(
+            f"model {request.model_name!r} needs input(s) {', '.join(missing)}"
+        )
+    return feed
+
+
+def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
+    shape = tensor.shape
+    ok = len(shape) == len(spec.shape) and all(
+        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
+    )
+    if ok and max_batch_size > 0 and shape and shape[0] > max_batch_size:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: batch of {shape[0]} exceeds maxBatchSize {max_batch_size}"
+        )
+    if not ok:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: shape {list(shape)} does not match the model's "
+            f"{list(spec.shape)} (-1 is any size)"
+        )
+
+
+def requested_outputs(
+    request: InferRequest, specs: tuple[TensorSpec, ...]
+) -> list[TensorSpec]:
+    """The outputs to compute: those asked for, in the order asked, or all of them."""
+    if not request.outputs:
+        return list(specs)
+    by_name = {s.name: s for s in specs}
+    wanted = []
+    for requested in request.outputs:
+        spec = by_name.get(requested.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no output {requested.name!r}; "
+                f"its outputs are {', '.join(by_name)}"
+            )
+        wanted.append(spec)
+    return wanted

@@ -1,0 +1,75 @@
+"""Transport-neutral errors raised by the core.
+
+The core says *what* went wrong with a code; each adapter maps codes to its own status through
+one table (HTTP status in app/rest, gRPC status in app/grpc), and a test checks both tables cover
+every code. No HTTP or gRPC numbers live here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """What kind of failure, independent of transport."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    UNAVAILABLE = "UNAVAILABLE"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    INTERNAL = "INTERNAL"
+
+
+class ServeError(Exception):
+    """Base of every error the core raises on purpose; ``message`` is shown to the client."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidArgument(ServeError):
+    """The client sent something malformed or inconsistent with the model."""
+
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class NotFound(ServeError):
+    """Unknown model, version or resource."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class Unavailable(ServeError):
+    """The model exists but is not ready (loading, failed, unloading)."""
+
+    code = ErrorCode.UNAVAILABLE
+
+
+class ResourceExhausted(ServeError):
+    """A size or queue limit was hit."""
+
+    code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class Unimplemented(ServeError):
+    """The operation exists in the protocol but this server does not offer it."""
+
+    code = ErrorCode.UNIMPLEMENTED
+
+
+class AlreadyExists(ServeError):
+    """A resource with that name already exists."""
+
+    code = ErrorCode.ALREADY_EXISTS
+
+
+class Internal(ServeError):
+    """A failure inside the server or inside user model code."""
+
+    code = ErrorCode.INTERNAL

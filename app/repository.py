@@ -1,0 +1,223 @@
+"""The model repository: (name, version) -> state, reason and loaded runtime.
+
+Loading runs in worker threads so the event loop keeps serving other models while one loads.
+A model whose load fails is UNAVAILABLE with the reason, and nothing else is affected. Reloading
+builds the new versions beside the old ones and swaps them in one assignment, so requests never
+see a half-loaded model; the old runtimes close once their in-flight requests have finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from app.compiler import ModelPlan, ServePlan
+from app.errors import NotFound, Unavailable
+from app.runtimes import load_runtime
+from app.runtimes.base import LoadError, ModelRuntime
+from app.versions import VersionSource
+
+log = logging.getLogger("servekit.repository")
+
+
+class State(StrEnum):
+    """Lifecycle of a model version, as Triton reports it."""
+
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass(slots=True)
+class VersionEntry:
+    """One version of a model and, once READY, its runtime."""
+
+    version: int
+    state: State
+    reason: str = ""
+    runtime: ModelRuntime | None = None
+    in_flight: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def enter(self) -> None:
+        """A request starts using this version (unload waits for it)."""
+        self.in_flight += 1
+        self.idle.clear()
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.idle.set()
+
+
+@dataclass(slots=True)
+class ModelEntry:
+    """A model the server knows, with its versions (replaced as a whole on reload)."""
+
+    plan: ModelPlan
+    versions: dict[int, VersionEntry]
+
+    def ready_versions(self) -> list[int]:
+        return sorted(v for v, e in self.versions.items() if e.state is State.READY)
+
+    def reason(self) -> str:
+        return "; ".join(
+            f"version {v}: {e.reason}" for v, e in sorted(self.versions.items()) if e.reason
+        ) or "no version is ready"
+
+
+class ModelRepository:
+    """Every model the server knows, loaded or not."""
+
+    def __init__(self, plan: ServePlan) -> None:
+        self.plan = plan
+        self._models: dict[str, ModelEntry] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.startup_done = False
+
+    # -- lookup (hot path) ----------------------------------------------------------------
+    def resolve(self, name: str, version: str | None) -> tuple[ModelEntry, VersionEntry]:
+        """The entry serving ``name`` at ``version`` (None: default or highest ready)."""
+        entry = self._models.get(name)
+        if entry is None:
+            raise NotFound(f"unknown model {name!r}")
+        if version is None or version == "":
+            default = entry.plan.default_version
+            if default is not None:
+                number = default
+            else:
+                ready = entry.ready_versions()
+                if not ready:
+                    raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
+                number = ready[-1]
+        else:
+            if not version.isdigit():
+                raise NotFound(f"model {name!r} has no version {version!r}")
+            number = int(version)
+        found = entry.versions.get(number)
+        if found is None:
+            raise NotFound(f"model {name!r} has no version {number}")
+        if found.state is not State.READY:
+            why = f": {found.reason}" if found.reason else ""
+            raise Unavailable(
+                f"model {name!r} version {number} is {found.state.value.lower()}{why}"
+            )
+        return entry, found
+
+    def get(self, name: str) -> ModelEntry:
+        entry = self._models.get(name)
+        if entry is None:
+            raise NotFound(f"unknown model {name!r}")
+        return entry
+
+    def names(self) -> list[str]:
+        return list(self._models)
+
+    def entries(self) -> list[ModelEntry]:
+        return list(self._models.values())
+
+    # -- lifecycle --------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Register every planned model and load those chosen by ``startupModels``."""
+        choice = self.plan.server.startup_models
+        for model in self.plan.models:
+            self._models[model.name] = ModelEntry(model, _unloaded(model, "not loaded"))
+        for model in self.plan.models:
+            if choice == "all" or (isinstance(choice, list) and model.name in choice):
+                await self.load(model)
+        self.startup_done = True
+
+    async def load(self, plan: ModelPlan) -> ModelEntry:
+        """Load (or reload) a model; the previous versions keep serving until the swap."""
+        lock = self._locks.setdefault(plan.name, asyncio.Lock())
+        async with lock:
+            previous = self._models.get(plan.name)
+            loading = {v.version: VersionEntry(v.version, State.LOADING) for v in plan.versions}
+            if previous is None or not previous.ready_versions():
+                self._models[plan.name] = ModelEntry(plan, loading)
+            versions = {}
+            for source in plan.versions:
+                versions[source.version] = await asyncio.to_thread(_load_version, plan, source)
+            entry = ModelEntry(plan, versions)
+            if previous is not None and previous.ready_versions() and not entry.ready_versions():
+                # A failed reload keeps the old model serving and reports why.
+                for old in previous.versions.values():
+                    old.reason = f"reload failed, still serving the previous load: {entry.reason()}"
+                return previous
+            self._models[plan.name] = entry
+            if previous is not None:
+                await _retire(previous)
+            return entry
+
+    async def unload(self, name: str) -> None:
+        """Unload a model: new requests are refused, in-flight ones finish, then it is freed."""
+        entry = self.get(name)
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            self._models[name] = ModelEntry(entry.plan, _unloaded(entry.plan, "unloaded"))
+            await _retire(entry)
+
+    async def close(self) -> None:
+        for entry in list(self._models.values()):
+            await _retire(entry)
+
+    def index(self) -> list[dict[str, Any]]:
+        """Triton's repository index: one row per model version (or per model if none)."""
+        rows: list[dict[str, Any]] = []
+        for name, entry in sorted(self._models.items()):
+            for number, version in sorted(entry.versions.items()):
+                rows.append(
+                    {
+                        "name": name,
+                        "version": str(number),
+                        "state": version.state.value,
+                        "reason": version.reason,
+                    }
+                )
+            if not entry.versions:
+                rows.append(
+                    {"name": name, "version": "", "state": "UNAVAILABLE", "reason": entry.reason()}
+                )
+        return rows
+
+
+def _unloaded(plan: ModelPlan, reason: str) -> dict[int, VersionEntry]:
+    return {
+        v.version: VersionEntry(v.version, State.UNAVAILABLE, v.problem or plan.problem or reason)
+        for v in plan.versions
+    }
+
+
+def _load_version(plan: ModelPlan, source: VersionSource) -> VersionEntry:
+    """Load one version in a worker thread; any failure becomes an UNAVAILABLE reason."""
+    if plan.problem or source.problem:
+        return VersionEntry(source.version, State.UNAVAILABLE, source.problem or plan.problem or "")
+    try:
+        runtime = load_runtime(plan, source)
+    except LoadError as exc:
+        return VersionEntry(source.version, State.UNAVAILABLE, str(exc))
+    except Exception as exc:  # user code or a runtime library failing in an unexpected way
+        log.exception("loading %s version %s failed", plan.name, source.version)
+        return VersionEntry(source.version, State.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
+    log.info("loaded %s version %s", plan.name, source.version)
+    return VersionEntry(source.version, State.READY, "", runtime)
+
+
+async def _retire(entry: ModelEntry) -> None:
+    """Close the runtimes of a replaced entry once no request uses them."""
+    for version in entry.versions.values():
+        if version.runtime is None:
+            continue
+        version.state = State.UNLOADING
+        await version.idle.wait()
+        version.runtime.close()
+        version.runtime = None
+        version.state = State.UNAVAILABLE
+        version.reason = "unloaded"

@@ -1,0 +1,47 @@
+"""The Litestar application factory: every HTTP surface on one port.
+
+Route modules contribute ``ROUTES`` lists; the factory wires them with the error table and the
+DataPlane in application state. Other features (repository, dashboard, metrics) add their own
+route lists through ``extra_routes`` so this file stays the one place HTTP is assembled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from litestar import Litestar
+from litestar.config.app import AppConfig
+from litestar.datastructures import State
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+
+from app import __version__
+from app.dataplane import DataPlane
+from app.rest import v1, v2
+from app.rest.errors import EXCEPTION_HANDLERS
+
+
+def create_app(
+    dataplane: DataPlane,
+    *,
+    extra_routes: Sequence[Any] = (),
+    max_request_bytes: int | None = None,
+    state: dict[str, Any] | None = None,
+) -> Litestar:
+    """Build the HTTP application for ``dataplane``."""
+    limit = max_request_bytes or dataplane.repository.plan.server.max_request_bytes
+    config = AppConfig(
+        route_handlers=[*v2.ROUTES, *v1.ROUTES, *extra_routes],
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        state=State({"dataplane": dataplane, **(state or {})}),
+        request_max_body_size=limit,
+        openapi_config=OpenAPIConfig(
+            title="servekit",
+            version=__version__,
+            path="/openapi",
+            render_plugins=[JsonRenderPlugin()],
+        ),
+        debug=False,
+    )
+    return Litestar.from_config(config)

@@ -1,0 +1,51 @@
+"""Core error codes -> HTTP statuses, and the ``{"error": ...}`` body every failure uses."""
+
+from __future__ import annotations
+
+import logging
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException
+
+from app.errors import ErrorCode, ServeError
+
+log = logging.getLogger("servekit.http")
+
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.RESOURCE_EXHAUSTED: 413,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.UNIMPLEMENTED: 501,
+    ErrorCode.ALREADY_EXISTS: 409,
+    ErrorCode.INTERNAL: 500,
+}
+
+
+def error_response(status: int, message: str) -> Response[dict[str, str]]:
+    return Response({"error": message}, status_code=status, media_type="application/json")
+
+
+def serve_error_handler(_: Request, exc: ServeError) -> Response[dict[str, str]]:  # type: ignore[type-arg]
+    return error_response(HTTP_STATUS[exc.code], exc.message)
+
+
+def http_error_handler(_: Request, exc: HTTPException) -> Response[dict[str, str]]:  # type: ignore[type-arg]
+    message = exc.detail
+    extra = getattr(exc, "extra", None)
+    if extra:
+        message = f"{message}: {extra}"
+    return error_response(exc.status_code, str(message))
+
+
+def unexpected_error_handler(request: Request, exc: Exception) -> Response[dict[str, str]]:  # type: ignore[type-arg]
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+EXCEPTION_HANDLERS = {
+    ServeError: serve_error_handler,
+    HTTPException: http_error_handler,
+    Exception: unexpected_error_handler,
+}

@@ -1,0 +1,92 @@
+"""Open Inference Protocol (V2) REST routes: health, metadata and inference.
+
+Handlers are thin: they read path and body, call one codec and the DataPlane, and encode.
+Inference bodies are read as raw bytes (no framework JSON parsing) and answered as bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import State
+
+from app.codecs import v2_binary, v2_json
+from app.dataplane import DataPlane
+from app.errors import Unavailable
+
+JSON = "application/json"
+
+
+def _dataplane(state: State) -> DataPlane:
+    dataplane: DataPlane = state.dataplane
+    return dataplane
+
+
+@get("/v2", sync_to_thread=False)
+def server_metadata(state: State) -> dict[str, Any]:
+    return _dataplane(state).server_metadata()
+
+
+@get("/v2/health/live", sync_to_thread=False)
+def server_live(state: State) -> dict[str, bool]:
+    return {"live": _dataplane(state).live()}
+
+
+@get("/v2/health/ready", sync_to_thread=False)
+def server_ready(state: State) -> Response[dict[str, bool]]:
+    ready = _dataplane(state).ready()
+    return Response({"ready": ready}, status_code=200 if ready else 503)
+
+
+@get(
+    ["/v2/models/{model:str}/ready", "/v2/models/{model:str}/versions/{version:str}/ready"],
+    sync_to_thread=False,
+)
+def model_ready(state: State, model: str, version: str | None = None) -> Response[dict[str, Any]]:
+    ready = _dataplane(state).model_ready(model, version)
+    body: dict[str, Any] = {"name": model, "ready": ready}
+    if version is not None:
+        body["version"] = version
+    return Response(body, status_code=200 if ready else 503)
+
+
+@get(["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"],
+     sync_to_thread=False)
+def model_metadata(state: State, model: str, version: str | None = None) -> dict[str, Any]:
+    return _dataplane(state).model_metadata(model, version).as_dict()
+
+
+@post(
+    ["/v2/models/{model:str}/infer", "/v2/models/{model:str}/versions/{version:str}/infer"],
+    status_code=200,
+)
+async def infer(
+    request: Request[Any, Any, Any], state: State, model: str, version: str | None = None
+) -> Response[bytes]:
+    dataplane = _dataplane(state)
+    body = await request.body()
+    header_length = v2_binary.parse_header_length(
+        request.headers.get(v2_binary.HEADER_LENGTH), len(body)
+    )
+    if header_length is None:
+        infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
+    elif header_length == 0:
+        signature = dataplane.signature_of(model, version)
+        infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
+    else:
+        infer_request = v2_binary.decode_request(body, header_length, model, version)
+    response = await dataplane.infer(infer_request)
+    content, json_length = v2_binary.encode_response(infer_request, response)
+    if json_length is None:
+        return Response(content, media_type=JSON)
+    return Response(
+        content,
+        media_type="application/octet-stream",
+        headers={"Inference-Header-Content-Length": str(json_length)},
+    )
+
+
+ROUTES = [server_metadata, server_live, server_ready, model_ready, model_metadata, infer]
+
+__all__ = ["ROUTES", "Unavailable"]

@@ -1,0 +1,156 @@
+"""Composition: the one place that wires the core to HTTP and gRPC and runs them.
+
+HTTP (uvicorn serving the Litestar app) and gRPC (grpc.aio) run on the *same* event loop over the
+same DataPlane. Listeners open first, then models load, so liveness answers at once and
+readiness turns true when start-up loading is done. ``ServeKit.stop`` closes the listeners and
+lets in-flight requests finish before models are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from app.compiler import ServePlan
+from app.dataplane import DataPlane
+from app.repository import ModelRepository
+from app.rest import create_app
+from app.stats import Statistics
+
+log = logging.getLogger("servekit")
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the owner of the loop decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class Addresses:
+    """Where the server listens, once bound (ports resolved when 0 was asked for)."""
+
+    host: str
+    http_port: int
+    grpc_port: int | None = None
+
+    @property
+    def client_host(self) -> str:
+        return "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{self.client_host}:{self.http_port}"
+
+    @property
+    def grpc_target(self) -> str | None:
+        return None if self.grpc_port is None else f"{self.client_host}:{self.grpc_port}"
+
+    def listening_line(self) -> str:
+        grpc = f" grpc://{self.grpc_target}" if self.grpc_target else " (gRPC disabled)"
+        return f"servekit: listening {self.http_url}{grpc}"
+
+
+@dataclass
+class ServeKit:
+    """A running (or startable) server for one compiled plan."""
+
+    plan: ServePlan
+    statistics: Statistics = field(default_factory=Statistics)
+    repository: ModelRepository = field(init=False)
+    dataplane: DataPlane = field(init=False)
+    addresses: Addresses | None = None
+    _http: _EmbeddedUvicorn | None = None
+    _http_task: asyncio.Task[None] | None = None
+    _grpc: Any = None
+    _loading: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.repository = ModelRepository(self.plan)
+        self.dataplane = DataPlane(self.repository, self.statistics)
+
+    async def start(self, *, wait_for_models: bool = False) -> Addresses:
+        """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
+        server = self.plan.server
+        sock = _bind(server.host, server.http_port)
+        self.addresses = Addresses(server.host, sock.getsockname()[1])
+        app = create_app(self.dataplane, state={"servekit": self})
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=30,
+            server_header=False,
+            loop="none",
+            http="httptools",
+        )
+        self._http = _EmbeddedUvicorn(config)
+        self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
+        await _until(lambda: self._http is not None and self._http.started, self._http_task)
+        if server.grpc_port is not None:
+            from app.grpc.server import start_grpc_server
+
+            self._grpc, port = await start_grpc_server(self.dataplane, server)
+            self.addresses.grpc_port = port
+        self._loading = asyncio.create_task(self.repository.start())
+        if wait_for_models:
+            await self._loading
+        return self.addresses
+
+    async def wait_until_loaded(self) -> None:
+        if self._loading is not None:
+            await self._loading
+
+    async def stop(self, grace: float = 10.0) -> None:
+        """Stop accepting, let in-flight requests finish (up to ``grace`` s), release models."""
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loading
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+            self._grpc = None
+        if self._http is not None and self._http_task is not None:
+            self._http.config.timeout_graceful_shutdown = int(grace)
+            self._http.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._http_task
+            self._http = None
+        await self.repository.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind the HTTP socket ourselves, so port 0 resolves before anything is printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0) -> None:
+    """Wait (bounded) for ``condition()``; surface the task's error if it died first."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if task.done():
+            task.result()
+            raise RuntimeError("HTTP server stopped during start-up")
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("HTTP server did not start in time")
+        await asyncio.sleep(0.01)

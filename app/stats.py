@@ -1,0 +1,106 @@
+"""Per model-version inference statistics, in the shape of Triton's statistics extension.
+
+Durations are cumulative nanoseconds. The dataplane records; the REST and gRPC statistics
+endpoints, the dashboard and /metrics read. One source of truth for all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count of events and their cumulative time."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class VersionStats:
+    """Statistics of one model version (Triton's ModelStatistics)."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    batch_sizes: dict[int, Duration] = field(default_factory=dict)
+
+    def record_success(
+        self, batch: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        total = queue_ns + input_ns + infer_ns + output_ns
+        self.success.add(total)
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        self.inference_count += batch
+        self.execution_count += 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.batch_sizes.setdefault(batch, Duration()).add(input_ns + infer_ns + output_ns)
+
+    def record_failure(self, ns: int) -> None:
+        self.fail.add(ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def as_dict(self, name: str, version: str) -> dict[str, Any]:
+        """Triton's JSON statistics entry for this version."""
+        return {
+            "name": name,
+            "version": version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.as_dict(),
+                "fail": self.fail.as_dict(),
+                "queue": self.queue.as_dict(),
+                "compute_input": self.compute_input.as_dict(),
+                "compute_infer": self.compute_infer.as_dict(),
+                "compute_output": self.compute_output.as_dict(),
+                "cache_hit": {"count": 0, "ns": 0},
+                "cache_miss": {"count": 0, "ns": 0},
+            },
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": {"count": d.count, "ns": 0},
+                    "compute_infer": d.as_dict(),
+                    "compute_output": {"count": d.count, "ns": 0},
+                }
+                for size, d in sorted(self.batch_sizes.items())
+            ],
+        }
+
+
+class Statistics:
+    """All version statistics of a server, keyed by (model, version)."""
+
+    def __init__(self) -> None:
+        self._by_version: dict[tuple[str, int], VersionStats] = {}
+
+    def of(self, model: str, version: int) -> VersionStats:
+        key = (model, version)
+        stats = self._by_version.get(key)
+        if stats is None:
+            stats = self._by_version[key] = VersionStats()
+        return stats
+
+    def find(self, model: str, version: int) -> VersionStats | None:
+        return self._by_version.get((model, version))

@@ -1,0 +1,97 @@
+"""Transport-neutral request, response and metadata types of the dataplane.
+
+Tensors hold numpy arrays (views over request bytes where the codec allows). Plain slotted
+dataclasses rather than pydantic models: these are built on every request, and validation is
+done once, by the dataplane, against the model's metadata.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+Parameters = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Tensor:
+    """A named tensor: ``data`` already has ``shape`` and the dtype of ``datatype``."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: np.ndarray  # type: ignore[type-arg]
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output the client asked for, with its per-output parameters (e.g. binary_data)."""
+
+    name: str
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferRequest:
+    """One inference request, whatever protocol it came over."""
+
+    model_name: str
+    inputs: list[Tensor]
+    model_version: str | None = None
+    id: str | None = None
+    outputs: list[RequestedOutput] | None = None
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InferResponse:
+    """The result of one inference request."""
+
+    model_name: str
+    model_version: str
+    outputs: list[Tensor]
+    id: str | None = None
+    parameters: Parameters = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Metadata of one model input or output: V2 datatype and shape (-1 for a dynamic dim)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSignature:
+    """What a loaded model version takes and gives."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """The V2 model metadata response."""
+
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "versions": list(self.versions),
+            "platform": self.platform,
+            "inputs": [t.as_dict() for t in self.inputs],
+            "outputs": [t.as_dict() for t in self.outputs],
+        }
