@@ -66,8 +66,10 @@ def _validate(path: str) -> int:
     for model in plan.models:
         versions = ",".join(str(v.version) for v in model.versions) or "-"
         status = f"  problem: {model.problem}" if model.problem else ""
-        print(f"  {model.name}: format {model.format_name}, runtime {model.runtime}, "
-              f"versions {versions}{status}")
+        print(
+            f"  {model.name}: format {model.format_name}, runtime {model.runtime}, "
+            f"versions {versions}{status}"
+        )
     return 0
 
 

@@ -86,9 +86,7 @@ class ServePlan:
         return next((m for m in self.models if m.name == name), None)
 
 
-def compile_plan(
-    config: ServeConfig, base_dir: Path, config_path: Path | None = None
-) -> ServePlan:
+def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None = None) -> ServePlan:
     """Compile ``config``; raise ConfigError listing every model whose runtime cannot be chosen."""
     runtimes = merged_runtimes(config.runtimes)
     cores = os.cpu_count() or 1

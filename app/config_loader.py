@@ -105,7 +105,8 @@ def _line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
                     child = value
                     break
         elif (
-            isinstance(node, yaml.SequenceNode) and isinstance(part, int)
+            isinstance(node, yaml.SequenceNode)
+            and isinstance(part, int)
             and 0 <= part < len(node.value)
         ):
             child = node.value[part]

@@ -167,9 +167,7 @@ def validate_inputs(
         feed[tensor.name] = tensor.data
     missing = [name for name in by_name if name not in feed]
     if missing:
-        raise InvalidArgument(
-            f"model {request.model_name!r} needs input(s) {', '.join(missing)}"
-        )
+        raise InvalidArgument(f"model {request.model_name!r} needs input(s) {', '.join(missing)}")
     return feed
 
 
@@ -189,9 +187,7 @@ def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
         )
 
 
-def requested_outputs(
-    request: InferRequest, specs: tuple[TensorSpec, ...]
-) -> list[TensorSpec]:
+def requested_outputs(request: InferRequest, specs: tuple[TensorSpec, ...]) -> list[TensorSpec]:
     """The outputs to compute: those asked for, in the order asked, or all of them."""
     if not request.outputs:
         return list(specs)

@@ -68,9 +68,12 @@ class ModelEntry:
         return sorted(v for v, e in self.versions.items() if e.state is State.READY)
 
     def reason(self) -> str:
-        return "; ".join(
-            f"version {v}: {e.reason}" for v, e in sorted(self.versions.items()) if e.reason
-        ) or "no version is ready"
+        return (
+            "; ".join(
+                f"version {v}: {e.reason}" for v, e in sorted(self.versions.items()) if e.reason
+            )
+            or "no version is ready"
+        )
 
 
 class ModelRepository:

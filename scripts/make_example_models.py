@@ -1,6 +1,6 @@
 """Build the example models under models/ (committed; rerun to reproduce them byte for byte).
 
-    python scripts/make_example_models.py
+python scripts/make_example_models.py
 """
 
 from __future__ import annotations

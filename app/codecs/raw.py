@@ -36,7 +36,11 @@ def check_shape(name: str, shape: Iterable[int]) -> tuple[int, ...]:
 
 
 def tensor_from_bytes(
-    name: str, datatype: DataType, shape: tuple[int, ...], buffer: Buffer, offset: int = 0,
+    name: str,
+    datatype: DataType,
+    shape: tuple[int, ...],
+    buffer: Buffer,
+    offset: int = 0,
     size: int | None = None,
 ) -> np.ndarray:  # type: ignore[type-arg]
     """Decode ``size`` bytes of ``buffer`` at ``offset`` into an array of ``shape``.
@@ -60,9 +64,7 @@ def tensor_from_bytes(
     return _bytes_elements(name, shape, count, memoryview(buffer)[offset : offset + size])
 
 
-def _bytes_elements(
-    name: str, shape: tuple[int, ...], count: int, view: memoryview
-) -> np.ndarray:  # type: ignore[type-arg]
+def _bytes_elements(name: str, shape: tuple[int, ...], count: int, view: memoryview) -> np.ndarray:  # type: ignore[type-arg]
     """Split length-prefixed BYTES elements; every byte must belong to exactly one element."""
     if count > len(view) // 4:
         raise InvalidArgument(

@@ -47,7 +47,9 @@ def _parameters(owner: str, value: object) -> Parameters:
 
 
 def decode_request(
-    obj: object, model_name: str, model_version: str | None,
+    obj: object,
+    model_name: str,
+    model_version: str | None,
     binary: BinaryResolver | None = None,
 ) -> InferRequest:
     """Build an InferRequest from a parsed V2 JSON request object."""
@@ -142,8 +144,7 @@ def json_data_to_array(
         low, high = inferred.min(), inferred.max()
         if low < info.min or high > info.max:
             raise InvalidArgument(
-                f"input {name!r}: value out of range for {datatype.name} "
-                f"[{info.min}, {info.max}]"
+                f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
             )
     return inferred.astype(datatype.dtype, copy=False).reshape(shape)
 
@@ -154,9 +155,7 @@ def _describe(dtype: np.dtype) -> str:  # type: ignore[type-arg]
     )
 
 
-def _bytes_from_json(
-    name: str, shape: tuple[int, ...], count: int, data: list[Any]
-) -> np.ndarray:  # type: ignore[type-arg]
+def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[Any]) -> np.ndarray:  # type: ignore[type-arg]
     flat: list[Any] = []
     _flatten(data, flat)
     if len(flat) != count:

@@ -45,9 +45,11 @@ async def predict(request: Request[Any, Any, Any], state: State, target: str) ->
     signature = dataplane.signature_of(model)
     inputs = []
     for position, spec in enumerate(signature.inputs):
-        values = instances if len(signature.inputs) == 1 else [
-            _field(item, spec.name, position) for item in instances
-        ]
+        values = (
+            instances
+            if len(signature.inputs) == 1
+            else [_field(item, spec.name, position) for item in instances]
+        )
         try:
             array = np.asarray(values, dtype=object if spec.datatype == "BYTES" else None)
         except ValueError:

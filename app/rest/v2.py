@@ -51,8 +51,10 @@ def model_ready(state: State, model: str, version: str | None = None) -> Respons
     return Response(body, status_code=200 if ready else 503)
 
 
-@get(["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"],
-     sync_to_thread=False)
+@get(
+    ["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"],
+    sync_to_thread=False,
+)
 def model_metadata(state: State, model: str, version: str | None = None) -> dict[str, Any]:
     return _dataplane(state).model_metadata(model, version).as_dict()
 
