@@ -11,8 +11,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -208,6 +216,8 @@ class ModelConfig(Section):
     def _has_source(self) -> ModelConfig:
         if self.storage_uri is None and self.entrypoint is None:
             raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
+        if self.dynamic_batching is not None and self.max_batch_size == 0:
+            raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
         return self
 
 
@@ -243,18 +253,29 @@ class ServeConfig(BaseSettings):
         """Environment variables override the file (the file arrives as init values)."""
         return (env_settings, init_settings)
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> ServeConfig:
-        for kind, names in (
-            ("model", [m.name for m in self.models]),
-            ("runtime", [r.name for r in self.runtimes]),
-        ):
-            seen: set[str] = set()
-            for name in names:
-                if name in seen:
-                    raise ValueError(f"{kind} name {name!r} is used twice")
-                seen.add(name)
-        return self
+    @field_validator("models", "runtimes")
+    @classmethod
+    def _unique_names(
+        cls, items: list[ModelConfig] | list[RuntimeConfig], info: ValidationInfo
+    ) -> list[ModelConfig] | list[RuntimeConfig]:
+        """A name used twice is an error; ``index`` in its context lets the loader point at the
+        second entry's line instead of the top of the file."""
+        seen: dict[str, int] = {}
+        for index, item in enumerate(items):
+            if item.name in seen:
+                raise PydanticCustomError(
+                    "duplicate_name",
+                    "{kind} name '{name}' is used twice (first at {field}[{first}])",
+                    {
+                        "kind": "model" if info.field_name == "models" else "runtime",
+                        "name": item.name,
+                        "field": info.field_name,
+                        "first": seen[item.name],
+                        "index": index,
+                    },
+                )
+            seen[item.name] = index
+        return items
 
 
 def json_schema() -> dict[str, Any]:

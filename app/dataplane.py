@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import Any
 
 from app import __version__
+from app.batching import DynamicBatcher
+from app.compiler import ModelPlan
 from app.errors import Internal, InvalidArgument, ServeError
 from app.repository import ModelRepository, State, VersionEntry
-from app.stats import Statistics
+from app.stats import Statistics, VersionStats
 from app.types import (
     InferRequest,
     InferResponse,
@@ -41,6 +44,7 @@ class DataPlane:
         self.started_at = time.time()
         self._inline_ns = repository.plan.server.inline_below_microseconds * 1000
         self._compute_avg_ns: dict[tuple[str, int], float] = {}
+        self._batchers: weakref.WeakKeyDictionary[Any, DynamicBatcher] = weakref.WeakKeyDictionary()
 
     # -- health and metadata ------------------------------------------------------------------
     def live(self) -> bool:
@@ -93,21 +97,31 @@ class DataPlane:
             wanted = requested_outputs(request, signature.outputs)
             input_done = time.perf_counter_ns()
             key = (entry.plan.name, version.version)
-            if self._compute_avg_ns.get(key, 0.0) <= self._inline_ns:
-                results = runtime.predict(feed, [s.name for s in wanted])
+            batching = entry.plan.config.dynamic_batching if entry.plan.config else None
+            names = [s.name for s in wanted]
+            queue_ns = 0
+            if batching is not None:
+                batcher = self._batcher(entry.plan, version, stats)
+                results, queue_ns = await batcher.submit(feed, names)
+            elif self._compute_avg_ns.get(key, 0.0) <= self._inline_ns:
+                results = runtime.predict(feed, names)
             else:
-                results = await asyncio.to_thread(runtime.predict, feed, [s.name for s in wanted])
+                results = await asyncio.to_thread(runtime.predict, feed, names)
             infer_done = time.perf_counter_ns()
+            spent = infer_done - input_done - queue_ns
             avg = self._compute_avg_ns.get(key)
-            spent = infer_done - input_done
             self._compute_avg_ns[key] = spent if avg is None else avg + _EWMA * (spent - avg)
             outputs = [
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
             ]
-            batch = _batch_size(request, entry.plan.max_batch_size)
             stats.record_success(
-                batch, 0, input_done - started, spent, time.perf_counter_ns() - infer_done
+                _batch_size(request, entry.plan.max_batch_size),
+                queue_ns,
+                input_done - started,
+                spent,
+                time.perf_counter_ns() - infer_done,
+                executed=batching is None,
             )
         except ServeError:
             stats.record_failure(time.perf_counter_ns() - started)
@@ -125,6 +139,26 @@ class DataPlane:
             outputs=outputs,
             id=request.id,
         )
+
+    def _batcher(
+        self, plan: ModelPlan, version: VersionEntry, stats: VersionStats
+    ) -> DynamicBatcher:
+        """The batcher of a loaded version (one per runtime object, made on first use)."""
+        runtime = version.runtime
+        assert runtime is not None and plan.config is not None
+        batcher = self._batchers.get(runtime)
+        if batcher is None:
+            settings = plan.config.dynamic_batching
+            assert settings is not None
+            batcher = DynamicBatcher(
+                runtime,
+                stats,
+                plan.max_batch_size,
+                settings.max_queue_delay_microseconds,
+                settings.preferred_batch_size,
+            )
+            self._batchers[runtime] = batcher
+        return batcher
 
     def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
         """The signature of the version a request for (name, version) would use."""

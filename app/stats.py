@@ -42,8 +42,15 @@ class VersionStats:
     batch_sizes: dict[int, Duration] = field(default_factory=dict)
 
     def record_success(
-        self, batch: int, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
+        self,
+        batch: int,
+        queue_ns: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        executed: bool = True,
     ) -> None:
+        """One successful request; ``executed`` is False when a batcher counted the execution."""
         total = queue_ns + input_ns + infer_ns + output_ns
         self.success.add(total)
         self.queue.add(queue_ns)
@@ -51,9 +58,14 @@ class VersionStats:
         self.compute_infer.add(infer_ns)
         self.compute_output.add(output_ns)
         self.inference_count += batch
-        self.execution_count += 1
         self.last_inference_ms = time.time_ns() // 1_000_000
-        self.batch_sizes.setdefault(batch, Duration()).add(input_ns + infer_ns + output_ns)
+        if executed:
+            self.record_execution(batch, input_ns + infer_ns + output_ns)
+
+    def record_execution(self, batch: int, ns: int) -> None:
+        """One model execution of ``batch`` rows (several requests when batched)."""
+        self.execution_count += 1
+        self.batch_sizes.setdefault(batch, Duration()).add(ns)
 
     def record_failure(self, ns: int) -> None:
         self.fail.add(ns)
