@@ -18,7 +18,8 @@ from litestar.openapi.plugins import JsonRenderPlugin
 
 from app import __version__
 from app.dataplane import DataPlane
-from app.rest import v1, v2
+from app.metrics import make_registry
+from app.rest import metrics, v1, v2
 from app.rest.errors import EXCEPTION_HANDLERS
 
 
@@ -32,9 +33,11 @@ def create_app(
     """Build the HTTP application for ``dataplane``."""
     limit = max_request_bytes or dataplane.repository.plan.server.max_request_bytes
     config = AppConfig(
-        route_handlers=[*v2.ROUTES, *v1.ROUTES, *extra_routes],
+        route_handlers=[*v2.ROUTES, *v1.ROUTES, *metrics.ROUTES, *extra_routes],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
-        state=State({"dataplane": dataplane, **(state or {})}),
+        state=State(
+            {"dataplane": dataplane, "metrics_registry": make_registry(dataplane), **(state or {})}
+        ),
         request_max_body_size=limit,
         openapi_config=OpenAPIConfig(
             title="servekit",
