@@ -1,0 +1,216 @@
+"""The V2 gRPC inference messages (``inference.ModelInferRequest`` / ``ModelInferResponse``).
+
+Inputs arrive either as typed ``contents`` (one repeated field per datatype family, smaller
+integers widened to int32/uint32) or as ``raw_input_contents`` in the raw layout of
+:mod:`app.codecs.raw`, decoded as numpy views over the received bytes. Outputs go back as
+``raw_output_contents`` (what tritonclient.grpc decodes) unless the client asks for typed
+contents with ``binary_data_output: false`` on the request or ``binary_data: false`` on its
+requested outputs, the same parameters the HTTP binary extension uses. FP16 has no typed field
+in the protocol and always travels raw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from app.codecs.raw import check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
+from app.datatypes import DataType, as_bytes_array, element_count, lookup
+from app.errors import InvalidArgument
+from app.grpc._generated import grpc_service_pb2 as pb
+from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+
+# V2 datatype -> the InferTensorContents field that carries it (FP16: none, raw only).
+CONTENTS_FIELD: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+# Datatypes narrower than their contents field: values are range-checked, never wrapped.
+_NARROW = {"UINT8", "UINT16", "INT8", "INT16"}
+_WIDE_DTYPE = {"uint_contents": np.dtype("<u4"), "int_contents": np.dtype("<i4")}
+
+
+# -- parameters ---------------------------------------------------------------------------------
+def parameters_from_proto(params: Mapping[str, pb.InferParameter]) -> Parameters:
+    """InferParameter map -> plain dict (bool, int, str or float values)."""
+    out: Parameters = {}
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        out[key] = getattr(param, which) if which is not None else None
+    return out
+
+
+def parameter_to_proto(value: object) -> pb.InferParameter:
+    """A plain value -> InferParameter (bool before int: bool is an int in Python)."""
+    if isinstance(value, bool):
+        return pb.InferParameter(bool_param=value)
+    if isinstance(value, int):
+        if value >= 2**63:
+            return pb.InferParameter(uint64_param=value)
+        return pb.InferParameter(int64_param=value)
+    if isinstance(value, float):
+        return pb.InferParameter(double_param=value)
+    return pb.InferParameter(string_param=str(value))
+
+
+# -- requests -----------------------------------------------------------------------------------
+def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
+    """Build an InferRequest from a ModelInferRequest, refusing inconsistent data early."""
+    raw = msg.raw_input_contents
+    if raw and len(raw) != len(msg.inputs):
+        raise InvalidArgument(
+            f"raw_input_contents has {len(raw)} entries but the request has {len(msg.inputs)} "
+            "inputs; give raw contents for every input or for none"
+        )
+    inputs: list[Tensor] = []
+    for index, item in enumerate(msg.inputs):
+        name = item.name
+        datatype = datatype_of(name, item.datatype)
+        shape = check_shape(name, item.shape)
+        if raw:
+            if item.HasField("contents") and item.contents.ListFields():
+                raise InvalidArgument(
+                    f"input {name!r} has both typed contents and raw_input_contents"
+                )
+            array = tensor_from_bytes(name, datatype, shape, raw[index])
+        else:
+            array = typed_to_array(name, datatype, shape, item.contents)
+        params = parameters_from_proto(item.parameters) if item.parameters else {}
+        inputs.append(Tensor(name, datatype.name, shape, array, params))
+    outputs = None
+    if msg.outputs:
+        outputs = [
+            RequestedOutput(o.name, parameters_from_proto(o.parameters) if o.parameters else {})
+            for o in msg.outputs
+        ]
+    return InferRequest(
+        model_name=msg.model_name,
+        model_version=msg.model_version or None,
+        id=msg.id or None,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=parameters_from_proto(msg.parameters) if msg.parameters else {},
+    )
+
+
+def typed_to_array(
+    name: str, datatype: DataType, shape: tuple[int, ...], contents: pb.InferTensorContents
+) -> NDArray[Any]:
+    """Typed contents -> array of ``shape``; the element count is checked before conversion."""
+    count = element_count(shape)
+    field = CONTENTS_FIELD.get(datatype.name)
+    present = [fd.name for fd, _ in contents.ListFields()]
+    if field is None:
+        if count == 0 and not present:
+            return np.empty(shape, dtype=datatype.dtype)
+        raise InvalidArgument(
+            f"input {name!r}: {datatype.name} has no typed contents field in the protocol; "
+            "send it in raw_input_contents"
+        )
+    wrong = [p for p in present if p != field]
+    if wrong:
+        raise InvalidArgument(
+            f"input {name!r}: {datatype.name} data goes in contents.{field}, "
+            f"not contents.{wrong[0]}"
+        )
+    values = getattr(contents, field)
+    if len(values) != count:
+        raise InvalidArgument(
+            f"input {name!r}: shape {list(shape)} needs {count} elements, "
+            f"got {len(values)} in contents.{field}"
+        )
+    if datatype.is_bytes:
+        array = np.empty(count, dtype=object)
+        array[:] = list(values)
+        return array.reshape(shape)
+    if datatype.name in _NARROW and count:
+        wide = np.fromiter(values, dtype=_WIDE_DTYPE[field], count=count)
+        info = np.iinfo(datatype.dtype)
+        if wide.min() < info.min or wide.max() > info.max:
+            raise InvalidArgument(
+                f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
+            )
+        return wide.astype(datatype.dtype).reshape(shape)
+    return np.fromiter(values, dtype=datatype.dtype, count=count).reshape(shape)
+
+
+# -- responses ----------------------------------------------------------------------------------
+def wants_raw(request: InferRequest, name: str) -> bool:
+    """Whether output ``name`` should go back raw: per-output, else request-wide, else yes."""
+    if request.outputs:
+        for requested in request.outputs:
+            if requested.name == name and "binary_data" in requested.parameters:
+                return bool(requested.parameters["binary_data"])
+    return bool(request.parameters.get("binary_data_output", True))
+
+
+def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelInferResponse:
+    """Encode a response: raw output contents, or typed contents if every output asked so.
+
+    ``raw_output_contents`` must have one entry per output when used, so mixing is impossible:
+    if any output wants raw (or is FP16, which has no typed field) all of them go raw.
+    """
+    typed = all(
+        t.datatype in CONTENTS_FIELD and not wants_raw(request, t.name) for t in response.outputs
+    )
+    tensors = [
+        pb.ModelInferResponse.InferOutputTensor(
+            name=t.name,
+            datatype=t.datatype,
+            shape=t.shape,
+            contents=_typed_contents(t) if typed else None,
+            parameters=_parameters_to_proto(t.parameters) if t.parameters else None,
+        )
+        for t in response.outputs
+    ]
+    raw = None if typed else [_raw_bytes(t) for t in response.outputs]
+    return pb.ModelInferResponse(
+        model_name=response.model_name,
+        model_version=response.model_version,
+        id=response.id or "",
+        outputs=tensors,
+        raw_output_contents=raw,
+        parameters=_parameters_to_proto(response.parameters) if response.parameters else None,
+    )
+
+
+def _parameters_to_proto(params: Parameters) -> dict[str, pb.InferParameter]:
+    return {key: parameter_to_proto(value) for key, value in params.items()}
+
+
+def _raw_bytes(tensor: Tensor) -> bytes:
+    buffer = tensor_to_buffer(lookup(tensor.datatype), tensor.data)
+    return buffer if isinstance(buffer, bytes) else bytes(buffer)
+
+
+def _typed_contents(tensor: Tensor) -> pb.InferTensorContents:
+    field = CONTENTS_FIELD[tensor.datatype]
+    flat: Any
+    if tensor.datatype == "BYTES":
+        flat = list(as_bytes_array(tensor.data).reshape(-1))
+    else:
+        flat = tensor.data.reshape(-1).tolist()
+    return pb.InferTensorContents(**{field: flat})
+
+
+def error_stream_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    """A stream response carrying an error, with the request's model and id for correlation."""
+    return pb.ModelStreamInferResponse(
+        error_message=message,
+        infer_response=pb.ModelInferResponse(
+            model_name=msg.model_name, model_version=msg.model_version, id=msg.id
+        ),
+    )

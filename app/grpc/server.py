@@ -1,0 +1,86 @@
+"""The gRPC server: one ``grpc.aio`` server on the caller's event loop, over the shared DataPlane.
+
+It serves ``inference.GRPCInferenceService``, ``grpc.health.v1.Health`` and server reflection,
+plus whatever other services callers register (e.g. grps) through ``services``. Message size
+limits come from ``server.grpcMaxMessageBytes`` in both directions. SO_REUSEPORT is disabled so
+that a port already in use is an error instead of two servers silently sharing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2
+
+from app.config import ServerConfig
+from app.dataplane import DataPlane
+from app.grpc import health, servicer
+from app.grpc._generated import POOL
+from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
+
+Registrar = Callable[[grpc.aio.Server], Iterable[str]]
+"""Adds services to the server and returns their full names (for health and reflection)."""
+
+
+async def start_grpc_server(
+    dataplane: DataPlane,
+    server: ServerConfig,
+    *,
+    control: Any = None,
+    services: Sequence[Registrar] = (),
+) -> tuple[grpc.aio.Server, int]:
+    """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one)."""
+    limit = server.grpc_max_message_bytes
+    aio_server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        servicer.InferenceServicer(dataplane, control), aio_server
+    )
+    names = [servicer.SERVICE_NAME]
+    for register in services:
+        names.extend(register(aio_server))
+    health_pb2_grpc.add_HealthServicer_to_server(
+        health.HealthServicer(dataplane, names), aio_server
+    )
+    names.append(health.SERVICE_NAME)
+    _register_descriptors()
+    reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], aio_server, pool=POOL)
+    address = _address(server.host, server.grpc_port or 0)
+    try:
+        port = aio_server.add_insecure_port(address)
+    except RuntimeError as exc:
+        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+    if port == 0:  # older grpcio reports a failed bind this way
+        raise OSError(f"cannot listen for gRPC on {address}")
+    await aio_server.start()
+    return aio_server, port
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _register_descriptors() -> None:
+    """Put the health and reflection protos into our private pool, so reflection finds them.
+
+    Reflection is given ``POOL`` (our inference and grps protos live there, not in protobuf's
+    default pool); the health and reflection protos come from their packages' default-pool
+    modules, so their file descriptors are copied in once.
+    """
+    for module in (health_pb2, reflection_pb2):
+        descriptor = module.DESCRIPTOR
+        try:
+            POOL.FindFileByName(descriptor.name)
+        except KeyError:
+            proto = descriptor_pb2.FileDescriptorProto()
+            descriptor.CopyToProto(proto)
+            POOL.Add(proto)

@@ -1,0 +1,204 @@
+"""``inference.GRPCInferenceService``: the Triton / KServe V2 gRPC surface over the DataPlane.
+
+Handlers are thin: decode with :mod:`app.codecs.v2_proto`, call the DataPlane (or the core
+config and statistics functions), encode. Errors go through the one table in
+:mod:`app.grpc.status`. ModelStreamInfer pipelines a window of requests but answers strictly in
+order, and a failing request yields its ``error_message`` without closing the stream. The
+repository RPCs are delegated to :mod:`app.grpc.repository` when that module and a model control
+object are available; every RPC servekit does not offer answers UNIMPLEMENTED with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any, TypeAlias
+
+import grpc
+from google.protobuf import json_format
+
+from app.codecs import v2_proto
+from app.dataplane import DataPlane
+from app.errors import NotFound
+from app.grpc._generated import grpc_service_pb2 as pb
+from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
+from app.grpc._generated import model_config_pb2
+from app.grpc.status import guarded, status_of
+from app.model_config import model_config_for
+from app.model_stats import model_statistics
+
+# Built by the model-control feature; while absent, the repository RPCs are UNIMPLEMENTED.
+repository_rpcs: ModuleType | None = (
+    importlib.import_module("app.grpc.repository")
+    if importlib.util.find_spec("app.grpc.repository") is not None
+    else None
+)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+STREAM_WINDOW = 64
+"""Requests of one stream decoded and running ahead of the response being written."""
+
+Context: TypeAlias = grpc.aio.ServicerContext
+
+
+class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """The V2 inference service of one DataPlane (and optionally its model control)."""
+
+    def __init__(self, dataplane: DataPlane, control: Any = None) -> None:
+        self._dataplane = dataplane
+        self._control = control
+
+    # -- health and metadata ------------------------------------------------------------------
+    @guarded
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> Any:
+        return pb.ServerLiveResponse(live=self._dataplane.live())
+
+    @guarded
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> Any:
+        return pb.ServerReadyResponse(ready=self._dataplane.ready())
+
+    @guarded
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> Any:
+        try:
+            ready = self._dataplane.model_ready(request.name, request.version or None)
+        except NotFound:  # as Triton: an unknown model or version is "not ready", not an error
+            ready = False
+        return pb.ModelReadyResponse(ready=ready)
+
+    @guarded
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> Any:
+        return pb.ServerMetadataResponse(**self._dataplane.server_metadata())
+
+    @guarded
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> Any:
+        meta = self._dataplane.model_metadata(request.name, request.version or None)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta.name,
+            versions=meta.versions,
+            platform=meta.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
+        )
+
+    # -- inference ----------------------------------------------------------------------------
+    @guarded
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> Any:
+        infer_request = v2_proto.decode_request(request)
+        response = await self._dataplane.infer(infer_request)
+        return v2_proto.encode_response(infer_request, response)
+
+    async def ModelStreamInfer(
+        self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        window: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None]
+        window = asyncio.Queue(STREAM_WINDOW)
+        reader = asyncio.create_task(self._read_stream(request_iterator, window))
+        try:
+            while (task := await window.get()) is not None:
+                yield await task
+            await reader  # a failed read (not a client's half-close) surfaces here
+        finally:
+            reader.cancel()
+            while not window.empty():
+                pending = window.get_nowait()
+                if pending is not None:
+                    pending.cancel()
+
+    async def _read_stream(
+        self,
+        request_iterator: AsyncIterator[pb.ModelInferRequest],
+        window: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None],
+    ) -> None:
+        try:
+            async for message in request_iterator:
+                await window.put(asyncio.create_task(self._stream_one(message)))
+        finally:
+            await window.put(None)  # end of stream (or of a failed read) for the writer
+
+    async def _stream_one(self, message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+        try:
+            request = v2_proto.decode_request(message)
+            response = await self._dataplane.infer(request)
+            encoded = v2_proto.encode_response(request, response)
+        except Exception as exc:
+            return v2_proto.error_stream_response(message, status_of(exc)[1])
+        return pb.ModelStreamInferResponse(infer_response=encoded)
+
+    # -- model configuration and statistics extensions ----------------------------------------
+    @guarded
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> Any:
+        config = model_config_for(self._dataplane, request.name, request.version or None)
+        message = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+        return pb.ModelConfigResponse(config=message)
+
+    @guarded
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> Any:
+        stats = model_statistics(self._dataplane, request.name or None, request.version or None)
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    # -- model repository extension (delegated) -----------------------------------------------
+    @guarded
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> Any:
+        rpcs = await self._repository(context, "RepositoryIndex")
+        return await rpcs.repository_index(self._control, request, context)
+
+    @guarded
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: Context
+    ) -> Any:
+        rpcs = await self._repository(context, "RepositoryModelLoad")
+        return await rpcs.repository_model_load(self._control, request, context)
+
+    @guarded
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: Context
+    ) -> Any:
+        rpcs = await self._repository(context, "RepositoryModelUnload")
+        return await rpcs.repository_model_unload(self._control, request, context)
+
+    async def _repository(self, context: Context, method: str) -> ModuleType:
+        if repository_rpcs is None or self._control is None:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"{method}: the model repository extension is not enabled on this server",
+            )
+        assert repository_rpcs is not None
+        return repository_rpcs
+
+
+_FEATURES = {
+    "SystemSharedMemory": "the system shared memory extension",
+    "CudaSharedMemory": "the CUDA shared memory extension",
+    "TraceSetting": "the trace extension",
+    "LogSettings": "the logging extension",
+}
+
+
+def _unimplemented(method: str) -> Any:
+    feature = next((f for key, f in _FEATURES.items() if method.startswith(key)), "this RPC")
+    message = (
+        f"{method} is not implemented: servekit does not offer {feature}; "
+        "send tensors in the request (typed or raw contents)"
+        if "SharedMemory" in method
+        else f"{method} is not implemented: servekit does not offer {feature}"
+    )
+
+    async def handler(self: InferenceServicer, request: Any, context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+
+    handler.__name__ = method
+    return handler
+
+
+IMPLEMENTED = frozenset(
+    name
+    for name, value in vars(InferenceServicer).items()
+    if name[:1].isupper() and callable(value)
+)
+for _method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+    if _method.name not in IMPLEMENTED:
+        setattr(InferenceServicer, _method.name, _unimplemented(_method.name))

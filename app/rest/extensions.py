@@ -1,0 +1,59 @@
+"""HTTP routes of Triton's model configuration and statistics extensions.
+
+``GET /v2/models/{m}[/versions/{v}]/config`` answers the ModelConfig JSON Triton clients expect
+(tritonclient.http's ``get_model_config``); ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answers
+``{"model_stats": [...]}`` (``get_inference_statistics``). Both are computed by the core
+(app/model_config.py, app/model_stats.py), so the gRPC RPCs answer the very same content.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import get
+from litestar.datastructures import State
+
+from app.dataplane import DataPlane
+from app.model_config import model_config_for
+from app.model_stats import model_statistics
+
+NAMES: tuple[str, ...] = ("model_configuration", "statistics")
+"""Extension names reported by server metadata once these surfaces are registered."""
+
+
+def _dataplane(state: State) -> DataPlane:
+    dataplane: DataPlane = state.dataplane
+    return dataplane
+
+
+@get(
+    ["/v2/models/{model:str}/config", "/v2/models/{model:str}/versions/{version:str}/config"],
+    sync_to_thread=False,
+)
+def model_config(state: State, model: str, version: str | None = None) -> dict[str, Any]:
+    return model_config_for(_dataplane(state), model, version)
+
+
+@get(
+    [
+        "/v2/models/stats",
+        "/v2/models/{model:str}/stats",
+        "/v2/models/{model:str}/versions/{version:str}/stats",
+    ],
+    sync_to_thread=False,
+)
+def model_stats(
+    state: State, model: str | None = None, version: str | None = None
+) -> dict[str, Any]:
+    return model_statistics(_dataplane(state), model, version)
+
+
+ROUTES = [model_config, model_stats]
+
+
+def register(dataplane: DataPlane) -> list[Any]:
+    """Announce the extensions on ``dataplane`` and return the routes to mount."""
+    for name in NAMES:
+        if name not in dataplane.extensions:
+            dataplane.extensions.append(name)
+    return list(ROUTES)

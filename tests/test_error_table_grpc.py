@@ -1,0 +1,37 @@
+"""The gRPC error table covers every core error code, with a distinct, meaningful status."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from app.errors import ErrorCode, ServeError
+from app.grpc.status import GRPC_STATUS, status_of
+
+
+def test_every_error_code_has_a_grpc_status() -> None:
+    assert set(GRPC_STATUS) == set(ErrorCode)
+
+
+def test_statuses_are_distinct_and_never_ok_or_unknown() -> None:
+    statuses = list(GRPC_STATUS.values())
+    assert len(set(statuses)) == len(statuses)
+    assert grpc.StatusCode.OK not in statuses and grpc.StatusCode.UNKNOWN not in statuses
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_core_codes_keep_their_names(code: ErrorCode) -> None:
+    """The core's codes are named after gRPC's, so the table is the identity on names."""
+    assert GRPC_STATUS[code].name == code.value
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_status_of_a_serve_error(code: ErrorCode) -> None:
+    error = type("E", (ServeError,), {"code": code})("what went wrong")
+    assert status_of(error) == (GRPC_STATUS[code], "what went wrong")
+
+
+def test_unexpected_errors_become_internal_with_their_message() -> None:
+    status, message = status_of(ZeroDivisionError("division by zero"))
+    assert status is grpc.StatusCode.INTERNAL
+    assert "ZeroDivisionError" in message and "division by zero" in message
