@@ -72,6 +72,7 @@ class ModelEntry:
             "; ".join(
                 f"version {v}: {e.reason}" for v, e in sorted(self.versions.items()) if e.reason
             )
+            or self.plan.problem  # e.g. a missing storageUri: no version to carry the reason
             or "no version is ready"
         )
 

@@ -134,6 +134,8 @@ def json_data_to_array(
         raise InvalidArgument(
             f"input {name!r}: shape {list(shape)} needs {count} elements, got {inferred.size}"
         )
+    if count and inferred.dtype.kind == "f" and datatype.dtype.kind in "iu":
+        inferred = _exact_ints(name, datatype, data, inferred)
     if count and inferred.dtype.kind not in _KIND_OK[datatype.name]:
         raise InvalidArgument(
             f"input {name!r}: 'data' holds {_describe(inferred.dtype)}, "
@@ -147,6 +149,21 @@ def json_data_to_array(
                 f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
             )
     return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+
+
+def _exact_ints(name: str, datatype: DataType, data: list[Any], inferred: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    """numpy turns ints beyond int64 (UINT64 above 2**63-1) into float64; convert exactly."""
+    flat: list[Any] = []
+    _flatten(data, flat)
+    if not all(type(x) is int for x in flat):
+        return inferred  # real floats: the caller reports them
+    try:
+        return np.array(flat, dtype=datatype.dtype).reshape(inferred.shape)
+    except OverflowError:
+        info = np.iinfo(datatype.dtype)
+        raise InvalidArgument(
+            f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
+        ) from None
 
 
 def _describe(dtype: np.dtype) -> str:  # type: ignore[type-arg]

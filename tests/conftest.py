@@ -1,0 +1,29 @@
+"""Shared fixtures: one real ``servekit serve`` subprocess for the whole test session.
+
+Starting the server costs about a second, so end-to-end tests share one (tests that need
+their own process, e.g. to signal it, start it with :mod:`tests.servers`). gRPC is enabled
+whenever the gRPC adapter exists (``app/grpc/server.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from servers import ServerProcess, grpc_available, start_server, write_model_store
+
+
+@pytest.fixture(scope="session")
+def model_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A serve.yaml with the test models (identities, add_sub, mlp v1+v2, broken ones)."""
+    return write_model_store(tmp_path_factory.mktemp("store"))
+
+
+@pytest.fixture(scope="session")
+def server(model_store: Path) -> Iterator[ServerProcess]:
+    """The session's server; stopping it with SIGTERM must be clean (exit code 0)."""
+    process = start_server(model_store, grpc=grpc_available())
+    yield process
+    code = process.stop()
+    assert code == 0, f"server exited with {code}\n{process.log()}"
