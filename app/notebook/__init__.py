@@ -1,0 +1,16 @@
+"""The notebook API: ``app.serve`` a serve.yaml from a cell, ``app.connect`` to a running server.
+
+``serve`` runs the server in a background thread with its own event loop (a Jupyter kernel
+already runs one on its main thread) and returns a :class:`Server` handle once it is ready;
+``connect`` returns a :class:`RemoteServer` speaking HTTP to a server that runs elsewhere. Both
+offer ``infer``, ``models``, ``add_model`` and ``remove_model`` and show as a card in Jupyter.
+"""
+
+from __future__ import annotations
+
+from app.notebook.api import StartError, serve
+from app.notebook.handle import Server
+from app.notebook.registry import running, stop_all
+from app.notebook.remote import RemoteServer, connect
+
+__all__ = ["RemoteServer", "Server", "StartError", "connect", "running", "serve", "stop_all"]

@@ -1,0 +1,123 @@
+"""``app.serve``: start a server from a notebook cell and get a handle once it serves.
+
+The call returns when every start-up model has loaded, or raises: a bad serve.yaml raises its
+ConfigError (every key and line), and models that fail to load raise :class:`StartError` with
+each reason, after the half-started server has been stopped again, so a failed cell never holds
+a port. Ports default to 0 (free ports) and the host to the loopback interface: a notebook
+should not expose models to the network unless asked to.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from app.compiler import ServePlan, compile_plan
+from app.config import ServeConfig
+from app.config_loader import load_config
+from app.notebook import registry
+from app.notebook.handle import Server
+from app.notebook.launcher import ServerThread
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | ServeConfig | None
+
+
+class StartError(RuntimeError):
+    """Models that failed to load at start-up; ``problems`` maps ``name[:version]`` -> reason."""
+
+    def __init__(self, problems: dict[str, str]) -> None:
+        self.problems = problems
+        lines = "\n".join(f"  {where}: {why}" for where, why in problems.items())
+        super().__init__(
+            f"servekit did not start: {len(problems)} model version(s) failed to load\n{lines}\n"
+            "(pass strict=False to serve the other models anyway)"
+        )
+
+
+def serve(
+    config: ConfigSource = None,
+    *,
+    http_port: int = 0,
+    grpc_port: int | None = 0,
+    host: str = "127.0.0.1",
+    name: str = "default",
+    strict: bool = True,
+    timeout: float = 120.0,
+    **server_options: Any,
+) -> Server:
+    """Serve ``config`` (a serve.yaml path, a dict of its content, or None for no models yet)
+    in a background thread and return a :class:`Server` handle once it is ready.
+
+    ``http_port``/``grpc_port`` override the file (0 picks a free port; ``grpc_port=None``
+    disables gRPC); ``server_options`` override other ``server:`` keys (snake_case). Calling
+    ``serve`` again with the same ``name`` first stops the previous server of that name.
+    With ``strict`` (the default) a model that fails to load is an error, not a warning.
+    """
+    overrides = {"http_port": http_port, "grpc_port": grpc_port, "host": host, **server_options}
+    cleanup: Path | None = None
+    if config is None and "storage_dir" not in overrides:
+        # Models pushed into a config-less server live only as long as the server.
+        cleanup = Path(tempfile.mkdtemp(prefix="servekit-notebook-"))
+        overrides["storage_dir"] = str(cleanup)
+    try:
+        replan = _planner(config, overrides)
+        plan = replan()  # a bad config raises here, before any thread or port exists
+        server = registry.replace(name, lambda: _start(plan, name, replan, cleanup, timeout))
+    except BaseException:
+        if cleanup is not None:
+            import shutil
+
+            shutil.rmtree(cleanup, ignore_errors=True)
+        raise
+    if strict:
+        problems = {
+            f"{row['name']}:{row['version']}" if row["version"] else row["name"]: row["reason"]
+            for row in server.models
+            if row["state"] != "READY" and _loads_at_start(plan, row["name"])
+        }
+        if problems:
+            server.stop(grace=1.0)
+            raise StartError(problems)
+    return server
+
+
+def _start(
+    plan: ServePlan,
+    name: str,
+    replan: Callable[[], ServePlan],
+    cleanup: Path | None,
+    timeout: float,
+) -> Server:
+    thread = ServerThread(plan)
+    thread.start(timeout)
+    return Server(
+        thread,
+        name=name,
+        replan=replan if plan.config_path else None,
+        cleanup=cleanup,
+        load_timeout=max(timeout, 300.0),
+    )
+
+
+def _loads_at_start(plan: ServePlan, model: str) -> bool:
+    choice = plan.server.startup_models
+    return choice == "all" or (isinstance(choice, list) and model in choice)
+
+
+def _planner(config: ConfigSource, overrides: dict[str, Any]) -> Callable[[], ServePlan]:
+    """A function compiling the current ``config`` with ``overrides`` (re-run by reload)."""
+
+    def with_overrides(loaded: ServeConfig) -> ServeConfig:
+        # Validated, so a misspelled option or a bad port fails here with pydantic's message.
+        server = type(loaded.server).model_validate({**loaded.server.model_dump(), **overrides})
+        return loaded.model_copy(update={"server": server})
+
+    if config is None or isinstance(config, Mapping | ServeConfig):
+        loaded = config if isinstance(config, ServeConfig) else ServeConfig(**(config or {}))
+        base = Path.cwd()
+        return lambda: compile_plan(with_overrides(loaded), base, None)
+    path = Path(os.fspath(config)).expanduser().resolve()
+    return lambda: compile_plan(with_overrides(load_config(path)), path.parent, path)

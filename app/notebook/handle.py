@@ -1,0 +1,229 @@
+"""The handle ``app.serve`` returns: a server running in this process, in a background thread.
+
+It is a :class:`RemoteServer` (so ``add_model`` with a file, bytes or an ``onnx.ModelProto``
+goes through the repository load API exactly as it would against a remote server) with what
+only a server in the same process can do: infer without a socket through the same DataPlane the
+HTTP and gRPC adapters call, serve a Python function or class held in the notebook's memory,
+reload its serve.yaml, and stop.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+
+from app.compiler import ServePlan
+from app.datatypes import from_numpy
+from app.model_control import ModelControl
+from app.notebook import html, registry, sources, wire
+from app.notebook.launcher import ServerThread
+from app.notebook.remote import RemoteServer
+from app.server import ServeKit
+from app.types import InferRequest, RequestedOutput, Tensor
+
+
+class Server(RemoteServer):
+    """A servekit running in this process. Stop it with ``stop()`` or a ``with`` block."""
+
+    kind = "in this process"
+
+    def __init__(
+        self,
+        thread: ServerThread,
+        *,
+        name: str,
+        replan: Callable[[], ServePlan] | None,
+        cleanup: Path | None = None,
+        load_timeout: float = 600.0,
+    ) -> None:
+        assert thread.addresses is not None
+        addresses = thread.addresses
+        super().__init__(
+            addresses.http_url, grpc_target=addresses.grpc_target, timeout=load_timeout
+        )
+        self._load_timeout = load_timeout
+        self.name = name
+        self._thread = thread
+        self._replan = replan
+        self._cleanup = cleanup
+        self._note = ""
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread.alive
+
+    @property
+    def plan(self) -> ServePlan:
+        """The compiled serve.yaml the server runs."""
+        return self._servekit().repository.plan
+
+    def _servekit(self) -> ServeKit:
+        if not self.running or self._thread.servekit is None:
+            raise RuntimeError(
+                f"servekit {self.name!r} is stopped{self._note}; start it again with app.serve()"
+            )
+        return self._thread.servekit
+
+    def _control(self) -> ModelControl:
+        """The server's model control (load, add, remove, apply an edited serve.yaml)."""
+        return self._servekit().control
+
+    # -- models -------------------------------------------------------------------------------
+    @property
+    def models(self) -> html.ModelTable:
+        """Every model version with its state (READY, LOADING, UNAVAILABLE + reason, ...)."""
+        servekit = self._servekit()
+
+        async def index() -> list[dict[str, Any]]:
+            return servekit.repository.index()
+
+        return html.ModelTable(self._thread.run(index()))
+
+    def add_model(
+        self,
+        name: str,
+        source: Any,
+        *,
+        version: int = 1,
+        model_format: str | None = None,
+        inputs: sources.TensorsSpec | None = None,
+        outputs: sources.TensorsSpec | None = None,
+        **config: Any,
+    ) -> html.ModelTable:
+        """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto`` (sent through
+        the repository load API), or a Python function or class (served from memory).
+
+        A function takes the inputs as keyword numpy arrays and returns a dict of arrays; a
+        class is instantiated once and its ``predict`` is called the same way. Python models
+        declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
+        Returns the model's index rows; a model that fails to load raises with the reason.
+        """
+        if sources.is_file_source(source):
+            return super().add_model(
+                name,
+                source,
+                version=version,
+                model_format=model_format or "onnx",
+                inputs=inputs,
+                outputs=outputs,
+                **config,
+            )
+        if not callable(source):
+            raise TypeError(
+                "source must be a path, ONNX bytes, an onnx.ModelProto, or a Python function or "
+                f"class; got {type(source).__name__}"
+            )
+        fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
+        model = sources.model_config(
+            name, model_format or "python", fields, entrypoint=_describe(source)
+        )
+        control = self._control()
+        self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
+        self._forget(name)
+        return self._rows(name)
+
+    def remove_model(self, name: str) -> None:
+        """Unload ``name`` (in-flight requests finish) and drop it from the index."""
+        self._thread.run(self._control().remove(name), timeout=self._load_timeout)
+        self._forget(name)
+
+    def reload(self) -> dict[str, list[str]]:
+        """Re-read serve.yaml and apply the difference while the other models keep serving:
+        returns the models ``added``, ``removed``, ``reloaded`` and ``failed`` (a failed reload
+        keeps the previous load serving; ``server.models`` shows why). A bad edit raises its
+        ConfigError and changes nothing."""
+        if self._replan is None:
+            raise RuntimeError("this server was started without a serve.yaml; nothing to reload")
+        control = self._control()
+        plan = self._replan()
+        done = self._thread.run(control.apply_plan(plan), timeout=self._load_timeout)
+        self._metadata.clear()
+        return done
+
+    # -- inference ----------------------------------------------------------------------------
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        version: int | str | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run ``model`` on ``inputs`` (name -> array or list) in process; name -> numpy array.
+
+        Goes through the same DataPlane (validation, version choice, batching, statistics) as
+        HTTP and gRPC requests, without encoding anything.
+        """
+        dataplane = self._servekit().dataplane
+        wanted = [RequestedOutput(n) for n in outputs] if outputs else None
+        label = None if version is None else str(version)
+
+        async def run() -> dict[str, Any]:
+            declared: dict[str, str] = {}
+            if any(not isinstance(v, np.ndarray) for v in inputs.values()):
+                signature = dataplane.signature_of(model, label)
+                declared = {s.name: s.datatype for s in signature.inputs}
+            tensors = []
+            for key, value in inputs.items():
+                array = wire.to_array(key, value, declared.get(key))
+                tensors.append(Tensor(key, from_numpy(array.dtype).name, array.shape, array))
+            request = InferRequest(model, tensors, model_version=label, outputs=wanted)
+            response = await dataplane.infer(request)
+            return {t.name: t.data for t in response.outputs}
+
+        return self._thread.run(run())
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop serving: in-flight requests get ``grace`` seconds, then ports and threads are
+        released. Safe to call twice."""
+        self._stop(grace, "")
+        registry.forget(self)
+
+    def _stop(self, grace: float, note: str) -> None:
+        if note and not self._note:
+            self._note = note
+        self._thread.stop(grace)
+        self.close()
+        if self._cleanup is not None:
+            shutil.rmtree(self._cleanup, ignore_errors=True)
+            self._cleanup = None
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _repr_html_(self) -> str:
+        running = self.running
+        return html.card_html(
+            kind=f"{self.kind} (name {self.name!r})",
+            state="running" if running else f"stopped{self._note}",
+            running=running,
+            url=self.url,
+            grpc_target=self.grpc_target,
+            dashboard_url=self.dashboard_url,
+            models=self.models if running else [],
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<Server {self.name!r} {state} {self.url}>"
+
+
+def _describe(source: Callable[..., Any]) -> str:
+    """An entrypoint-like label of an in-memory object (``module:qualname``), for display."""
+    module = getattr(source, "__module__", None) or "__main__"
+    qualname = getattr(source, "__qualname__", None) or type(source).__name__
+    return f"{module}:{qualname}"

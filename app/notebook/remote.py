@@ -1,0 +1,196 @@
+"""``app.connect(url)``: the notebook API against a server that is already running.
+
+Everything goes over HTTP: inference with the binary tensor data extension (no tensor is spelled
+out as JSON numbers), the model list from the repository index, and ``add_model`` through the
+repository load API with the model file attached, so pushing a model built in the notebook
+works the same against a server on another machine as against one started with ``app.serve``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from app.notebook import html, sources, wire
+from app.notebook.transport import Transport, check
+
+
+def _path(*parts: str) -> str:
+    return "/" + "/".join(quote(p, safe="") for p in parts)
+
+
+class RemoteServer:
+    """A handle on a running servekit (or any V2 server with the repository extension)."""
+
+    kind = "connected"
+
+    def __init__(self, url: str, *, grpc_target: str | None = None, timeout: float = 60.0) -> None:
+        self._http = Transport(url, timeout)
+        self._grpc_target = grpc_target
+        self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
+
+    # -- addresses ----------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """Base URL of the REST API (``/v2/...``), e.g. ``http://127.0.0.1:8000``."""
+        return self._http.url
+
+    @property
+    def grpc_target(self) -> str | None:
+        """``host:port`` of the gRPC API when known (as tritonclient.grpc expects it)."""
+        return self._grpc_target
+
+    @property
+    def dashboard_url(self) -> str:
+        return self.url + "/"
+
+    # -- models -------------------------------------------------------------------------------
+    @property
+    def models(self) -> html.ModelTable:
+        """Every model version the server knows, with its state and, if not ready, why."""
+        rows = self._http.call("POST", "/v2/repository/index", {}) or []
+        return html.ModelTable(
+            {
+                "name": r.get("name", ""),
+                "version": r.get("version", ""),
+                "state": r.get("state", ""),
+                "reason": r.get("reason", ""),
+            }
+            for r in rows
+        )
+
+    def metadata(self, model: str, version: int | str | None = None) -> dict[str, Any]:
+        """The V2 model metadata (inputs, outputs, versions, platform)."""
+        parts = ["v2", "models", model] + ([] if version is None else ["versions", str(version)])
+        result: dict[str, Any] = self._http.call("GET", _path(*parts))
+        return result
+
+    def add_model(
+        self,
+        name: str,
+        source: Any,
+        *,
+        version: int = 1,
+        model_format: str = "onnx",
+        inputs: sources.TensorsSpec | None = None,
+        outputs: sources.TensorsSpec | None = None,
+        **config: Any,
+    ) -> html.ModelTable:
+        """Serve ``source`` as model ``name`` (replacing a model of that name).
+
+        ``source`` is a path (a model file, or a folder of numbered version folders), ONNX bytes,
+        or an ``onnx.ModelProto``; ``config`` takes any serve.yaml model field in snake_case
+        (``max_batch_size=8``, ``instances=2``, ...). Returns the new model's index rows; a
+        model that fails to load raises with the server's reason.
+        """
+        if not sources.is_file_source(source):
+            raise TypeError(
+                "a Python function or class can only be served by a server started in this "
+                "process with app.serve(); over the network, send a path, ONNX bytes or an "
+                f"onnx.ModelProto (got {type(source).__name__})"
+            )
+        fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
+        model = sources.model_config(name, model_format, fields, storage_uri="(pushed)")
+        files = sources.model_files(source, version)
+        params = sources.load_parameters(model, files)
+        self._http.call(
+            "POST", _path("v2", "repository", "models", name, "load"), {"parameters": params}
+        )
+        self._forget(name)
+        return self._rows(name)
+
+    def remove_model(self, name: str) -> None:
+        """Unload ``name``: in-flight requests finish, new ones are refused."""
+        self._http.call("POST", _path("v2", "repository", "models", name, "unload"), {})
+        self._forget(name)
+
+    # -- inference ----------------------------------------------------------------------------
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        version: int | str | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run ``model`` on ``inputs`` (name -> array or list); return name -> numpy array.
+
+        Arrays keep their dtype; lists and scalars take the dtype the model declares.
+        """
+        arrays = self._arrays(model, inputs, version)
+        body, header_length = wire.encode_request(arrays, outputs)
+        parts = ["v2", "models", model] + ([] if version is None else ["versions", str(version)])
+        reply = check(
+            self._http.request(
+                "POST",
+                _path(*parts, "infer"),
+                body,
+                {
+                    "Content-Type": "application/octet-stream",
+                    "Inference-Header-Content-Length": str(header_length),
+                },
+            )
+        )
+        length = reply.headers.get("inference-header-content-length")
+        return wire.decode_response(reply.body, int(length) if length is not None else None)
+
+    def _arrays(
+        self, model: str, inputs: Mapping[str, Any], version: int | str | None
+    ) -> dict[str, Any]:
+        declared: dict[str, str] = {}
+        if any(not isinstance(v, np.ndarray) for v in inputs.values()):
+            key = (model, None if version is None else str(version))
+            if key not in self._metadata:
+                self._metadata[key] = self.metadata(model, version)
+            declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
+        return {n: wire.to_array(n, v, declared.get(n)) for n, v in inputs.items()}
+
+    def _forget(self, name: str) -> None:
+        for key in [k for k in self._metadata if k[0] == name]:
+            del self._metadata[key]
+
+    def _rows(self, name: str) -> html.ModelTable:
+        return html.ModelTable(r for r in self.models if r["name"] == name)
+
+    # -- display ------------------------------------------------------------------------------
+    def _state(self) -> tuple[bool, str]:
+        try:
+            ready = self._http.request("GET", "/v2/health/ready").status == 200
+        except OSError as exc:
+            return False, f"unreachable ({exc})"
+        return True, "ready" if ready else "not ready"
+
+    def _repr_html_(self) -> str:
+        running, state = self._state()
+        return html.card_html(
+            kind=self.kind,
+            state=state,
+            running=running,
+            url=self.url,
+            grpc_target=self.grpc_target,
+            dashboard_url=self.dashboard_url,
+            models=self.models if running else [],
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.url}>"
+
+    def close(self) -> None:
+        """Close this handle's connection (the server keeps running)."""
+        self._http.close()
+
+
+def connect(url: str, *, grpc_target: str | None = None, timeout: float = 60.0) -> RemoteServer:
+    """A handle on the server at ``url``: ``infer``, ``models``, ``add_model``, ``remove_model``.
+
+    Fails at once with ConnectionError if nothing answers there, rather than at first use.
+    """
+    server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout)
+    try:
+        server._http.request("GET", "/v2/health/live")
+    except OSError as exc:
+        server.close()
+        raise ConnectionError(f"no server answers at {server.url}: {exc}") from None
+    return server
