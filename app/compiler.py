@@ -23,7 +23,7 @@ from app.config import (
     SupportedModelFormat,
     TensorOverride,
 )
-from app.config_loader import ConfigError, ConfigIssue
+from app.config_loader import ConfigError, ConfigIssue, line_in_file
 from app.versions import VersionSource, discover_versions, select_versions
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
@@ -97,7 +97,9 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         try:
             runtime = choose_runtime(model, runtimes)
         except ValueError as exc:
-            issues.append(ConfigIssue(f"models[{index}].runtime", None, str(exc)))
+            key = "runtime" if model.runtime is not None else "modelFormat"
+            line = line_in_file(config_path, ["models", index, key])
+            issues.append(ConfigIssue(f"models[{index}].{key}", line, str(exc)))
             continue
         options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
         models.append(plan_model(model, runtime, options, base_dir))
@@ -148,7 +150,7 @@ def choose_runtime(model: ModelConfig, runtimes: dict[str, RuntimeConfig]) -> Ru
             f"name one with `runtime:` or declare one under `runtimes:`"
         )
     candidates.sort(key=lambda c: c[0], reverse=True)
-    top = [r.name for p, r in candidates if p == candidates[0][0]]
+    top = sorted(r.name for p, r in candidates if p == candidates[0][0])
     if len(top) > 1:
         raise ValueError(
             f"format {wanted} is auto-selectable by several runtimes of priority "

@@ -227,6 +227,7 @@ class ServeConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SERVEKIT_",
         env_nested_delimiter="__",
+        env_parse_none_str="null",  # SERVEKIT_SERVER__GRPCPORT=null disables gRPC, as in YAML
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
@@ -255,9 +256,7 @@ class ServeConfig(BaseSettings):
 
     @field_validator("models", "runtimes")
     @classmethod
-    def _unique_names(
-        cls, items: list[ModelConfig] | list[RuntimeConfig], info: ValidationInfo
-    ) -> list[ModelConfig] | list[RuntimeConfig]:
+    def _unique_names(cls, items: list[Any], info: ValidationInfo) -> list[Any]:
         """A name used twice is an error; ``index`` in its context lets the loader point at the
         second entry's line instead of the top of the file."""
         seen: dict[str, int] = {}

@@ -7,6 +7,8 @@ mapped back onto it, so ``models[1].modelFormat.nmae`` comes back as
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,21 +66,76 @@ def parse_config(text: str, filename: str = "serve.yaml") -> ServeConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(filename, [ConfigIssue("", 1, "serve.yaml must be a mapping")])
+    duplicates = list(_duplicate_keys(root, []))
     try:
-        return ServeConfig(**data)
+        config = ServeConfig(**data)
     except ValidationError as exc:
-        issues = [_issue(root, error) for error in exc.errors()]
+        issues = duplicates + [_issue(root, error) for error in exc.errors()]
         raise ConfigError(filename, issues) from None
+    if duplicates:
+        raise ConfigError(filename, duplicates)
+    return config
+
+
+def _duplicate_keys(node: yaml.Node | None, loc: list[Any]) -> Iterator[ConfigIssue]:
+    """Keys given twice in one mapping: YAML loaders silently keep the last, hiding an edit."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[object, int] = {}
+        for key, value in node.value:
+            line = key.start_mark.line + 1
+            if not isinstance(key, yaml.ScalarNode):  # `? [a, b]`: left to the schema
+                continue
+            if key.value in seen:
+                where = _render_path([*loc, key.value])
+                yield ConfigIssue(where, line, f"key given twice (first on line {seen[key.value]})")
+            seen.setdefault(key.value, line)
+            yield from _duplicate_keys(value, [*loc, key.value])
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _duplicate_keys(item, [*loc, index])
+
+
+def line_in_file(path: str | Path | None, loc: list[Any]) -> int | None:
+    """Line of ``loc`` (e.g. ``["models", 2, "runtime"]``) in a YAML file, for errors found
+    after validation (runtime choice); None when there is no readable file."""
+    if path is None:
+        return None
+    try:
+        root = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+    return _line_of(root, loc)
 
 
 def _issue(root: yaml.Node | None, error: Any) -> ConfigIssue:
     loc = [part for part in error["loc"] if not _is_union_tag(part)]
+    if error["type"] == "duplicate_name":  # point at the second use, not the whole list
+        loc += [error["ctx"]["index"], "name"]
     message = error["msg"]
     if error["type"] == "extra_forbidden":
         message = "unknown key"
     elif message.startswith("Value error, "):
         message = message[len("Value error, ") :]
+    variable = _env_source(loc)
+    if variable is not None:  # the environment beat the file: do not blame a file line
+        return ConfigIssue(_render_path(loc), None, f"{message} (set by ${variable})")
     return ConfigIssue(_render_path(loc), _line_of(root, loc), message)
+
+
+def _env_source(loc: list[Any]) -> str | None:
+    """The ``SERVEKIT_*`` variable that set the value at ``loc`` (or a section holding it)."""
+
+    def norm(part: object) -> str:
+        return str(part).lower().replace("_", "")
+
+    wanted = [norm(part) for part in loc]
+    for variable in os.environ:
+        if not variable.upper().startswith("SERVEKIT_"):
+            continue
+        parts = [norm(part) for part in variable[len("SERVEKIT_") :].split("__")]
+        if parts and parts == wanted[: len(parts)]:
+            return variable
+    return None
 
 
 def _is_union_tag(part: object) -> bool:

@@ -44,7 +44,9 @@ def discover_versions(location: Path) -> tuple[list[VersionSource], str | None]:
     if location.is_file():
         return [VersionSource(1, location)], None
     numbered = sorted(
-        (int(p.name), p) for p in location.iterdir() if p.is_dir() and p.name.isdigit()
+        (int(p.name), p)
+        for p in location.iterdir()
+        if p.is_dir() and p.name.isascii() and p.name.isdigit()  # not '²': int() refuses it
     )
     if not numbered:
         path, problem = model_file_in(location)

@@ -101,7 +101,8 @@ def tensor_to_buffer(datatype: DataType, array: np.ndarray) -> Buffer:  # type: 
             parts.append(item)
         return b"".join(parts)
     contiguous = np.ascontiguousarray(array, dtype=datatype.dtype)
-    return memoryview(contiguous).cast("B")
+    # A flat uint8 view rather than memoryview.cast: cast refuses empty tensors (a 0 dim).
+    return contiguous.reshape(-1).view(np.uint8).data
 
 
 def datatype_of(name: str, datatype: object) -> DataType:

@@ -79,9 +79,15 @@ def decode_raw_request(
     spec = inputs[0]
     datatype = lookup(spec.datatype)
     if datatype.is_bytes:
-        array = np.empty(1, dtype=object)
-        array[0] = bytes(body)
-        shape: tuple[int, ...] = (1,)
+        # The whole body is one element, so the input must hold exactly one: shape [1].
+        if any(dim not in (1, -1) for dim in spec.shape):
+            raise InvalidArgument(
+                f"a raw binary request sends one BYTES element, but input {spec.name!r} has "
+                f"shape {list(spec.shape)}; only shape [1] qualifies"
+            )
+        shape: tuple[int, ...] = (1,) * len(spec.shape)
+        array = np.empty(shape, dtype=object)
+        array.flat[0] = bytes(body)
     else:
         shape = _infer_shape(spec, datatype, len(body))
         array = tensor_from_bytes(spec.name, datatype, shape, body)

@@ -173,6 +173,7 @@ def _describe(dtype: np.dtype) -> str:  # type: ignore[type-arg]
 
 
 def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[Any]) -> np.ndarray:  # type: ignore[type-arg]
+    _nested_shape(name, data)  # ragged nesting is refused, as numpy refuses it for numbers
     flat: list[Any] = []
     _flatten(data, flat)
     if len(flat) != count:
@@ -185,6 +186,16 @@ def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[A
             raise InvalidArgument(f"input {name!r}: BYTES data must be strings")
         out[i] = item.encode("utf-8")
     return out.reshape(shape)
+
+
+def _nested_shape(name: str, data: object) -> tuple[int, ...]:
+    """Shape of nested lists; lists of unequal lengths (or lists beside scalars) are ragged."""
+    if not isinstance(data, list):
+        return ()
+    shapes = {_nested_shape(name, item) for item in data}
+    if len(shapes) > 1:
+        raise InvalidArgument(f"input {name!r}: 'data' is ragged")
+    return (len(data), *next(iter(shapes), ()))
 
 
 def _flatten(data: list[Any], into: list[Any]) -> None:

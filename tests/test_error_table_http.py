@@ -1,0 +1,46 @@
+"""Every core error code has an HTTP status, and each error class carries the code it claims."""
+
+from __future__ import annotations
+
+import pytest
+
+from app import errors
+from app.errors import ErrorCode, ServeError
+from app.rest.errors import HTTP_STATUS
+
+
+def test_every_code_has_an_http_status() -> None:
+    assert set(HTTP_STATUS) == set(ErrorCode)
+    for code, status in HTTP_STATUS.items():
+        assert 400 <= status < 600, code
+    server_side = {c for c, s in HTTP_STATUS.items() if s >= 500}
+    assert ErrorCode.INVALID_ARGUMENT not in server_side  # a client's mistake is never a 5xx
+    assert ErrorCode.NOT_FOUND not in server_side
+
+
+@pytest.mark.parametrize(
+    ("cls", "status"),
+    [
+        (errors.InvalidArgument, 400),
+        (errors.NotFound, 404),
+        (errors.Unavailable, 503),
+        (errors.ResourceExhausted, 413),
+        (errors.Unimplemented, 501),
+        (errors.AlreadyExists, 409),
+        (errors.Internal, 500),
+    ],
+)
+def test_error_classes_map_to_their_status(cls: type[ServeError], status: int) -> None:
+    error = cls("why")
+    assert error.message == "why"
+    assert HTTP_STATUS[error.code] == status
+
+
+def test_every_error_class_is_covered() -> None:
+    classes = [
+        obj
+        for obj in vars(errors).values()
+        if isinstance(obj, type) and issubclass(obj, ServeError) and obj is not ServeError
+    ]
+    assert {cls.code for cls in classes} <= set(HTTP_STATUS)
+    assert len(classes) >= 7
