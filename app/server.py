@@ -18,6 +18,7 @@ from typing import Any
 
 import uvicorn
 
+from app import dashboard
 from app.compiler import ServePlan
 from app.dataplane import DataPlane
 from app.repository import ModelRepository
@@ -83,7 +84,7 @@ class ServeKit:
         server = self.plan.server
         sock = _bind(server.host, server.http_port)
         self.addresses = Addresses(server.host, sock.getsockname()[1])
-        app = create_app(self.dataplane, state={"servekit": self})
+        app = create_app(self.dataplane, extra_routes=dashboard.routes(), state={"servekit": self})
         config = uvicorn.Config(
             app,
             lifespan="off",

@@ -1,0 +1,34 @@
+"""The web dashboard at ``/``: health, repository index, model pages and try-it-out forms.
+
+``routes()`` is what the server hands to ``app.rest.app.create_app(extra_routes=...)``: the page
+and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
+internet). Views read only the DataPlane, its repository and statistics, so the dashboard and
+the API can never disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar.datastructures import CacheControlHeader
+from litestar.static_files import create_static_files_router
+
+from app.dashboard.render import STATIC_DIR
+from app.dashboard.routes import HANDLERS
+
+STATIC_PATH = "/dashboard/static"
+
+
+def routes() -> list[Any]:
+    """Route handlers and the static-files router of the dashboard."""
+    static = create_static_files_router(
+        path=STATIC_PATH,
+        directories=[STATIC_DIR],
+        name="dashboard-static",
+        cache_control=CacheControlHeader(max_age=300),
+        include_in_schema=False,
+    )
+    return [*HANDLERS, static]
+
+
+__all__ = ["STATIC_PATH", "routes"]

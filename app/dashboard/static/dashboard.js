@@ -1,0 +1,73 @@
+// Entry point of every dashboard page: live health in the top bar and on the overview, then
+// the page's own enhancements. Everything here is optional: pages are complete without it.
+import { duration, el, getJSON, poll, timestampMs } from "./common.js";
+import { initIndex } from "./index.js";
+import { initModelPage } from "./modelpage.js";
+
+function bind(name) {
+  return document.querySelectorAll(`[data-bind="${name}"]`);
+}
+
+function setText(name, text) {
+  for (const node of bind(name)) node.textContent = text;
+}
+
+function showOverview(o) {
+  for (const pill of bind("ready-pill")) {
+    pill.textContent = o.ready ? "Ready" : "Starting";
+    pill.className = `pill ${o.ready ? "ok" : "warn"}`;
+  }
+  setText("live", o.live ? "yes" : "no");
+  setText("ready", o.ready ? "yes" : "loading models");
+  for (const dot of bind("ready-dot")) dot.className = `dot ${o.ready ? "ok" : "warn"}`;
+  setText("model-count", String(o.model_count));
+  for (const [state, n] of Object.entries(o.models_by_state)) setText(`models-${state}`, String(n));
+  setText("problem-count", String(o.problems.length));
+  fillList("problems", o.problems, (p) =>
+    el("li", {}, el("a", { href: `/models/${encodeURIComponent(p.model)}` }, el("strong", { text: p.model })),
+      p.version ? ` version ${p.version}` : "", ": ", el("span", { class: "reason", text: p.message })),
+  "Nothing: every model the server was asked to load is serving.");
+  setText("error-count", String(o.errors.length));
+  fillList("errors", o.errors, (e) =>
+    el("li", {}, el("time", { class: "muted small", text: timestamp(e.time) }), " ",
+      el("strong", { text: e.source }), " ", el("span", { class: "reason", text: e.message })),
+  "No errors since the server started.");
+}
+
+/** Re-render a list only when its data changed (so focus inside it survives polling). */
+function fillList(name, data, render, empty) {
+  const signature = JSON.stringify(data);
+  for (const list of bind(name)) {
+    if (list.dataset.signature === signature) continue;
+    list.dataset.signature = signature;
+    list.replaceChildren(...(data.length ? data.map(render) : [el("li", { class: "muted", text: empty })]));
+  }
+}
+
+function timestamp(seconds) {
+  return seconds ? timestampMs(seconds * 1000) : "—";
+}
+
+function showOffline() {
+  for (const pill of bind("ready-pill")) {
+    pill.textContent = "Unreachable";
+    pill.className = "pill bad";
+  }
+}
+
+function tickUptime() {
+  for (const node of bind("uptime")) {
+    const started = Number(node.dataset.started);
+    if (started) node.textContent = duration(Date.now() / 1000 - started);
+  }
+}
+
+tickUptime();
+setInterval(tickUptime, 1000);
+poll(async () => {
+  const overview = await getJSON("/dashboard/api/overview");
+  if (overview) showOverview(overview);
+  else showOffline();
+}, 3000);
+initIndex();
+initModelPage();

@@ -1,0 +1,263 @@
+"""View models of the dashboard: plain dicts built from the live server objects.
+
+Every number on every page comes from here, and here reads only the DataPlane (and through it
+the ModelRepository and the Statistics), the server's bound addresses and, when it exists, the
+model control's error log. Nothing is cached or copied, so the dashboard can never disagree with
+what the V2 API answers. The same dicts feed the Jinja templates and the JSON the page polls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from app.config import ModelConfig
+from app.dataplane import DataPlane
+from app.errors import ServeError
+from app.model_config import model_config_for
+from app.repository import ModelEntry, State, VersionEntry
+from app.stats import Duration, VersionStats
+
+STATES: tuple[str, ...] = tuple(s.value for s in State)
+_QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the dashboard reads: the dataplane plus, when served by ServeKit, its extras."""
+
+    dataplane: DataPlane
+    http_url: str | None = None
+    grpc_target: str | None = None
+    control: Any = None  # app.model_control.ModelControl once it exists (duck-typed on purpose)
+
+
+def overview(src: Sources) -> dict[str, Any]:
+    """Home page: identity, health, addresses, models counted by state, recent errors."""
+    dp = src.dataplane
+    meta = dp.server_metadata()
+    entries = dp.repository.entries()
+    return {
+        "name": meta["name"],
+        "version": meta["version"],
+        "extensions": meta["extensions"],
+        "live": dp.live(),
+        "ready": dp.ready(),
+        "started_at": dp.started_at,
+        "uptime_s": max(0.0, time.time() - dp.started_at),
+        "http_url": src.http_url,
+        "grpc_target": src.grpc_target,
+        "models_by_state": _count(model_state(e) for e in entries),
+        "versions_by_state": _count(v.state.value for e in entries for v in e.versions.values()),
+        "model_count": len(entries),
+        "problems": problems(src),
+        "errors": recent_errors(src),
+    }
+
+
+def _count(states: Any) -> dict[str, int]:
+    counted = Counter(states)
+    return {state: counted.get(state, 0) for state in STATES}
+
+
+def model_state(entry: ModelEntry) -> str:
+    """One state for a model: READY if any version serves, else the most telling other state."""
+    states = {v.state for v in entry.versions.values()}
+    for state in (State.READY, State.LOADING, State.UNLOADING):
+        if state in states:
+            return state.value
+    return State.UNAVAILABLE.value
+
+
+def model_failed(entry: ModelEntry) -> bool:
+    """Unavailable because loading failed (not because nobody asked for it)."""
+    if model_state(entry) != State.UNAVAILABLE.value:
+        return False
+    reasons = [v.reason for v in entry.versions.values()] or [entry.plan.problem or ""]
+    return any(reason not in _QUIET_REASONS for reason in reasons)
+
+
+def problems(src: Sources) -> list[dict[str, Any]]:
+    """Model versions failing right now (a failed load, or a failed reload still serving)."""
+    found: list[dict[str, Any]] = []
+    for entry in sorted(src.dataplane.repository.entries(), key=lambda e: e.plan.name):
+        if not entry.versions and entry.plan.problem:
+            found.append({"model": entry.plan.name, "version": "", "message": entry.plan.problem})
+        for number, version in sorted(entry.versions.items()):
+            if version.reason not in _QUIET_REASONS:
+                found.append(
+                    {"model": entry.plan.name, "version": str(number), "message": version.reason}
+                )
+    return found
+
+
+def recent_errors(src: Sources, limit: int = 20) -> list[dict[str, Any]]:
+    """The model control's error log (failed loads, rejected serve.yaml edits), newest first."""
+    log = getattr(src.control, "recent_errors", None)
+    if log is None:  # served without model control: the repository keeps the same log
+        log = getattr(src.dataplane.repository, "recent_errors", None)
+    return [_logged_error(item) for item in list(log or [])[::-1][:limit]]
+
+
+def _logged_error(item: Any) -> dict[str, Any]:
+    """One log entry as the templates want it (the log holds dicts; be lenient anyway)."""
+    fields: dict[str, Any] = (
+        item if isinstance(item, dict) else vars(item) if hasattr(item, "__dict__") else {}
+    )
+    when = fields.get("time")
+    return {
+        "time": float(when) if isinstance(when, int | float) else None,
+        "source": str(fields.get("source") or "server"),
+        "model": fields.get("model"),
+        "message": str(fields.get("message") or item),
+    }
+
+
+def index_rows(src: Sources) -> list[dict[str, Any]]:
+    """Repository index: one row per model version (one per model if it has none)."""
+    entries = sorted(src.dataplane.repository.entries(), key=lambda e: e.plan.name)
+    return [row for entry in entries for row in index_rows_of(entry)]
+
+
+def index_rows_of(entry: ModelEntry) -> list[dict[str, Any]]:
+    """The index rows of one model."""
+    serving = _serving_version(entry)
+    rows = [_row(entry, str(n), v, n == serving) for n, v in sorted(entry.versions.items())]
+    return rows or [_row(entry, "", None, False)]
+
+
+def _row(
+    entry: ModelEntry, number: str, version: VersionEntry | None, default: bool
+) -> dict[str, Any]:
+    plan = entry.plan
+    runtime = version.runtime if version is not None else None
+    fmt = plan.format_name + (f" {plan.format_version}" if plan.format_version else "")
+    state = version.state.value if version is not None else State.UNAVAILABLE.value
+    reason = version.reason if version is not None else entry.reason()
+    return {
+        "name": plan.name,
+        "version": number,
+        "state": state,
+        "reason": reason,
+        "failed": state == State.UNAVAILABLE.value and reason not in _QUIET_REASONS,
+        "runtime": plan.runtime,
+        "format": fmt,
+        "platform": runtime.platform if runtime is not None else "",
+        "serves_unversioned": default,
+        "model_state": model_state(entry),
+        "model_failed": model_failed(entry),
+    }
+
+
+def _serving_version(entry: ModelEntry) -> int | None:
+    """The version an unversioned request would reach (as DataPlane resolves it)."""
+    if entry.plan.default_version is not None:
+        return entry.plan.default_version
+    ready = entry.ready_versions()
+    return ready[-1] if ready else None
+
+
+def filter_rows(rows: list[dict[str, Any]], text: str, state: str) -> list[dict[str, Any]]:
+    """The rows whose name contains ``text`` (case-insensitive) and whose state is ``state``."""
+    text, state = text.strip().lower(), state.strip().upper()
+    return [r for r in rows if text in r["name"].lower() and (not state or r["state"] == state)]
+
+
+def version_stats(src: Sources, name: str, number: int) -> dict[str, Any]:
+    """Counts and average latencies (ms) of one version, from the shared Statistics."""
+    stats = src.dataplane.statistics.find(name, number) or VersionStats()
+    return {
+        "success": stats.success.count,
+        "fail": stats.fail.count,
+        "inferences": stats.inference_count,
+        "executions": stats.execution_count,
+        "last_inference_ms": stats.last_inference_ms,
+        "avg_ms": {
+            "request": _avg_ms(stats.success),
+            "queue": _avg_ms(stats.queue),
+            "compute_input": _avg_ms(stats.compute_input),
+            "compute_infer": _avg_ms(stats.compute_infer),
+            "compute_output": _avg_ms(stats.compute_output),
+            "failed_request": _avg_ms(stats.fail),
+        },
+        "batches": [
+            {"size": size, "count": d.count, "avg_ms": _avg_ms(d)}
+            for size, d in sorted(stats.batch_sizes.items())
+        ],
+    }
+
+
+def _avg_ms(duration: Duration) -> float | None:
+    return round(duration.ns / duration.count / 1e6, 4) if duration.count else None
+
+
+def model_detail(src: Sources, name: str) -> dict[str, Any]:
+    """Model page: plan, versions with state and statistics, metadata per ready version."""
+    entry = src.dataplane.repository.get(name)  # NotFound for an unknown name
+    plan = entry.plan
+    versions = []
+    for row in index_rows_of(entry):
+        number = row["version"]
+        row["stats"] = version_stats(src, name, int(number)) if number else None
+        versions.append(row)
+    metadata: dict[str, Any] = {}
+    for number in entry.ready_versions():
+        try:
+            metadata[str(number)] = src.dataplane.model_metadata(name, str(number)).as_dict()
+        except ServeError:  # unloaded between the two calls: simply not offered
+            continue
+    batching = plan.config.dynamic_batching if plan.config is not None else None
+    return {
+        "name": name,
+        "state": model_state(entry),
+        "failed": model_failed(entry),
+        "reason": "" if entry.ready_versions() else entry.reason(),
+        "format": plan.format_name + (f" {plan.format_version}" if plan.format_version else ""),
+        "runtime": plan.runtime,
+        "storage_uri": plan.config.storage_uri if plan.config is not None else None,
+        "entrypoint": plan.entrypoint,
+        "max_batch_size": plan.max_batch_size,
+        "dynamic_batching": batching.model_dump(by_alias=True) if batching else None,
+        "instances": plan.instances,
+        "serving_version": _serving_version(entry),
+        "versions": versions,
+        "metadata": metadata,
+        "signatures": _signatures(metadata),
+        "config": model_config(src, name),
+        "serve_yaml_text": _yaml_entry(plan.config),
+    }
+
+
+def _signatures(metadata: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ready versions grouped by identical inputs/outputs, so equal versions show once."""
+    groups: list[dict[str, Any]] = []
+    for number, meta in metadata.items():
+        for group in groups:
+            same = (group["inputs"], group["outputs"]) == (meta["inputs"], meta["outputs"])
+            if same and group["platform"] == meta["platform"]:
+                group["versions"].append(number)
+                break
+        else:
+            groups.append({**{k: meta[k] for k in ("platform", "inputs", "outputs")},
+                           "versions": [number]})  # fmt: skip
+    return groups
+
+
+def _yaml_entry(config: ModelConfig | None) -> str:
+    """The model's serve.yaml entry as the user wrote it (defaults left out)."""
+    if config is None:
+        return ""
+    data = config.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+    return str(yaml.safe_dump([data], sort_keys=False, default_flow_style=None)).strip()
+
+
+def model_config(src: Sources, name: str) -> dict[str, Any] | None:
+    """What ``GET /v2/models/{name}/config`` answers (the same core function), or None."""
+    try:
+        return model_config_for(src.dataplane, name)
+    except ServeError:  # no version loaded: the configuration is not known yet
+        return None

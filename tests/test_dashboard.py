@@ -1,0 +1,333 @@
+"""The web dashboard in a real browser: Debian's headless Chromium driven by Playwright.
+
+A real ``servekit serve`` subprocess (tests/servers.py) serves a small model store; every check
+compares what the page shows with what a real client (tritonclient.http, curl) gets from the
+same server. Screenshots of every page at laptop and phone width go to ``SERVEKIT_SCREENSHOTS``
+when set (``SERVEKIT_SCREENSHOTS=docs/screenshots`` refreshes the committed ones), else to a
+temporary folder. In CI these tests always run; elsewhere they skip only without Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import onnx
+import pytest
+
+from app import onnx_builders
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists() and not os.environ.get("CI"):
+    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+import tritonclient.http as httpclient  # noqa: E402
+from playwright.sync_api import Page, ViewportSize, expect  # noqa: E402
+from servers import ServerProcess, grpc_available, start_server  # noqa: E402
+
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+LAPTOP: ViewportSize = {"width": 1280, "height": 800}
+PHONE: ViewportSize = {"width": 390, "height": 844}
+SERVE_YAML = """\
+server: {name: dashboard-demo}
+models:
+  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp, versionPolicy: {all: {}}}
+  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub}
+  - {name: text_identity, modelFormat: {name: onnx}, storageUri: text_identity.onnx}
+  - {name: image_identity, modelFormat: {name: onnx}, storageUri: image_identity.onnx}
+  - {name: broken, modelFormat: {name: onnx}, storageUri: broken.onnx}
+"""
+
+
+def _save(model: onnx.ModelProto, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _patient_expect() -> None:
+    """CI machines may be busy: give page assertions (which retry) more time than 5 s."""
+    expect.set_options(timeout=15_000)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Its own server: these tests unload and load models, which others must not see."""
+    root = tmp_path_factory.mktemp("dashboard")
+    for version in (1, 2):
+        _save(onnx_builders.mlp(seed=version), root / "mlp" / str(version) / "model.onnx")
+    _save(onnx_builders.add_sub(), root / "add_sub" / "1" / "model.onnx")
+    _save(onnx_builders.identity("BYTES", ["batch"]), root / "text_identity.onnx")
+    _save(onnx_builders.identity("UINT8", ["batch", 8, 8, 3]), root / "image_identity.onnx")
+    (root / "broken.onnx").write_bytes(bytes(range(256)) * 4)
+    config = root / "serve.yaml"
+    config.write_text(SERVE_YAML)
+    process = start_server(config, grpc=grpc_available())
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """Debian's Chromium, never a downloaded one (``playwright install`` is not used)."""
+    return {**browser_type_launch_args, "executable_path": str(CHROMIUM), "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="module")
+def browser_context_args(server: ServerProcess) -> dict[str, Any]:
+    return {"base_url": server.http_url, "viewport": LAPTOP}
+
+
+@pytest.fixture(scope="module")
+def triton(server: ServerProcess) -> Iterator[httpclient.InferenceServerClient]:
+    client = httpclient.InferenceServerClient(server.http_host_port)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("SERVEKIT_SCREENSHOTS")
+    folder = Path(wanted) if wanted else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def page_errors(page: Page) -> Iterator[list[str]]:
+    """Uncaught script errors of the page: every test ends with none."""
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield errors
+    assert errors == []
+
+
+def snap(page: Page, shots: Path, name: str) -> None:
+    """Screenshot at laptop and phone width; at both, nothing may overflow sideways."""
+    for label, size in (("laptop", LAPTOP), ("phone", PHONE)):
+        page.set_viewport_size(size)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{name} is {overflow}px wider than a {size['width']}px screen"
+        page.screenshot(path=str(shots / f"{name}-{label}.png"), full_page=True)
+    page.set_viewport_size(LAPTOP)
+
+
+def test_home_shows_health_addresses_states_and_errors(
+    page: Page, page_errors: list[str], server: ServerProcess, shots: Path
+) -> None:
+    page.goto("/")
+    expect(page.locator("[data-bind=ready-pill]")).to_have_text("Ready")
+    expect(page.get_by_text(server.http_url)).to_be_visible()
+    if server.grpc_target:
+        expect(page.get_by_text(server.grpc_target, exact=True)).to_be_visible()
+    expect(page.locator("[data-bind=models-READY]")).to_have_text("4")
+    expect(page.locator("[data-bind=models-UNAVAILABLE]")).to_have_text("1")
+    metadata = httpx.get(f"{server.http_url}/v2").json()
+    for extension in metadata["extensions"]:
+        expect(page.locator(".chips").get_by_text(extension, exact=True)).to_be_visible()
+    expect(page.locator("[data-bind=problems]")).to_contain_text("not a valid ONNX model")
+    expect(page.locator("[data-bind=errors] li").first).to_contain_text("broken")
+    snap(page, shots, "home")
+
+
+def test_index_lists_versions_and_filters(
+    page: Page, page_errors: list[str], server: ServerProcess, shots: Path
+) -> None:
+    page.goto("/models")
+    index = httpx.post(f"{server.http_url}/v2/repository/index").json()
+    for row in index:
+        cells = page.locator(
+            f'tbody[data-model="{row["name"]}"] tr[data-version="{row["version"]}"]'
+        )
+        expect(cells.locator("[data-col=state]")).to_have_text(row["state"])
+        expect(cells.locator("[data-col=reason]")).to_have_text(row["reason"])
+    mlp = page.locator('tbody[data-model="mlp"]')
+    expect(mlp.locator("tr[data-version]")).to_have_count(2)
+    expect(mlp.locator('tr[data-version="2"] [data-col=platform]')).to_have_text("onnxruntime_onnx")
+    expect(mlp).to_contain_text("onnxruntime")
+    snap(page, shots, "models")
+    page.get_by_label("Name").fill("ML")
+    expect(page.locator("tbody[data-model]:visible")).to_have_count(1)
+    expect(page.locator("[data-bind=shown]")).to_have_text("2 of 6 versions")
+    page.get_by_label("Name").fill("")
+    page.get_by_label("State").select_option("UNAVAILABLE")
+    expect(page.locator("tbody[data-model]:visible")).to_have_count(1)
+    expect(page.locator('tbody[data-model="broken"]')).to_be_visible()
+    assert "state=UNAVAILABLE" in page.url  # the filtered view can be bookmarked
+
+
+def test_pages_are_readable_without_javascript(
+    browser: Any, server: ServerProcess, triton: httpclient.InferenceServerClient
+) -> None:
+    context = browser.new_context(base_url=server.http_url, java_script_enabled=False)
+    try:
+        page = context.new_page()
+        page.goto("/models?state=UNAVAILABLE")
+        expect(page.locator("tbody[data-model]")).to_have_count(1)
+        expect(page.locator('tbody[data-model="broken"] [data-col=state]')).to_have_text(
+            "UNAVAILABLE"
+        )
+        page.goto("/models/mlp")
+        meta = triton.get_model_metadata("mlp")
+        for tensor in meta["inputs"] + meta["outputs"]:
+            expect(
+                page.locator("table.data").get_by_text(tensor["name"], exact=True)
+            ).to_be_visible()
+        expect(page.get_by_text("[-1, 16]")).to_be_visible()
+        page.goto("/")
+        expect(page.locator("[data-bind=model-count]")).to_have_text("5")
+    finally:
+        context.close()
+
+
+def test_model_page_statistics_update_live(
+    page: Page,
+    page_errors: list[str],
+    triton: httpclient.InferenceServerClient,
+    shots: Path,
+) -> None:
+    page.goto("/models/mlp")
+    config = triton.get_model_config("mlp")
+    expect(page.locator("pre.code").first).to_contain_text(f'"name": "{config["name"]}"')
+    ok = page.locator('#version-stats tr[data-version="1"] [data-stat=success]')
+    before = int(ok.inner_text())
+    inputs = [httpclient.InferInput("input", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(np.ones((1, 16), np.float32))
+    for _ in range(3):
+        triton.infer("mlp", inputs, model_version="1")
+    stats = triton.get_inference_statistics("mlp", "1")["model_stats"][0]
+    expected = int(stats["inference_stats"]["success"]["count"])
+    assert expected == before + 3
+    expect(ok).to_have_text(str(expected), timeout=10_000)  # polled, no reload
+    average = page.locator('#version-stats tr[data-version="1"] [data-stat="avg_ms.request"]')
+    expect(average).not_to_have_text("—")
+    snap(page, shots, "model")
+
+
+def _shown_output(page: Page, name: str) -> list[str]:
+    """The exact values shown in an output's table (cells carry them in data-value)."""
+    cells = page.locator(f'[data-output="{name}"] td[data-value]')
+    return [str(v) for v in cells.evaluate_all("cells => cells.map(c => c.dataset.value)")]
+
+
+def test_try_it_out_equals_tritonclient(
+    page: Page,
+    page_errors: list[str],
+    server: ServerProcess,
+    triton: httpclient.InferenceServerClient,
+    shots: Path,
+) -> None:
+    page.goto("/models/mlp/try")
+    page.select_option("#try-version", "1")
+    page.get_by_role("button", name="Fill input with random").click()
+    values = np.array(json.loads(page.locator("textarea").input_value()), np.float32)
+    assert values.shape == (1, 16)
+    page.get_by_role("button", name="Run inference").click()
+    expect(page.locator("#try-summary")).to_contain_text("HTTP 200")
+    expect(page.locator("#try-summary")).to_contain_text("version 1")
+    inputs = [httpclient.InferInput("input", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(values)
+    direct = triton.infer("mlp", inputs, model_version="1").as_numpy("output")
+    shown = np.array([float(v) for v in _shown_output(page, "output")], np.float32)
+    np.testing.assert_array_equal(shown, direct.reshape(-1))
+    text = page.locator('[data-output="output"] td[data-value]').all_inner_texts()
+    np.testing.assert_allclose([float(t) for t in text], direct.reshape(-1), rtol=1e-5)
+    expect(page.locator('[data-output="output"] svg.chart rect')).to_have_count(4)
+    expect(page.locator('[data-output="output"]')).to_contain_text("shape [1, 4]")
+    assert float(page.locator("[data-latency-ms]").get_attribute("data-latency-ms") or 0) > 0
+    raw = json.loads(page.locator("#try-raw").text_content() or "{}")
+    assert raw["model_version"] == "1"
+    # The snippets are the very request: run them and get the same numbers.
+    curl = page.locator("#try-curl").text_content() or ""
+    answer = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=30)
+    from_curl = np.array(json.loads(answer.stdout)["outputs"][0]["data"], np.float32)
+    np.testing.assert_array_equal(from_curl, direct.reshape(-1))
+    python = page.locator("#try-python").text_content() or ""
+    ran = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("output [[")
+    snap(page, shots, "try-it-out")
+
+
+def test_bad_input_shows_the_servers_error_inline(
+    page: Page, page_errors: list[str], server: ServerProcess, shots: Path
+) -> None:
+    page.goto("/models/add_sub/try")
+    page.locator('[data-input="INPUT0"] textarea').fill("1, 2, 3")
+    page.locator('[data-input="INPUT0"] textarea').press("Control+Enter")  # keyboard submit
+    body = {"inputs": [
+        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [1, 2, 3]},
+        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16},
+    ]}  # fmt: skip
+    answer = httpx.post(f"{server.http_url}/v2/models/add_sub/infer", json=body)
+    assert answer.status_code == 400
+    expect(page.locator("#try-error")).to_have_text(f"HTTP 400: {answer.json()['error']}")
+    expect(page.locator("#try-error")).to_have_attribute("role", "alert")
+    snap(page, shots, "try-it-out-error")
+    page.locator('[data-input="INPUT0"] textarea').fill("1, two, 3")
+    page.get_by_role("button", name="Run inference").click()
+    field_error = page.locator('[data-input="INPUT0"] .field-error')
+    expect(field_error).to_contain_text('value 2 ("two") is not a number')  # caught before sending
+
+
+def test_bytes_and_image_inputs(page: Page, page_errors: list[str], tmp_path: Path) -> None:
+    page.goto("/models/text_identity/try")
+    page.get_by_label("Shape").fill("2")
+    page.get_by_label("Values of INPUT0").fill("hello\nwörld")
+    page.get_by_role("button", name="Run inference").click()
+    expect(page.locator("#try-summary")).to_contain_text("HTTP 200")
+    assert _shown_output(page, "OUTPUT0") == ["hello", "wörld"]
+    page.goto("/models/image_identity/try")
+    image = tmp_path / "gradient.png"
+    pixels = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
+    image.write_bytes(_png(pixels))
+    page.get_by_label("Load an image into INPUT0").set_input_files(str(image))
+    expect(page.get_by_label("Shape")).to_have_value("1, 8, 8, 3")
+    page.get_by_role("button", name="Run inference").click()
+    expect(page.locator("#try-summary")).to_contain_text("HTTP 200")
+    expect(page.locator('[data-output="OUTPUT0"] canvas.preview')).to_be_visible()
+    raw = json.loads(page.locator("#try-raw").text_content() or "{}")
+    assert raw["outputs"][0]["data"] == pixels.reshape(-1).tolist()
+
+
+def _png(rgb: np.ndarray) -> bytes:
+    """A minimal RGB PNG (no imaging library needed)."""
+    height, width, _ = rgb.shape
+    rows = b"".join(b"\x00" + rgb[y].tobytes() for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = struct.pack(">I", zlib.crc32(kind + data))
+        return struct.pack(">I", len(data)) + kind + data + crc
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return b"\x89PNG\r\n\x1a\n" + body
+
+
+def test_unload_and_load_from_the_index(
+    page: Page, page_errors: list[str], triton: httpclient.InferenceServerClient
+) -> None:
+    page.goto("/models")
+    page.evaluate("window.__sameDocument = true")
+    model = page.locator('tbody[data-model="add_sub"]')
+    model.get_by_role("button", name="Unload", exact=True).click()
+    expect(model.locator('tr[data-version="1"] [data-col=state]')).to_have_text("UNAVAILABLE")
+    expect(model.locator(".action-msg")).to_have_text("Unloaded add_sub.")
+    assert not triton.is_model_ready("add_sub")
+    model.get_by_role("button", name="Load", exact=True).click()
+    expect(model.locator('tr[data-version="1"] [data-col=state]')).to_have_text("READY")
+    expect(model.locator(".action-msg")).to_have_text("Loaded add_sub.")
+    assert triton.is_model_ready("add_sub")
+    assert page.evaluate("window.__sameDocument") is True  # updated in place, no reload
