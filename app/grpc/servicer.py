@@ -70,7 +70,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @guarded
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> Any:
-        return pb.ServerMetadataResponse(**self._dataplane.server_metadata())
+        meta = self._dataplane.server_metadata()
+        return pb.ServerMetadataResponse(
+            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+        )
 
     @guarded
     async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> Any:
@@ -132,13 +135,18 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @guarded
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> Any:
         config = model_config_for(self._dataplane, request.name, request.version or None)
-        message = json_format.ParseDict(config, model_config_pb2.ModelConfig())
+        # ignore_unknown_fields: the JSON shape may grow keys that Triton's proto lacks.
+        message = json_format.ParseDict(
+            config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True
+        )
         return pb.ModelConfigResponse(config=message)
 
     @guarded
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> Any:
         stats = model_statistics(self._dataplane, request.name or None, request.version or None)
-        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+        return json_format.ParseDict(
+            stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
+        )
 
     # -- model repository extension (delegated) -----------------------------------------------
     @guarded
