@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -153,3 +154,15 @@ def test_statistics_errors(clients: Clients, model: str, version: str) -> None:
     with pytest.raises(InferenceServerException) as info:
         grpc.get_inference_statistics(model, version)
     assert info.value.status() == "StatusCode.NOT_FOUND"
+
+
+def test_openapi_documents_the_extension_routes(server: ServerProcess) -> None:
+    document = httpx.get(f"{server.http_url}/openapi", timeout=10).json()
+    paths = set(document["paths"])
+    assert {
+        "/v2/models/{model}/config",
+        "/v2/models/{model}/versions/{version}/config",
+        "/v2/models/stats",
+        "/v2/models/{model}/stats",
+        "/v2/models/{model}/versions/{version}/stats",
+    } <= paths

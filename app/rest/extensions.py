@@ -34,21 +34,22 @@ def model_config(state: State, model: str, version: str | None = None) -> dict[s
     return model_config_for(_dataplane(state), model, version)
 
 
+@get("/v2/models/stats", sync_to_thread=False)
+def all_model_stats(state: State) -> dict[str, Any]:
+    # A handler of its own: OpenAPI operation ids ignore path parameters, so sharing the handler
+    # with /v2/models/{model}/stats would give two operations the same id.
+    return model_statistics(_dataplane(state))
+
+
 @get(
-    [
-        "/v2/models/stats",
-        "/v2/models/{model:str}/stats",
-        "/v2/models/{model:str}/versions/{version:str}/stats",
-    ],
+    ["/v2/models/{model:str}/stats", "/v2/models/{model:str}/versions/{version:str}/stats"],
     sync_to_thread=False,
 )
-def model_stats(
-    state: State, model: str | None = None, version: str | None = None
-) -> dict[str, Any]:
+def model_stats(state: State, model: str, version: str | None = None) -> dict[str, Any]:
     return model_statistics(_dataplane(state), model, version)
 
 
-ROUTES = [model_config, model_stats]
+ROUTES = [model_config, all_model_stats, model_stats]
 
 
 def register(dataplane: DataPlane) -> list[Any]:
