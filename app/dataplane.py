@@ -42,6 +42,9 @@ class DataPlane:
         self.statistics = statistics or Statistics()
         self.extensions: list[str] = list(EXTENSIONS)
         self.started_at = time.time()
+        self.online = True
+        """False after grps Offline: readiness answers false (on every surface) so a load
+        balancer drains this server, while requests that still arrive are served."""
         self._inline_ns = repository.plan.server.inline_below_microseconds * 1000
         self._compute_avg_ns: dict[tuple[str, int], float] = {}
         self._batchers: weakref.WeakKeyDictionary[Any, DynamicBatcher] = weakref.WeakKeyDictionary()
@@ -51,8 +54,9 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """Ready once start-up loading has finished (a failed model does not hold others back)."""
-        return self.repository.startup_done
+        """Ready once start-up loading has finished (a failed model does not hold others back)
+        and the server is online (see ``online``)."""
+        return self.online and self.repository.startup_done
 
     def server_metadata(self) -> dict[str, Any]:
         return {

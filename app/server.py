@@ -23,6 +23,7 @@ from app.compiler import ServePlan
 from app.dataplane import DataPlane
 from app.repository import ModelRepository
 from app.rest import create_app
+from app.rest import grps as rest_grps
 from app.stats import Statistics
 
 log = logging.getLogger("servekit")
@@ -84,7 +85,11 @@ class ServeKit:
         server = self.plan.server
         sock = _bind(server.host, server.http_port)
         self.addresses = Addresses(server.host, sock.getsockname()[1])
-        app = create_app(self.dataplane, extra_routes=dashboard.routes(), state={"servekit": self})
+        app = create_app(
+            self.dataplane,
+            extra_routes=[*dashboard.routes(), *rest_grps.register(self.dataplane)],
+            state={"servekit": self},
+        )
         config = uvicorn.Config(
             app,
             lifespan="off",
@@ -99,9 +104,12 @@ class ServeKit:
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         if server.grpc_port is not None:
+            from app.grpc import grps_servicer
             from app.grpc.server import start_grpc_server
 
-            self._grpc, port = await start_grpc_server(self.dataplane, server)
+            self._grpc, port = await start_grpc_server(
+                self.dataplane, server, services=[grps_servicer.registrar(self.dataplane)]
+            )
             self.addresses.grpc_port = port
         self._loading = asyncio.create_task(self.repository.start())
         if wait_for_models:

@@ -1,0 +1,86 @@
+"""``grps.protos.v1.GrpsService`` (seed 001) over the one DataPlane.
+
+Handlers are thin: the select -> decode -> infer -> encode sequence lives in
+:mod:`app.codecs.grps_reply`, shared with the HTTP routes. Failures end the call with the gRPC
+status of the one error table (:mod:`app.grpc.status`): INVALID_ARGUMENT, NOT_FOUND,
+UNAVAILABLE, ... with the message. CheckReadiness is a question, not a failure: a server that is
+not ready answers OK with a FAILURE status (code 503) and the reason, as over HTTP.
+PredictStreaming is server streaming; servekit's models answer once, so the stream carries one
+message (an error before it ends the stream with the mapped status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TypeAlias
+
+import grpc
+
+from app.codecs import grps_reply
+from app.dataplane import DataPlane
+from app.grpc._generated import grps_pb2 as pb
+from app.grpc._generated import grps_pb2_grpc as pb_grpc
+from app.grpc.status import guarded, status_of
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GrpsService"].full_name
+Context: TypeAlias = grpc.aio.ServicerContext
+Message: TypeAlias = pb.GrpsMessage
+
+
+class GrpsServicer(pb_grpc.GrpsServiceServicer):
+    """The grps service of one DataPlane."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self._dataplane = dataplane
+
+    @guarded
+    async def Predict(self, request: Message, context: Context) -> Message:
+        kind, response = await grps_reply.predict(self._dataplane, request)
+        return grps_reply.encode_response(response, kind)
+
+    async def PredictStreaming(self, request: Message, context: Context) -> AsyncIterator[Message]:
+        try:
+            kind, response = await grps_reply.predict(self._dataplane, request)
+            reply = grps_reply.encode_response(response, kind)
+        except Exception as exc:
+            code, message = status_of(exc)
+            await context.abort(code, message)
+        yield reply
+
+    @guarded
+    async def Online(self, request: Message, context: Context) -> Message:
+        self._dataplane.online = True
+        return grps_reply.ok()
+
+    @guarded
+    async def Offline(self, request: Message, context: Context) -> Message:
+        self._dataplane.online = False
+        return grps_reply.ok()
+
+    @guarded
+    async def CheckLiveness(self, request: Message, context: Context) -> Message:
+        return grps_reply.ok()
+
+    @guarded
+    async def CheckReadiness(self, request: Message, context: Context) -> Message:
+        return grps_reply.readiness(self._dataplane)
+
+    @guarded
+    async def ServerMetadata(self, request: Message, context: Context) -> Message:
+        return grps_reply.ok(str_data=grps_reply.server_metadata(self._dataplane))
+
+    @guarded
+    async def ModelMetadata(self, request: Message, context: Context) -> Message:
+        """The request's str_data names the model (else its model field, else the default)."""
+        selector = request.str_data or request.model
+        return grps_reply.ok(str_data=grps_reply.model_metadata(self._dataplane, selector))
+
+
+def registrar(dataplane: DataPlane) -> Callable[[grpc.aio.Server], list[str]]:
+    """What :func:`app.grpc.server.start_grpc_server` takes in ``services``."""
+
+    def register(server: grpc.aio.Server) -> list[str]:
+        pb_grpc.add_GrpsServiceServicer_to_server(GrpsServicer(dataplane), server)  # type: ignore[no-untyped-call]
+        return [SERVICE_NAME]
+
+    return register

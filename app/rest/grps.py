@@ -1,0 +1,149 @@
+"""grps HTTP routes (seed 001): ``/grps/v1/{health,infer,metadata}/...`` over the one DataPlane.
+
+Bodies are the JSON form of ``GrpsMessage`` (:mod:`app.codecs.grps_json`: protobuf's JSON
+mapping with grps' conventions), or ``application/octet-stream`` for ``bin_data``, both ways.
+Query parameters: ``model=name-version`` (the body's ``model`` wins), ``return-ndarray=true``
+(answer the single output as a nested list) and ``streaming=true``.
+
+Failures answer a ``GrpsMessage`` whose status is FAILURE with the HTTP status of the one error
+table (400, 404, 503, ...), so grps clients always get a message they can parse.
+``?streaming=true`` answers with chunked transfer encoding: each message is one chunk (JSON and
+a newline, or the raw bytes of bin_data); servekit's models answer once, so a stream holds one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import HttpMethod, Request, Response, route
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+from litestar.response import Stream
+
+from app.codecs import grps_json, grps_reply
+from app.dataplane import DataPlane
+from app.errors import ServeError
+from app.grpc._generated import grps_pb2 as pb
+from app.rest.errors import HTTP_STATUS
+
+log = logging.getLogger("servekit.grps")
+JSON = "application/json"
+OCTETS = "application/octet-stream"
+BOTH = [HttpMethod.GET, HttpMethod.POST]
+AnyRequest = Request[Any, Any, Any]
+
+
+def _dataplane(state: State) -> DataPlane:
+    dataplane: DataPlane = state.dataplane
+    return dataplane
+
+
+def _json(message: pb.GrpsMessage, extra: dict[str, Any] | None = None) -> Response[bytes]:
+    code = message.status.code or 200
+    return Response(grps_json.dumps(message, extra), status_code=code, media_type=JSON)
+
+
+def _failure(exc: Exception) -> Response[bytes]:
+    if isinstance(exc, ServeError):
+        code, msg = HTTP_STATUS[exc.code], exc.message
+    elif isinstance(exc, HTTPException):  # e.g. a body over server.maxRequestBytes
+        code, msg = exc.status_code, str(exc.detail)
+    else:
+        log.exception("unexpected error in a grps handler")
+        code, msg = 500, f"internal error: {type(exc).__name__}: {exc}"
+    return _json(pb.GrpsMessage(status=grps_reply.status(code, msg)))
+
+
+async def _read(request: AnyRequest) -> tuple[pb.GrpsMessage, object]:
+    """The request's GrpsMessage and, separately, its ndarray (None if absent)."""
+    body = await request.body()
+    if request.content_type[0].lower() == OCTETS:
+        return pb.GrpsMessage(bin_data=body), None
+    return grps_json.loads(body)
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true", "yes")
+
+
+# -- health -------------------------------------------------------------------------------------
+@route("/grps/v1/health/online", http_method=BOTH, status_code=200, sync_to_thread=False)
+def online(state: State) -> Response[bytes]:
+    _dataplane(state).online = True
+    return _json(grps_reply.ok())
+
+
+@route("/grps/v1/health/offline", http_method=BOTH, status_code=200, sync_to_thread=False)
+def offline(state: State) -> Response[bytes]:
+    _dataplane(state).online = False
+    return _json(grps_reply.ok())
+
+
+@route("/grps/v1/health/live", http_method=BOTH, status_code=200, sync_to_thread=False)
+def live(state: State) -> Response[bytes]:
+    return _json(grps_reply.ok())
+
+
+@route("/grps/v1/health/ready", http_method=BOTH, status_code=200, sync_to_thread=False)
+def ready(state: State) -> Response[bytes]:
+    return _json(grps_reply.readiness(_dataplane(state)))
+
+
+# -- inference ----------------------------------------------------------------------------------
+@route("/grps/v1/infer/predict", http_method=[HttpMethod.POST], status_code=200)
+async def predict(request: AnyRequest, state: State) -> Response[Any]:
+    query = request.query_params
+    try:
+        message, ndarray = await _read(request)
+        kind, response = await grps_reply.predict(
+            _dataplane(state), message, query_model=query.get("model") or "", ndarray=ndarray
+        )
+        if _flag(query.get("return-ndarray")):
+            array = grps_reply.ndarray_output(response)
+            reply = _json(
+                grps_reply.ok(model=f"{response.model_name}-{response.model_version}"),
+                {"ndarray": array},
+            )
+        else:
+            answer = grps_reply.encode_response(response, kind)
+            is_bin = answer.WhichOneof("data_oneof") == "bin_data"
+            reply = Response(answer.bin_data, media_type=OCTETS) if is_bin else _json(answer)
+    except Exception as exc:
+        return _failure(exc)
+    if not _flag(query.get("streaming")):
+        return reply
+    chunk = reply.content if reply.media_type == OCTETS else bytes(reply.content) + b"\n"
+    return Stream(_chunks([chunk]), media_type=OCTETS)
+
+
+async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+# -- metadata -----------------------------------------------------------------------------------
+@route("/grps/v1/metadata/server", http_method=BOTH, status_code=200, sync_to_thread=False)
+def server_metadata(state: State) -> Response[bytes]:
+    return _json(grps_reply.ok(str_data=grps_reply.server_metadata(_dataplane(state))))
+
+
+@route("/grps/v1/metadata/model", http_method=BOTH, status_code=200)
+async def model_metadata(request: AnyRequest, state: State) -> Response[bytes]:
+    """The request's str_data names the model (else its model field, ?model=, the default)."""
+    try:
+        message, _ = await _read(request)
+        selector = message.str_data or message.model or request.query_params.get("model") or ""
+        text = grps_reply.model_metadata(_dataplane(state), selector)
+    except Exception as exc:
+        return _failure(exc)
+    return _json(grps_reply.ok(str_data=text))
+
+
+ROUTES = [online, offline, live, ready, predict, server_metadata, model_metadata]
+
+
+def register(dataplane: DataPlane) -> list[Any]:
+    """The routes to mount (grps adds no V2 protocol extension to server metadata)."""
+    return list(ROUTES)
