@@ -13,7 +13,8 @@ from typing import Any
 
 from app import __version__
 from app.compiler import ServePlan, compile_plan
-from app.config_loader import ConfigError, load_config
+from app.config import ServeConfig
+from app.config_loader import ConfigError, ConfigIssue, load_config
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,18 +29,40 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on")
     serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--only", metavar="NAME", help="serve only this model (its name or Kubernetes name)"
+    )
+    serve.add_argument(
+        "--storage-uri",
+        metavar="PATH",
+        help="read the model's files from PATH (KServe: /mnt/models)",
+    )
     validate = sub.add_parser("validate", help="check CONFIG and print a summary")
     validate.add_argument("config", nargs="?", default="serve.yaml")
     sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
+    export = sub.add_parser("export", help="print Kubernetes manifests that serve CONFIG")
+    export.add_argument("target", choices=["k8s", "kserve"], help="plain Deployment, or KServe")
+    export.add_argument("config", nargs="?", default="serve.yaml")
+    export.add_argument("--image", default=f"servekit:{__version__}", help="container image")
+    export.add_argument(
+        "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
+    )
     return parser
 
 
-def load_plan(path: str, overrides: dict[str, Any] | None = None) -> ServePlan:
+def load_plan(
+    path: str,
+    overrides: dict[str, Any] | None = None,
+    only: str | None = None,
+    storage_uri: str | None = None,
+) -> ServePlan:
     """Load, override (flags beat file and environment) and compile a config file."""
     config = load_config(path)
     if overrides:
         server = config.server.model_copy(update=overrides)
         config = config.model_copy(update={"server": server})
+    if only is not None or storage_uri is not None:
+        config = _select(config, path, only, storage_uri)
     file = Path(path).resolve()
     return compile_plan(config, file.parent, file)
 
@@ -54,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args.config)
+        if args.command == "export":
+            return _export(args)
         return _serve(args)
     except ConfigError as exc:
         print(f"servekit: invalid config\n{exc}", file=sys.stderr)
@@ -85,7 +110,7 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["host"] = args.host
     if args.watch:
         overrides["watch"] = True
-    plan = load_plan(args.config, overrides)
+    plan = load_plan(args.config, overrides, args.only, args.storage_uri)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -100,6 +125,53 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _select(config: ServeConfig, path: str, only: str | None, uri: str | None) -> ServeConfig:
+    """Keep one model and/or read its files elsewhere: how a KServe pod serves the one model
+    KServe mounted at /mnt/models, named after its InferenceService (``servekit export``)."""
+    from app.export import find_model
+
+    models = list(config.models)
+    if only is not None:
+        found = find_model([m.name for m in models], only)
+        if found is None:
+            names = ", ".join(m.name for m in models) or "none"
+            issue = ConfigIssue("models", None, f"--only {only!r}: no such model (models: {names})")
+            raise ConfigError(path, [issue])
+        models = [m for m in models if m.name == found]
+        config = config.model_copy(
+            update={"server": config.server.model_copy(update={"startup_models": "all"})}
+        )
+    if uri is not None:
+        if len(models) != 1:
+            issue = ConfigIssue("models", None, "--storage-uri needs --only NAME (or one model)")
+            raise ConfigError(path, [issue])
+        absolute = str(Path(uri).absolute())
+        models = [
+            m.model_copy(update={"storage_uri": absolute}) if m.storage_uri else m for m in models
+        ]
+    return config.model_copy(update={"models": models})
+
+
+def _export(args: argparse.Namespace) -> int:
+    """Print manifests (``servekit export k8s|kserve``); warnings about the image to stderr."""
+    from app import export, export_kserve
+
+    plan = load_plan(args.config)
+    try:
+        text = export.config_text(plan)
+        if args.target == "k8s":
+            manifests = export.k8s_manifests(plan, text, args.image)
+        else:
+            manifests = export_kserve.kserve_manifests(plan, text, args.image, grpc=args.grpc)
+    except export.ExportError as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
+    for warning in export.warnings(plan, args.target):
+        print(f"servekit: warning: {warning}", file=sys.stderr)
+    print(export.render(manifests, export.header(args.target, args.config)), end="")
     return 0
 
 
