@@ -145,3 +145,13 @@ def test_asyncio_client(server: ServerProcess, model_store: Path) -> None:
             assert info.value.status() == "StatusCode.NOT_FOUND"
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_classification_is_refused_not_ignored(client: grpcclient.InferenceServerClient) -> None:
+    """The classification extension is not listed in server metadata; asking for it is an error
+    rather than an answer of the wrong shape."""
+    wanted = [grpcclient.InferRequestedOutput("output", class_count=2)]
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("mlp", mlp_input(), outputs=wanted)
+    assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "classification" in info.value.message()

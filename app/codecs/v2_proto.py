@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from app.codecs.raw import check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
 from app.datatypes import DataType, as_bytes_array, element_count, lookup
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, Unimplemented
 from app.grpc._generated import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -96,6 +96,12 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
             RequestedOutput(o.name, parameters_from_proto(o.parameters) if o.parameters else {})
             for o in msg.outputs
         ]
+        for requested in outputs:
+            if requested.parameters.get("classification"):
+                raise Unimplemented(
+                    f"output {requested.name!r} asks for classification, an extension servekit "
+                    "does not offer; request the tensor itself"
+                )
     return InferRequest(
         model_name=msg.model_name,
         model_version=msg.model_version or None,
