@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -21,6 +22,10 @@ from app.runtimes.base import LoadError, ModelRuntime
 from app.versions import VersionSource
 
 log = logging.getLogger("servekit.repository")
+
+MAX_RECENT_ERRORS = 50
+DRAIN_TIMEOUT_S = 120.0
+"""How long a retired version waits for its in-flight requests before it is closed anyway."""
 
 
 class State(StrEnum):
@@ -76,6 +81,14 @@ class ModelEntry:
             or "no version is ready"
         )
 
+    def failed_versions(self) -> list[int]:
+        """Versions that were to load but are not READY."""
+        return sorted(v for v, e in self.versions.items() if e.state is not State.READY)
+
+    def is_loaded(self) -> bool:
+        """Whether any version serves or is on its way (what unload and reload act on)."""
+        return any(e.state in (State.READY, State.LOADING) for e in self.versions.values())
+
 
 class ModelRepository:
     """Every model the server knows, loaded or not."""
@@ -85,6 +98,16 @@ class ModelRepository:
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.startup_done = False
+        self.recent_errors: list[dict[str, Any]] = []
+        """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
+
+    def record_error(self, source: str, message: str, model: str | None = None) -> None:
+        """Remember a failure for the dashboard (bounded) and log it."""
+        log.warning("%s: %s", source, message)
+        self.recent_errors.append(
+            {"time": time.time(), "source": source, "model": model, "message": message}
+        )
+        del self.recent_errors[:-MAX_RECENT_ERRORS]
 
     # -- lookup (hot path) ----------------------------------------------------------------
     def resolve(self, name: str, version: str | None) -> tuple[ModelEntry, VersionEntry]:
@@ -139,34 +162,61 @@ class ModelRepository:
         self.startup_done = True
 
     async def load(self, plan: ModelPlan) -> ModelEntry:
-        """Load (or reload) a model; the previous versions keep serving until the swap."""
+        """Load (or reload) a model; the previous versions keep serving until the swap.
+
+        Returns the entry now serving ``plan.name``: the new one, or, when a reload failed in
+        any version while the previous load was serving, the previous one (its reasons say
+        why). Callers tell the two apart with ``entry.plan is plan``.
+        """
         lock = self._locks.setdefault(plan.name, asyncio.Lock())
         async with lock:
             previous = self._models.get(plan.name)
-            loading = {v.version: VersionEntry(v.version, State.LOADING) for v in plan.versions}
-            if previous is None or not previous.ready_versions():
+            serving = previous is not None and bool(previous.ready_versions())
+            if not serving:
+                loading = {v.version: VersionEntry(v.version, State.LOADING) for v in plan.versions}
                 self._models[plan.name] = ModelEntry(plan, loading)
             versions = {}
             for source in plan.versions:
                 versions[source.version] = await asyncio.to_thread(_load_version, plan, source)
             entry = ModelEntry(plan, versions)
-            if previous is not None and previous.ready_versions() and not entry.ready_versions():
+            failed = bool(entry.failed_versions()) or not versions
+            if failed:
+                why = entry.reason()
+                self.record_error("load", f"model {plan.name!r}: {why}", plan.name)
+            if previous is not None and serving and failed:
                 # A failed reload keeps the old model serving and reports why.
+                await _retire(entry)
                 for old in previous.versions.values():
-                    old.reason = f"reload failed, still serving the previous load: {entry.reason()}"
+                    old.reason = f"reload failed, still serving the previous load: {why}"
                 return previous
             self._models[plan.name] = entry
             if previous is not None:
                 await _retire(previous)
             return entry
 
+    def register(self, plan: ModelPlan, reason: str = "not loaded") -> None:
+        """Know a model without loading it (startupModels, or a changed plan not loaded)."""
+        current = self._models.get(plan.name)
+        if current is not None and current.is_loaded():
+            raise ValueError(f"model {plan.name!r} is loaded; reload or unload it instead")
+        self._models[plan.name] = ModelEntry(plan, _unloaded(plan, reason))
+
     async def unload(self, name: str) -> None:
         """Unload a model: new requests are refused, in-flight ones finish, then it is freed."""
-        entry = self.get(name)
+        self.get(name)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
+            entry = self.get(name)  # a load may have finished while we waited for the lock
             self._models[name] = ModelEntry(entry.plan, _unloaded(entry.plan, "unloaded"))
             await _retire(entry)
+
+    async def remove(self, name: str) -> None:
+        """Unload a model and forget it (it leaves the index)."""
+        await self.unload(name)
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            self._models.pop(name, None)
+        self._locks.pop(name, None)
 
     async def close(self) -> None:
         for entry in list(self._models.values()):
@@ -220,8 +270,20 @@ async def _retire(entry: ModelEntry) -> None:
         if version.runtime is None:
             continue
         version.state = State.UNLOADING
-        await version.idle.wait()
-        version.runtime.close()
+        try:
+            await asyncio.wait_for(version.idle.wait(), DRAIN_TIMEOUT_S)
+        except TimeoutError:
+            log.warning(
+                "%s version %s: %d request(s) still running after %.0f s; closing anyway",
+                entry.plan.name,
+                version.version,
+                version.in_flight,
+                DRAIN_TIMEOUT_S,
+            )
+        try:
+            version.runtime.close()
+        except Exception:  # a user model's unload() failing must not stop the others closing
+            log.exception("closing %s version %s failed", entry.plan.name, version.version)
         version.runtime = None
         version.state = State.UNAVAILABLE
         version.reason = "unloaded"

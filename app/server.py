@@ -21,9 +21,11 @@ import uvicorn
 from app import dashboard
 from app.compiler import ServePlan
 from app.dataplane import DataPlane
+from app.model_control import ModelControl
 from app.repository import ModelRepository
 from app.rest import create_app
 from app.rest import grps as rest_grps
+from app.rest import repository as rest_repository
 from app.stats import Statistics
 
 log = logging.getLogger("servekit")
@@ -70,6 +72,7 @@ class ServeKit:
     statistics: Statistics = field(default_factory=Statistics)
     repository: ModelRepository = field(init=False)
     dataplane: DataPlane = field(init=False)
+    control: ModelControl = field(init=False)
     addresses: Addresses | None = None
     _http: _EmbeddedUvicorn | None = None
     _http_task: asyncio.Task[None] | None = None
@@ -79,6 +82,7 @@ class ServeKit:
     def __post_init__(self) -> None:
         self.repository = ModelRepository(self.plan)
         self.dataplane = DataPlane(self.repository, self.statistics)
+        self.control = ModelControl(self.repository)
 
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
         """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
@@ -87,7 +91,11 @@ class ServeKit:
         self.addresses = Addresses(server.host, sock.getsockname()[1])
         app = create_app(
             self.dataplane,
-            extra_routes=[*dashboard.routes(), *rest_grps.register(self.dataplane)],
+            extra_routes=[
+                *dashboard.routes(),
+                *rest_repository.register(self.dataplane),
+                *rest_grps.register(self.dataplane),
+            ],
             state={"servekit": self},
         )
         config = uvicorn.Config(
@@ -108,7 +116,10 @@ class ServeKit:
             from app.grpc.server import start_grpc_server
 
             self._grpc, port = await start_grpc_server(
-                self.dataplane, server, services=[grps_servicer.registrar(self.dataplane)]
+                self.dataplane,
+                server,
+                control=self.control,
+                services=[grps_servicer.registrar(self.dataplane)],
             )
             self.addresses.grpc_port = port
         self._loading = asyncio.create_task(self.repository.start())

@@ -1,0 +1,100 @@
+"""HTTP routes of Triton's model repository extension (index, load, unload).
+
+Bodies are optional (tritonclient sends none to index) and read as raw bytes: an empty body is
+``{}``. ``file:`` parameters travel base64-encoded over HTTP and are decoded here, so the core
+only ever sees bytes. Success answers 200 with an empty JSON object; errors go through the one
+error table as ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import orjson
+from litestar import Request, Response, post
+from litestar.datastructures import State
+
+from app.dataplane import DataPlane
+from app.errors import InvalidArgument
+from app.model_control import ModelControl
+from app.storage import FILE_PREFIX
+
+NAMES: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
+"""Extension names reported by server metadata once these routes are registered."""
+
+
+def _control(state: State) -> ModelControl:
+    control: ModelControl = state.servekit.control
+    return control
+
+
+async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgument(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgument("request body must be a JSON object")
+    return data
+
+
+def _parameters(body: dict[str, Any]) -> dict[str, object]:
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InvalidArgument("'parameters' must be a JSON object")
+    out: dict[str, object] = {}
+    for key, value in params.items():
+        if key.startswith(FILE_PREFIX):
+            if not isinstance(value, str):
+                raise InvalidArgument(f"parameter {key!r} must be a base64 string")
+            try:
+                out[key] = base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidArgument(f"parameter {key!r} is not valid base64") from None
+        else:
+            out[key] = value
+    return out
+
+
+@post("/v2/repository/index", status_code=200)
+async def repository_index(request: Request[Any, Any, Any], state: State) -> list[dict[str, Any]]:
+    ready = (await _body(request)).get("ready", False)
+    if not isinstance(ready, bool):
+        raise InvalidArgument("'ready' must be true or false")
+    return _control(state).index(ready_only=ready)
+
+
+@post("/v2/repository/models/{model:str}/load", status_code=200)
+async def repository_load(
+    request: Request[Any, Any, Any], state: State, model: str
+) -> Response[dict[str, Any]]:
+    await _control(state).load(model, _parameters(await _body(request)))
+    return Response({}, status_code=200)
+
+
+@post("/v2/repository/models/{model:str}/unload", status_code=200)
+async def repository_unload(
+    request: Request[Any, Any, Any], state: State, model: str
+) -> Response[dict[str, Any]]:
+    params = _parameters(await _body(request))
+    dependents = params.get("unload_dependents", False)
+    if not isinstance(dependents, bool):
+        raise InvalidArgument("'unload_dependents' must be true or false")
+    await _control(state).unload(model, unload_dependents=dependents)
+    return Response({}, status_code=200)
+
+
+ROUTES = [repository_index, repository_load, repository_unload]
+
+
+def register(dataplane: DataPlane) -> list[Any]:
+    """Announce the extension on ``dataplane`` and return the routes to mount."""
+    for name in NAMES:
+        if name not in dataplane.extensions:
+            dataplane.extensions.append(name)
+    return list(ROUTES)

@@ -1,0 +1,169 @@
+"""Hot reload (``servekit serve --watch`` or ``server.watch: true``): apply serve.yaml edits live.
+
+watchfiles (Rust ``notify``) reports changes to serve.yaml's folder and to the model folders it
+names; every change, and a once-a-second look at serve.yaml's content (which also catches
+ConfigMap-style symlink swaps), re-reads the file. A valid edit becomes a new plan that
+:meth:`ModelControl.apply_plan` applies (added models load, removed unload, changed reload,
+models whose files changed on disk reload). An invalid edit is logged and recorded in
+``control.recent_errors`` with its YAML location, and the running configuration stays as it was.
+Listener settings (host, ports, size limits, storage dir) cannot change in a running process:
+an edit of them is reported and needs a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic.alias_generators import to_camel
+from watchfiles import Change, awatch
+
+from app.compiler import ServePlan, compile_plan
+from app.config import ServerConfig
+from app.config_loader import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from app.server import ServeKit
+
+log = logging.getLogger("servekit.watch")
+
+NOT_LIVE = (
+    "host",
+    "http_port",
+    "grpc_port",
+    "grpc_max_message_bytes",
+    "max_request_bytes",
+    "storage_dir",
+    "watch",
+)
+"""Server settings a running process keeps; the rest apply live."""
+
+
+class _Watcher:
+    """The state of one server's watch: what was applied last and what to look at."""
+
+    def __init__(self, server: ServeKit, path: Path) -> None:
+        self.server = server
+        self.path = path
+        self.running: ServerConfig = server.plan.server
+        self.applied = _read(path)
+        self.file_server: ServerConfig | None = _file_server(path)
+        self.roots: set[Path] = set()
+
+    def relevant(self, _: Change, name: str) -> bool:
+        """Whether a change concerns serve.yaml or a model location it names (read live)."""
+        changed = Path(name)
+        return changed in (self.path.resolve(), self.path.absolute()) or any(
+            changed == root or changed.is_relative_to(root) for root in self.roots
+        )
+
+    def targets(self) -> set[Path]:
+        """Folders to watch (non-recursively); updates the model locations that matter."""
+        plan = self.server.control.plan
+        folders = {self.path.parent.resolve()}
+        roots: set[Path] = set()
+        for model in plan.models:
+            if model.config is None or model.config.storage_uri is None:
+                continue
+            location = (plan.base_dir / model.config.storage_uri).resolve()
+            roots.add(location)
+            if location.is_dir():
+                folders.add(location)
+                folders.update(p for p in location.iterdir() if p.is_dir() and not p.is_symlink())
+            elif location.parent.is_dir():
+                folders.add(location.parent)
+        self.roots = roots
+        return folders
+
+    async def check(self, touched: bool) -> None:
+        """Re-read serve.yaml if it changed or a model file was touched, and apply it."""
+        text = _read(self.path)
+        if text == self.applied and not touched:
+            return
+        self.applied = text
+        try:
+            plan = await asyncio.to_thread(self._compile)
+        except ConfigError as exc:
+            self.server.repository.record_error(
+                "watch",
+                f"serve.yaml edit rejected; still serving the previous configuration:\n{exc}",
+            )
+            return
+        done = await self.server.control.apply_plan(plan)
+        self.server.plan = plan
+        changes = {k: v for k, v in done.items() if v}
+        if changes:
+            log.info("serve.yaml applied: %s", changes)
+
+    def _compile(self) -> ServePlan:
+        config = load_config(self.path)
+        plan = compile_plan(config, self.path.parent.resolve(), self.path.resolve())
+        if self.file_server is not None:
+            edited = [
+                to_camel(k)
+                for k in NOT_LIVE
+                if getattr(config.server, k) != getattr(self.file_server, k)
+            ]
+            if edited:
+                self.server.repository.record_error(
+                    "watch",
+                    f"serve.yaml changed server.{', server.'.join(edited)}: "
+                    "restart servekit to apply (the rest of the edit is applied)",
+                )
+        self.file_server = config.server
+        fixed = {k: getattr(self.running, k) for k in NOT_LIVE}
+        return dataclasses.replace(plan, server=plan.server.model_copy(update=fixed))
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _file_server(path: Path) -> ServerConfig | None:
+    try:
+        return load_config(path).server
+    except ConfigError:
+        return None
+
+
+async def watch_config(server: ServeKit, *, debounce_ms: int = 300) -> None:
+    """Apply serve.yaml edits to ``server`` until cancelled."""
+    path = server.plan.config_path
+    if path is None:
+        log.warning("--watch: this server has no serve.yaml file to watch")
+        return
+    watcher = _Watcher(server, path)
+    log.info("watching %s for changes", path)
+    await server.wait_until_loaded()  # edits made meanwhile are seen by the first check
+    while True:
+        folders = watcher.targets()
+        config = path.resolve()
+        try:
+            async for changes in awatch(
+                *folders,
+                watch_filter=watcher.relevant,
+                recursive=False,
+                debounce=debounce_ms,
+                step=50,
+                rust_timeout=1000,
+                yield_on_timeout=True,
+            ):
+                try:
+                    await watcher.check(touched=_touches_models(changes, config))
+                except Exception:  # the watcher must outlive any one bad reload
+                    log.exception("applying serve.yaml failed")
+                if watcher.targets() != folders:
+                    break  # models moved or version folders appeared: watch the new set
+        except (OSError, RuntimeError) as exc:  # a watched folder vanished under us
+            log.warning("watching restarts: %s", exc)
+            await asyncio.sleep(1.0)
+
+
+def _touches_models(changes: set[tuple[Change, str]], config: Path) -> bool:
+    return any(Path(name) != config for _, name in changes)

@@ -1,0 +1,159 @@
+"""``servekit serve --watch``: serve.yaml edits apply live; an invalid edit changes nothing.
+
+A real server subprocess watches a serve.yaml in a temporary folder. The test edits the file
+(in place and with an editor's write-then-rename), waits (bounded) for the index to show the
+result, and keeps inference running on an untouched model throughout, which must never fail.
+``startupModels`` decides what loads at start and which added models load.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from repo_helpers import Repo, onnx_bytes, wait_for
+from servers import ServerProcess, start_server
+
+from app import onnx_builders
+
+HEAD = "server: {startupModels: [mlp, added, text]}\nmodels:\n"
+MLP = "  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp}\n"
+ADD_SUB = "  - {name: add_sub, modelFormat: {name: onnx}, storageUri: models/add_sub.onnx}\n"
+ADDED = "  - {name: added, modelFormat: {name: onnx}, storageUri: models/added.onnx}\n"
+LAZY = "  - {name: lazy, modelFormat: {name: onnx}, storageUri: models/add_sub.onnx}\n"
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("watch")
+    models = root / "models"
+    for version in (1, 2):
+        (models / "mlp" / str(version)).mkdir(parents=True)
+        path = models / "mlp" / str(version) / "model.onnx"
+        path.write_bytes(onnx_bytes(onnx_builders.mlp(seed=version)))
+    (models / "add_sub.onnx").write_bytes(onnx_bytes(onnx_builders.add_sub()))
+    (models / "added.onnx").write_bytes(onnx_bytes(onnx_builders.identity("FP32")))
+    (root / "serve.yaml").write_text(HEAD + MLP + ADD_SUB)
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(folder: Path) -> Iterator[ServerProcess]:
+    process = start_server(folder / "serve.yaml", grpc=True, extra=["--watch"])
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.fixture()
+def repo(server: ServerProcess) -> Iterator[Repo]:
+    assert server.grpc_target is not None
+    client = Repo("http", server.http_url, server.grpc_target)
+    yield client
+    client.close()
+
+
+def rewrite(config: Path, text: str) -> None:
+    """Save as editors do: write a temporary file, then rename it over the original."""
+    temporary = config.with_name(".serve.yaml.swp")
+    temporary.write_text(text)
+    temporary.replace(config)
+
+
+def names(repo: Repo) -> set[str]:
+    return {r["name"] for r in repo.index()}
+
+
+def test_startup_models_load_only_the_listed(repo: Repo) -> None:
+    assert repo.ready("mlp")
+    row = repo.row("add_sub")
+    assert row["state"] == "UNAVAILABLE" and row["reason"] == "not loaded"
+    repo.load("add_sub")
+    assert repo.ready("add_sub")
+
+
+def test_edits_apply_live_and_other_models_keep_serving(
+    repo: Repo, server: ServerProcess, folder: Path
+) -> None:
+    config = folder / "serve.yaml"
+    stop = threading.Event()
+    failures: list[str] = []
+    served = [0]
+
+    def traffic() -> None:
+        client = Repo("grpc", server.http_url, server.grpc_target or "")
+        try:
+            while not stop.is_set():
+                try:
+                    client.infer("mlp", {"input": np.ones((1, 16), np.float32)})
+                    served[0] += 1
+                except Exception as exc:
+                    failures.append(str(exc))
+        finally:
+            client.close()
+
+    thread = threading.Thread(target=traffic)
+    thread.start()
+    try:
+        # Add one model (listed in startupModels), one that is not, and remove add_sub.
+        config.write_text(HEAD + MLP + ADDED + LAZY)
+        wait_for(lambda: repo.ready("added"), what="the added model to be READY")
+        wait_for(lambda: "add_sub" not in names(repo), what="the removed model to leave the index")
+        assert repo.row("lazy") == {
+            "name": "lazy",
+            "version": "1",
+            "state": "UNAVAILABLE",
+            "reason": "not loaded",
+        }
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        np.testing.assert_array_equal(repo.infer("added", {"INPUT0": x})["OUTPUT0"], x)
+
+        # An invalid edit is reported with its location; the running configuration stays.
+        rewrite(
+            config,
+            HEAD + MLP + ADDED + "  - {name: bad, modelFormat: {name: onnx}, storageURI: x}\n",
+        )
+        wait_for(
+            lambda: "serve.yaml:5: models[2].storageURI: unknown key" in server.log(),
+            what="the invalid edit to be reported with its line",
+        )
+        assert "still serving the previous configuration" in server.log()
+        assert names(repo) == {"mlp", "added", "lazy"}
+        assert repo.ready("added") and repo.ready("mlp")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not failures, failures[:5]
+    assert served[0] > 10
+    server.assert_healthy()
+
+
+def test_a_changed_entry_reloads(repo: Repo, folder: Path) -> None:
+    config = folder / "serve.yaml"
+    assert ("mlp", "1") not in repo.states()
+    rewrite(config, HEAD + MLP.replace("}\n", ", versionPolicy: {all: {}}}\n") + ADDED + LAZY)
+    wait_for(lambda: repo.states().get(("mlp", "1")) == "READY", what="mlp version 1 to load")
+    assert repo.states()[("mlp", "2")] == "READY"
+
+
+def test_a_replaced_model_file_reloads(repo: Repo, folder: Path) -> None:
+    """Model folders named by serve.yaml are watched too: a new file is a reload."""
+    assert repo.metadata("added")["inputs"][0]["datatype"] == "FP32"
+    temporary = folder / "models" / "added.onnx.tmp"
+    temporary.write_bytes(onnx_bytes(onnx_builders.identity("INT32")))
+    temporary.replace(folder / "models" / "added.onnx")
+    wait_for(
+        lambda: repo.metadata("added")["inputs"][0]["datatype"] == "INT32",
+        what="the replaced model file to be served",
+    )
+
+
+def test_a_listener_edit_needs_a_restart(repo: Repo, server: ServerProcess, folder: Path) -> None:
+    config = folder / "serve.yaml"
+    text = config.read_text()
+    rewrite(config, text.replace("server: {", "server: {httpPort: 1, ").replace("lazy", "lazy2"))
+    wait_for(lambda: "lazy2" in names(repo), what="the rest of the edit to apply")
+    assert "server.httpPort: restart servekit to apply" in server.log()
+    server.assert_healthy()
