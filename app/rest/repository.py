@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 from litestar import Request, Response, post
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from app.dataplane import DataPlane
 from app.errors import InvalidArgument
@@ -71,7 +72,7 @@ async def repository_index(request: Request[Any, Any, Any], state: State) -> lis
 
 @post("/v2/repository/models/{model:str}/load", status_code=200)
 async def repository_load(
-    request: Request[Any, Any, Any], state: State, model: str
+    request: Request[Any, Any, Any], state: State, model: FromPath[str]
 ) -> Response[dict[str, Any]]:
     await _control(state).load(model, _parameters(await _body(request)))
     return Response({}, status_code=200)
@@ -79,7 +80,7 @@ async def repository_load(
 
 @post("/v2/repository/models/{model:str}/unload", status_code=200)
 async def repository_unload(
-    request: Request[Any, Any, Any], state: State, model: str
+    request: Request[Any, Any, Any], state: State, model: FromPath[str]
 ) -> Response[dict[str, Any]]:
     params = _parameters(await _body(request))
     dependents = params.get("unload_dependents", False)
