@@ -6,7 +6,10 @@ client-side ``ProtoReflectionDescriptorDatabase``, the way grpcurl-style tools d
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -15,7 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-from servers import BROKEN_MODELS, ServerProcess
+from servers import BROKEN_MODELS, ServerProcess, start_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -83,3 +86,22 @@ def test_reflection_lists_and_describes_the_services(channel: grpc.Channel) -> N
     assert config.fields_by_name["max_batch_size"].number == 4
     for name in services:  # every listed service resolves to a file
         assert pool.FindServiceByName(name).methods
+
+
+def test_watchers_see_not_serving_and_do_not_hold_up_a_stop(model_store: Path) -> None:
+    """SIGTERM while a Watch is open: the watcher gets NOT_SERVING, its stream ends, and the
+    server exits without waiting out its grace period for the watcher."""
+    own = start_server(model_store, grpc=True)
+    try:
+        assert own.grpc_target is not None
+        with grpc.insecure_channel(own.grpc_target) as opened:
+            stub = health_pb2_grpc.HealthStub(opened)
+            call = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+            assert next(call).status == SERVING
+            started = time.monotonic()
+            own.process.send_signal(signal.SIGTERM)
+            assert [r.status for r in call] == [NOT_SERVING]
+            assert own.process.wait(timeout=8) == 0
+            assert time.monotonic() - started < 8
+    finally:
+        own.stop()

@@ -10,6 +10,7 @@ Check and SERVICE_UNKNOWN on Watch, as the gRPC health protocol says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -34,9 +35,22 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     def __init__(self, dataplane: DataPlane, services: Iterable[str] = ()) -> None:
         self._dataplane = dataplane
         self._services = {"", *services}
+        self._stopping = asyncio.Event()
+        self._watchers = 0
+        self._no_watchers = asyncio.Event()
+        self._no_watchers.set()
+
+    async def shut_down(self, timeout: float = 2.0) -> None:
+        """The server is stopping: everything is NOT_SERVING and Watch streams end now (waited
+        for, bounded), so a graceful stop is not held up by watchers for its whole grace."""
+        self._stopping.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_watchers.wait(), timeout)
 
     def status(self, service: str) -> Any:
         """SERVING / NOT_SERVING for a known service or model; None for an unknown name."""
+        if self._stopping.is_set():
+            return NOT_SERVING
         if service in self._services:
             return SERVING if self._dataplane.ready() else NOT_SERVING
         try:
@@ -58,11 +72,22 @@ class HealthServicer(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
     async def Watch(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
     ) -> None:
-        last = None
-        while True:
-            status = self.status(request.service)
-            status = SERVICE_UNKNOWN if status is None else status
-            if status != last:
-                await context.write(health_pb2.HealthCheckResponse(status=status))
-                last = status
-            await asyncio.sleep(WATCH_POLL_SECONDS)
+        self._watchers += 1
+        self._no_watchers.clear()
+        try:
+            last = None
+            while True:
+                stopping = self._stopping.is_set()  # read first: the last status sent says so
+                status = self.status(request.service)
+                status = SERVICE_UNKNOWN if status is None else status
+                if status != last:
+                    await context.write(health_pb2.HealthCheckResponse(status=status))
+                    last = status
+                if stopping:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), WATCH_POLL_SECONDS)
+        finally:
+            self._watchers -= 1
+            if not self._watchers:
+                self._no_watchers.set()

@@ -48,9 +48,8 @@ async def start_grpc_server(
     names = [servicer.SERVICE_NAME]
     for register in services:
         names.extend(register(aio_server))
-    health_pb2_grpc.add_HealthServicer_to_server(
-        health.HealthServicer(dataplane, names), aio_server
-    )
+    health_servicer = health.HealthServicer(dataplane, names)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, aio_server)
     names.append(health.SERVICE_NAME)
     _register_descriptors()
     reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], aio_server, pool=POOL)
@@ -62,7 +61,41 @@ async def start_grpc_server(
     if port == 0:  # older grpcio reports a failed bind this way
         raise OSError(f"cannot listen for gRPC on {address}")
     await aio_server.start()
-    return aio_server, port
+    return GrpcServer(aio_server, health_servicer), port
+
+
+class GrpcServer(grpc.aio.Server):  # type: ignore[misc]
+    """The grpc.aio server, plus what its stop must do first: tell health it is shutting down
+    (Watch streams end at once instead of holding the stop for the whole grace period)."""
+
+    def __init__(self, server: grpc.aio.Server, health_servicer: health.HealthServicer) -> None:
+        self._server = server
+        self._health = health_servicer
+
+    async def stop(self, grace: float | None) -> None:
+        await self._health.shut_down()
+        await self._server.stop(grace)
+
+    async def start(self) -> None:
+        await self._server.start()
+
+    async def wait_for_termination(self, timeout: float | None = None) -> bool:
+        done: bool = await self._server.wait_for_termination(timeout)
+        return done
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        self._server.add_registered_method_handlers(service, handlers)
+
+    def add_insecure_port(self, address: str) -> int:
+        port: int = self._server.add_insecure_port(address)
+        return port
+
+    def add_secure_port(self, address: str, server_credentials: Any) -> int:
+        port: int = self._server.add_secure_port(address, server_credentials)
+        return port
 
 
 def _address(host: str, port: int) -> str:
