@@ -12,6 +12,7 @@ from typing import Any
 
 from litestar import Request, Response, get
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from app.dashboard import views
 from app.dashboard.render import render
@@ -70,7 +71,7 @@ def models(state: State, request: Request[Any, Any, Any]) -> Response[str]:
 
 
 @get("/models/{name:str}", sync_to_thread=False, include_in_schema=False)
-def model_page(state: State, name: str) -> Response[str]:
+def model_page(state: State, name: FromPath[str]) -> Response[str]:
     src = sources(state)
     try:
         model = views.model_detail(src, name)
@@ -80,7 +81,7 @@ def model_page(state: State, name: str) -> Response[str]:
 
 
 @get("/models/{name:str}/try", sync_to_thread=False, include_in_schema=False)
-def try_page(state: State, name: str) -> Response[str]:
+def try_page(state: State, name: FromPath[str]) -> Response[str]:
     src = sources(state)
     try:
         model = views.model_detail(src, name)
@@ -100,7 +101,7 @@ def models_json(state: State) -> Response[list[dict[str, Any]]]:
 
 
 @get("/dashboard/api/models/{name:str}", sync_to_thread=False, include_in_schema=False)
-def model_json(state: State, name: str) -> Response[dict[str, Any]]:
+def model_json(state: State, name: FromPath[str]) -> Response[dict[str, Any]]:
     return Response(views.model_detail(sources(state), name), headers=NO_STORE)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from litestar import get
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from app.dataplane import DataPlane
 from app.model_config import model_config_for
@@ -26,11 +27,19 @@ def _dataplane(state: State) -> DataPlane:
     return dataplane
 
 
-@get(
-    ["/v2/models/{model:str}/config", "/v2/models/{model:str}/versions/{version:str}/config"],
-    sync_to_thread=False,
-)
-def model_config(state: State, model: str, version: str | None = None) -> dict[str, Any]:
+# Versioned and unversioned paths get a handler each: Litestar would read an optional
+# `version` on the unversioned path as a query parameter.
+
+
+@get("/v2/models/{model:str}/config", sync_to_thread=False)
+def model_config(state: State, model: FromPath[str]) -> dict[str, Any]:
+    return model_config_for(_dataplane(state), model, None)
+
+
+@get("/v2/models/{model:str}/versions/{version:str}/config", sync_to_thread=False)
+def model_version_config(
+    state: State, model: FromPath[str], version: FromPath[str]
+) -> dict[str, Any]:
     return model_config_for(_dataplane(state), model, version)
 
 
@@ -41,15 +50,25 @@ def all_model_stats(state: State) -> dict[str, Any]:
     return model_statistics(_dataplane(state))
 
 
-@get(
-    ["/v2/models/{model:str}/stats", "/v2/models/{model:str}/versions/{version:str}/stats"],
-    sync_to_thread=False,
-)
-def model_stats(state: State, model: str, version: str | None = None) -> dict[str, Any]:
+@get("/v2/models/{model:str}/stats", sync_to_thread=False)
+def model_stats(state: State, model: FromPath[str]) -> dict[str, Any]:
+    return model_statistics(_dataplane(state), model, None)
+
+
+@get("/v2/models/{model:str}/versions/{version:str}/stats", sync_to_thread=False)
+def model_version_stats(
+    state: State, model: FromPath[str], version: FromPath[str]
+) -> dict[str, Any]:
     return model_statistics(_dataplane(state), model, version)
 
 
-ROUTES = [model_config, all_model_stats, model_stats]
+ROUTES = [
+    model_config,
+    model_version_config,
+    all_model_stats,
+    model_stats,
+    model_version_stats,
+]
 
 
 def register(dataplane: DataPlane) -> list[Any]:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from litestar import Request, get, post
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from app.codecs import v2_json
 from app.codecs.v2_json import json_data_to_array
@@ -27,13 +28,15 @@ def list_models(state: State) -> dict[str, list[str]]:
 
 
 @get("/v1/models/{model:str}", sync_to_thread=False)
-def model_status(state: State, model: str) -> dict[str, Any]:
+def model_status(state: State, model: FromPath[str]) -> dict[str, Any]:
     dataplane: DataPlane = state.dataplane
     return {"name": model, "ready": dataplane.model_ready(model)}
 
 
 @post("/v1/models/{target:str}", status_code=200)
-async def predict(request: Request[Any, Any, Any], state: State, target: str) -> dict[str, Any]:
+async def predict(
+    request: Request[Any, Any, Any], state: State, target: FromPath[str]
+) -> dict[str, Any]:
     model, _, verb = target.rpartition(":")
     if verb != "predict" or not model:
         raise NotFound(f"unknown V1 endpoint {target!r}; use /v1/models/<name>:predict")

@@ -10,10 +10,10 @@ from typing import Any
 
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from app.codecs import v2_binary, v2_json
 from app.dataplane import DataPlane
-from app.errors import Unavailable
 
 JSON = "application/json"
 
@@ -39,11 +39,11 @@ def server_ready(state: State) -> Response[dict[str, bool]]:
     return Response({"ready": ready}, status_code=200 if ready else 503)
 
 
-@get(
-    ["/v2/models/{model:str}/ready", "/v2/models/{model:str}/versions/{version:str}/ready"],
-    sync_to_thread=False,
-)
-def model_ready(state: State, model: str, version: str | None = None) -> Response[dict[str, Any]]:
+# Each versioned endpoint has two handlers (with and without /versions/{v}) that share one
+# body: Litestar would read an optional `version` on the unversioned path as a query parameter.
+
+
+def _model_ready(state: State, model: str, version: str | None) -> Response[dict[str, Any]]:
     ready = _dataplane(state).model_ready(model, version)
     body: dict[str, Any] = {"name": model, "ready": ready}
     if version is not None:
@@ -51,20 +51,46 @@ def model_ready(state: State, model: str, version: str | None = None) -> Respons
     return Response(body, status_code=200 if ready else 503)
 
 
-@get(
-    ["/v2/models/{model:str}", "/v2/models/{model:str}/versions/{version:str}"],
-    sync_to_thread=False,
-)
-def model_metadata(state: State, model: str, version: str | None = None) -> dict[str, Any]:
+@get("/v2/models/{model:str}/ready", sync_to_thread=False)
+def model_ready(state: State, model: FromPath[str]) -> Response[dict[str, Any]]:
+    return _model_ready(state, model, None)
+
+
+@get("/v2/models/{model:str}/versions/{version:str}/ready", sync_to_thread=False)
+def model_version_ready(
+    state: State, model: FromPath[str], version: FromPath[str]
+) -> Response[dict[str, Any]]:
+    return _model_ready(state, model, version)
+
+
+@get("/v2/models/{model:str}", sync_to_thread=False)
+def model_metadata(state: State, model: FromPath[str]) -> dict[str, Any]:
+    return _dataplane(state).model_metadata(model, None).as_dict()
+
+
+@get("/v2/models/{model:str}/versions/{version:str}", sync_to_thread=False)
+def model_version_metadata(
+    state: State, model: FromPath[str], version: FromPath[str]
+) -> dict[str, Any]:
     return _dataplane(state).model_metadata(model, version).as_dict()
 
 
-@post(
-    ["/v2/models/{model:str}/infer", "/v2/models/{model:str}/versions/{version:str}/infer"],
-    status_code=200,
-)
+@post("/v2/models/{model:str}/infer", status_code=200)
 async def infer(
-    request: Request[Any, Any, Any], state: State, model: str, version: str | None = None
+    request: Request[Any, Any, Any], state: State, model: FromPath[str]
+) -> Response[bytes]:
+    return await _infer(request, state, model, None)
+
+
+@post("/v2/models/{model:str}/versions/{version:str}/infer", status_code=200)
+async def infer_version(
+    request: Request[Any, Any, Any], state: State, model: FromPath[str], version: FromPath[str]
+) -> Response[bytes]:
+    return await _infer(request, state, model, version)
+
+
+async def _infer(
+    request: Request[Any, Any, Any], state: State, model: str, version: str | None
 ) -> Response[bytes]:
     dataplane = _dataplane(state)
     body = await request.body()
@@ -89,6 +115,14 @@ async def infer(
     )
 
 
-ROUTES = [server_metadata, server_live, server_ready, model_ready, model_metadata, infer]
-
-__all__ = ["ROUTES", "Unavailable"]
+ROUTES = [
+    server_metadata,
+    server_live,
+    server_ready,
+    model_ready,
+    model_version_ready,
+    model_metadata,
+    model_version_metadata,
+    infer,
+    infer_version,
+]
