@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -17,6 +18,20 @@ import tritonclient.grpc.aio as aioclient
 from servers import ServerProcess, identity_name
 
 Request = tuple[str, list[grpcclient.InferInput], str]
+
+T = TypeVar("T")
+
+
+def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
+    """Run ``factory()`` on a fresh event loop in a worker thread, bounded by ``timeout``.
+
+    The test process's main thread may already be running a loop (Playwright's sync API leaves
+    one), where ``asyncio.run`` refuses to start; the coroutine is created inside the worker so
+    it is never left un-awaited.
+    """
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(lambda: asyncio.run(asyncio.wait_for(factory(), timeout)))
+        return future.result(timeout + 10)
 
 
 def identity_request(value: float, request_id: str, model: str | None = None) -> Request:
@@ -90,7 +105,7 @@ def test_stream_with_asyncio(server: ServerProcess) -> None:
         async with aioclient.InferenceServerClient(server.grpc_target) as client:
             return [pair async for pair in client.stream_infer(generate())]
 
-    answers = asyncio.run(asyncio.wait_for(run(), 60))
+    answers = run_in_own_loop(run)
     check_answers(requests, answers)
 
 
@@ -112,4 +127,4 @@ def test_many_streams_at_once(server: ServerProcess) -> None:
         async with aioclient.InferenceServerClient(server.grpc_target) as client:
             await asyncio.gather(*(one_stream(client, f"s{i}") for i in range(6)))
 
-    asyncio.run(asyncio.wait_for(run(), 60))
+    run_in_own_loop(run)
