@@ -8,6 +8,8 @@ place for orjson to serialize natively (no ``tolist()`` round trip).
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +32,32 @@ _KIND_OK = {
 }  # fmt: skip
 
 
+# Non-finite floats: Triton reads and writes the bare tokens NaN/Infinity/-Infinity (rapidjson's
+# kParseNanAndInfFlag / kWriteNanAndInfFlag) and tritonclient.http sends them for JSON inputs;
+# the V2 OpenAPI schema allows numbers, strings and booleans only, so we answer these strings.
+NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
 def loads(body: bytes | memoryview) -> Any:
-    """Parse JSON, turning a syntax error into the client's mistake."""
+    """Parse JSON, turning a syntax error into the client's mistake.
+
+    orjson is strict JSON; a body it refuses that holds NaN/Infinity tokens (what tritonclient
+    sends for non-finite JSON inputs, and Triton accepts) is parsed again by the standard
+    library, then re-checked by orjson for anything else strict JSON forbids (lone surrogates).
+    """
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InvalidArgument(f"malformed JSON: {exc}") from None
+        error = exc
+    data = bytes(body)
+    if b"NaN" in data or b"Infinity" in data:
+        try:
+            obj = json.loads(data, parse_constant=NON_FINITE.__getitem__)
+            orjson.dumps(obj)
+            return obj
+        except (ValueError, TypeError, RecursionError):
+            pass
+    raise InvalidArgument(f"malformed JSON: {error}") from None
 
 
 def _parameters(owner: str, value: object) -> Parameters:
@@ -136,6 +158,8 @@ def json_data_to_array(
         )
     if count and inferred.dtype.kind == "f" and datatype.dtype.kind in "iu":
         inferred = _exact_ints(name, datatype, data, inferred)
+    if count and inferred.dtype.kind in "UO" and datatype.dtype.kind == "f":
+        inferred = _non_finite(data, inferred)
     if count and inferred.dtype.kind not in _KIND_OK[datatype.name]:
         raise InvalidArgument(
             f"input {name!r}: 'data' holds {_describe(inferred.dtype)}, "
@@ -148,7 +172,23 @@ def json_data_to_array(
             raise InvalidArgument(
                 f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
             )
-    return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+    with np.errstate(over="ignore"):  # 1e300 as FP32 is inf, as in Triton (a C cast)
+        return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+
+
+def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    """Numbers mixed with the strings "NaN"/"Infinity"/"-Infinity" (our JSON output) as floats."""
+    flat: list[Any] = []
+    _flatten(data, flat)
+    values: list[float] = []
+    for item in flat:
+        if isinstance(item, str) and item in NON_FINITE:
+            values.append(NON_FINITE[item])
+        elif isinstance(item, float) or (type(item) is int and abs(item) < 2**1023):
+            values.append(float(item))
+        else:
+            return inferred  # not numbers: the caller reports the kind
+    return np.array(values, dtype=np.float64).reshape(inferred.shape)
 
 
 def _exact_ints(name: str, datatype: DataType, data: list[Any], inferred: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
@@ -209,6 +249,8 @@ def _flatten(data: list[Any], into: list[Any]) -> None:
 def output_json_data(tensor: Tensor) -> Any:
     """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
     flat = tensor.data.reshape(-1)
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        return [x if math.isfinite(x) else _non_finite_name(x) for x in flat.tolist()]
     if tensor.datatype != "BYTES":
         return np.ascontiguousarray(flat)
     try:
@@ -218,6 +260,10 @@ def output_json_data(tensor: Tensor) -> Any:
             f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON; "
             "request it with the binary_data parameter"
         ) from None
+
+
+def _non_finite_name(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def output_json_data_nested(tensor: Tensor) -> Any:

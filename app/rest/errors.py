@@ -23,8 +23,12 @@ HTTP_STATUS: dict[ErrorCode, int] = {
 }
 
 
-def error_response(status: int, message: str) -> Response[dict[str, str]]:
-    return Response({"error": message}, status_code=status, media_type="application/json")
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> Response[dict[str, str]]:
+    return Response(
+        {"error": message}, status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def serve_error_handler(_: Request, exc: ServeError) -> Response[dict[str, str]]:  # type: ignore[type-arg]
@@ -36,7 +40,8 @@ def http_error_handler(_: Request, exc: HTTPException) -> Response[dict[str, str
     extra = getattr(exc, "extra", None)
     if extra:
         message = f"{message}: {extra}"
-    return error_response(exc.status_code, str(message))
+    # Keep the framework's headers: a 405 must carry ``Allow`` (RFC 9110), found by schemathesis.
+    return error_response(exc.status_code, str(message), dict(exc.headers or {}))
 
 
 def unexpected_error_handler(request: Request, exc: Exception) -> Response[dict[str, str]]:  # type: ignore[type-arg]
