@@ -18,6 +18,7 @@ from app.batching import DynamicBatcher
 from app.compiler import ModelPlan
 from app.errors import Internal, InvalidArgument, ServeError
 from app.repository import ModelRepository, State, VersionEntry
+from app.runtimes.base import Arrays, ModelRuntime
 from app.stats import Statistics, VersionStats
 from app.types import (
     InferRequest,
@@ -104,17 +105,19 @@ class DataPlane:
             batching = entry.plan.config.dynamic_batching if entry.plan.config else None
             names = [s.name for s in wanted]
             queue_ns = 0
+            busy_ns: int | None = None
             if batching is not None:
                 batcher = self._batcher(entry.plan, version, stats)
                 results, queue_ns = await batcher.submit(feed, names)
             elif self._compute_avg_ns.get(key, 0.0) <= self._inline_ns:
                 results = runtime.predict(feed, names)
             else:
-                results = await asyncio.to_thread(runtime.predict, feed, names)
+                results, busy_ns = await asyncio.to_thread(_predict_timed, runtime, feed, names)
             infer_done = time.perf_counter_ns()
             spent = infer_done - input_done - queue_ns
+            sample = spent if busy_ns is None else busy_ns
             avg = self._compute_avg_ns.get(key)
-            self._compute_avg_ns[key] = spent if avg is None else avg + _EWMA * (spent - avg)
+            self._compute_avg_ns[key] = sample if avg is None else avg + _EWMA * (sample - avg)
             outputs = [
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
@@ -168,6 +171,18 @@ class DataPlane:
         """The signature of the version a request for (name, version) would use."""
         _, found = self.repository.resolve(name, version)
         return _signature(found)
+
+
+def _predict_timed(runtime: ModelRuntime, feed: Arrays, names: list[str]) -> tuple[Arrays, int]:
+    """Run in a worker thread; also return this thread's CPU time for the run.
+
+    The inline-or-thread estimate must not count the thread hop, the wait for the GIL or for
+    the event loop, nor other processes: under load those grow, and a wall-clock estimate
+    would keep a fast model off the loop for good after one slow moment.
+    """
+    started = time.thread_time_ns()
+    results = runtime.predict(feed, names)
+    return results, time.thread_time_ns() - started
 
 
 def _signature(found: VersionEntry) -> ModelSignature:

@@ -11,6 +11,14 @@ from typing import Any
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    Receive,
+    Scope,
+    Send,
+)
 
 from app.codecs import v2_binary, v2_json
 from app.dataplane import DataPlane
@@ -75,28 +83,38 @@ def model_version_metadata(
     return _dataplane(state).model_metadata(model, version).as_dict()
 
 
+# Inference is the hot path. The handlers take only the Request (path parameters come from the
+# router's own parse, no signature model or dependency work) and answer with a bare ASGI
+# callable (no Response object, header container or media-type negotiation): together worth
+# about a fifth of the server's time per request for a tiny model. Errors still raise and go
+# through the app's exception handlers, so they stay {"error": ...} with the right status.
+
+
 @post("/v2/models/{model:str}/infer", status_code=200)
-async def infer(
-    request: Request[Any, Any, Any], state: State, model: FromPath[str]
-) -> Response[bytes]:
-    return await _infer(request, state, model, None)
+async def infer(request: Request[Any, Any, Any]) -> ASGIApp:
+    return await _infer(request, request.path_params["model"], None)
 
 
 @post("/v2/models/{model:str}/versions/{version:str}/infer", status_code=200)
-async def infer_version(
-    request: Request[Any, Any, Any], state: State, model: FromPath[str], version: FromPath[str]
-) -> Response[bytes]:
-    return await _infer(request, state, model, version)
+async def infer_version(request: Request[Any, Any, Any]) -> ASGIApp:
+    params = request.path_params
+    return await _infer(request, params["model"], params["version"])
 
 
-async def _infer(
-    request: Request[Any, Any, Any], state: State, model: str, version: str | None
-) -> Response[bytes]:
-    dataplane = _dataplane(state)
+_HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
+_JSON_TYPE = (b"content-type", JSON.encode())
+_BINARY_TYPE = (b"content-type", b"application/octet-stream")
+
+
+async def _infer(request: Request[Any, Any, Any], model: str, version: str | None) -> ASGIApp:
+    dataplane: DataPlane = request.app.state.dataplane
     body = await request.body()
-    header_length = v2_binary.parse_header_length(
-        request.headers.get(v2_binary.HEADER_LENGTH), len(body)
-    )
+    raw_length = None
+    for key, value in request.scope["headers"]:  # ASGI header names are lower-case bytes
+        if key == _HEADER_LENGTH:
+            raw_length = value.decode("latin-1")
+            break
+    header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
         infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
     elif header_length == 0:
@@ -106,13 +124,31 @@ async def _infer(
         infer_request = v2_binary.decode_request(body, header_length, model, version)
     response = await dataplane.infer(infer_request)
     content, json_length = v2_binary.encode_response(infer_request, response)
+    size = (b"content-length", str(len(content)).encode())
     if json_length is None:
-        return Response(content, media_type=JSON)
-    return Response(
-        content,
-        media_type="application/octet-stream",
-        headers={"Inference-Header-Content-Length": str(json_length)},
-    )
+        return _reply(content, [_JSON_TYPE, size])
+    return _reply(content, [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())])
+
+
+def _reply(content: bytes, headers: list[tuple[bytes, bytes]]) -> ASGIApp:
+    """A 200 response as a bare ASGI callable (Litestar sends handler-returned ASGI apps as is)."""
+
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": headers,
+    }
+    body: HTTPResponseBodyEvent = {
+        "type": "http.response.body",
+        "body": content,
+        "more_body": False,
+    }
+
+    async def send_reply(scope: Scope, receive: Receive, send: Send) -> None:
+        await send(start)
+        await send(body)
+
+    return send_reply
 
 
 ROUTES = [
