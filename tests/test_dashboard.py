@@ -31,7 +31,7 @@ if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
 import tritonclient.http as httpclient  # noqa: E402
-from playwright.sync_api import Page, ViewportSize, expect  # noqa: E402
+from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright  # noqa: E402
 from servers import ServerProcess, grpc_available, start_server  # noqa: E402
 
 CHROMIUM_ARGS = [
@@ -79,15 +79,27 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     assert process.stop() == 0, process.log()
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    """Debian's Chromium, never a downloaded one (``playwright install`` is not used)."""
-    return {**browser_type_launch_args, "executable_path": str(CHROMIUM), "args": CHROMIUM_ARGS}
-
-
 @pytest.fixture(scope="module")
-def browser_context_args(server: ServerProcess) -> dict[str, Any]:
-    return {"base_url": server.http_url, "viewport": LAPTOP}
+def browser() -> Iterator[Browser]:
+    """Debian's Chromium (``playwright install`` is never used), for this module only.
+
+    Playwright's sync API keeps an event loop running in the main thread while it is started;
+    stopping it when this module ends keeps later tests free to use ``asyncio.run``.
+    """
+    driver = sync_playwright().start()
+    try:
+        chromium = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+    finally:
+        driver.stop()
+
+
+@pytest.fixture
+def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
+    context = browser.new_context(base_url=server.http_url, viewport=LAPTOP)
+    yield context.new_page()
+    context.close()
 
 
 @pytest.fixture(scope="module")
