@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.codecs.raw import check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
-from app.datatypes import DataType, as_bytes_array, element_count, lookup
+from app.datatypes import DATATYPES, DataType, as_bytes_array, element_count, lookup
 from app.errors import InvalidArgument, Unimplemented
 from app.grpc._generated import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
@@ -78,8 +78,10 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     inputs: list[Tensor] = []
     for index, item in enumerate(msg.inputs):
         name = item.name
-        datatype = datatype_of(name, item.datatype)
-        shape = check_shape(name, item.shape)
+        datatype = DATATYPES.get(item.datatype) or datatype_of(name, item.datatype)
+        shape = tuple(item.shape)  # int64 on the wire: only the sign needs checking
+        if shape and min(shape) < 0:
+            check_shape(name, shape)  # raises with the message
         if raw:
             if item.HasField("contents") and item.contents.ListFields():
                 raise InvalidArgument(
@@ -169,28 +171,37 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
     ``raw_output_contents`` must have one entry per output when used, so mixing is impossible:
     if any output wants raw (or is FP16, which has no typed field) all of them go raw.
     """
-    typed = all(
-        t.datatype in CONTENTS_FIELD and not wants_raw(request, t.name) for t in response.outputs
-    )
-    tensors = [
-        pb.ModelInferResponse.InferOutputTensor(
-            name=t.name,
-            datatype=t.datatype,
-            shape=t.shape,
-            contents=_typed_contents(t) if typed else None,
-            parameters=_parameters_to_proto(t.parameters) if t.parameters else None,
-        )
-        for t in response.outputs
-    ]
-    raw = None if typed else [_raw_bytes(t) for t in response.outputs]
-    return pb.ModelInferResponse(
+    outputs = response.outputs
+    typed = _typed_answer(request, outputs)
+    tensors = []
+    for t in outputs:
+        tensor = _OUTPUT(name=t.name, datatype=t.datatype, shape=t.shape)
+        if typed:
+            tensor.contents.CopyFrom(_typed_contents(t))
+        if t.parameters:
+            tensor.parameters.update(_parameters_to_proto(t.parameters))
+        tensors.append(tensor)
+    message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,
         id=response.id or "",
         outputs=tensors,
-        raw_output_contents=raw,
-        parameters=_parameters_to_proto(response.parameters) if response.parameters else None,
+        raw_output_contents=None if typed else [_raw_bytes(t) for t in outputs],
     )
+    if response.parameters:
+        message.parameters.update(_parameters_to_proto(response.parameters))
+    return message
+
+
+_OUTPUT = pb.ModelInferResponse.InferOutputTensor
+
+
+def _typed_answer(request: InferRequest, outputs: list[Tensor]) -> bool:
+    if "binary_data_output" not in request.parameters and not any(
+        o.parameters for o in request.outputs or ()
+    ):
+        return False  # the common case: nobody asked, answer raw
+    return all(t.datatype in CONTENTS_FIELD and not wants_raw(request, t.name) for t in outputs)
 
 
 def _parameters_to_proto(params: Parameters) -> dict[str, pb.InferParameter]:
@@ -198,8 +209,10 @@ def _parameters_to_proto(params: Parameters) -> dict[str, pb.InferParameter]:
 
 
 def _raw_bytes(tensor: Tensor) -> bytes:
-    buffer = tensor_to_buffer(lookup(tensor.datatype), tensor.data)
-    return buffer if isinstance(buffer, bytes) else bytes(buffer)
+    datatype = lookup(tensor.datatype)
+    if datatype.is_bytes:
+        return bytes(tensor_to_buffer(datatype, tensor.data))
+    return np.ascontiguousarray(tensor.data, dtype=datatype.dtype).tobytes()
 
 
 def _typed_contents(tensor: Tensor) -> pb.InferTensorContents:
