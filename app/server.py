@@ -24,6 +24,7 @@ from app.dataplane import DataPlane
 from app.model_control import ModelControl
 from app.repository import ModelRepository
 from app.rest import create_app
+from app.rest import extensions as rest_extensions
 from app.rest import grps as rest_grps
 from app.rest import repository as rest_repository
 from app.stats import Statistics
@@ -92,6 +93,7 @@ class ServeKit:
         app = create_app(
             self.dataplane,
             extra_routes=[
+                *rest_extensions.register(self.dataplane),
                 *dashboard.routes(),
                 *rest_repository.register(self.dataplane),
                 *rest_grps.register(self.dataplane),
