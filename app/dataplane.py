@@ -33,6 +33,7 @@ EXTENSIONS: list[str] = ["binary_tensor_data"]
 """Protocol extensions this server implements; adapters append theirs when registered."""
 
 _EWMA = 0.2  # weight of the newest compute time in the running average
+_OUTLIER = 4.0  # one sample counts as at most this many times the running average
 
 
 class DataPlane:
@@ -117,7 +118,11 @@ class DataPlane:
             spent = infer_done - input_done - queue_ns
             sample = spent if busy_ns is None else busy_ns
             avg = self._compute_avg_ns.get(key)
-            self._compute_avg_ns[key] = sample if avg is None else avg + _EWMA * (sample - avg)
+            if avg is None:
+                self._compute_avg_ns[key] = sample
+            else:  # clipped: a run preempted by another process must not move a fast model
+                # off the loop (in a thread, on a busy core, every GIL hand-off costs ~5 ms)
+                self._compute_avg_ns[key] = avg + _EWMA * (min(sample, _OUTLIER * avg) - avg)
             outputs = [
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
