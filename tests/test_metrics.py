@@ -6,7 +6,6 @@ import httpx
 import numpy as np
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
-
 from servers import ServerProcess
 
 
