@@ -1,29 +1,19 @@
 """Open Inference Protocol (V2) REST routes: health, metadata and inference.
 
-Handlers are thin: they read path and body, call one codec and the DataPlane, and encode.
-Inference bodies are read as raw bytes (no framework JSON parsing) and answered as bytes.
+Handlers are thin: they read the path, call the DataPlane and answer. Inference, the hot path,
+lives in :mod:`app.rest.infer` (bodies read as raw bytes and answered as bytes).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from litestar import Request, Response, get, post
+from litestar import Response, get
 from litestar.datastructures import State
 from litestar.params import FromPath
-from litestar.types import (
-    ASGIApp,
-    HTTPResponseBodyEvent,
-    HTTPResponseStartEvent,
-    Receive,
-    Scope,
-    Send,
-)
 
-from app.codecs import v2_binary, v2_json
 from app.dataplane import DataPlane
-
-JSON = "application/json"
+from app.rest.infer import infer, infer_version  # the hot path has a module of its own
 
 
 def _dataplane(state: State) -> DataPlane:
@@ -81,74 +71,6 @@ def model_version_metadata(
     state: State, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:
     return _dataplane(state).model_metadata(model, version).as_dict()
-
-
-# Inference is the hot path. The handlers take only the Request (path parameters come from the
-# router's own parse, no signature model or dependency work) and answer with a bare ASGI
-# callable (no Response object, header container or media-type negotiation): together worth
-# about a fifth of the server's time per request for a tiny model. Errors still raise and go
-# through the app's exception handlers, so they stay {"error": ...} with the right status.
-
-
-@post("/v2/models/{model:str}/infer", status_code=200)
-async def infer(request: Request[Any, Any, Any]) -> ASGIApp:
-    return await _infer(request, request.path_params["model"], None)
-
-
-@post("/v2/models/{model:str}/versions/{version:str}/infer", status_code=200)
-async def infer_version(request: Request[Any, Any, Any]) -> ASGIApp:
-    params = request.path_params
-    return await _infer(request, params["model"], params["version"])
-
-
-_HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
-_JSON_TYPE = (b"content-type", JSON.encode())
-_BINARY_TYPE = (b"content-type", b"application/octet-stream")
-
-
-async def _infer(request: Request[Any, Any, Any], model: str, version: str | None) -> ASGIApp:
-    dataplane: DataPlane = request.app.state.dataplane
-    body = await request.body()
-    raw_length = None
-    for key, value in request.scope["headers"]:  # ASGI header names are lower-case bytes
-        if key == _HEADER_LENGTH:
-            raw_length = value.decode("latin-1")
-            break
-    header_length = v2_binary.parse_header_length(raw_length, len(body))
-    if header_length is None:
-        infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
-    elif header_length == 0:
-        signature = dataplane.signature_of(model, version)
-        infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
-    else:
-        infer_request = v2_binary.decode_request(body, header_length, model, version)
-    response = await dataplane.infer(infer_request)
-    content, json_length = v2_binary.encode_response(infer_request, response)
-    size = (b"content-length", str(len(content)).encode())
-    if json_length is None:
-        return _reply(content, [_JSON_TYPE, size])
-    return _reply(content, [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())])
-
-
-def _reply(content: bytes, headers: list[tuple[bytes, bytes]]) -> ASGIApp:
-    """A 200 response as a bare ASGI callable (Litestar sends handler-returned ASGI apps as is)."""
-
-    start: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": 200,
-        "headers": headers,
-    }
-    body: HTTPResponseBodyEvent = {
-        "type": "http.response.body",
-        "body": content,
-        "more_body": False,
-    }
-
-    async def send_reply(scope: Scope, receive: Receive, send: Send) -> None:
-        await send(start)
-        await send(body)
-
-    return send_reply
 
 
 ROUTES = [

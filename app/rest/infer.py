@@ -1,0 +1,139 @@
+"""The V2 inference routes: the server's hot path, answered by a bare ASGI app.
+
+Litestar declares the two routes, and keeps doing everything around them: routing and path
+parameters, the OpenAPI document, 405 and OPTIONS, and the exception handlers that turn errors
+into ``{"error": ...}`` with the right status. The request itself is answered by
+:func:`serve_infer`, installed as the routes' handler-level middleware: it runs before
+Litestar builds a ``Request``, resolves handler arguments, opens the dependency exit stack and
+turns a return value into a response. For a tiny model, with the server on one core, that
+framework work plus ``Request.body()`` was about 30 us of the ~110 us one request cost
+(docs/performance.md); the body is read here instead, under the same ``request_max_body_size``
+rules. The handler functions return the same ASGI app, so the routes still answer (slower)
+should the middleware ever be dropped.
+
+(A Litestar ``@asgi`` route would be the obvious tool, but Litestar 2.x fails to route an
+``@asgi`` handler with path parameters for any HTTP method, and drops it from OpenAPI.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+from litestar import Request, post
+from litestar.exceptions import ClientException, InternalServerException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.handlers import HTTPRouteHandler
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    Receive,
+    Scope,
+    Send,
+)
+
+from app.codecs import v2_binary, v2_json
+from app.dataplane import DataPlane
+
+_HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
+_CONTENT_LENGTH = b"content-length"
+_JSON_TYPE = (b"content-type", b"application/json")
+_BINARY_TYPE = (b"content-type", b"application/octet-stream")
+
+
+async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one inference request (JSON, binary extension or raw binary) on its own."""
+    params = scope["path_params"]
+    model: str = params["model"]
+    version: str | None = params.get("version")
+    dataplane: DataPlane = scope["litestar_app"].state.dataplane
+    body = await read_body(scope, receive)
+    raw_length = None
+    for key, value in scope["headers"]:  # ASGI header names are lower-case bytes
+        if key == _HEADER_LENGTH:
+            raw_length = value.decode("latin-1")
+            break
+    header_length = v2_binary.parse_header_length(raw_length, len(body))
+    if header_length is None:
+        infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
+    elif header_length == 0:
+        signature = dataplane.signature_of(model, version)
+        infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
+    else:
+        infer_request = v2_binary.decode_request(body, header_length, model, version)
+    response = await dataplane.infer(infer_request)
+    content, json_length = v2_binary.encode_response(infer_request, response)
+    size = (_CONTENT_LENGTH, str(len(content)).encode())
+    headers = [_JSON_TYPE, size]
+    if json_length is not None:
+        headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": headers,
+    }
+    await send(start)
+    reply: HTTPResponseBodyEvent = {
+        "type": "http.response.body",
+        "body": content,
+        "more_body": False,
+    }
+    await send(reply)
+
+
+async def read_body(scope: Scope, receive: Receive) -> bytes:
+    """The whole request body, refused as Litestar's ``Request.body()`` would refuse it.
+
+    The route's ``request_max_body_size`` bounds both the announced Content-Length (checked
+    before anything is read) and the bytes actually received.
+    """
+    handler = cast("HTTPRouteHandler", scope["route_handler"])
+    limit = handler.resolve_request_max_body_size() or math.inf
+    for key, value in scope["headers"]:
+        if key == _CONTENT_LENGTH:
+            try:
+                announced = int(value)
+            except ValueError:
+                raise ClientException(
+                    f"Invalid content-length: {value.decode('latin-1')!r}"
+                ) from None
+            if announced > limit:
+                raise RequestEntityTooLarge
+            break
+    chunks: list[bytes] = []
+    received = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                received += len(chunk)
+                if received > limit:
+                    raise RequestEntityTooLarge
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        elif message["type"] == "http.disconnect":
+            raise InternalServerException("client disconnected prematurely")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _answer_directly(app: ASGIApp) -> ASGIApp:
+    """Handler-level middleware factory: ``serve_infer`` answers instead of Litestar's own
+    request handling (``app``)."""
+    return serve_infer
+
+
+@post("/v2/models/{model:str}/infer", status_code=200, middleware=[_answer_directly])
+async def infer(request: Request[Any, Any, Any]) -> ASGIApp:
+    return serve_infer
+
+
+@post(
+    "/v2/models/{model:str}/versions/{version:str}/infer",
+    status_code=200,
+    middleware=[_answer_directly],
+)
+async def infer_version(request: Request[Any, Any, Any]) -> ASGIApp:
+    return serve_infer
