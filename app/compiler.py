@@ -89,7 +89,7 @@ class ServePlan:
 def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None = None) -> ServePlan:
     """Compile ``config``; raise ConfigError listing every model whose runtime cannot be chosen."""
     runtimes = merged_runtimes(config.runtimes)
-    cores = os.cpu_count() or 1
+    cores = available_cores()
     total_instances = sum(m.instances for m in config.models) or 1
     issues: list[ConfigIssue] = []
     models: list[ModelPlan] = []
@@ -106,6 +106,14 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path)
+
+
+def available_cores() -> int:
+    """Cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
 
 
 def merged_runtimes(declared: list[RuntimeConfig]) -> dict[str, RuntimeConfig]:

@@ -19,14 +19,20 @@ dir, and Python models cannot be pushed as files.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from app import storage
-from app.compiler import ModelPlan, ServePlan, choose_runtime, plan_model, resolve_options
+from app.compiler import (
+    ModelPlan,
+    ServePlan,
+    available_cores,
+    choose_runtime,
+    plan_model,
+    resolve_options,
+)
 from app.config import MODEL_NAME, ModelConfig, RuntimeConfig
 from app.errors import InvalidArgument, NotFound
 from app.pushed_config import check_sources, parse_load_config
@@ -161,9 +167,7 @@ class ModelControl:
         """Plan one model against the runtimes of the plan in force."""
         runtime = self._runtime_for(model)
         total = sum(e.plan.instances for e in self.repository.entries()) + model.instances
-        options = resolve_options(
-            runtime.options, model.runtime_options, os.cpu_count() or 1, total
-        )
+        options = resolve_options(runtime.options, model.runtime_options, available_cores(), total)
         return plan_model(model, runtime, options, self.plan.base_dir)
 
     def _runtime_for(self, model: ModelConfig) -> RuntimeConfig:
