@@ -117,11 +117,12 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         import uvloop
 
-        runner = uvloop.run
+        loop_factory: Any = uvloop.new_event_loop
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        runner = asyncio.run
+        loop_factory = None
     try:
-        runner(_run(plan))
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_run(plan))
     except OSError as exc:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1

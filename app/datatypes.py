@@ -19,7 +19,7 @@ class DataType:
     """One V2 datatype and its numpy counterpart."""
 
     name: str
-    dtype: np.dtype  # type: ignore[type-arg]
+    dtype: np.dtype
     itemsize: int  # bytes per element on the wire; 0 for variable-size BYTES
 
     @property
@@ -52,7 +52,7 @@ DATATYPES: dict[str, DataType] = {
 }
 
 # Inverse, derived: numpy dtype (native byte order) -> V2 datatype. Unicode strings map to BYTES.
-_BY_NUMPY: dict[np.dtype, DataType] = {  # type: ignore[type-arg]
+_BY_NUMPY: dict[np.dtype, DataType] = {
     d.dtype.newbyteorder("="): d for d in DATATYPES.values() if not d.is_bytes
 }
 
@@ -66,7 +66,7 @@ def lookup(name: str) -> DataType:
         raise InvalidArgument(f"unknown datatype {name!r}; expected one of {known}") from None
 
 
-def from_numpy(dtype: np.dtype) -> DataType:  # type: ignore[type-arg]
+def from_numpy(dtype: np.dtype) -> DataType:
     """The V2 datatype of a numpy dtype (object, bytes and str arrays are BYTES)."""
     if dtype.kind in "OSU":
         return DATATYPES["BYTES"]
@@ -86,7 +86,7 @@ def element_count(shape: tuple[int, ...] | list[int]) -> int:
     return count
 
 
-def as_bytes_array(array: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def as_bytes_array(array: np.ndarray) -> np.ndarray:
     """A BYTES tensor as an object array of ``bytes`` (str elements encoded as UTF-8)."""
     if array.dtype.kind == "O" and all(isinstance(x, bytes) for x in array.flat):
         return array

@@ -22,7 +22,7 @@ class Tensor:
     name: str
     datatype: str
     shape: tuple[int, ...]
-    data: np.ndarray  # type: ignore[type-arg]
+    data: np.ndarray
     parameters: Parameters = field(default_factory=dict)
 
 

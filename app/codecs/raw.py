@@ -42,7 +42,7 @@ def tensor_from_bytes(
     buffer: Buffer,
     offset: int = 0,
     size: int | None = None,
-) -> np.ndarray:  # type: ignore[type-arg]
+) -> np.ndarray:
     """Decode ``size`` bytes of ``buffer`` at ``offset`` into an array of ``shape``.
 
     The element count implied by ``shape`` is checked against the byte size *before* anything
@@ -64,7 +64,7 @@ def tensor_from_bytes(
     return _bytes_elements(name, shape, count, memoryview(buffer)[offset : offset + size])
 
 
-def _bytes_elements(name: str, shape: tuple[int, ...], count: int, view: memoryview) -> np.ndarray:  # type: ignore[type-arg]
+def _bytes_elements(name: str, shape: tuple[int, ...], count: int, view: memoryview) -> np.ndarray:
     """Split length-prefixed BYTES elements; every byte must belong to exactly one element."""
     if count > len(view) // 4:
         raise InvalidArgument(
@@ -92,7 +92,7 @@ def _bytes_elements(name: str, shape: tuple[int, ...], count: int, view: memoryv
     return out.reshape(shape)
 
 
-def tensor_to_buffer(datatype: DataType, array: np.ndarray) -> Buffer:  # type: ignore[type-arg]
+def tensor_to_buffer(datatype: DataType, array: np.ndarray) -> Buffer:
     """The raw layout of ``array`` as a bytes-like object (no copy for contiguous arrays)."""
     if datatype.is_bytes:
         parts: list[bytes] = []

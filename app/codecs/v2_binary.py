@@ -45,7 +45,7 @@ def decode_request(
     obj = v2_json.loads(view[:header_length])
     cursor = header_length
 
-    def take(name: str, datatype: DataType, shape: tuple[int, ...], size: int) -> np.ndarray:  # type: ignore[type-arg]
+    def take(name: str, datatype: DataType, shape: tuple[int, ...], size: int) -> np.ndarray:
         nonlocal cursor
         if cursor + size > len(body):
             raise InvalidArgument(

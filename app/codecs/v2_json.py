@@ -22,7 +22,7 @@ from app.errors import InvalidArgument
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
 # Given (name, datatype, shape, binary_data_size) return the decoded array.
-BinaryResolver = Callable[[str, DataType, tuple[int, ...], int], np.ndarray]  # type: ignore[type-arg]
+BinaryResolver = Callable[[str, DataType, tuple[int, ...], int], np.ndarray]
 
 _KIND_OK = {
     "BOOL": "b",
@@ -137,7 +137,7 @@ def _decode_input(item: object, binary: BinaryResolver | None) -> Tensor:
 
 def json_data_to_array(
     name: str, datatype: DataType, shape: tuple[int, ...], data: object
-) -> np.ndarray:  # type: ignore[type-arg]
+) -> np.ndarray:
     """Convert nested or flat JSON ``data`` to an array of ``shape``, checking kinds strictly.
 
     ``1.5`` for an INT32 input or ``"a"`` for FP32 is an error, not a silent cast; integers out
@@ -176,7 +176,7 @@ def json_data_to_array(
         return inferred.astype(datatype.dtype, copy=False).reshape(shape)
 
 
-def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:
     """Numbers mixed with the strings "NaN"/"Infinity"/"-Infinity" (our JSON output) as floats."""
     flat: list[Any] = []
     _flatten(data, flat)
@@ -191,7 +191,7 @@ def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:  # type: i
     return np.array(values, dtype=np.float64).reshape(inferred.shape)
 
 
-def _exact_ints(name: str, datatype: DataType, data: list[Any], inferred: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _exact_ints(name: str, datatype: DataType, data: list[Any], inferred: np.ndarray) -> np.ndarray:
     """numpy turns ints beyond int64 (UINT64 above 2**63-1) into float64; convert exactly."""
     flat: list[Any] = []
     _flatten(data, flat)
@@ -206,13 +206,13 @@ def _exact_ints(name: str, datatype: DataType, data: list[Any], inferred: np.nda
         ) from None
 
 
-def _describe(dtype: np.dtype) -> str:  # type: ignore[type-arg]
+def _describe(dtype: np.dtype) -> str:
     return {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings"}.get(
         dtype.kind, "mixed values"
     )
 
 
-def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[Any]) -> np.ndarray:  # type: ignore[type-arg]
+def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[Any]) -> np.ndarray:
     _nested_shape(name, data)  # ragged nesting is refused, as numpy refuses it for numbers
     flat: list[Any] = []
     _flatten(data, flat)

@@ -15,7 +15,7 @@ class LoadError(Exception):
     """A model version that cannot load; the message is shown as its UNAVAILABLE reason."""
 
 
-Arrays = dict[str, np.ndarray]  # type: ignore[type-arg]
+Arrays = dict[str, np.ndarray]
 
 
 class ModelRuntime(Protocol):

@@ -113,7 +113,7 @@ class OnnxModel:
         self._sessions.clear()
 
 
-def _bytes_to_str(name: str, array: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _bytes_to_str(name: str, array: np.ndarray) -> np.ndarray:
     """ONNX string tensors hold UTF-8 text: decode, refusing bytes that are not text."""
     out = np.empty(array.shape, dtype=object)
     flat = out.reshape(-1)
@@ -127,7 +127,7 @@ def _bytes_to_str(name: str, array: np.ndarray) -> np.ndarray:  # type: ignore[t
     return out
 
 
-def _str_to_bytes(array: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def _str_to_bytes(array: np.ndarray) -> np.ndarray:
     out = np.empty(array.shape, dtype=object)
     flat = out.reshape(-1)
     for i, item in enumerate(array.flat):
