@@ -26,6 +26,11 @@ class DataType:
     def is_bytes(self) -> bool:
         return self.name == "BYTES"
 
+    @property
+    def config_name(self) -> str:
+        """Triton's model-configuration enum name (BYTES is TYPE_STRING there)."""
+        return "TYPE_STRING" if self.is_bytes else f"TYPE_{self.name}"
+
 
 def _dt(name: str, dtype: str) -> DataType:
     np_dtype = np.dtype(dtype)
@@ -102,3 +107,25 @@ def as_bytes_array(array: np.ndarray) -> np.ndarray:
         else:
             flat[i] = str(item).encode("utf-8")
     return out
+
+
+def from_config_name(name: str) -> DataType:
+    """The datatype of a Triton model-configuration name (``TYPE_FP32``, ``TYPE_STRING``)."""
+    bare = name.removeprefix("TYPE_")
+    return lookup("BYTES" if bare == "STRING" else bare)
+
+
+def narrow_integers(label: str, values: np.ndarray, datatype: DataType) -> np.ndarray:
+    """Integers carried in a wider type (JSON numbers, int32 contents, ...) as ``datatype``.
+
+    Every wire format that carries small integers widened goes through here, so a value that
+    does not fit is refused with the same message everywhere instead of silently wrapping.
+    """
+    target = datatype.dtype
+    if values.size and values.dtype != target:
+        info = np.iinfo(target)
+        if int(values.min()) < info.min or int(values.max()) > info.max:
+            raise InvalidArgument(
+                f"{label}: value out of range for {datatype.name} [{info.min}, {info.max}]"
+            )
+    return values.astype(target, copy=False)

@@ -14,27 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from app.compiler import ModelPlan
 from app.config import VersionPolicy
+from app.datatypes import lookup
 from app.types import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
     from app.dataplane import DataPlane
-
-# V2 datatype -> Triton model-config DataType enum name (BYTES is TYPE_STRING in Triton).
-CONFIG_DATATYPE: dict[str, str] = {
-    "BOOL": "TYPE_BOOL",
-    "UINT8": "TYPE_UINT8",
-    "UINT16": "TYPE_UINT16",
-    "UINT32": "TYPE_UINT32",
-    "UINT64": "TYPE_UINT64",
-    "INT8": "TYPE_INT8",
-    "INT16": "TYPE_INT16",
-    "INT32": "TYPE_INT32",
-    "INT64": "TYPE_INT64",
-    "FP16": "TYPE_FP16",
-    "FP32": "TYPE_FP32",
-    "FP64": "TYPE_FP64",
-    "BYTES": "TYPE_STRING",
-}
 
 # Runtime implementation -> the Triton backend that plays the same role.
 BACKEND: dict[str, str] = {"onnxruntime": "onnxruntime", "python": "python"}
@@ -96,7 +80,7 @@ def dims(spec: TensorSpec, max_batch_size: int) -> list[int]:
 def _input(spec: TensorSpec, batch: int) -> dict[str, Any]:
     return {
         "name": spec.name,
-        "data_type": CONFIG_DATATYPE[spec.datatype],
+        "data_type": lookup(spec.datatype).config_name,
         "format": "FORMAT_NONE",
         "dims": dims(spec, batch),
     }
@@ -105,7 +89,7 @@ def _input(spec: TensorSpec, batch: int) -> dict[str, Any]:
 def _output(spec: TensorSpec, batch: int) -> dict[str, Any]:
     return {
         "name": spec.name,
-        "data_type": CONFIG_DATATYPE[spec.datatype],
+        "data_type": lookup(spec.datatype).config_name,
         "dims": dims(spec, batch),
     }
 

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from app.config import ModelConfig
+from app.datatypes import from_config_name
 from app.errors import InvalidArgument
 
 # Triton platform / backend names -> servekit model format.
@@ -144,8 +145,7 @@ def _tensor(item: object, batch: int, kind: str) -> dict[str, Any]:
     out: dict[str, Any] = {"name": item["name"]}
     datatype = _get(item, "data_type")
     if isinstance(datatype, str):
-        bare = datatype.removeprefix("TYPE_")
-        out["datatype"] = "BYTES" if bare == "STRING" else bare
+        out["datatype"] = from_config_name(datatype).name
     dims = item.get("dims")
     if dims is not None:
         shape = [_int(d, f"{kind} {item['name']} dims") for d in _list(dims, "dims")]

@@ -45,6 +45,19 @@ class InferRequest:
     outputs: list[RequestedOutput] | None = None
     parameters: Parameters = field(default_factory=dict)
 
+    def wants_binary(self, output: str, default: bool) -> bool:
+        """Whether ``output`` goes back as raw bytes rather than JSON/typed values.
+
+        The same parameters decide on every transport: the output's own ``binary_data``, else
+        the request's ``binary_data_output``, else the transport's ``default`` (HTTP: JSON,
+        gRPC: raw contents).
+        """
+        if self.outputs:
+            for requested in self.outputs:
+                if requested.name == output and "binary_data" in requested.parameters:
+                    return bool(requested.parameters["binary_data"])
+        return bool(self.parameters.get("binary_data_output", default))
+
 
 @dataclass(slots=True)
 class InferResponse:

@@ -104,7 +104,7 @@ def test_requested_output_parameters_choose_raw_per_output() -> None:
     request = InferRequest(
         "m", [], outputs=[RequestedOutput("a", {"binary_data": False}), RequestedOutput("b")]
     )
-    assert not v2_proto.wants_raw(request, "a") and v2_proto.wants_raw(request, "b")
+    assert not request.wants_binary("a", default=True) and request.wants_binary("b", default=True)
     data = np.ones(2, np.int32)
     outputs = [Tensor("a", "INT32", (2,), data), Tensor("b", "INT32", (2,), data)]
     encoded = v2_proto.encode_response(request, InferResponse("m", "1", outputs))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.datatypes import element_count, lookup
+from app.datatypes import element_count, lookup, narrow_integers
 from app.errors import InvalidArgument, NotFound
 from app.grpc._generated import grps_pb2 as pb
 from app.repository import ModelRepository
@@ -188,12 +188,8 @@ def _narrow(label: str, wire: NDArray[Any], datatype: str) -> NDArray[Any]:
     if datatype == "BOOL":
         if wire.size and not np.isin(wire, (0, 1)).all():
             raise InvalidArgument(f"tensor {label} is BOOL: values must be 0 or 1")
-    elif target.kind in "iu" and target != wire.dtype and wire.size:
-        info = np.iinfo(target)
-        if int(wire.min()) < info.min or int(wire.max()) > info.max:
-            raise InvalidArgument(
-                f"tensor {label}: values must lie in [{info.min}, {info.max}] for {datatype}"
-            )
+    elif target.kind in "iu":
+        return narrow_integers(f"tensor {label}", wire, lookup(datatype))
     return wire.astype(target, copy=False)
 
 

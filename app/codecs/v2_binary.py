@@ -119,15 +119,6 @@ def _infer_shape(spec: TensorSpec, datatype: DataType, size: int) -> tuple[int, 
     return tuple(shape)
 
 
-def wants_binary(request: InferRequest, name: str) -> bool:
-    """Whether output ``name`` goes back as binary data: per-output setting, else request-wide."""
-    if request.outputs:
-        for requested in request.outputs:
-            if requested.name == name and "binary_data" in requested.parameters:
-                return bool(requested.parameters["binary_data"])
-    return bool(request.parameters.get("binary_data_output", False))
-
-
 def encode_response(request: InferRequest, response: InferResponse) -> tuple[bytes, int | None]:
     """Encode a response as JSON, or JSON plus binary data when any output asks for it.
 
@@ -137,7 +128,7 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
     buffers: list[Buffer] = []
     for tensor in response.outputs:
         entry = v2_json.output_entry(tensor)
-        if wants_binary(request, tensor.name):
+        if request.wants_binary(tensor.name, default=False):
             buffer = tensor_to_buffer(lookup(tensor.datatype), tensor.data)
             entry.setdefault("parameters", {})["binary_data_size"] = memoryview(buffer).nbytes
             buffers.append(buffer)

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from app.codecs.raw import check_shape, datatype_of
-from app.datatypes import DataType, element_count
+from app.datatypes import DataType, element_count, narrow_integers
 from app.errors import InvalidArgument
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -165,13 +165,8 @@ def json_data_to_array(
             f"input {name!r}: 'data' holds {_describe(inferred.dtype)}, "
             f"not valid for {datatype.name}"
         )
-    if inferred.dtype.kind in "iu" and datatype.dtype.kind in "iu" and count:
-        info = np.iinfo(datatype.dtype)
-        low, high = inferred.min(), inferred.max()
-        if low < info.min or high > info.max:
-            raise InvalidArgument(
-                f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
-            )
+    if inferred.dtype.kind in "iu" and datatype.dtype.kind in "iu":
+        inferred = narrow_integers(f"input {name!r}", inferred, datatype)
     with np.errstate(over="ignore"):  # 1e300 as FP32 is inf, as in Triton (a C cast)
         return inferred.astype(datatype.dtype, copy=False).reshape(shape)
 

@@ -18,7 +18,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.codecs.raw import check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
-from app.datatypes import DATATYPES, DataType, as_bytes_array, element_count, lookup
+from app.datatypes import (
+    DATATYPES,
+    DataType,
+    as_bytes_array,
+    element_count,
+    lookup,
+    narrow_integers,
+)
 from app.errors import InvalidArgument, Unimplemented
 from app.grpc._generated import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
@@ -144,27 +151,13 @@ def typed_to_array(
         array = np.empty(count, dtype=object)
         array[:] = list(values)
         return array.reshape(shape)
-    if datatype.name in _NARROW and count:
+    if datatype.name in _NARROW:
         wide = np.fromiter(values, dtype=_WIDE_DTYPE[field], count=count)
-        info = np.iinfo(datatype.dtype)
-        if wide.min() < info.min or wide.max() > info.max:
-            raise InvalidArgument(
-                f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
-            )
-        return wide.astype(datatype.dtype).reshape(shape)
+        return narrow_integers(f"input {name!r}", wide, datatype).reshape(shape)
     return np.fromiter(values, dtype=datatype.dtype, count=count).reshape(shape)
 
 
 # -- responses ----------------------------------------------------------------------------------
-def wants_raw(request: InferRequest, name: str) -> bool:
-    """Whether output ``name`` should go back raw: per-output, else request-wide, else yes."""
-    if request.outputs:
-        for requested in request.outputs:
-            if requested.name == name and "binary_data" in requested.parameters:
-                return bool(requested.parameters["binary_data"])
-    return bool(request.parameters.get("binary_data_output", True))
-
-
 def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelInferResponse:
     """Encode a response: raw output contents, or typed contents if every output asked so.
 
@@ -201,7 +194,10 @@ def _typed_answer(request: InferRequest, outputs: list[Tensor]) -> bool:
         o.parameters for o in request.outputs or ()
     ):
         return False  # the common case: nobody asked, answer raw
-    return all(t.datatype in CONTENTS_FIELD and not wants_raw(request, t.name) for t in outputs)
+    return all(
+        t.datatype in CONTENTS_FIELD and not request.wants_binary(t.name, default=True)
+        for t in outputs
+    )
 
 
 def _parameters_to_proto(params: Parameters) -> dict[str, pb.InferParameter]:
@@ -209,10 +205,8 @@ def _parameters_to_proto(params: Parameters) -> dict[str, pb.InferParameter]:
 
 
 def _raw_bytes(tensor: Tensor) -> bytes:
-    datatype = lookup(tensor.datatype)
-    if datatype.is_bytes:
-        return bytes(tensor_to_buffer(datatype, tensor.data))
-    return np.ascontiguousarray(tensor.data, dtype=datatype.dtype).tobytes()
+    """The raw layout as ``bytes`` (what a repeated protobuf bytes field takes): one copy."""
+    return bytes(tensor_to_buffer(lookup(tensor.datatype), tensor.data))
 
 
 def _typed_contents(tensor: Tensor) -> pb.InferTensorContents:
