@@ -16,7 +16,7 @@ from typing import Any
 from app import __version__
 from app.batching import DynamicBatcher
 from app.compiler import ModelPlan
-from app.errors import Internal, InvalidArgument, ServeError
+from app.errors import Internal, InvalidArgument, ServeError, Unimplemented
 from app.repository import ModelRepository, State, VersionEntry
 from app.runtimes.base import Arrays, ModelRuntime
 from app.stats import Statistics, VersionStats
@@ -99,8 +99,8 @@ class DataPlane:
             if runtime is None:
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
             signature = runtime.signature
-            feed = validate_inputs(request, signature.inputs, entry.plan.max_batch_size)
-            wanted = requested_outputs(request, signature.outputs)
+            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            wanted = requested_outputs(request, signature)
             input_done = time.perf_counter_ns()
             key = (entry.plan.name, version.version)
             batching = entry.plan.config.dynamic_batching if entry.plan.config else None
@@ -203,10 +203,9 @@ def _batch_size(request: InferRequest, max_batch_size: int) -> int:
 
 
 def validate_inputs(
-    request: InferRequest, specs: tuple[TensorSpec, ...], max_batch_size: int = 0
+    request: InferRequest, by_name: dict[str, TensorSpec], max_batch_size: int = 0
 ) -> dict[str, Any]:
     """Check every input against the model's metadata; return name -> array for the runtime."""
-    by_name = {s.name: s for s in specs}
     feed: dict[str, Any] = {}
     for tensor in request.inputs:
         spec = by_name.get(tensor.name)
@@ -245,13 +244,19 @@ def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
         )
 
 
-def requested_outputs(request: InferRequest, specs: tuple[TensorSpec, ...]) -> list[TensorSpec]:
+def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[TensorSpec]:
     """The outputs to compute: those asked for, in the order asked, or all of them."""
     if not request.outputs:
-        return list(specs)
-    by_name = {s.name: s for s in specs}
+        return list(signature.outputs)
+    by_name = signature.output_index
     wanted = []
     for requested in request.outputs:
+        if requested.parameters.get("classification"):
+            # Any transport may carry the parameter; none may have it silently ignored.
+            raise Unimplemented(
+                f"output {requested.name!r} asks for classification, an extension servekit "
+                "does not offer; request the tensor itself"
+            )
         spec = by_name.get(requested.name)
         if spec is None:
             raise InvalidArgument(

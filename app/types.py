@@ -84,10 +84,20 @@ class TensorSpec:
 
 @dataclass(frozen=True, slots=True)
 class ModelSignature:
-    """What a loaded model version takes and gives."""
+    """What a loaded model version takes and gives.
+
+    The name indexes are built once per loaded version, not on every request that checks
+    its inputs against them.
+    """
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    input_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
+    output_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "input_index", {s.name: s for s in self.inputs})
+        object.__setattr__(self, "output_index", {s.name: s for s in self.outputs})
 
 
 @dataclass(frozen=True, slots=True)

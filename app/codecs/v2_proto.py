@@ -26,7 +26,7 @@ from app.datatypes import (
     lookup,
     narrow_integers,
 )
-from app.errors import InvalidArgument, Unimplemented
+from app.errors import InvalidArgument
 from app.grpc._generated import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -105,12 +105,6 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
             RequestedOutput(o.name, parameters_from_proto(o.parameters) if o.parameters else {})
             for o in msg.outputs
         ]
-        for requested in outputs:
-            if requested.parameters.get("classification"):
-                raise Unimplemented(
-                    f"output {requested.name!r} asks for classification, an extension servekit "
-                    "does not offer; request the tensor itself"
-                )
     return InferRequest(
         model_name=msg.model_name,
         model_version=msg.model_version or None,

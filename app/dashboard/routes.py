@@ -70,24 +70,24 @@ def models(state: State, request: Request[Any, Any, Any]) -> Response[str]:
     )
 
 
-@get("/models/{name:str}", sync_to_thread=False, include_in_schema=False)
-def model_page(state: State, name: FromPath[str]) -> Response[str]:
+def _model_view(state: State, name: str, template: str) -> Response[str]:
+    """A page about one model (its details, or its try-it-out form); 404 page if unknown."""
     src = sources(state)
     try:
         model = views.model_detail(src, name)
     except NotFound as exc:
         return _not_found(src, exc.message)
-    return _page("model.html", page="models", server=views.overview(src), model=model)
+    return _page(template, page="models", server=views.overview(src), model=model)
+
+
+@get("/models/{name:str}", sync_to_thread=False, include_in_schema=False)
+def model_page(state: State, name: FromPath[str]) -> Response[str]:
+    return _model_view(state, name, "model.html")
 
 
 @get("/models/{name:str}/try", sync_to_thread=False, include_in_schema=False)
 def try_page(state: State, name: FromPath[str]) -> Response[str]:
-    src = sources(state)
-    try:
-        model = views.model_detail(src, name)
-    except NotFound as exc:
-        return _not_found(src, exc.message)
-    return _page("try.html", page="models", server=views.overview(src), model=model)
+    return _model_view(state, name, "try.html")
 
 
 @get("/dashboard/api/overview", sync_to_thread=False, include_in_schema=False)
