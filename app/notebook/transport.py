@@ -17,24 +17,16 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from app.errors import (
-    Internal,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-    ServeError,
-    Unavailable,
-    Unimplemented,
-)
+from app.errors import Internal, ResourceExhausted, ServeError
+from app.rest.errors import HTTP_STATUS
 
+# The server's own code -> status table, read backwards: a client-side error is the same
+# transport-neutral error the core raised on the server (500 and unknown statuses: Internal).
+_ERROR_CLASS = {cls.code: cls for cls in ServeError.__subclasses__()}
 _BY_STATUS: dict[int, type[ServeError]] = {
-    400: InvalidArgument,
-    404: NotFound,
-    413: ResourceExhausted,
-    429: ResourceExhausted,
-    501: Unimplemented,
-    503: Unavailable,
+    status: _ERROR_CLASS[code] for code, status in HTTP_STATUS.items() if code in _ERROR_CLASS
 }
+_BY_STATUS[429] = ResourceExhausted  # proxies in front of a server may answer "too many"
 
 
 @dataclass(frozen=True)
