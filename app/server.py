@@ -114,6 +114,9 @@ class ServeKit:
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         if server.grpc_port is not None:
+            from app.grpc import tuning
+
+            tuning.prefer_poller_io()  # before grpcio is imported (below)
             from app.grpc import grps_servicer
             from app.grpc.server import start_grpc_server
 

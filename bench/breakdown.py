@@ -31,6 +31,8 @@ from workload import make_workload
 
 from app.cli import load_plan
 from app.codecs import v2_binary, v2_json
+from app.grpc._generated import grpc_service_pb2 as pb
+from app.grpc.servicer import InferenceServicer
 from app.rest import create_app
 from app.server import ServeKit
 
@@ -144,6 +146,10 @@ async def _stages(kit: ServeKit, workload: Any, profile: bool) -> None:
     session = runtime._sessions[0]  # type: ignore[attr-defined]
     feed = {"input": request.inputs[0].data}
     app = create_app(dataplane)
+    grpc_request = pb.ModelInferRequest(model_name="mlp")
+    grpc_request.inputs.add(name="input", datatype="FP32", shape=feed["input"].shape)
+    grpc_request.raw_input_contents.append(feed["input"].tobytes())
+    servicer = InferenceServicer(dataplane)
     stages: list[tuple[str, Callable[[], Any]]] = [
         ("onnxruntime session.run", lambda: session.run(["output"], feed)),
         ("runtime.predict (servekit's ORT wrapper)", lambda: runtime.predict(feed, ["output"])),
@@ -160,6 +166,10 @@ async def _stages(kit: ServeKit, workload: Any, profile: bool) -> None:
         (
             "binary: encode_response",
             lambda: v2_binary.encode_response(binary_request, binary_response),
+        ),
+        (
+            "gRPC: ModelInfer handler, raw contents",
+            lambda: servicer.ModelInfer(grpc_request, None),  # type: ignore[arg-type]
         ),
         ("do-nothing ASGI app (in-process)", asgi_call(noop_app, json_body, None)),
         (

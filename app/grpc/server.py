@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from app.config import ServerConfig
 from app.dataplane import DataPlane
-from app.grpc import health, servicer
+from app.grpc import health, servicer, tuning
 from app.grpc._generated import POOL
 from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
 
@@ -61,6 +61,7 @@ async def start_grpc_server(
     if port == 0:  # older grpcio reports a failed bind this way
         raise OSError(f"cannot listen for gRPC on {address}")
     await aio_server.start()
+    tuning.lower_poller_priority(server.grpc_poller_nice)
     return GrpcServer(aio_server, health_servicer), port
 
 
