@@ -7,7 +7,10 @@ BYTES has no fixed size; its numpy form is an object array of ``bytes``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
+from typing import Any
 
 import numpy as np
 
@@ -129,3 +132,82 @@ def narrow_integers(label: str, values: np.ndarray, datatype: DataType) -> np.nd
                 f"{label}: value out of range for {datatype.name} [{info.min}, {info.max}]"
             )
     return values.astype(target, copy=False)
+
+
+def narrow_floats(label: str, values: np.ndarray, datatype: DataType) -> np.ndarray:
+    """Numbers carried wider (JSON doubles, grps float32 for FP16, ...) as float ``datatype``.
+
+    A finite value beyond the type's largest finite value (1e6 as FP16, 1e39 as FP32) would
+    become infinity in a C-style cast; it is refused instead, like an integer that does not fit.
+    Infinities and NaN stay what they are (numpy raises only when a finite value overflows).
+    """
+    target = datatype.dtype
+    if values.dtype == target:
+        return values
+    try:
+        with np.errstate(over="raise"):  # numpy reports overflow in casts (>= 1.24)
+            return values.astype(target)
+    except FloatingPointError:
+        largest = float(np.finfo(target).max)
+        raise InvalidArgument(
+            f"{label}: value out of range for {datatype.name} [{-largest:g}, {largest:g}]"
+        ) from None
+
+
+# Below this many elements one pass over the Python list is cheaper than numpy's per-call cost;
+# above it, looking up each 0/1 position costs about as much as scanning eight elements.
+_SCAN_BELOW = 256
+_LOOKUP_RATIO = 8
+
+
+def refuse_booleans(label: str, values: object, array: np.ndarray, target: str) -> None:
+    """Refuse JSON true/false among the values of a numeric tensor (``target`` names it).
+
+    numpy reads ``[true, 2]`` as the integers ``[1, 2]``, so a boolean would slip into a numeric
+    tensor unnoticed; only BOOL tensors take JSON booleans (as in Triton). ``array`` is what
+    ``np.asarray(values)`` made of the parsed JSON ``values``. Small lists are scanned in one
+    C-level pass (``map(type, ...)``); large ones mostly by numpy (see ``_large_holds_booleans``).
+    """
+    kind = array.dtype.kind
+    if kind in "iuf" and array.ndim:  # the usual case: numbers, nested array.ndim deep
+        if array.size < _SCAN_BELOW:
+            found = bool in map(type, _flat(values, array.ndim))
+        else:
+            found = _large_holds_booleans(values, array)
+    else:  # all booleans, or strings and mixed values at any depth, or a bare scalar
+        found = kind == "b" or any(type(item) is bool for item in _leaves(values))
+    if found:
+        raise InvalidArgument(f"{label}: booleans (JSON true/false) are not valid for {target}")
+
+
+def _large_holds_booleans(values: object, array: np.ndarray) -> bool:
+    """A boolean can only sit where the numeric array holds 0 or 1: numpy finds those positions
+    and only they are looked up in the list, unless they are common (a 0/1 mask, ReLU outputs),
+    when one pass over the whole list is cheaper."""
+    flat = array.reshape(-1)
+    candidates = np.flatnonzero((flat == 0) | (flat == 1))
+    if candidates.size * _LOOKUP_RATIO < flat.size:
+        axes = (axis.tolist() for axis in np.unravel_index(candidates, array.shape))
+        return any(type(_item(values, index)) is bool for index in zip(*axes, strict=True))
+    return bool in map(type, _flat(values, array.ndim))
+
+
+def _flat(values: Any, depth: int) -> Iterable[Any]:
+    """The leaves of lists nested ``depth`` deep (rectangular: numpy made an array of them)."""
+    for _ in range(depth - 1):
+        values = chain.from_iterable(values)
+    return values  # type: ignore[no-any-return]
+
+
+def _item(values: Any, index: tuple[int, ...]) -> object:
+    for i in index:
+        values = values[i]
+    return values
+
+
+def _leaves(values: object) -> Iterable[object]:
+    if isinstance(values, list):
+        for item in values:
+            yield from _leaves(item)
+    else:
+        yield values

@@ -307,6 +307,16 @@ def _decode_json(body: bytes) -> InferRequest:
         (_json_input("INT32", [2], [1, 1.5]), "holds floats, not valid for INT32"),
         (_json_input("FP32", [2], [1.0, "a"]), "not valid for FP32"),
         (_json_input("BOOL", [1], [1]), "holds integers, not valid for BOOL"),
+        (_json_input("BOOL", [2], [True, 1]), r"not valid for BOOL \(JSON true/false only\)"),
+        (_json_input("BOOL", [2], [False, 0.0]), "holds floats, not valid for BOOL"),
+        (_json_input("INT32", [2], [True, 1]), r"input 'x': booleans \(JSON true/false\) are "),
+        (_json_input("FP32", [2], [1.5, False]), "booleans .* not valid for FP32"),
+        (_json_input("FP32", [3], [1.5, "NaN", True]), "booleans .* not valid for FP32"),
+        (_json_input("UINT64", [2], [True, 2**64 - 1]), "booleans .* not valid for UINT64"),
+        (_json_input("FP16", [2], [1.0, 1e6]), r"input 'x': value out of range for FP16"),
+        (_json_input("FP16", [1], [70000]), r"value out of range for FP16 \[-65504, 65504\]"),
+        (_json_input("FP32", [2, 1], [[1e39], [1.0]]), "input 'x': value out of range for FP32"),
+        (_json_input("FP32", [1], [-1e39]), "value out of range for FP32"),
         (_json_input("UINT8", [2], [1, 256]), r"out of range for UINT8 \[0, 255\]"),
         (_json_input("INT8", [1], [-129]), "out of range for INT8"),
         (_json_input("FP32", [2, 2], [[1.0, 2.0], [3.0]]), "ragged"),
@@ -451,6 +461,83 @@ def test_wrong_kind_for_every_integer_type(value: object) -> None:
     for name in ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64"):
         with pytest.raises(InvalidArgument, match=f"not valid for {name}"):
             _decode_json(_json_input(name, [1], [value]))
+
+
+NUMERIC = [n for n in ALL if n not in ("BOOL", "BYTES")]
+
+
+@pytest.mark.parametrize("name", NUMERIC)
+@FAST
+@given(
+    data=st.data(),
+    size=st.sampled_from([1, 4, 64, 300, 2048]),  # below and above the list-scan threshold
+    zeros=st.sampled_from([0.0, 0.01, 0.5, 1.0]),  # share of 0/1 values beside the boolean
+    nested=st.booleans(),
+)
+def test_json_booleans_are_refused_in_numeric_tensors(
+    name: str, data: st.DataObject, size: int, zeros: float, nested: bool
+) -> None:
+    """true/false anywhere among numbers is refused, however many 0/1 numbers surround it;
+    the same data with the number in its place is accepted (no false alarm)."""
+    dt = lookup(name)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    kind = dt.dtype.kind
+    values = rng.integers(2, 100, size) if kind in "iu" else rng.standard_normal(size) + 3
+    values[rng.random(size) < zeros] = rng.integers(0, 2)
+    flat: list[Any] = values.astype(dt.dtype).tolist()
+    position = data.draw(st.integers(0, size - 1))
+    flag = data.draw(st.booleans())
+    shape = [size // 4, 4] if nested and size % 4 == 0 else [size]
+
+    def body(item: object) -> bytes:
+        flat[position] = item
+        rows = [flat[i : i + 4] for i in range(0, size, 4)] if len(shape) == 2 else flat
+        return _json_input(name, shape, rows)
+
+    with pytest.raises(InvalidArgument, match=rf"input 'x': booleans .* not valid for {name}$"):
+        _decode_json(body(flag))
+    (tensor,) = _decode_json(body(int(flag))).inputs
+    assert tensor.data.reshape(-1)[position] == int(flag) and tensor.data.dtype == dt.dtype
+
+
+@pytest.mark.parametrize("name", ["FP16", "FP32"])
+@FAST
+@given(data=st.data(), negative=st.booleans())
+def test_json_floats_beyond_the_finite_range_are_refused(
+    name: str, data: st.DataObject, negative: bool
+) -> None:
+    """A finite JSON number that would become infinity is refused, not made inf."""
+    dt = lookup(name)
+    largest = float(np.finfo(dt.dtype).max)
+    # JSON integers too, where an int64 can exceed the type (orjson reads bigger ones as floats)
+    integers = st.integers(int(largest) + 16, 2**63 - 1) if name == "FP16" else st.nothing()
+    beyond = data.draw(st.floats(min_value=largest * 1.001, max_value=1.7e308) | integers)
+    fine = data.draw(st.lists(st.sampled_from([0.5, -largest, "NaN", "Infinity"]), max_size=5))
+    values = [*fine, -beyond if negative else beyond]
+    with pytest.raises(InvalidArgument, match=f"input 'x': value out of range for {name}"):
+        _decode_json(_json_input(name, [len(values)], values))
+
+
+@pytest.mark.parametrize("name", ["FP16", "FP32", "FP64"])
+@FAST
+@given(data=st.data())
+def test_json_non_finite_strings_and_extremes_are_accepted(name: str, data: st.DataObject) -> None:
+    """Every value of the type, infinities and NaN spelled as strings, decodes to itself."""
+    dt = lookup(name)
+    array = data.draw(
+        hnp.arrays(dt.dtype, st.integers(1, 8), elements=hnp.from_dtype(dt.dtype, allow_nan=True))
+    )
+    finfo = np.finfo(dt.dtype)
+    array[0] = data.draw(st.sampled_from([finfo.max, finfo.min, finfo.tiny, np.inf, -np.inf]))
+    values = [
+        x
+        if math.isfinite(x)
+        else ("NaN" if math.isnan(x) else ("Infinity" if x > 0 else "-Infinity"))
+        for x in array.tolist()
+    ]
+    (tensor,) = _decode_json(_json_input(name, list(array.shape), values)).inputs
+    assert tensor.data.dtype == dt.dtype
+    np.testing.assert_array_equal(tensor.data, array)
 
 
 @pytest.mark.parametrize(

@@ -245,8 +245,16 @@ def test_tritonclient_non_finite_json(server: ServerProcess, datatype: str) -> N
     assert response["outputs"][0]["data"][1:4] == ["NaN", "Infinity", "-Infinity"]
 
 
-def test_overflow_is_infinity(server: ServerProcess) -> None:
-    """A JSON number beyond FP32's range becomes inf (a C cast, as in Triton), answered validly."""
+def test_overflow_is_refused_not_made_infinite(server: ServerProcess) -> None:
+    """A finite JSON number beyond FP32's range is a clear 400 naming the input, not a silent
+    inf (infinities travel as the strings "Infinity"/"-Infinity", tested above)."""
     tensor = {"name": "INPUT0", "shape": [1, 2], "datatype": "FP32", "data": [1e300, -1e300]}
-    answer = _infer(server, identity_name("FP32"), "1", {"inputs": [tensor]})
-    assert answer["outputs"][0]["data"] == ["Infinity", "-Infinity"]
+    operation = schema[INFER]["POST"]
+    case = operation.Case(
+        path_parameters={"MODEL_NAME": identity_name("FP32"), "MODEL_VERSION": "1"},
+        body={"inputs": [tensor]},
+    )
+    response = case.call(base_url=server.http_url, timeout=REQUEST_TIMEOUT)
+    assert response.status_code == 400, response.text
+    assert "INPUT0" in response.json()["error"]
+    assert "out of range for FP32" in response.json()["error"]

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.datatypes import element_count, lookup, narrow_integers
+from app.datatypes import element_count, lookup, narrow_floats, narrow_integers, refuse_booleans
 from app.errors import InvalidArgument, NotFound
 from app.grpc._generated import grps_pb2 as pb
 from app.repository import ModelRepository
@@ -190,6 +190,8 @@ def _narrow(label: str, wire: NDArray[Any], datatype: str) -> NDArray[Any]:
             raise InvalidArgument(f"tensor {label} is BOOL: values must be 0 or 1")
     elif target.kind in "iu":
         return narrow_integers(f"tensor {label}", wire, lookup(datatype))
+    elif target.kind == "f":  # FP16 travels as float32: 1e6 does not fit
+        return narrow_floats(f"tensor {label}", wire, lookup(datatype))
     return wire.astype(target, copy=False)
 
 
@@ -202,9 +204,12 @@ def _ndarray(value: object, spec: TensorSpec) -> Tensor:
         array = np.asarray(value)
     except ValueError:
         raise InvalidArgument("ndarray must be a rectangular nested list of numbers") from None
+    label = f"ndarray for input {spec.name!r}"
+    refuse_booleans(label, value, array, "FP32")
     if array.dtype.kind not in "iuf":
         raise InvalidArgument("ndarray must be a rectangular nested list of numbers")
-    return Tensor(spec.name, "FP32", array.shape, array.astype(np.float32))
+    data = narrow_floats(label, array, lookup("FP32"))
+    return Tensor(spec.name, "FP32", array.shape, data)
 
 
 def _gmap(gmap: pb.GenericMapData, specs: tuple[TensorSpec, ...]) -> list[Tensor]:
@@ -225,8 +230,12 @@ def _gmap(gmap: pb.GenericMapData, specs: tuple[TensorSpec, ...]) -> list[Tensor
                 data[0] = value.encode() if isinstance(value, str) else value
             else:
                 wire = np.array([value], dtype=lookup(natural).dtype)
-                data = wire.astype(lookup(spec.datatype).dtype)
-                # integers and BOOL must hold the value exactly; floats round as floats do
+                target = lookup(spec.datatype)
+                if target.dtype.kind == "f":  # floats round as floats do, but must not overflow
+                    data = narrow_floats(f"gmap {field} key {key!r}", wire, target)
+                else:
+                    data = wire.astype(target.dtype)
+                # integers and BOOL must hold the value exactly
                 if data.dtype.kind in "biu" and not (data.astype(wire.dtype) == wire).all():
                     raise InvalidArgument(
                         f"gmap {field} key {key!r}: {value} is not a valid {spec.datatype} value"

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from app.codecs.raw import check_shape, datatype_of
-from app.datatypes import DataType, element_count, narrow_integers
+from app.datatypes import DataType, element_count, narrow_floats, narrow_integers, refuse_booleans
 from app.errors import InvalidArgument
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -140,8 +140,10 @@ def json_data_to_array(
 ) -> np.ndarray:
     """Convert nested or flat JSON ``data`` to an array of ``shape``, checking kinds strictly.
 
-    ``1.5`` for an INT32 input or ``"a"`` for FP32 is an error, not a silent cast; integers out
-    of the datatype's range are errors too.
+    ``1.5`` for an INT32 input or ``"a"`` for FP32 is an error, not a silent cast. BOOL takes
+    JSON true/false only and numeric datatypes refuse them (as Triton does). Values out of the
+    datatype's range are errors too: integers that do not fit, and finite floats that would
+    become infinite (1e6 as FP16); infinities and NaN travel as the strings of ``NON_FINITE``.
     """
     count = element_count(shape)
     if not isinstance(data, list):
@@ -156,19 +158,24 @@ def json_data_to_array(
         raise InvalidArgument(
             f"input {name!r}: shape {list(shape)} needs {count} elements, got {inferred.size}"
         )
+    label = f"input {name!r}"
+    if count and datatype.name != "BOOL":
+        refuse_booleans(label, data, inferred, datatype.name)
     if count and inferred.dtype.kind == "f" and datatype.dtype.kind in "iu":
         inferred = _exact_ints(name, datatype, data, inferred)
     if count and inferred.dtype.kind in "UO" and datatype.dtype.kind == "f":
         inferred = _non_finite(data, inferred)
     if count and inferred.dtype.kind not in _KIND_OK[datatype.name]:
+        only = " (JSON true/false only)" if datatype.name == "BOOL" else ""
         raise InvalidArgument(
-            f"input {name!r}: 'data' holds {_describe(inferred.dtype)}, "
-            f"not valid for {datatype.name}"
+            f"{label}: 'data' holds {_describe(inferred.dtype)}, "
+            f"not valid for {datatype.name}{only}"
         )
+    if datatype.dtype.kind == "f":
+        return narrow_floats(label, inferred, datatype).reshape(shape)
     if inferred.dtype.kind in "iu" and datatype.dtype.kind in "iu":
-        inferred = narrow_integers(f"input {name!r}", inferred, datatype)
-    with np.errstate(over="ignore"):  # 1e300 as FP32 is inf, as in Triton (a C cast)
-        return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+        inferred = narrow_integers(label, inferred, datatype)
+    return inferred.astype(datatype.dtype, copy=False).reshape(shape)
 
 
 def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:
