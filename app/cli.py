@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.compiler import ServePlan, compile_plan
-from app.config import ServeConfig
-from app.config_loader import ConfigError, ConfigIssue, load_config
+from app.compiler import ServePlan
+from app.config_loader import ConfigError
+from app.overrides import Overrides
+from app.overrides import load_plan as load_overridden
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,15 +57,9 @@ def load_plan(
     only: str | None = None,
     storage_uri: str | None = None,
 ) -> ServePlan:
-    """Load, override (flags beat file and environment) and compile a config file."""
-    config = load_config(path)
-    if overrides:
-        server = config.server.model_copy(update=overrides)
-        config = config.model_copy(update={"server": server})
-    if only is not None or storage_uri is not None:
-        config = _select(config, path, only, storage_uri)
-    file = Path(path).resolve()
-    return compile_plan(config, file.parent, file)
+    """Load, override (flags beat file and environment) and compile a config file
+    (:func:`app.overrides.load_plan` with keyword arguments, for scripts and benchmarks)."""
+    return load_overridden(path, Overrides(dict(overrides or {}), only, storage_uri))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,19 +93,27 @@ def _validate(path: str) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    overrides: dict[str, Any] = {}
+def _overrides(args: argparse.Namespace) -> Overrides:
+    """What ``servekit serve``'s flags change in serve.yaml, at start and on every reload."""
+    server: dict[str, Any] = {}
     if args.http_port is not None:
-        overrides["http_port"] = args.http_port
+        server["http_port"] = args.http_port
     if args.grpc_port is not None:
-        overrides["grpc_port"] = args.grpc_port
+        server["grpc_port"] = args.grpc_port
     if args.no_grpc:
-        overrides["grpc_port"] = None
+        server["grpc_port"] = None
     if args.host is not None:
-        overrides["host"] = args.host
+        server["host"] = args.host
     if args.watch:
-        overrides["watch"] = True
-    plan = load_plan(args.config, overrides, args.only, args.storage_uri)
+        server["watch"] = True
+    # Absolute now: a reload must read the same folder whatever the working directory is then.
+    uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
+    return Overrides(server, args.only, uri)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides = _overrides(args)
+    plan = load_overridden(args.config, overrides)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -122,38 +125,11 @@ def _serve(args: argparse.Namespace) -> int:
         loop_factory = None
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_run(plan))
+            runner.run(_run(plan, overrides))
     except OSError as exc:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _select(config: ServeConfig, path: str, only: str | None, uri: str | None) -> ServeConfig:
-    """Keep one model and/or read its files elsewhere: how a KServe pod serves the one model
-    KServe mounted at /mnt/models, named after its InferenceService (``servekit export``)."""
-    from app.export import find_model
-
-    models = list(config.models)
-    if only is not None:
-        found = find_model([m.name for m in models], only)
-        if found is None:
-            names = ", ".join(m.name for m in models) or "none"
-            issue = ConfigIssue("models", None, f"--only {only!r}: no such model (models: {names})")
-            raise ConfigError(path, [issue])
-        models = [m for m in models if m.name == found]
-        config = config.model_copy(
-            update={"server": config.server.model_copy(update={"startup_models": "all"})}
-        )
-    if uri is not None:
-        if len(models) != 1:
-            issue = ConfigIssue("models", None, "--storage-uri needs --only NAME (or one model)")
-            raise ConfigError(path, [issue])
-        absolute = str(Path(uri).absolute())
-        models = [
-            m.model_copy(update={"storage_uri": absolute}) if m.storage_uri else m for m in models
-        ]
-    return config.model_copy(update={"models": models})
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -176,7 +152,7 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run(plan: ServePlan) -> None:
+async def _run(plan: ServePlan, overrides: Overrides) -> None:
     from app.server import ServeKit
 
     stop = asyncio.Event()
@@ -190,7 +166,7 @@ async def _run(plan: ServePlan) -> None:
     if plan.server.watch:
         from app.watch import watch_config
 
-        watcher = asyncio.create_task(watch_config(server))
+        watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()
     print("servekit: stopping (in-flight requests finish first)", flush=True)
     if watcher is not None:

@@ -195,7 +195,17 @@ def plan_model(
         found, problem = discover_versions(location)
         versions = select_versions(found, model.version_policy)
         if not problem and not any(v.path for v in versions):
-            problem = f"no version of {location} matches the version policy"
+            # Versions that are on disk but cannot load say why ('1' and '01', no model file);
+            # only when the policy names versions that are not there is the policy the problem.
+            on_disk = {v.version for v in found}
+            problem = (
+                "; ".join(
+                    f"version {v.version}: {v.problem}"
+                    for v in versions
+                    if v.version in on_disk and v.problem
+                )
+                or f"no version of {location} matches the version policy"
+            )
     else:
         versions = (VersionSource(1, None),)
     return ModelPlan(

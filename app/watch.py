@@ -7,7 +7,10 @@ ConfigMap-style symlink swaps), re-reads the file. A valid edit becomes a new pl
 models whose files changed on disk reload). An invalid edit is logged and recorded in
 ``control.recent_errors`` with its YAML location, and the running configuration stays as it was.
 Listener settings (host, ports, size limits, storage dir) cannot change in a running process:
-an edit of them is reported and needs a restart.
+an edit of them is reported and needs a restart. Every re-read goes through
+:func:`app.overrides.load_plan` with the command line's :class:`~app.overrides.Overrides`, so
+``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
+(a setting a flag overrides is not changed by editing it, so no restart is asked for).
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from typing import TYPE_CHECKING
 from pydantic.alias_generators import to_camel
 from watchfiles import Change, awatch
 
-from app.compiler import ServePlan, compile_plan
+from app.compiler import ServePlan
 from app.config import ServerConfig
-from app.config_loader import ConfigError, load_config
+from app.config_loader import ConfigError
+from app.overrides import Overrides, load_plan
 
 if TYPE_CHECKING:
     from app.server import ServeKit
@@ -45,12 +49,14 @@ NOT_LIVE = (
 class _Watcher:
     """The state of one server's watch: what was applied last and what to look at."""
 
-    def __init__(self, server: ServeKit, path: Path) -> None:
+    def __init__(self, server: ServeKit, path: Path, overrides: Overrides) -> None:
         self.server = server
         self.path = path
+        self.overrides = overrides
         self.running: ServerConfig = server.plan.server
         self.applied = _read(path)
-        self.file_server: ServerConfig | None = _file_server(path)
+        self.effective: ServerConfig = server.plan.server
+        """Server settings of the last plan read (file, environment and flags), to tell edits."""
         self.roots: set[Path] = set()
 
     def relevant(self, _: Change, name: str) -> bool:
@@ -72,7 +78,11 @@ class _Watcher:
             roots.add(location)
             if location.is_dir():
                 folders.add(location)
-                folders.update(p for p in location.iterdir() if p.is_dir() and not p.is_symlink())
+                folders.update(
+                    p
+                    for p in location.iterdir()
+                    if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                )  # hidden folders (.ipynb_checkpoints) are never versions
             elif location.parent.is_dir():
                 folders.add(location.parent)
         self.roots = roots
@@ -99,21 +109,17 @@ class _Watcher:
             log.info("serve.yaml applied: %s", changes)
 
     def _compile(self) -> ServePlan:
-        config = load_config(self.path)
-        plan = compile_plan(config, self.path.parent.resolve(), self.path.resolve())
-        if self.file_server is not None:
-            edited = [
-                to_camel(k)
-                for k in NOT_LIVE
-                if getattr(config.server, k) != getattr(self.file_server, k)
-            ]
-            if edited:
-                self.server.repository.record_error(
-                    "watch",
-                    f"serve.yaml changed server.{', server.'.join(edited)}: "
-                    "restart servekit to apply (the rest of the edit is applied)",
-                )
-        self.file_server = config.server
+        plan = load_plan(self.path, self.overrides)  # the same rule as at start
+        edited = [
+            to_camel(k) for k in NOT_LIVE if getattr(plan.server, k) != getattr(self.effective, k)
+        ]
+        if edited:
+            self.server.repository.record_error(
+                "watch",
+                f"serve.yaml changed server.{', server.'.join(edited)}: "
+                "restart servekit to apply (the rest of the edit is applied)",
+            )
+        self.effective = plan.server
         fixed = {k: getattr(self.running, k) for k in NOT_LIVE}
         return dataclasses.replace(plan, server=plan.server.model_copy(update=fixed))
 
@@ -125,20 +131,16 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def _file_server(path: Path) -> ServerConfig | None:
-    try:
-        return load_config(path).server
-    except ConfigError:
-        return None
-
-
-async def watch_config(server: ServeKit, *, debounce_ms: int = 300) -> None:
-    """Apply serve.yaml edits to ``server`` until cancelled."""
+async def watch_config(
+    server: ServeKit, overrides: Overrides | None = None, *, debounce_ms: int = 300
+) -> None:
+    """Apply serve.yaml edits to ``server`` until cancelled; ``overrides`` must be those the
+    server's plan was loaded with (the command line), so that every reload applies them too."""
     path = server.plan.config_path
     if path is None:
         log.warning("--watch: this server has no serve.yaml file to watch")
         return
-    watcher = _Watcher(server, path)
+    watcher = _Watcher(server, path, overrides or Overrides())
     log.info("watching %s for changes", path)
     await server.wait_until_loaded()  # edits made meanwhile are seen by the first check
     while True:

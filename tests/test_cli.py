@@ -114,6 +114,27 @@ def test_serve_on_a_busy_port_exits_with_a_message(
     assert not LISTENING.search(done.stdout)
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--http-port", "70000"],
+            "--http-port 70000: Input should be less than or equal to 65535",
+        ),
+        (["--grpc-port", "-1"], "--grpc-port -1: Input should be greater than or equal to 0"),
+    ],
+)
+def test_serve_refuses_an_out_of_range_port_flag(
+    model_store: Path, flags: list[str], message: str
+) -> None:
+    """Flags are checked like the file: a message naming the flag, not a traceback at bind."""
+    argv = [sys.executable, "-m", "app", "serve", str(model_store), "--host", "127.0.0.1", *flags]
+    done = run(*argv, cwd=model_store.parent, timeout=30)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not LISTENING.search(done.stdout)
+
+
 # -- graceful shutdown ---------------------------------------------------------------------
 ROWS, COLUMNS, CHUNKS, PAUSE = 256, 2048, 10, 0.1  # 2 MB per request, sent over ~1 s
 

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+import numpy as np
+import onnx
 import pytest
+import tritonclient.http as httpclient
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from servers import start_server
 
+from app import onnx_builders
 from app.compiler import ModelPlan, compile_plan
 from app.config import VersionPolicy
 from app.config_loader import parse_config
@@ -108,6 +114,82 @@ def test_non_ascii_digit_folders_are_not_versions(tmp_path: Path) -> None:
     assert numbers(discover_versions(tmp_path)[0]) == [1]
 
 
+def test_two_folders_of_one_number_make_that_version_a_problem(tmp_path: Path) -> None:
+    make(tmp_path, "1/model.onnx", "01/model.onnx", "2/model.onnx")
+    found, problem = discover_versions(tmp_path)
+    assert problem is None
+    assert found == [
+        VersionSource(1, None, "version folders '1' and '01' both mean version 1; keep one"),
+        VersionSource(2, tmp_path / "2" / "model.onnx"),
+    ]
+    make(tmp_path, "001/model.onnx", "0003/")
+    found, _ = discover_versions(tmp_path)
+    assert found[0].problem == "version folders '1', '01' and '001' all mean version 1; keep one"
+    assert found[2] == VersionSource(3, None, f"no model file (model.onnx) in {tmp_path / '0003'}")
+
+
+def test_an_empty_twin_folder_is_still_ambiguous(tmp_path: Path) -> None:
+    """A leftover empty ``01/`` beside ``1/``: which one the user meant is theirs to say."""
+    make(tmp_path, "1/model.onnx", "01/")
+    (version,) = discover_versions(tmp_path)[0]
+    assert version.path is None and "'1' and '01' both mean version 1" in (version.problem or "")
+
+
+@pytest.mark.parametrize("name", ["01", "001", "0"])
+def test_a_lone_zero_prefixed_folder_is_its_number(tmp_path: Path, name: str) -> None:
+    make(tmp_path, f"{name}/model.onnx")
+    assert discover_versions(tmp_path) == (
+        [VersionSource(int(name), tmp_path / name / "model.onnx")],
+        None,
+    )
+
+
+def test_the_largest_version_number(tmp_path: Path) -> None:
+    make(tmp_path, f"{2**63 - 1}/model.onnx", "1/model.onnx")
+    assert numbers(discover_versions(tmp_path)[0]) == [1, 2**63 - 1]
+
+
+@pytest.mark.parametrize("name", ["99999999999999999999", str(2**63)])
+def test_a_version_number_beyond_int64_is_a_model_problem(tmp_path: Path, name: str) -> None:
+    make(tmp_path, f"{name}/model.onnx", "1/model.onnx")
+    assert discover_versions(tmp_path) == (
+        [],
+        f"version folder '{name}' in {tmp_path} is beyond the largest version number "
+        f"({2**63 - 1}); rename it",
+    )
+
+
+def test_folders_that_are_not_numbers_are_ignored(tmp_path: Path) -> None:
+    make(tmp_path, "-1/model.onnx", "v2/model.onnx", "1.0/model.onnx", " 3/model.onnx")
+    make(tmp_path, "+4/model.onnx", "5/model.onnx")
+    assert numbers(discover_versions(tmp_path)[0]) == [5]
+
+
+def test_misnamed_version_folders_are_named_in_the_problem(tmp_path: Path) -> None:
+    make(tmp_path, "v1/model.onnx", "v2/model.onnx", ".ipynb_checkpoints/")
+    assert discover_versions(tmp_path) == (
+        [],
+        f"no model file (model.onnx) in {tmp_path} (not version folders: 'v1', 'v2'; "
+        "name them 1/, 2/, ...)",
+    )
+
+
+def test_hidden_entries_are_ignored(tmp_path: Path) -> None:
+    """Jupyter's checkpoints and macOS ``._`` copies are neither versions nor model files."""
+    make(
+        tmp_path,
+        "exported.onnx",
+        "._exported.onnx",
+        ".ipynb_checkpoints/exported-checkpoint.onnx",
+        ".1/model.onnx",
+    )
+    assert discover_versions(tmp_path) == ([VersionSource(1, tmp_path / "exported.onnx")], None)
+    make(tmp_path, "2/exported.onnx", "2/._exported.onnx", "2/.ipynb_checkpoints/")
+    found, problem = discover_versions(tmp_path)
+    assert problem is None
+    assert found == [VersionSource(2, tmp_path / "2" / "exported.onnx")]
+
+
 # --- policies ------------------------------------------------------------------------------
 
 
@@ -189,3 +271,87 @@ def test_policy_matching_nothing_on_disk_is_a_problem(tmp_path: Path) -> None:
 def test_folder_without_model_is_a_problem(tmp_path: Path) -> None:
     make(tmp_path, "m/")
     assert plan_of(tmp_path, "m").problem == f"no model file (model.onnx) in {tmp_path / 'm'}"
+
+
+def test_a_clash_is_the_model_problem_when_nothing_else_loads(tmp_path: Path) -> None:
+    make(tmp_path, "m/1/model.onnx", "m/01/model.onnx")
+    model = plan_of(tmp_path, "m")
+    clash = "version folders '1' and '01' both mean version 1; keep one"
+    assert model.versions == (VersionSource(1, None, clash),)
+    assert model.problem == f"version 1: {clash}"
+
+
+def test_a_clash_leaves_the_other_versions_alone(tmp_path: Path) -> None:
+    make(tmp_path, "m/1/model.onnx", "m/01/model.onnx", "m/2/model.onnx")
+    latest = plan_of(tmp_path, "m")
+    assert latest.problem is None and latest.versions == (
+        VersionSource(2, tmp_path / "m/2/model.onnx"),
+    )
+    both = plan_of(tmp_path, "m", "{all: {}}")
+    assert both.problem is None
+    assert [(v.version, v.path is None) for v in both.versions] == [(1, True), (2, False)]
+    latest_two = plan_of(tmp_path, "m", "{latest: {numVersions: 2}}")
+    assert numbers(latest_two.versions) == [1, 2]  # one folder per number, not two for 1
+
+
+# --- through a real server ---------------------------------------------------------------------
+
+
+def save(model: onnx.ModelProto, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
+def test_a_clash_is_reported_by_the_server_and_the_rest_serves(tmp_path: Path) -> None:
+    """``1/`` and ``01/``: that version is UNAVAILABLE with the reason over the wire; the
+    model's version 2, a model living beside notebook checkpoints and the server stay up."""
+    mlp = onnx_builders.mlp(seed=1)
+    for folder in ("clash/1", "clash/01", "mixed/1", "mixed/01", "mixed/2"):
+        save(mlp, tmp_path / folder / "model.onnx")
+    save(onnx_builders.add_sub(), tmp_path / "notebook" / "exported.onnx")
+    (tmp_path / "notebook" / "._exported.onnx").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    (tmp_path / "notebook" / ".ipynb_checkpoints").mkdir()
+    (tmp_path / "notebook" / ".ipynb_checkpoints" / "train-checkpoint.ipynb").write_text("{}")
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "models:\n"
+        "  - {name: clash, modelFormat: {name: onnx}, storageUri: clash}\n"
+        "  - {name: mixed, modelFormat: {name: onnx}, storageUri: mixed,\n"
+        "     versionPolicy: {all: {}}}\n"
+        "  - {name: notebook, modelFormat: {name: onnx}, storageUri: notebook}\n"
+    )
+    clash = "version folders '1' and '01' both mean version 1; keep one"
+    server = start_server(config, grpc=False)
+    try:
+        with httpx.Client(base_url=server.http_url, timeout=10) as http:
+            assert http.get("/v2/health/ready").status_code == 200
+            ready = http.get("/v2/models/clash/ready")
+            assert (ready.status_code, ready.json()) == (503, {"name": "clash", "ready": False})
+            metadata = http.get("/v2/models/clash")
+            assert metadata.status_code == 503
+            assert metadata.json() == {"error": f"model 'clash' is not ready: version 1: {clash}"}
+            assert http.get("/v2/models/mixed/versions/1/ready").status_code == 503
+            assert http.get("/v2/models/mixed/versions/2/ready").status_code == 200
+        client = httpclient.InferenceServerClient(server.http_host_port)
+        try:
+            rows = {(r["name"], r["version"]): r for r in client.get_model_repository_index()}
+            assert rows[("clash", "1")]["state"] == "UNAVAILABLE"
+            assert rows[("clash", "1")]["reason"] == clash
+            assert rows[("mixed", "1")]["reason"] == clash
+            assert rows[("mixed", "2")]["state"] == "READY"
+            assert rows[("notebook", "1")]["state"] == "READY"
+            assert set(rows) == {("clash", "1"), ("mixed", "1"), ("mixed", "2"), ("notebook", "1")}
+            x = httpclient.InferInput("input", [1, 16], "FP32")
+            x.set_data_from_numpy(np.ones((1, 16), np.float32))
+            assert client.infer("mixed", [x]).as_numpy("output").shape[0] == 1
+            a = httpclient.InferInput("INPUT0", [1, 16], "FP32")
+            a.set_data_from_numpy(np.full((1, 16), 3, np.float32))
+            b = httpclient.InferInput("INPUT1", [1, 16], "FP32")
+            b.set_data_from_numpy(np.ones((1, 16), np.float32))
+            sums = client.infer("notebook", [a, b]).as_numpy("OUTPUT0")
+            np.testing.assert_array_equal(sums, np.full((1, 16), 4, np.float32))
+        finally:
+            client.close()
+        server.assert_healthy()
+    finally:
+        assert server.stop() == 0, server.log()

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from repo_helpers import Repo, onnx_bytes, wait_for
@@ -151,9 +152,74 @@ def test_a_replaced_model_file_reloads(repo: Repo, folder: Path) -> None:
 
 
 def test_a_listener_edit_needs_a_restart(repo: Repo, server: ServerProcess, folder: Path) -> None:
+    """maxRequestBytes is the file's to set; httpPort is --http-port's, so editing it changes
+    nothing and no restart is asked for (a restart would use --http-port 0 again)."""
     config = folder / "serve.yaml"
     text = config.read_text()
-    rewrite(config, text.replace("server: {", "server: {httpPort: 1, ").replace("lazy", "lazy2"))
+    edited = text.replace("server: {", "server: {maxRequestBytes: 5000000, httpPort: 1, ")
+    rewrite(config, edited.replace("lazy", "lazy2"))
     wait_for(lambda: "lazy2" in names(repo), what="the rest of the edit to apply")
-    assert "server.httpPort: restart servekit to apply" in server.log()
+    assert "serve.yaml changed server.maxRequestBytes: restart servekit to apply" in server.log()
+    assert "httpPort" not in server.log()
     server.assert_healthy()
+
+
+def test_command_line_flags_hold_for_every_edit(tmp_path: Path) -> None:
+    """``--only mlp --storage-uri mounted --watch``: after an edit the server still serves only
+    mlp, from the mounted folder, and an edit without mlp is refused, not served."""
+    models = tmp_path / "models"
+    for version in (1, 2):
+        path = models / "mlp" / str(version) / "model.onnx"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(onnx_bytes(onnx_builders.mlp(seed=version)))
+        mounted = tmp_path / "mounted" / str(version) / "model.onnx"  # what KServe mounts
+        mounted.parent.mkdir(parents=True)
+        mounted.write_bytes(onnx_bytes(onnx_builders.identity("FP32" if version == 1 else "INT32")))
+    (models / "add_sub.onnx").write_bytes(onnx_bytes(onnx_builders.add_sub()))
+    config = tmp_path / "serve.yaml"
+    config.write_text("server: {startupModels: none}\nmodels:\n" + MLP + ADD_SUB)
+    server = start_server(
+        config, grpc=False, extra=["--watch", "--only", "mlp", "--storage-uri", "mounted"]
+    )
+    repo = Repo("http", server.http_url, "")
+    try:
+        assert names(repo) == {"mlp"}
+        assert repo.states() == {("mlp", "2"): "READY"}
+        assert repo.metadata("mlp")["inputs"][0]["datatype"] == "INT32"
+
+        # Serve every version, and add a third model: mlp reloads, nothing else appears.
+        rewrite(
+            config,
+            "server: {startupModels: none}\nmodels:\n"
+            + MLP.replace("}\n", ", versionPolicy: {all: {}}}\n")
+            + ADD_SUB
+            + ADDED,
+        )
+        wait_for(lambda: ("mlp", "1") in repo.states(), what="the edit to reload mlp")
+        wait_for(lambda: repo.ready("mlp"), what="mlp to be READY again")
+        assert repo.states() == {("mlp", "1"): "READY", ("mlp", "2"): "READY"}
+        x = np.arange(4, dtype=np.float32).reshape(1, 4)  # the mounted identity, not models/mlp
+        response = httpx.post(
+            f"{server.http_url}/v2/models/mlp/versions/1/infer",
+            json={"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 4],
+                              "data": x.ravel().tolist()}]},
+        )  # fmt: skip
+        assert response.status_code == 200, response.text
+        assert response.json()["outputs"][0]["data"] == x.ravel().tolist()
+        for other in ("add_sub", "added"):
+            answer = httpx.get(f"{server.http_url}/v2/models/{other}")
+            assert answer.status_code == 404, answer.text
+            assert answer.json() == {"error": f"unknown model {other!r}"}
+
+        # An edit that drops the one model --only names cannot be served: the old one stays.
+        rewrite(config, "models:\n" + ADD_SUB + ADDED)
+        wait_for(
+            lambda: "--only 'mlp': no such model (models: add_sub, added)" in server.log(),
+            what="the edit without mlp to be refused",
+        )
+        assert "still serving the previous configuration" in server.log()
+        assert names(repo) == {"mlp"} and repo.ready("mlp")
+        server.assert_healthy()
+    finally:
+        repo.close()
+        assert server.stop() == 0, server.log()
