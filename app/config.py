@@ -24,6 +24,11 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+"""A name that works unchanged as a query parameter, a header and a JSON field."""
+_TOKEN = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]*"
+MEDIA_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(;[ -~]*)?$")
+"""type/subtype with optional parameters, printable ASCII only (it becomes a header value)."""
 
 
 class Section(BaseModel):
@@ -36,6 +41,52 @@ class Section(BaseModel):
         use_attribute_docstrings=True,
         frozen=True,
     )
+
+
+class GrpsStreaming(Section):
+    """How a grps HTTP predict request asks for a streamed (chunked) answer, and that answer's
+    Content-Type: grps' own server.yml `streaming_ctrl`, with the same modes and defaults."""
+
+    ctrl_mode: Literal["query_param", "header_param", "body_param"] = "query_param"
+    """Where the request says it wants streaming: a query parameter (`?streaming=true`), a
+    request header (`streaming: true`), or a top-level field of the JSON body beside the
+    GrpsMessage fields (`{"str_data": "hi", "streaming": true}`, a JSON boolean; a body sent as
+    application/octet-stream carries no field, so it is never streamed in this mode)."""
+    ctrl_key: str = "streaming"
+    """Name of that query parameter, header or body field. A query parameter or header asks
+    for streaming when its value is `true`, `1` or `yes` (any case)."""
+    res_content_type: str = "application/octet-stream"
+    """Content-Type of a streamed answer (each message one chunk: JSON and a newline, or the
+    raw bytes of bin_data)."""
+
+    @field_validator("ctrl_key")
+    @classmethod
+    def _valid_key(cls, value: str, info: ValidationInfo) -> str:
+        """In the body the key sits beside the GrpsMessage fields: one of their names would be
+        read as both, so it is refused here rather than guessed at per request."""
+        if not CTRL_KEY.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-' (at most 64 characters)")
+        if info.data.get("ctrl_mode") == "body_param" and value in _grps_message_keys():
+            raise ValueError(
+                f"{value!r} is a GrpsMessage field; with ctrlMode body_param choose a name the "
+                "message does not use (e.g. streaming)"
+            )
+        return value
+
+    @field_validator("res_content_type")
+    @classmethod
+    def _valid_content_type(cls, value: str) -> str:
+        if not MEDIA_TYPE.match(value):
+            raise ValueError("expected a media type such as application/octet-stream")
+        return value
+
+
+def _grps_message_keys() -> frozenset[str]:
+    """Every top-level key a JSON GrpsMessage body may hold (both spellings, and ndarray)."""
+    from app.grpc._generated import grps_pb2  # protobuf only; loaded when body_param is used
+
+    fields = grps_pb2.GrpsMessage.DESCRIPTOR.fields
+    return frozenset({"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)})
 
 
 class ServerConfig(Section):
@@ -68,6 +119,8 @@ class ServerConfig(Section):
     inline_below_microseconds: int = Field(500, ge=0)
     """Models whose average compute time is below this run on the event loop thread (no
     thread hop); slower ones run in a worker thread so the server stays responsive."""
+    grps_streaming: GrpsStreaming = GrpsStreaming()
+    """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
 
 
 class ModelFormat(Section):

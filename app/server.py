@@ -26,6 +26,7 @@ from app.repository import ModelRepository
 from app.rest import create_app
 from app.rest import extensions as rest_extensions
 from app.rest import grps as rest_grps
+from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
 from app.stats import Statistics
 
@@ -97,6 +98,7 @@ class ServeKit:
                 *dashboard.routes(),
                 *rest_repository.register(self.dataplane),
                 *rest_grps.register(self.dataplane),
+                *rest_ports.ROUTES,
             ],
             state={"servekit": self},
         )

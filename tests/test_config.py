@@ -111,6 +111,20 @@ def errors_of(text: str) -> list[str]:
             ],
         ),
         (
+            "server:\n  grpsStreaming:\n    ctrlMode: body_param\n    ctrlKey: str_data\n",
+            ["serve.yaml:4: server.grpsStreaming.ctrlKey: 'str_data' is a GrpsMessage field"],
+        ),
+        (
+            "server:\n  grpsStreaming:\n    ctrlMode: cookie\n    ctrlKey: a b\n"
+            "    resContentType: octets\n",
+            [
+                "serve.yaml:3: server.grpsStreaming.ctrlMode: Input should be 'query_param', "
+                "'header_param' or 'body_param'",
+                "serve.yaml:4: server.grpsStreaming.ctrlKey: use letters, digits",
+                "serve.yaml:5: server.grpsStreaming.resContentType: expected a media type",
+            ],
+        ),
+        (
             "server:\n  httpPort: [\n",
             ["serve.yaml:3: (top level): invalid YAML: expected the node"],
         ),
@@ -174,6 +188,19 @@ def test_environment_beats_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_environment_can_disable_grpc(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SERVEKIT_SERVER__GRPCPORT", "null")
     assert parse_config("server:\n  grpcPort: 8001\n").server.grpc_port is None
+
+
+def test_grps_streaming_defaults_are_todays_behaviour(monkeypatch: pytest.MonkeyPatch) -> None:
+    streaming = parse_config("").server.grps_streaming
+    assert (streaming.ctrl_mode, streaming.ctrl_key, streaming.res_content_type) == (
+        "query_param", "streaming", "application/octet-stream"
+    )  # fmt: skip
+    # A message field's name is refused only where it would share the body with the message.
+    text = "server:\n  grpsStreaming: {ctrlMode: header_param, ctrlKey: model}\n"
+    assert parse_config(text).server.grps_streaming.ctrl_key == "model"
+    monkeypatch.setenv("SERVEKIT_SERVER__GRPSSTREAMING__CTRLMODE", "body_param")
+    (line,) = errors_of(text)
+    assert "server.grpsStreaming.ctrlKey: 'model' is a GrpsMessage field" in line
 
 
 def test_bad_environment_value_blames_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ answer for the same model version, never against numbers written here.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import grpc
 import httpx
 import numpy as np
+import onnx
 import pytest
 import yaml
 from google.protobuf.descriptor_pool import DescriptorPool
@@ -22,8 +24,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-from servers import ServerProcess, identity_name
+from servers import ServerProcess, identity_name, running_server
 
+from app import onnx_builders
 from app.grpc._generated import grps_pb2 as pb
 from app.grpc._generated import grps_pb2_grpc as pb_grpc
 
@@ -44,6 +47,7 @@ CARRIED: dict[str, tuple[str, str, list[Any]]] = {
     "BYTES": ("DT_STRING", "flat_string", ["", "a", "hé", "grps 中文"]),
 }
 PREDICT = "/grps/v1/infer/predict"
+OCTETS = "application/octet-stream"
 
 
 @pytest.fixture
@@ -259,18 +263,114 @@ def test_gmap_in_and_out(http: httpx.Client) -> None:
     assert reply["gmap"] == {"s_s": {"OUTPUT0": "k"}}
 
 
+def streamed(response: httpx.Response, content_type: str) -> list[str]:
+    """The str_data of each message of a chunked answer with ``content_type``."""
+    assert response.status_code == 200, response.read()
+    assert response.headers["transfer-encoding"] == "chunked"
+    assert "content-length" not in response.headers
+    assert response.headers["content-type"] == content_type
+    lines = [line for line in response.iter_lines() if line]
+    return [ok(json.loads(line))["str_data"] for line in lines]
+
+
+def not_streamed(response: httpx.Response) -> dict[str, Any]:
+    """A plain (length-delimited) JSON answer."""
+    assert "transfer-encoding" not in response.headers
+    assert int(response.headers["content-length"]) == len(response.content)
+    assert response.headers["content-type"] == "application/json"
+    return dict(response.json())
+
+
 def test_streaming_answers_chunked(http: httpx.Client) -> None:
+    """Default ``server.grpsStreaming``: ``?streaming=true``, application/octet-stream."""
     params = {"model": "identity_bytes", "streaming": "true"}
     with http.stream("POST", PREDICT, params=params, json={"str_data": "chunk"}) as response:
-        assert response.status_code == 200
-        assert response.headers["transfer-encoding"] == "chunked"
-        assert "content-length" not in response.headers
-        lines = [line for line in response.iter_lines() if line]
-    assert [ok(json.loads(line))["str_data"] for line in lines] == ["chunk"]
-    headers = {"content-type": "application/octet-stream"}
+        assert streamed(response, OCTETS) == ["chunk"]
+    headers = {"content-type": OCTETS}
     with http.stream("POST", PREDICT, params=params, content=b"raw", headers=headers) as response:
         assert response.headers["transfer-encoding"] == "chunked"
         assert response.read() == b"raw"
+    by_header = http.post(
+        PREDICT, params={"model": "identity_bytes"}, headers={"streaming": "true"}, json={}
+    )
+    assert "transfer-encoding" not in by_header.headers  # only the configured place counts
+    failure(by_header, 400)
+
+
+def streaming_store(root: Path, section: str) -> Path:
+    """A serve.yaml serving identity_bytes with ``server.grpsStreaming: <section>``."""
+    models = root / "models"
+    models.mkdir()
+    onnx.save(onnx_builders.identity("BYTES"), str(models / "identity_bytes.onnx"))
+    config = root / "serve.yaml"
+    config.write_text(
+        f"server:\n  grpsStreaming: {section}\nmodels:\n"
+        "  - {name: identity_bytes, modelFormat: {name: onnx},"
+        " storageUri: models/identity_bytes.onnx}\n"
+    )
+    return config
+
+
+def test_streaming_asked_for_by_a_header(tmp_path: Path) -> None:
+    section = "{ctrlMode: header_param, ctrlKey: X-Stream, resContentType: application/x-ndjson}"
+    with (
+        running_server(streaming_store(tmp_path, section), grpc=False) as server,
+        httpx.Client(base_url=server.http_url, timeout=30) as http,
+    ):
+        for value in ("true", "TRUE", "1", "yes"):
+            headers = {"x-stream": value}
+            with http.stream("POST", PREDICT, headers=headers, json={"str_data": value}) as reply:
+                assert streamed(reply, "application/x-ndjson") == [value]
+        octets = {"X-Stream": "true", "content-type": OCTETS}
+        with http.stream("POST", PREDICT, headers=octets, content=b"\x00raw") as reply:
+            assert reply.headers["transfer-encoding"] == "chunked"
+            assert reply.headers["content-type"] == "application/x-ndjson"
+            assert reply.read() == b"\x00raw"
+        for params, headers in (({"streaming": "true"}, {}), ({}, {"X-Stream": "false"})):
+            reply = http.post(PREDICT, params=params, headers=headers, json={"str_data": "once"})
+            assert ok(not_streamed(reply))["str_data"] == "once"
+        bad = http.post(PREDICT, headers={"X-Stream": "true"}, json={"str_data": 1})
+        assert "transfer-encoding" not in bad.headers  # failures are never streamed
+        failure(bad, 400)
+        curl = subprocess.run(
+            ["curl", "-sS", "-N", "-i", "--max-time", "30", "-X", "POST",
+             "-H", "X-Stream: true", "-H", "Content-Type: application/json",
+             "-d", '{"str_data": "from curl"}', server.http_url + PREDICT],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        head, _, payload = curl.stdout.partition("\n\n")  # text mode: CRLF read as \n
+        head_lines = [line.lower() for line in head.splitlines()]
+        assert head_lines[0].startswith("http/1.1 200"), curl.stdout
+        assert "transfer-encoding: chunked" in head_lines
+        assert "content-type: application/x-ndjson" in head_lines
+        assert not any(line.startswith("content-length") for line in head_lines)
+        assert ok(json.loads(payload))["str_data"] == "from curl"
+        server.assert_healthy()
+
+
+def test_streaming_asked_for_by_a_body_field(tmp_path: Path) -> None:
+    """body_param: a top-level JSON boolean beside the GrpsMessage fields, taken out of it."""
+    section = "{ctrlMode: body_param, ctrlKey: stream, resContentType: 'text/plain; charset=utf-8'}"
+    with (
+        running_server(streaming_store(tmp_path, section), grpc=False) as server,
+        httpx.Client(base_url=server.http_url, timeout=30) as http,
+    ):
+        body = {"str_data": "in body", "stream": True}
+        with http.stream("POST", PREDICT, json=body) as reply:
+            assert streamed(reply, "text/plain; charset=utf-8") == ["in body"]
+        with http.stream("POST", PREDICT, json={**body, "model": "identity_bytes-1"}) as reply:
+            lines = [json.loads(line) for line in reply.iter_lines() if line]
+        assert [set(line) for line in lines] == [{"status", "model", "str_data"}]  # no "stream"
+        for plain in ({"str_data": "x", "stream": False}, {"str_data": "x"}):
+            assert ok(not_streamed(http.post(PREDICT, json=plain)))["str_data"] == "x"
+        by_query = http.post(PREDICT, params={"stream": "true"}, json={"str_data": "x"})
+        assert ok(not_streamed(by_query))["str_data"] == "x"
+        octets = http.post(PREDICT, content=b"raw", headers={"content-type": OCTETS})
+        assert "transfer-encoding" not in octets.headers and octets.content == b"raw"
+        for wrong in ("yes", 1, None, {"a": 1}):
+            reply = http.post(PREDICT, json={"str_data": "x", "stream": wrong})
+            assert "'stream' must be a JSON boolean" in failure(reply, 400)
+        server.assert_healthy()
 
 
 def test_metadata(http: httpx.Client) -> None:

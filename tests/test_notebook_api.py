@@ -7,6 +7,7 @@ checked against onnxruntime run directly on the same model files, never against 
 
 from __future__ import annotations
 
+import http.server
 import socket
 import subprocess
 import sys
@@ -16,13 +17,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from servers import ServerProcess
+from servers import ServerProcess, running_server
 
 import app
 from app import onnx_builders
@@ -347,6 +349,76 @@ def test_connect_to_a_subprocess_server(server: ServerProcess, model_store: Path
         remote.infer("no_such_model", {"input": X})
     assert "READY" in remote._repr_html_()
     remote.close()
+
+
+def test_connect_finds_the_grpc_port_and_keeps_the_urls_host(server: ServerProcess) -> None:
+    """A server started elsewhere: connect(url) alone yields a target tritonclient.grpc uses."""
+    assert server.grpc_target is not None
+    http_port, grpc_port = _port(server.http_url), _port(server.grpc_target)
+    ports = httpx.get(f"{server.http_url}/servekit/v1/ports", timeout=10).json()
+    assert ports == {"httpPort": http_port, "grpcPort": grpc_port}
+    assert set(httpx.get(f"{server.http_url}/v2", timeout=10).json()) == {
+        "name", "version", "extensions"
+    }  # fmt: skip
+    for host in ("127.0.0.1", "localhost"):  # the host is the one the user typed
+        remote = app.connect(f"http://{host}:{http_port}")
+        assert remote.grpc_target == f"{host}:{grpc_port}"
+        expected = remote.infer("mlp", {"input": X})["output"]
+        client = grpcclient.InferenceServerClient(remote.grpc_target)
+        assert client.is_server_ready()
+        tensor = grpcclient.InferInput("input", list(X.shape), "FP32")
+        tensor.set_data_from_numpy(X)
+        np.testing.assert_array_equal(client.infer("mlp", [tensor]).as_numpy("output"), expected)
+        client.close()
+        assert remote.grpc_target in remote._repr_html_()
+        remote.close()
+    given = app.connect(server.http_url, grpc_target="gateway.example:443")
+    assert given.grpc_target == "gateway.example:443"  # an explicit target is never replaced
+    given.close()
+
+
+def test_connect_to_a_server_with_grpc_disabled(store: Path) -> None:
+    with running_server(store, grpc=False) as server:
+        assert server.grpc_target is None  # the server's own listening line says so too
+        ports = httpx.get(f"{server.http_url}/servekit/v1/ports", timeout=10).json()
+        assert ports == {"httpPort": _port(server.http_url), "grpcPort": None}
+        remote = app.connect(server.http_url)
+        assert remote.grpc_target is None
+        mlp = store.parent / "models" / "mlp" / "2" / "model.onnx"
+        np.testing.assert_allclose(
+            remote.infer("mlp", {"input": X})["output"], _reference(mlp, {"input": X})[0], rtol=1e-5
+        )
+        assert "gRPC" not in remote._repr_html_()
+        remote.close()
+
+
+class _OtherV2Server(http.server.BaseHTTPRequestHandler):
+    """Another V2 server (not a servekit): live, and 404 for servekit's own paths."""
+
+    def do_GET(self) -> None:
+        live = self.path == "/v2/health/live"
+        body = b'{"live": true}' if live else b'{"error": "not found"}'
+        self.send_response(200 if live else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_connect_to_another_v2_server_leaves_grpc_unknown() -> None:
+    with http.server.HTTPServer(("127.0.0.1", 0), _OtherV2Server) as other:
+        thread = threading.Thread(target=other.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        try:
+            remote = app.connect(f"http://127.0.0.1:{other.server_address[1]}")
+            assert remote.grpc_target is None
+            remote.close()
+        finally:
+            other.shutdown()
+            thread.join(10)
 
 
 def test_connect_refuses_a_bad_url() -> None:

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from app.codecs import v2_json
 from app.codecs.grps import FLAT_FIELDS, KINDS
+from app.datatypes import refuse_booleans
 from app.errors import InvalidArgument
 from app.grpc._generated import grps_pb2 as pb
 
@@ -41,9 +42,23 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 def loads(body: bytes) -> tuple[pb.GrpsMessage, object]:
     """Parse a JSON GrpsMessage; return it and its ndarray (None if absent)."""
+    return from_object(parse_object(body))
+
+
+def parse_object(body: bytes) -> dict[str, Any]:
+    """The body as a JSON object (an empty body is ``{}``), before it is read as a GrpsMessage:
+    the HTTP adapter takes its own control fields (``streaming``) out of it first."""
     obj = v2_json.loads(body) if body.strip() else {}
     if not isinstance(obj, dict):
         raise InvalidArgument("the body must be a JSON object (a GrpsMessage)")
+    return obj
+
+
+def from_object(obj: dict[str, Any]) -> tuple[pb.GrpsMessage, object]:
+    """The GrpsMessage a parsed JSON object spells, and its ndarray (None if absent).
+
+    ``obj`` is consumed (fields are taken out of it while parsing).
+    """
     ndarray = obj.pop("ndarray", None)
     if ndarray is not None and not DATA_KEYS.isdisjoint(obj):
         raise InvalidArgument("set only one of gtensors, ndarray, str_data, bin_data or gmap")
@@ -76,21 +91,27 @@ def _take_flat(obj: dict[str, Any]) -> list[tuple[int, str, NDArray[Any]]]:
                 tensor[field] = tensor.pop(alias)
         for key in list(tensor):
             field = _BY_KEY.get(key, "")
-            array = _numeric(tensor[key], field) if field in NUMERIC else None
+            label = f"gtensors tensor #{index}"
+            array = _numeric(label, tensor[key], field) if field in NUMERIC else None
             if array is not None:
                 del tensor[key]
                 taken.append((index, field, array))
     return taken
 
 
-def _numeric(values: object, field: str) -> NDArray[Any] | None:
-    """``values`` as a 1-D numeric array if it plainly is one, else None (json_format decides)."""
+def _numeric(label: str, values: object, field: str) -> NDArray[Any] | None:
+    """``values`` as a 1-D numeric array if it plainly is one, else None (json_format decides).
+
+    JSON true/false is refused here whatever else the list holds: json_format would read it
+    as 1.0 / 0.0 in a float field, and numpy as 1 / 0 among numbers.
+    """
     if not isinstance(values, list) or not values:
         return None
     try:
         array = np.asarray(values)
     except ValueError:
         return None
+    refuse_booleans(label, values, array, field)
     allowed = "iuf" if NUMERIC[field].kind == "f" else "iu"
     if array.ndim != 1 or array.dtype.kind not in allowed:
         return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import numpy as np
 
@@ -40,7 +40,9 @@ class RemoteServer:
 
     @property
     def grpc_target(self) -> str | None:
-        """``host:port`` of the gRPC API when known (as tritonclient.grpc expects it)."""
+        """``host:port`` of the gRPC API when known (as tritonclient.grpc expects it): given to
+        ``connect``, or found by it (the server's gRPC port on the URL's host); None when gRPC
+        is disabled or the server does not say."""
         return self._grpc_target
 
     @property
@@ -186,11 +188,38 @@ def connect(url: str, *, grpc_target: str | None = None, timeout: float = 60.0) 
     """A handle on the server at ``url``: ``infer``, ``models``, ``add_model``, ``remove_model``.
 
     Fails at once with ConnectionError if nothing answers there, rather than at first use.
+    Without ``grpc_target``, the gRPC port is asked of the server (``GET /servekit/v1/ports``)
+    and paired with the host of ``url``: the server may listen on 0.0.0.0 or sit behind a
+    port-forward, where only the host the user reached it by works. ``grpc_target`` stays None
+    when gRPC is disabled or the server is not a servekit; pass it explicitly when gRPC is
+    reached at another host or port than that (a forward to a different local port).
     """
     server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout)
     try:
         server._http.request("GET", "/v2/health/live")
+        if grpc_target is None:
+            server._grpc_target = _discover_grpc_target(server._http)
     except OSError as exc:
         server.close()
         raise ConnectionError(f"no server answers at {server.url}: {exc}") from None
     return server
+
+
+def _discover_grpc_target(http: Transport) -> str | None:
+    """``host:port`` of the server's gRPC API: the port from the server, the host from the URL.
+
+    Anything but a servekit ports answer with an integer ``grpcPort`` (gRPC disabled, another
+    V2 server answering 404, a proxy's error page) means "not known", never a failed connect:
+    the HTTP API, which everything else uses, does answer.
+    """
+    reply = http.request("GET", "/servekit/v1/ports")
+    if reply.status != 200:
+        return None
+    try:
+        port = reply.json().get("grpcPort")
+    except (ValueError, AttributeError):  # not JSON, or not a JSON object
+        return None
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        return None
+    host = urlsplit(http.url).hostname or ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -2,13 +2,19 @@
 
 Bodies are the JSON form of ``GrpsMessage`` (:mod:`app.codecs.grps_json`: protobuf's JSON
 mapping with grps' conventions), or ``application/octet-stream`` for ``bin_data``, both ways.
-Query parameters: ``model=name-version`` (the body's ``model`` wins), ``return-ndarray=true``
-(answer the single output as a nested list) and ``streaming=true``.
+Query parameters: ``model=name-version`` (the body's ``model`` wins) and ``return-ndarray=true``
+(answer the single output as a nested list).
 
 Failures answer a ``GrpsMessage`` whose status is FAILURE with the HTTP status of the one error
 table (400, 404, 503, ...), so grps clients always get a message they can parse.
-``?streaming=true`` answers with chunked transfer encoding: each message is one chunk (JSON and
-a newline, or the raw bytes of bin_data); servekit's models answer once, so a stream holds one.
+
+Streaming is asked for as ``server.grpsStreaming`` says (grps' ``streaming_ctrl``): by default
+``?streaming=true``; or a header; or a top-level JSON boolean in the body beside the GrpsMessage
+fields, taken out before the message is parsed. A streamed answer uses chunked transfer encoding
+with the configured Content-Type (default application/octet-stream): each message is one chunk
+(JSON and a newline, or the raw bytes of bin_data); servekit's models answer once, so a stream
+holds one. Failures are never streamed: they answer as above, so the status code says what
+went wrong.
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
 from app.codecs import grps_json, grps_reply
+from app.config import GrpsStreaming
 from app.dataplane import DataPlane
-from app.errors import ServeError
+from app.errors import InvalidArgument, ServeError
 from app.grpc._generated import grps_pb2 as pb
 from app.rest.errors import HTTP_STATUS
 
@@ -56,12 +63,29 @@ def _failure(exc: Exception) -> Response[bytes]:
     return _json(pb.GrpsMessage(status=grps_reply.status(code, msg)))
 
 
-async def _read(request: AnyRequest) -> tuple[pb.GrpsMessage, object]:
-    """The request's GrpsMessage and, separately, its ndarray (None if absent)."""
+async def _read(
+    request: AnyRequest, control: GrpsStreaming | None = None
+) -> tuple[pb.GrpsMessage, object, bool]:
+    """The request's GrpsMessage, its ndarray (None if absent) and, for a predict request
+    (``control`` given), whether it asks for a streamed answer."""
+    streaming = False  # no control, or body_param with an octet-stream body (no field to read)
+    if control is not None and control.ctrl_mode == "query_param":
+        streaming = _flag(request.query_params.get(control.ctrl_key))
+    elif control is not None and control.ctrl_mode == "header_param":
+        streaming = _flag(request.headers.get(control.ctrl_key))
     body = await request.body()
     if request.content_type[0].lower() == OCTETS:
-        return pb.GrpsMessage(bin_data=body), None
-    return grps_json.loads(body)
+        return pb.GrpsMessage(bin_data=body), None, streaming
+    obj = grps_json.parse_object(body)
+    if control is not None and control.ctrl_mode == "body_param":
+        value = obj.pop(control.ctrl_key, False)
+        if not isinstance(value, bool):
+            raise InvalidArgument(
+                f"'{control.ctrl_key}' must be a JSON boolean (true or false), got {value!r:.40}"
+            )
+        streaming = value
+    message, ndarray = grps_json.from_object(obj)
+    return message, ndarray, streaming
 
 
 def _flag(value: str | None) -> bool:
@@ -95,8 +119,9 @@ def ready(state: State) -> Response[bytes]:
 @route("/grps/v1/infer/predict", http_method=[HttpMethod.POST], status_code=200)
 async def predict(request: AnyRequest, state: State) -> Response[Any]:
     query = request.query_params
+    control = _dataplane(state).repository.plan.server.grps_streaming
     try:
-        message, ndarray = await _read(request)
+        message, ndarray, streaming = await _read(request, control)
         kind, response = await grps_reply.predict(
             _dataplane(state), message, query_model=query.get("model") or "", ndarray=ndarray
         )
@@ -112,10 +137,13 @@ async def predict(request: AnyRequest, state: State) -> Response[Any]:
             reply = Response(answer.bin_data, media_type=OCTETS) if is_bin else _json(answer)
     except Exception as exc:
         return _failure(exc)
-    if not _flag(query.get("streaming")):
+    if not streaming:
         return reply
     chunk = reply.content if reply.media_type == OCTETS else bytes(reply.content) + b"\n"
-    return Stream(_chunks([chunk]), media_type=OCTETS)
+    # As a header, not media_type: Litestar appends "; charset=utf-8" to any text/* media type,
+    # even one that already names its charset; the configured value is sent as written.
+    content_type = {"Content-Type": control.res_content_type}
+    return Stream(_chunks([chunk]), media_type=control.res_content_type, headers=content_type)
 
 
 async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
@@ -133,7 +161,7 @@ def server_metadata(state: State) -> Response[bytes]:
 async def model_metadata(request: AnyRequest, state: State) -> Response[bytes]:
     """The request's str_data names the model (else its model field, ?model=, the default)."""
     try:
-        message, _ = await _read(request)
+        message, _, _ = await _read(request)
         selector = message.str_data or message.model or request.query_params.get("model") or ""
         text = grps_reply.model_metadata(_dataplane(state), selector)
     except Exception as exc:
