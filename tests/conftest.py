@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from servers import ServerProcess, grpc_available, start_server, write_model_store
 
@@ -27,3 +28,11 @@ def server(model_store: Path) -> Iterator[ServerProcess]:
     yield process
     code = process.stop()
     assert code == 0, f"server exited with {code}\n{process.log()}"
+
+
+@pytest.fixture
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    """An httpx client on the shared server; after each test the server must still be healthy."""
+    with httpx.Client(base_url=server.http_url, timeout=30) as client:
+        yield client
+    server.assert_healthy()

@@ -50,13 +50,6 @@ PREDICT = "/grps/v1/infer/predict"
 OCTETS = "application/octet-stream"
 
 
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=30) as client:
-        yield client
-    server.assert_healthy()
-
-
 @pytest.fixture(scope="module")
 def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
     assert server.grpc_target is not None

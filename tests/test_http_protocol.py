@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,6 @@ import pytest
 from servers import ServerProcess
 
 HEADER = "Inference-Header-Content-Length"
-
-
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    """An httpx client on the shared server; after each test the server must still be healthy."""
-    with httpx.Client(base_url=server.http_url, timeout=30) as client:
-        yield client
-    server.assert_healthy()
 
 
 def _mlp(store: Path, rows: np.ndarray, version: int = 2) -> np.ndarray:

@@ -26,13 +26,6 @@ from app.grpc._generated import grps_pb2_grpc as grps_grpc
 GRPS_PREDICT = "/grps/v1/infer/predict"
 
 
-@pytest.fixture
-def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.http_url, timeout=30) as client:
-        yield client
-    server.assert_healthy()
-
-
 def v2_infer(http: httpx.Client, datatype: str, data: list[Any]) -> httpx.Response:
     """One V2 JSON inference of the identity model of ``datatype`` with shape [1, len(data)]."""
     body = {"inputs": [{"name": "INPUT0", "datatype": datatype, "shape": [1, len(data)],
