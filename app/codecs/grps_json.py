@@ -40,11 +40,6 @@ _BY_KEY = {key: f.name for f in pb.GenericTensor.DESCRIPTOR.fields for key in (f
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def loads(body: bytes) -> tuple[pb.GrpsMessage, object]:
-    """Parse a JSON GrpsMessage; return it and its ndarray (None if absent)."""
-    return from_object(parse_object(body))
-
-
 def parse_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object (an empty body is ``{}``), before it is read as a GrpsMessage:
     the HTTP adapter takes its own control fields (``streaming``) out of it first."""
