@@ -13,9 +13,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from servers import ServerProcess
 
 from app.grpc import tuning
-from tests.servers import ServerProcess
 
 
 def run_fresh(code: str, env: dict[str, str] | None = None) -> str:
