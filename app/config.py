@@ -9,7 +9,7 @@ defaults < serve.yaml < ``SERVEKIT_*`` environment variables (nested with ``__``
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -186,8 +186,8 @@ class AllPolicy(Section):
 class SpecificPolicy(Section):
     """Serve exactly the listed versions."""
 
-    versions: list[int] = Field(min_length=1)
-    """Version numbers to serve."""
+    versions: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(min_length=1)
+    """Version numbers to serve (version folder names: 0 to 2^63-1, as Triton's int64)."""
 
 
 class VersionPolicy(Section):

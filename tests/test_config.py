@@ -125,6 +125,16 @@ def errors_of(text: str) -> list[str]:
             ],
         ),
         (
+            "models:\n  - name: m\n    modelFormat: {name: onnx}\n    storageUri: m\n"
+            "    versionPolicy:\n      specific: {versions: [1, -1, 99999999999999999999]}\n",
+            [
+                "serve.yaml:6: models[0].versionPolicy.specific.versions[1]: Input should be "
+                "greater than or equal to 0",
+                "serve.yaml:6: models[0].versionPolicy.specific.versions[2]: Input should be "
+                "less than or equal to 9223372036854775807",
+            ],
+        ),
+        (
             "server:\n  httpPort: [\n",
             ["serve.yaml:3: (top level): invalid YAML: expected the node"],
         ),
