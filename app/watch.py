@@ -54,7 +54,9 @@ class _Watcher:
         self.path = path
         self.overrides = overrides
         self.running: ServerConfig = server.plan.server
-        self.applied = _read(path)
+        # Not read here: the file may have been edited since the start plan was loaded from
+        # it, so the first check compiles it once more (an unchanged file applies no change).
+        self.applied: bytes | None = None
         self.effective: ServerConfig = server.plan.server
         """Server settings of the last plan read (file, environment and flags), to tell edits."""
         self.roots: set[Path] = set()

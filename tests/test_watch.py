@@ -8,6 +8,7 @@ result, and keeps inference running on an untouched model throughout, which must
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,9 @@ from repo_helpers import Repo, onnx_bytes, wait_for
 from servers import ServerProcess, start_server
 
 from app import onnx_builders
+from app.overrides import Overrides, load_plan
+from app.server import ServeKit
+from app.watch import watch_config
 
 HEAD = "server: {startupModels: [mlp, added, text]}\nmodels:\n"
 MLP = "  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp}\n"
@@ -223,3 +227,31 @@ def test_command_line_flags_hold_for_every_edit(tmp_path: Path) -> None:
     finally:
         repo.close()
         assert server.stop() == 0, server.log()
+
+
+def test_an_edit_made_while_the_server_starts_is_applied(tmp_path: Path) -> None:
+    """The start plan is loaded before the watcher exists; an edit in between must not be lost
+    (the watcher's first look compiles the file again instead of taking it as already applied)."""
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "add_sub.onnx").write_bytes(onnx_bytes(onnx_builders.add_sub()))
+    (models / "added.onnx").write_bytes(onnx_bytes(onnx_builders.identity("FP32")))
+    config = tmp_path / "serve.yaml"
+    config.write_text("server: {startupModels: all}\nmodels:\n" + ADD_SUB)
+    overrides = Overrides({"http_port": 0, "grpc_port": None, "host": "127.0.0.1"})
+
+    async def scenario() -> set[str]:
+        kit = ServeKit(load_plan(config, overrides))
+        await kit.start(wait_for_models=True)
+        rewrite(config, "server: {startupModels: all}\nmodels:\n" + ADD_SUB + ADDED)
+        watcher = asyncio.create_task(watch_config(kit, overrides, debounce_ms=50))
+        try:
+            async with asyncio.timeout(30):
+                while "added" not in kit.repository.names():
+                    await asyncio.sleep(0.05)
+            return set(kit.repository.names())
+        finally:
+            watcher.cancel()
+            await kit.stop()
+
+    assert asyncio.run(scenario()) == {"add_sub", "added"}
