@@ -12,6 +12,10 @@ Shared machines make requests/s depend on neighbours; the server's own CPU time 
 
     python bench/grpc_load.py                       # 10 s per cell, concurrency 1 and 16
     python bench/grpc_load.py --duration 5 --json results.json
+    python bench/grpc_load.py --duration 5 --write docs/performance.md
+
+``--write`` replaces the part of the file between ``<!-- grpc-bench:start -->`` and
+``<!-- grpc-bench:end -->`` with this run's table and issue 3's targets, met or not.
 
 Correctness is checked, not assumed: one request per mode is answered and compared with
 onnxruntime's output before loading, and after each cell the server's own statistics must show
@@ -38,11 +42,22 @@ import httpx
 import numpy as np
 import onnx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from procs import load_average
+from report import machine, write_section
+
 from app import onnx_builders
 from app.grpc._generated import grpc_service_pb2 as pb
 from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
 
 SERVICE = "/inference.GRPCInferenceService"
+START, END = "<!-- grpc-bench:start -->", "<!-- grpc-bench:end -->"
+TARGETS = [
+    # (contents, concurrency, what, limit, higher is better): issue 3, item 6
+    ("raw", 16, "requests/s", 5_000, True),
+    ("raw", 1, "added over onnxruntime us", 150, False),
+]
 SERVE_YAML = """\
 server: {name: bench}
 models:
@@ -175,7 +190,7 @@ def raw_onnxruntime_us(folder: Path, cpu: int) -> float:
     return mean
 
 
-def run(args: argparse.Namespace) -> list[Cell]:
+def run(args: argparse.Namespace) -> tuple[list[Cell], float]:
     if shutil.which("h2load") is None:
         raise SystemExit("h2load not found: apt-get install nghttp2-client")
     with tempfile.TemporaryDirectory(prefix="servekit-grpc-bench-") as tmp:
@@ -207,7 +222,7 @@ def run(args: argparse.Namespace) -> list[Cell]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
-    return cells
+    return cells, ort_us
 
 
 def measure(
@@ -257,6 +272,52 @@ def table(cells: list[Cell]) -> str:
     return "\n".join(lines)
 
 
+def section(cells: list[Cell], ort_us: float, load: tuple[str, str], command: str) -> str:
+    """The marked Markdown section of docs/performance.md for one run."""
+    lines = [
+        START,
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; grpcio "
+        f"{grpc.__version__}. Reproduce: `{command}`. Load average before/after: {load[0]} / "
+        f"{load[1]} (the machine is shared; compare rows of this table with each other).",
+        "",
+        f"Raw onnxruntime on the server's core, same session options: **{ort_us:.1f} us per "
+        "call**.",
+        "",
+        "| contents | concurrency | requests/s | mean latency us | added over onnxruntime us | "
+        "x raw ORT time | server CPU us/req |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in cells:
+        name = "noop (ServerLive)" if c.mode == "noop" else c.mode
+        added = f"{c.added_over_ort_us:,.0f}" if c.concurrency == 1 else "-"
+        lines.append(
+            f"| {name} | {c.concurrency} | {c.rps:,.0f} | {c.mean_latency_us:,.0f} | {added} | "
+            f"{1 / c.ratio_to_ort:,.0f} | {c.server_cpu_us_per_request:.0f} |"
+        )
+    lines += [
+        "",
+        "`added over onnxruntime` (concurrency 1 only; at 16 the latency is mostly queueing): "
+        "h2load's mean latency minus raw onnxruntime's time per call. `x raw ORT time`: raw "
+        "onnxruntime calls/s divided by the row's requests/s. `server CPU us/req`: the server "
+        "process's CPU time (all threads) divided by the calls it served.",
+        "",
+        "Targets (issue 3, item 6):",
+        "",
+    ]
+    for mode, concurrency, what, limit, higher in TARGETS:
+        cell = next((c for c in cells if (c.mode, c.concurrency) == (mode, concurrency)), None)
+        if cell is None:
+            continue
+        value = cell.rps if higher else cell.added_over_ort_us
+        met = value >= limit if higher else value <= limit
+        lines.append(
+            f"- {mode} contents, concurrency {concurrency}: {what} {'>=' if higher else '<='} "
+            f"{limit:,}: measured {value:,.0f} ({'met' if met else 'NOT met'})"
+        )
+    lines += ["", END]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per cell")
@@ -277,8 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-cpu", type=int, default=0)
     parser.add_argument("--client-cpu", type=int, default=1)
     parser.add_argument("--json", type=Path, help="also write the cells as JSON here")
+    parser.add_argument("--write", type=Path, help="rewrite the grpc-bench section of this file")
     args = parser.parse_args(argv)
-    cells = run(args)
+    load_before = load_average()
+    cells, ort_us = run(args)
+    if args.write:
+        given = argv if argv is not None else sys.argv[1:]
+        command = " ".join(["python bench/grpc_load.py", *given])
+        text = section(cells, ort_us, (load_before, load_average()), command)
+        write_section(args.write, text, START, END)
     print()
     print(table(cells))
     if args.json:

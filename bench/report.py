@@ -56,7 +56,7 @@ def render(runs: list[dict[str, Any]], ort_runs: list[dict[str, Any]], meta: dic
     noop = {c: s for (t, c), s in rows.items() if t == "do-nothing ASGI (uvicorn)"}
     lines = [
         START,
-        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {_machine()}; "
+        f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {machine()}; "
         f"Python {platform.python_version()}, onnxruntime {version('onnxruntime')}, "
         f"litestar {version('litestar')}, uvicorn {version('uvicorn')}, "
         f"orjson {version('orjson')}.",
@@ -113,7 +113,7 @@ def render(runs: list[dict[str, Any]], ort_runs: list[dict[str, Any]], meta: dic
     return "\n".join(lines)
 
 
-def _machine() -> str:
+def machine() -> str:
     model = "unknown CPU"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -124,12 +124,13 @@ def _machine() -> str:
     return f"{os.cpu_count()} x {model} ({platform.system()} {platform.release()})"
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace the marked section of ``path`` (or append it) and keep everything else."""
+def write_section(path: Path, section: str, start: str = START, end: str = END) -> None:
+    """Replace the section of ``path`` between ``start`` and ``end`` (or append it) and keep
+    everything else (``section`` carries the markers itself)."""
     text = path.read_text() if path.exists() else "# Performance\n\n"
-    if START in text and END in text:
-        head, rest = text.split(START, 1)
-        tail = rest.split(END, 1)[1]
+    if start in text and end in text:
+        head, rest = text.split(start, 1)
+        tail = rest.split(end, 1)[1]
         text = head + section + tail
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
