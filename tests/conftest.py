@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 from servers import ServerProcess, grpc_available, start_server, write_model_store
@@ -36,3 +37,12 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=server.http_url, timeout=30) as client:
         yield client
     server.assert_healthy()
+
+
+@pytest.fixture(scope="module")
+def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
+    """A gRPC channel to the shared server, ready before the first test of the module uses it."""
+    assert server.grpc_target is not None
+    with grpc.insecure_channel(server.grpc_target) as opened:
+        grpc.channel_ready_future(opened).result(timeout=10)
+        yield opened

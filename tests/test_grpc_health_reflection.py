@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -18,17 +17,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-from servers import BROKEN_MODELS, ServerProcess, start_server
+from servers import BROKEN_MODELS, start_server
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-
-
-@pytest.fixture(scope="module")
-def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
-    assert server.grpc_target is not None
-    with grpc.insecure_channel(server.grpc_target) as opened:
-        yield opened
 
 
 def check(channel: grpc.Channel, service: str) -> int:

@@ -50,14 +50,6 @@ PREDICT = "/grps/v1/infer/predict"
 OCTETS = "application/octet-stream"
 
 
-@pytest.fixture(scope="module")
-def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
-    assert server.grpc_target is not None
-    with grpc.insecure_channel(server.grpc_target) as chan:
-        grpc.channel_ready_future(chan).result(timeout=10)
-        yield chan
-
-
 @pytest.fixture
 def stub(channel: grpc.Channel, server: ServerProcess) -> Iterator[pb_grpc.GrpsServiceStub]:
     yield pb_grpc.GrpsServiceStub(channel)

@@ -152,14 +152,6 @@ def test_grps_json_float16_extremes_pass(http: httpx.Client) -> None:
     assert response.json()["gtensors"]["tensors"][0]["flat_float16"] == values
 
 
-@pytest.fixture(scope="module")
-def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
-    assert server.grpc_target is not None
-    with grpc.insecure_channel(server.grpc_target) as chan:
-        grpc.channel_ready_future(chan).result(timeout=10)
-        yield chan
-
-
 @pytest.mark.parametrize(
     ("model", "message", "fragment"),
     [
