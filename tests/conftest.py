@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from repo_helpers import Repo
 from servers import ServerProcess, grpc_available, start_server, write_model_store
 
 
@@ -46,3 +47,13 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(server.grpc_target) as opened:
         grpc.channel_ready_future(opened).result(timeout=10)
         yield opened
+
+
+@pytest.fixture(params=["http", "grpc"])
+def repo(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[Repo]:
+    """The repository API of the module's server, once over each transport (tritonclient)."""
+    assert server.grpc_target is not None
+    client = Repo(request.param, server.http_url, server.grpc_target)
+    yield client
+    client.close()
+    server.assert_healthy()

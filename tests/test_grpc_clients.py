@@ -8,34 +8,19 @@ with a reason instead of gRPC's bare default.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+from loops import run_in_own_loop
 from servers import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 ROWS = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
-
-T = TypeVar("T")
-
-
-def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
-    """Run ``factory()`` on a fresh event loop in a worker thread, bounded by ``timeout``.
-
-    The test process's main thread may already be running a loop (Playwright's sync API leaves
-    one), where ``asyncio.run`` refuses to start; the coroutine is created inside the worker so
-    it is never left un-awaited.
-    """
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(lambda: asyncio.run(asyncio.wait_for(factory(), timeout)))
-        return future.result(timeout + 10)
 
 
 @pytest.fixture(scope="module")

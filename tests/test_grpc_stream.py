@@ -8,30 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import queue
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+from loops import run_in_own_loop
 from servers import ServerProcess, identity_name
 
 Request = tuple[str, list[grpcclient.InferInput], str]
-
-T = TypeVar("T")
-
-
-def run_in_own_loop(factory: Callable[[], Awaitable[T]], timeout: float = 60.0) -> T:
-    """Run ``factory()`` on a fresh event loop in a worker thread, bounded by ``timeout``.
-
-    The test process's main thread may already be running a loop (Playwright's sync API leaves
-    one), where ``asyncio.run`` refuses to start; the coroutine is created inside the worker so
-    it is never left un-awaited.
-    """
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(lambda: asyncio.run(asyncio.wait_for(factory(), timeout)))
-        return future.result(timeout + 10)
 
 
 def identity_request(value: float, request_id: str, model: str | None = None) -> Request:

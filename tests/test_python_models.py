@@ -112,14 +112,6 @@ def server(folder: Path) -> Iterator[ServerProcess]:
     assert process.stop() == 0, process.log()
 
 
-@pytest.fixture(params=["http", "grpc"])
-def repo(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[Repo]:
-    client = Repo(request.param, server.http_url, server.grpc_target or "")
-    yield client
-    client.close()
-    server.assert_healthy()
-
-
 def test_function_with_type_hints(repo: Repo) -> None:
     meta = repo.metadata("scale")
     assert meta["platform"] == "python"

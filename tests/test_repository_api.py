@@ -33,15 +33,6 @@ def server(store: Path) -> Iterator[ServerProcess]:
     assert process.stop() == 0, process.log()
 
 
-@pytest.fixture(params=["http", "grpc"])
-def repo(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[Repo]:
-    assert server.grpc_target is not None
-    client = Repo(request.param, server.http_url, server.grpc_target)
-    yield client
-    client.close()
-    server.assert_healthy()
-
-
 def add_sub_inputs() -> dict[str, np.ndarray]:  # type: ignore[type-arg]
     return {
         "INPUT0": RNG.standard_normal((2, 16)).astype(np.float32),

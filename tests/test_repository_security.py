@@ -60,15 +60,6 @@ def server(root: Path) -> Iterator[ServerProcess]:
     assert process.stop() == 0, process.log()
 
 
-@pytest.fixture(params=["http", "grpc"])
-def repo(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[Repo]:
-    assert server.grpc_target is not None
-    client = Repo(request.param, server.http_url, server.grpc_target)
-    yield client
-    client.close()
-    server.assert_healthy()
-
-
 @pytest.mark.parametrize("key", BAD_KEYS, ids=range(len(BAD_KEYS)))
 def test_file_names_that_could_escape_are_refused(repo: Repo, root: Path, key: str) -> None:
     before = snapshot(root)
