@@ -9,11 +9,13 @@ missing is *not* a config error: it compiles with a ``problem`` and is served as
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from app.auth import AccessPolicy, ApiGroup, TokenError, resolve_policy
 from app.config import (
     ModelConfig,
     RuntimeConfig,
@@ -81,9 +83,31 @@ class ServePlan:
     runtimes: tuple[RuntimeConfig, ...]
     base_dir: Path
     config_path: Path | None
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    """The tokens of ``server.auth``, read from their environment variables or files."""
 
     def model(self, name: str) -> ModelPlan | None:
         return next((m for m in self.models if m.name == name), None)
+
+    @property
+    def model_control(self) -> Literal["none", "explicit"]:
+        """``server.modelControl``, or its default: clients may load and unload models when
+        only this machine can reach the server or a repository token guards the API."""
+        if self.server.model_control is not None:
+            return self.server.model_control
+        guarded = is_loopback(self.server.host) or self.access.protects(ApiGroup.REPOSITORY)
+        return "explicit" if guarded else "none"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an address only this machine reaches (127.0.0.0/8, ::1, localhost).
+    Any other name counts as reachable from outside: the safe side when in doubt."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None = None) -> ServePlan:
@@ -103,9 +127,17 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
             continue
         options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
         models.append(plan_model(model, runtime, options, base_dir))
+    try:
+        access = resolve_policy(config.server.auth, base_dir)
+    except TokenError as exc:
+        line = line_in_file(config_path, exc.field.split("."))
+        issues.append(ConfigIssue(exc.field, line, str(exc)))
+        access = AccessPolicy()
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
-    return ServePlan(config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path)
+    return ServePlan(
+        config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access
+    )
 
 
 def available_cores() -> int:

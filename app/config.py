@@ -89,13 +89,107 @@ def _grps_message_keys() -> frozenset[str]:
     return frozenset({"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)})
 
 
+INT64_MAX = 2**63 - 1
+"""Largest integer Triton's protobuf model configuration (int64 fields) can carry."""
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class TokenSource(Section):
+    """Where a token is read from at start: an environment variable or a file (its content,
+    surrounding whitespace removed). Exactly one of the two."""
+
+    env: str | None = None
+    """Name of an environment variable holding the token (e.g. SERVEKIT_TOKEN)."""
+    file: str | None = None
+    """Path of a file holding the token (relative to serve.yaml), e.g. a mounted Kubernetes
+    Secret such as /var/run/secrets/servekit/token."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TokenSource:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env (a variable name) or file (a path)")
+        if self.env is not None and not ENV_NAME.match(self.env):
+            raise ValueError("env must be an environment variable name (letters, digits, '_')")
+        return self
+
+
+TokenSpec = TokenSource | str
+"""A token source, or the token itself written in clear (works, but `servekit validate` warns:
+anyone who can read serve.yaml, a ConfigMap or a Git history then holds the token)."""
+
+
+class AuthConfig(Section):
+    """Access tokens by API group. A group with a token refuses requests that do not carry it
+    (HTTP `Authorization: Bearer <token>`, gRPC metadata `authorization: Bearer <token>`) with
+    401 / UNAUTHENTICATED; a group with none is open. Health (live, ready, per-model ready)
+    always stays open, for probes."""
+
+    default: TokenSpec | None = None
+    """Token of every group that is not given its own below."""
+    inference: TokenSpec | None = None
+    """Inference: V2 infer, V1 predict, grps predict, gRPC ModelInfer and ModelStreamInfer."""
+    metadata: TokenSpec | None = None
+    """Metadata: server and model metadata (V2, V1, grps), the dashboard's read-only pages."""
+    repository: TokenSpec | None = None
+    """Repository: index, load, unload and pushing models (also what the dashboard's
+    load/unload buttons need)."""
+    admin: TokenSpec | None = None
+    """Admin: statistics, model configuration, /metrics, grps online/offline."""
+
+
+class TlsConfig(Section):
+    """Serve HTTPS and gRPC over TLS from this process (when no TLS-terminating proxy is in
+    front). Paths are relative to serve.yaml."""
+
+    cert_file: str
+    """PEM certificate chain of the server."""
+    key_file: str
+    """PEM private key of that certificate."""
+    client_ca_file: str | None = None
+    """PEM bundle of the CAs whose client certificates are accepted; when given, every client
+    must present one (mutual TLS)."""
+
+
+class Limits(Section):
+    """Bounds on what a client may ask for through the repository API (serve.yaml itself is
+    trusted and not bounded by these)."""
+
+    max_instances: int = Field(16, ge=1, le=1024)
+    """Largest `instances` (Triton: instance_group count) a pushed config may ask for."""
+    max_runtime_threads: int = Field(64, ge=1, le=4096)
+    """Largest intraOpThreads / interOpThreads a pushed config may ask for."""
+    max_versions: int = Field(64, ge=1, le=100_000)
+    """Longest version list (specific versions, latest numVersions) of a pushed config."""
+    max_pushed_models: int = Field(32, ge=0, le=100_000)
+    """How many models pushed with files may be stored at once."""
+    max_pushed_bytes: int = Field(4 * 1024**3, ge=0)
+    """Bytes all pushed model files may take on disk together."""
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server."""
 
     name: str = "servekit"
     """Server name reported by the V2 server metadata endpoint."""
-    host: str = "0.0.0.0"
-    """Address both HTTP and gRPC listen on."""
+    host: str = "127.0.0.1"
+    """Address both HTTP and gRPC listen on: the loopback interface by default, so nothing
+    outside this machine reaches the server until you say so (`0.0.0.0` for every IPv4
+    interface, `::` for every interface, or one address or host name)."""
+    model_control: Literal["none", "explicit"] | None = None
+    """Whether clients may load and unload models through the repository API (`explicit`) or
+    not (`none`: load and unload answer 403 / PERMISSION_DENIED; the index stays readable).
+    Default: `explicit` when the server listens only on loopback or a repository token is
+    configured, `none` otherwise. Editing serve.yaml under `--watch` works in either mode."""
+    auth: AuthConfig = AuthConfig()
+    """Access tokens by API group (inference, metadata, repository, admin)."""
+    tls: TlsConfig | None = None
+    """Serve HTTPS and gRPC over TLS (optionally mutual); default plain HTTP/gRPC."""
+    strict_readiness: bool = True
+    """Readiness (`/v2/health/ready`, gRPC ServerReady, grps ready) is false while a model that
+    serve.yaml or startupModels asks for is not READY, as in Triton; false: ready once the
+    server is up and start-up loading is done."""
+    limits: Limits = Limits()
+    """Bounds on what clients may push through the repository API."""
     http_port: int = Field(8000, ge=0, le=65535)
     """REST, dashboard and metrics port; 0 picks a free port."""
     grpc_port: int | None = Field(8001, ge=0, le=65535)
@@ -149,9 +243,9 @@ class SupportedModelFormat(Section):
 class RuntimeOptions(Section):
     """Options of a runtime; a model's own `runtimeOptions` override its runtime's."""
 
-    intra_op_threads: int | None = Field(None, ge=1)
+    intra_op_threads: int | None = Field(None, ge=1, le=INT64_MAX)
     """Threads inside one operator; default: the machine's cores shared among all instances."""
-    inter_op_threads: int | None = Field(None, ge=1)
+    inter_op_threads: int | None = Field(None, ge=1, le=INT64_MAX)
     """Threads across independent operators (default 1)."""
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
     """ONNX Runtime graph optimization level (default all)."""
@@ -175,7 +269,7 @@ class RuntimeConfig(Section):
 class LatestPolicy(Section):
     """Serve the highest N versions."""
 
-    num_versions: int = Field(1, ge=1)
+    num_versions: int = Field(1, ge=1, le=INT64_MAX)
     """How many of the highest versions to serve."""
 
 
@@ -215,16 +309,16 @@ class TensorOverride(Section):
     """Tensor name."""
     datatype: str | None = None
     """V2 datatype (FP32, INT64, BYTES, ...)."""
-    shape: list[int] | None = None
+    shape: list[Annotated[int, Field(ge=-1, le=INT64_MAX)]] | None = None
     """Shape, -1 for a dynamic dimension."""
 
 
 class DynamicBatching(Section):
     """Server-side batching of concurrent requests into one model call."""
 
-    max_queue_delay_microseconds: int = Field(100, ge=0)
+    max_queue_delay_microseconds: int = Field(100, ge=0, le=INT64_MAX)
     """How long a request may wait for others to join its batch."""
-    preferred_batch_size: list[int] = []
+    preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT64_MAX)]] = []
     """Batch sizes to aim for."""
 
 
@@ -243,13 +337,13 @@ class ModelConfig(Section):
     """Runtime by name; default chosen by format (autoSelect and priority)."""
     version_policy: VersionPolicy = VersionPolicy(latest=LatestPolicy())
     """Which versions to serve; default the highest one."""
-    default_version: int | None = None
+    default_version: int | None = Field(None, ge=0, le=INT64_MAX)
     """Version answering unversioned requests; default the highest served."""
-    max_batch_size: int = Field(0, ge=0)
+    max_batch_size: int = Field(0, ge=0, le=INT64_MAX)
     """Largest batch the model accepts along its first dimension; 0 disables batching."""
     dynamic_batching: DynamicBatching | None = None
     """Batch concurrent requests together (needs maxBatchSize > 0)."""
-    instances: int = Field(1, ge=1)
+    instances: int = Field(1, ge=1, le=INT64_MAX)
     """Number of model instances (sessions) serving requests in parallel."""
     inputs: list[TensorOverride] | None = None
     """Input metadata overrides, or the full list for Python models."""

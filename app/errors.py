@@ -18,6 +18,7 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
     UNIMPLEMENTED = "UNIMPLEMENTED"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     INTERNAL = "INTERNAL"
@@ -55,6 +56,18 @@ class ResourceExhausted(ServeError):
     """A size or queue limit was hit."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class Unauthenticated(ServeError):
+    """The request lacks the token its API group needs (or carries a wrong one)."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ServeError):
+    """The server's settings forbid this operation whoever asks (e.g. modelControl: none)."""
+
+    code = ErrorCode.PERMISSION_DENIED
 
 
 class Unimplemented(ServeError):

@@ -34,7 +34,7 @@ from app.compiler import (
     resolve_options,
 )
 from app.config import MODEL_NAME, ModelConfig, RuntimeConfig
-from app.errors import InvalidArgument, NotFound
+from app.errors import InvalidArgument, NotFound, PermissionDenied
 from app.pushed_config import check_sources, parse_load_config
 from app.repository import ModelEntry, ModelRepository, State
 from app.runtimes.python import forget_object, register_object
@@ -71,6 +71,7 @@ class ModelControl:
     # -- repository extension ---------------------------------------------------------------
     async def load(self, name: str, parameters: dict[str, object] | None = None) -> None:
         """Load or reload ``name``; ``config`` and ``file:<version>/<path>`` as in Triton."""
+        self._check_client_control("load")
         _check_name(name)
         params = dict(parameters or {})
         config_text = params.pop("config", None)
@@ -105,6 +106,7 @@ class ModelControl:
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (in-flight requests finish). servekit has no ensembles, so no model
         depends on another and ``unload_dependents`` has nothing more to unload."""
+        self._check_client_control("unload")
         _check_name(name)
         async with self._lock:
             await self.repository.unload(name)
@@ -163,6 +165,19 @@ class ModelControl:
         return done
 
     # -- helpers ------------------------------------------------------------------------------
+    @property
+    def client_control(self) -> bool:
+        """Whether clients may load and unload models (``server.modelControl`` in force)."""
+        return self.plan.model_control == "explicit"
+
+    def _check_client_control(self, action: str) -> None:
+        if not self.client_control:
+            raise PermissionDenied(
+                f"model {action} is disabled: server.modelControl is none (the default when the "
+                "server listens beyond loopback without a repository token); set "
+                "server.modelControl: explicit with server.auth.repository to allow it"
+            )
+
     def compile_model(self, model: ModelConfig) -> ModelPlan:
         """Plan one model against the runtimes of the plan in force."""
         runtime = self._runtime_for(model)

@@ -42,6 +42,9 @@ NOT_LIVE = (
     "max_request_bytes",
     "storage_dir",
     "watch",
+    "model_control",
+    "auth",
+    "tls",
 )
 """Server settings a running process keeps; the rest apply live."""
 

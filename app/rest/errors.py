@@ -17,6 +17,7 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAVAILABLE: 503,
     ErrorCode.RESOURCE_EXHAUSTED: 413,
     ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
     ErrorCode.UNIMPLEMENTED: 501,
     ErrorCode.ALREADY_EXISTS: 409,
     ErrorCode.INTERNAL: 500,
