@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+from litestar import Litestar
 
 from app import dashboard
 from app.compiler import ServePlan
@@ -91,19 +92,8 @@ class ServeKit:
         server = self.plan.server
         sock = _bind(server.host, server.http_port)
         self.addresses = Addresses(server.host, sock.getsockname()[1])
-        app = create_app(
-            self.dataplane,
-            extra_routes=[
-                *rest_extensions.register(self.dataplane),
-                *dashboard.routes(),
-                *rest_repository.register(self.dataplane),
-                *rest_grps.register(self.dataplane),
-                *rest_ports.ROUTES,
-            ],
-            state={"servekit": self},
-        )
         config = uvicorn.Config(
-            app,
+            self.http_app(),
             lifespan="off",
             log_level="warning",
             access_log=False,
@@ -133,6 +123,20 @@ class ServeKit:
         if wait_for_models:
             await self._loading
         return self.addresses
+
+    def http_app(self) -> Litestar:
+        """Every HTTP surface of this server as one Litestar application."""
+        return create_app(
+            self.dataplane,
+            extra_routes=[
+                *rest_extensions.register(self.dataplane),
+                *dashboard.routes(),
+                *rest_repository.register(self.dataplane),
+                *rest_grps.register(self.dataplane),
+                *rest_ports.ROUTES,
+            ],
+            state={"servekit": self},
+        )
 
     async def wait_until_loaded(self) -> None:
         if self._loading is not None:

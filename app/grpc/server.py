@@ -21,6 +21,7 @@ from app.dataplane import DataPlane
 from app.grpc import health, servicer, tuning
 from app.grpc._generated import POOL
 from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
+from app.grpc.access import AccessInterceptor
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""
@@ -35,12 +36,14 @@ async def start_grpc_server(
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one)."""
     limit = server.grpc_max_message_bytes
+    access = dataplane.repository.plan.access
     aio_server = grpc.aio.server(
+        interceptors=[AccessInterceptor(access)] if access.enabled else None,
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
-        ]
+        ],
     )
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
         servicer.InferenceServicer(dataplane, control), aio_server

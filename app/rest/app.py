@@ -10,16 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.config.app import AppConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 
 from app import __version__
+from app.auth import ApiGroup
 from app.dataplane import DataPlane
 from app.metrics import make_registry
 from app.rest import metrics, v1, v2
+from app.rest.access import access_middleware, control_middleware, group_opt
 from app.rest.errors import EXCEPTION_HANDLERS
 
 
@@ -30,10 +32,16 @@ def create_app(
     max_request_bytes: int | None = None,
     state: dict[str, Any] | None = None,
 ) -> Litestar:
-    """Build the HTTP application for ``dataplane``."""
-    limit = max_request_bytes or dataplane.repository.plan.server.max_request_bytes
+    """Build the HTTP application for ``dataplane``.
+
+    Tokens (``server.auth``) are checked by one application middleware, installed only when a
+    group has a token; otherwise only control routes get the (cheap) cross-site check."""
+    plan = dataplane.repository.plan
+    limit = max_request_bytes or plan.server.max_request_bytes
+    guard = access_middleware(plan.access) if plan.access.enabled else control_middleware
     config = AppConfig(
         route_handlers=[*v2.ROUTES, *v1.ROUTES, *metrics.ROUTES, *extra_routes],
+        middleware=[guard],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         state=State(
             {"dataplane": dataplane, "metrics_registry": make_registry(dataplane), **(state or {})}
@@ -44,6 +52,8 @@ def create_app(
             version=__version__,
             path="/openapi",
             render_plugins=[JsonRenderPlugin()],
+            # The document describes routes, not models: open like the health endpoints.
+            openapi_router=Router("/openapi", route_handlers=[], opt=group_opt(ApiGroup.OPEN)),
         ),
         debug=False,
     )

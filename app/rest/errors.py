@@ -32,8 +32,13 @@ def error_response(
     )
 
 
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="servekit"'}
+"""RFC 6750: a 401 names the scheme the client must use."""
+
+
 def serve_error_handler(_: Request, exc: ServeError) -> Response[dict[str, str]]:  # type: ignore[type-arg]
-    return error_response(HTTP_STATUS[exc.code], exc.message)
+    headers = CHALLENGE if exc.code is ErrorCode.UNAUTHENTICATED else None
+    return error_response(HTTP_STATUS[exc.code], exc.message, headers)
 
 
 def http_error_handler(_: Request, exc: HTTPException) -> Response[dict[str, str]]:  # type: ignore[type-arg]

@@ -14,9 +14,11 @@ from litestar import get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
+from app.auth import ApiGroup
 from app.dataplane import DataPlane
 from app.model_config import model_config_for
 from app.model_stats import model_statistics
+from app.rest.access import group_opt
 
 NAMES: tuple[str, ...] = ("model_configuration", "statistics")
 """Extension names reported by server metadata once these surfaces are registered."""
@@ -31,31 +33,39 @@ def _dataplane(state: State) -> DataPlane:
 # `version` on the unversioned path as a query parameter.
 
 
-@get("/v2/models/{model:str}/config", sync_to_thread=False)
+@get("/v2/models/{model:str}/config", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
 def model_config(state: State, model: FromPath[str]) -> dict[str, Any]:
     return model_config_for(_dataplane(state), model, None)
 
 
-@get("/v2/models/{model:str}/versions/{version:str}/config", sync_to_thread=False)
+@get(
+    "/v2/models/{model:str}/versions/{version:str}/config",
+    opt=group_opt(ApiGroup.ADMIN),
+    sync_to_thread=False,
+)
 def model_version_config(
     state: State, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:
     return model_config_for(_dataplane(state), model, version)
 
 
-@get("/v2/models/stats", sync_to_thread=False)
+@get("/v2/models/stats", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
 def all_model_stats(state: State) -> dict[str, Any]:
     # A handler of its own: OpenAPI operation ids ignore path parameters, so sharing the handler
     # with /v2/models/{model}/stats would give two operations the same id.
     return model_statistics(_dataplane(state))
 
 
-@get("/v2/models/{model:str}/stats", sync_to_thread=False)
+@get("/v2/models/{model:str}/stats", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
 def model_stats(state: State, model: FromPath[str]) -> dict[str, Any]:
     return model_statistics(_dataplane(state), model, None)
 
 
-@get("/v2/models/{model:str}/versions/{version:str}/stats", sync_to_thread=False)
+@get(
+    "/v2/models/{model:str}/versions/{version:str}/stats",
+    opt=group_opt(ApiGroup.ADMIN),
+    sync_to_thread=False,
+)
 def model_version_stats(
     state: State, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:

@@ -28,11 +28,13 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
+from app.auth import ApiGroup
 from app.codecs import grps_json, grps_reply
 from app.config import GrpsStreaming
 from app.dataplane import DataPlane
 from app.errors import InvalidArgument, ServeError
 from app.grpc._generated import grps_pb2 as pb
+from app.rest.access import group_opt
 from app.rest.errors import HTTP_STATUS
 
 log = logging.getLogger("servekit.grps")
@@ -93,30 +95,59 @@ def _flag(value: str | None) -> bool:
 
 
 # -- health -------------------------------------------------------------------------------------
-@route("/grps/v1/health/online", http_method=BOTH, status_code=200, sync_to_thread=False)
+@route(
+    "/grps/v1/health/online",
+    opt=group_opt(ApiGroup.ADMIN, control=True),
+    http_method=BOTH,
+    status_code=200,
+    sync_to_thread=False,
+)
 def online(state: State) -> Response[bytes]:
     _dataplane(state).online = True
     return _json(grps_reply.ok())
 
 
-@route("/grps/v1/health/offline", http_method=BOTH, status_code=200, sync_to_thread=False)
+@route(
+    "/grps/v1/health/offline",
+    opt=group_opt(ApiGroup.ADMIN, control=True),
+    http_method=BOTH,
+    status_code=200,
+    sync_to_thread=False,
+)
 def offline(state: State) -> Response[bytes]:
     _dataplane(state).online = False
     return _json(grps_reply.ok())
 
 
-@route("/grps/v1/health/live", http_method=BOTH, status_code=200, sync_to_thread=False)
+@route(
+    "/grps/v1/health/live",
+    opt=group_opt(ApiGroup.OPEN),
+    http_method=BOTH,
+    status_code=200,
+    sync_to_thread=False,
+)
 def live(state: State) -> Response[bytes]:
     return _json(grps_reply.ok())
 
 
-@route("/grps/v1/health/ready", http_method=BOTH, status_code=200, sync_to_thread=False)
+@route(
+    "/grps/v1/health/ready",
+    opt=group_opt(ApiGroup.OPEN),
+    http_method=BOTH,
+    status_code=200,
+    sync_to_thread=False,
+)
 def ready(state: State) -> Response[bytes]:
     return _json(grps_reply.readiness(_dataplane(state)))
 
 
 # -- inference ----------------------------------------------------------------------------------
-@route("/grps/v1/infer/predict", http_method=[HttpMethod.POST], status_code=200)
+@route(
+    "/grps/v1/infer/predict",
+    opt=group_opt(ApiGroup.INFERENCE),
+    http_method=[HttpMethod.POST],
+    status_code=200,
+)
 async def predict(request: AnyRequest, state: State) -> Response[Any]:
     query = request.query_params
     control = _dataplane(state).repository.plan.server.grps_streaming
@@ -152,12 +183,20 @@ async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
 
 
 # -- metadata -----------------------------------------------------------------------------------
-@route("/grps/v1/metadata/server", http_method=BOTH, status_code=200, sync_to_thread=False)
+@route(
+    "/grps/v1/metadata/server",
+    opt=group_opt(ApiGroup.METADATA),
+    http_method=BOTH,
+    status_code=200,
+    sync_to_thread=False,
+)
 def server_metadata(state: State) -> Response[bytes]:
     return _json(grps_reply.ok(str_data=grps_reply.server_metadata(_dataplane(state))))
 
 
-@route("/grps/v1/metadata/model", http_method=BOTH, status_code=200)
+@route(
+    "/grps/v1/metadata/model", opt=group_opt(ApiGroup.METADATA), http_method=BOTH, status_code=200
+)
 async def model_metadata(request: AnyRequest, state: State) -> Response[bytes]:
     """The request's str_data names the model (else its model field, ?model=, the default)."""
     try:

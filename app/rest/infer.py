@@ -33,8 +33,10 @@ from litestar.types import (
     Send,
 )
 
+from app.auth import ApiGroup
 from app.codecs import v2_binary, v2_json
 from app.dataplane import DataPlane
+from app.rest.access import group_opt
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -125,13 +127,19 @@ def _answer_directly(app: ASGIApp) -> ASGIApp:
     return serve_infer
 
 
-@post("/v2/models/{model:str}/infer", status_code=200, middleware=[_answer_directly])
+@post(
+    "/v2/models/{model:str}/infer",
+    opt=group_opt(ApiGroup.INFERENCE),
+    status_code=200,
+    middleware=[_answer_directly],
+)
 async def infer(request: Request[Any, Any, Any]) -> ASGIApp:
     return serve_infer
 
 
 @post(
     "/v2/models/{model:str}/versions/{version:str}/infer",
+    opt=group_opt(ApiGroup.INFERENCE),
     status_code=200,
     middleware=[_answer_directly],
 )

@@ -5,10 +5,12 @@ from __future__ import annotations
 from litestar import Response, get
 from litestar.datastructures import State
 
+from app.auth import ApiGroup
 from app.metrics import CONTENT_TYPE, render
+from app.rest.access import group_opt
 
 
-@get("/metrics", sync_to_thread=False, include_in_schema=True)
+@get("/metrics", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False, include_in_schema=True)
 def metrics(state: State) -> Response[bytes]:
     return Response(render(state.metrics_registry), media_type=CONTENT_TYPE)
 

@@ -19,10 +19,12 @@ from typing import Any
 from litestar import get
 from litestar.datastructures import State
 
+from app.auth import ApiGroup
 from app.errors import Unavailable
+from app.rest.access import group_opt
 
 
-@get("/servekit/v1/ports", sync_to_thread=False)
+@get("/servekit/v1/ports", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
 def ports(state: State) -> dict[str, int | None]:
     """The bound HTTP and gRPC ports (gRPC null when disabled)."""
     kit: Any = state.get("servekit")

@@ -17,9 +17,11 @@ from litestar import Request, Response, post
 from litestar.datastructures import State
 from litestar.params import FromPath
 
+from app.auth import ApiGroup
 from app.dataplane import DataPlane
 from app.errors import InvalidArgument
 from app.model_control import ModelControl
+from app.rest.access import group_opt
 from app.storage import FILE_PREFIX
 
 NAMES: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
@@ -62,7 +64,7 @@ def _parameters(body: dict[str, Any]) -> dict[str, object]:
     return out
 
 
-@post("/v2/repository/index", status_code=200)
+@post("/v2/repository/index", opt=group_opt(ApiGroup.REPOSITORY), status_code=200)
 async def repository_index(request: Request[Any, Any, Any], state: State) -> list[dict[str, Any]]:
     ready = (await _body(request)).get("ready", False)
     if not isinstance(ready, bool):
@@ -70,7 +72,11 @@ async def repository_index(request: Request[Any, Any, Any], state: State) -> lis
     return _control(state).index(ready_only=ready)
 
 
-@post("/v2/repository/models/{model:str}/load", status_code=200)
+@post(
+    "/v2/repository/models/{model:str}/load",
+    opt=group_opt(ApiGroup.REPOSITORY, control=True),
+    status_code=200,
+)
 async def repository_load(
     request: Request[Any, Any, Any], state: State, model: FromPath[str]
 ) -> Response[dict[str, Any]]:
@@ -78,7 +84,11 @@ async def repository_load(
     return Response({}, status_code=200)
 
 
-@post("/v2/repository/models/{model:str}/unload", status_code=200)
+@post(
+    "/v2/repository/models/{model:str}/unload",
+    opt=group_opt(ApiGroup.REPOSITORY, control=True),
+    status_code=200,
+)
 async def repository_unload(
     request: Request[Any, Any, Any], state: State, model: FromPath[str]
 ) -> Response[dict[str, Any]]:

@@ -13,27 +13,29 @@ from litestar import Request, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
 
+from app.auth import ApiGroup
 from app.codecs import v2_json
 from app.codecs.v2_json import json_data_to_array
 from app.dataplane import DataPlane
 from app.datatypes import lookup
 from app.errors import InvalidArgument, NotFound
+from app.rest.access import group_opt
 from app.types import InferRequest, Tensor
 
 
-@get("/v1/models", sync_to_thread=False)
+@get("/v1/models", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
 def list_models(state: State) -> dict[str, list[str]]:
     dataplane: DataPlane = state.dataplane
     return {"models": dataplane.repository.names()}
 
 
-@get("/v1/models/{model:str}", sync_to_thread=False)
+@get("/v1/models/{model:str}", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
 def model_status(state: State, model: FromPath[str]) -> dict[str, Any]:
     dataplane: DataPlane = state.dataplane
     return {"name": model, "ready": dataplane.model_ready(model)}
 
 
-@post("/v1/models/{target:str}", status_code=200)
+@post("/v1/models/{target:str}", opt=group_opt(ApiGroup.INFERENCE), status_code=200)
 async def predict(
     request: Request[Any, Any, Any], state: State, target: FromPath[str]
 ) -> dict[str, Any]:

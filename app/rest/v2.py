@@ -12,7 +12,9 @@ from litestar import Response, get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
+from app.auth import ApiGroup
 from app.dataplane import DataPlane
+from app.rest.access import group_opt
 from app.rest.infer import infer, infer_version  # the hot path has a module of its own
 
 
@@ -21,17 +23,17 @@ def _dataplane(state: State) -> DataPlane:
     return dataplane
 
 
-@get("/v2", sync_to_thread=False)
+@get("/v2", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
 def server_metadata(state: State) -> dict[str, Any]:
     return _dataplane(state).server_metadata()
 
 
-@get("/v2/health/live", sync_to_thread=False)
+@get("/v2/health/live", opt=group_opt(ApiGroup.OPEN), sync_to_thread=False)
 def server_live(state: State) -> dict[str, bool]:
     return {"live": _dataplane(state).live()}
 
 
-@get("/v2/health/ready", sync_to_thread=False)
+@get("/v2/health/ready", opt=group_opt(ApiGroup.OPEN), sync_to_thread=False)
 def server_ready(state: State) -> Response[dict[str, bool]]:
     ready = _dataplane(state).ready()
     return Response({"ready": ready}, status_code=200 if ready else 503)
@@ -49,24 +51,32 @@ def _model_ready(state: State, model: str, version: str | None) -> Response[dict
     return Response(body, status_code=200 if ready else 503)
 
 
-@get("/v2/models/{model:str}/ready", sync_to_thread=False)
+@get("/v2/models/{model:str}/ready", opt=group_opt(ApiGroup.OPEN), sync_to_thread=False)
 def model_ready(state: State, model: FromPath[str]) -> Response[dict[str, Any]]:
     return _model_ready(state, model, None)
 
 
-@get("/v2/models/{model:str}/versions/{version:str}/ready", sync_to_thread=False)
+@get(
+    "/v2/models/{model:str}/versions/{version:str}/ready",
+    opt=group_opt(ApiGroup.OPEN),
+    sync_to_thread=False,
+)
 def model_version_ready(
     state: State, model: FromPath[str], version: FromPath[str]
 ) -> Response[dict[str, Any]]:
     return _model_ready(state, model, version)
 
 
-@get("/v2/models/{model:str}", sync_to_thread=False)
+@get("/v2/models/{model:str}", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
 def model_metadata(state: State, model: FromPath[str]) -> dict[str, Any]:
     return _dataplane(state).model_metadata(model, None).as_dict()
 
 
-@get("/v2/models/{model:str}/versions/{version:str}", sync_to_thread=False)
+@get(
+    "/v2/models/{model:str}/versions/{version:str}",
+    opt=group_opt(ApiGroup.METADATA),
+    sync_to_thread=False,
+)
 def model_version_metadata(
     state: State, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:
