@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -139,14 +140,22 @@ def successes(http_url: str) -> tuple[int, int]:
 
 
 def h2load(
-    url: str, body: Path, concurrency: int, connections: int, duration: float, cpu: int
+    url: str,
+    body: Path,
+    concurrency: int,
+    connections: int,
+    duration: float,
+    cpu: int,
+    headers: Sequence[str] = (),
 ) -> dict[str, float]:
-    """Run h2load: ``concurrency`` requests in flight over ``connections`` HTTP/2 connections."""
+    """Run h2load: ``concurrency`` requests in flight over ``connections`` HTTP/2 connections
+    (``headers``: extra ``name: value`` request headers, e.g. a token)."""
     connections = min(connections, concurrency)
     streams = max(1, concurrency // connections)
+    extra = [arg for header in headers for arg in ("-H", header)]
     argv = ["taskset", "-c", str(cpu), "h2load", "-D", f"{duration:g}", "--warm-up-time", "1",
             "-c", str(connections), "-m", str(streams), "-d", str(body),
-            "-H", "content-type: application/grpc", "-H", "te: trailers", url]  # fmt: skip
+            "-H", "content-type: application/grpc", "-H", "te: trailers", *extra, url]  # fmt: skip
     completed = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 60)
     out = completed.stdout + completed.stderr
     done = re.search(

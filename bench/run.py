@@ -55,10 +55,15 @@ NOOP_LABELS = {
 
 
 def run_wrk(
-    url: str, body: Path, header_length: int | None, connections: int, seconds: float
+    url: str,
+    body: Path,
+    header_length: int | None,
+    connections: int,
+    seconds: float,
+    authorization: str | None = None,
 ) -> dict[str, Any]:
     """One fixed-duration wrk run; returns the Lua script's BENCH_RESULT object."""
-    env = dict(os.environ, BENCH_BODY=str(body))
+    env = dict(os.environ, BENCH_BODY=str(body), BENCH_AUTHORIZATION=authorization or "")
     env["BENCH_CONTENT_TYPE"] = (
         "application/json" if header_length is None else "application/octet-stream"
     )
@@ -90,10 +95,11 @@ def measure(
     header_length: int | None,
     connections: int,
     seconds: float,
+    authorization: str | None = None,
 ) -> dict[str, Any]:
     """wrk against ``server`` plus the server's CPU time spent meanwhile."""
     cpu_before = server.cpu_seconds()
-    result = run_wrk(url, body, header_length, connections, seconds)
+    result = run_wrk(url, body, header_length, connections, seconds, authorization)
     cpu = server.cpu_seconds() - cpu_before
     result["cpu_us_per_request"] = cpu * 1e6 / result["requests"] if result["requests"] else None
     errors = sum(result["errors"].values())

@@ -21,7 +21,7 @@ from app.auth import ApiGroup
 from app.dataplane import DataPlane
 from app.metrics import make_registry
 from app.rest import metrics, v1, v2
-from app.rest.access import access_middleware, control_middleware, group_opt
+from app.rest.access import group_opt, token_guard
 from app.rest.errors import EXCEPTION_HANDLERS
 
 
@@ -34,17 +34,21 @@ def create_app(
 ) -> Litestar:
     """Build the HTTP application for ``dataplane``.
 
-    Tokens (``server.auth``) are checked by one application middleware, installed only when a
-    group has a token; otherwise only control routes get the (cheap) cross-site check."""
+    Tokens (``server.auth``) are checked by one application guard, installed only when a group
+    has a token (app/rest/access.py); the inference fast path reads the same policy."""
     plan = dataplane.repository.plan
     limit = max_request_bytes or plan.server.max_request_bytes
-    guard = access_middleware(plan.access) if plan.access.enabled else control_middleware
     config = AppConfig(
         route_handlers=[*v2.ROUTES, *v1.ROUTES, *metrics.ROUTES, *extra_routes],
-        middleware=[guard],
+        guards=[token_guard] if plan.access.enabled else [],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         state=State(
-            {"dataplane": dataplane, "metrics_registry": make_registry(dataplane), **(state or {})}
+            {
+                "dataplane": dataplane,
+                "metrics_registry": make_registry(dataplane),
+                "access": plan.access,
+                **(state or {}),
+            }
         ),
         request_max_body_size=limit,
         openapi_config=OpenAPIConfig(

@@ -34,7 +34,7 @@ from app.config import GrpsStreaming
 from app.dataplane import DataPlane
 from app.errors import InvalidArgument, ServeError
 from app.grpc._generated import grps_pb2 as pb
-from app.rest.access import group_opt
+from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
 
 log = logging.getLogger("servekit.grps")
@@ -97,7 +97,8 @@ def _flag(value: str | None) -> bool:
 # -- health -------------------------------------------------------------------------------------
 @route(
     "/grps/v1/health/online",
-    opt=group_opt(ApiGroup.ADMIN, control=True),
+    opt=group_opt(ApiGroup.ADMIN),
+    guards=[cross_site_guard],
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,
@@ -109,7 +110,8 @@ def online(state: State) -> Response[bytes]:
 
 @route(
     "/grps/v1/health/offline",
-    opt=group_opt(ApiGroup.ADMIN, control=True),
+    opt=group_opt(ApiGroup.ADMIN),
+    guards=[cross_site_guard],
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,

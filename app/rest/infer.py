@@ -33,13 +33,14 @@ from litestar.types import (
     Send,
 )
 
-from app.auth import ApiGroup
+from app.auth import AccessPolicy, ApiGroup
 from app.codecs import v2_binary, v2_json
 from app.dataplane import DataPlane
-from app.rest.access import group_opt
+from app.rest.access import client_of, group_opt
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
+_AUTHORIZATION = b"authorization"
 _JSON_TYPE = (b"content-type", b"application/json")
 _BINARY_TYPE = (b"content-type", b"application/octet-stream")
 
@@ -49,13 +50,19 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     params = scope["path_params"]
     model: str = params["model"]
     version: str | None = params.get("version")
-    dataplane: DataPlane = scope["litestar_app"].state.dataplane
-    body = await read_body(scope, receive)
+    state = scope["litestar_app"].state
+    dataplane: DataPlane = state.dataplane
+    access: AccessPolicy = state.access
     raw_length = None
+    authorization = None
     for key, value in scope["headers"]:  # ASGI header names are lower-case bytes
         if key == _HEADER_LENGTH:
             raw_length = value.decode("latin-1")
-            break
+        elif key == _AUTHORIZATION:
+            authorization = value
+    if access.enabled:  # Litestar's guards do not run on this fast path (see access.py)
+        access.check(ApiGroup.INFERENCE, authorization, client_of(scope))
+    body = await read_body(scope, receive)
     header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
         infer_request = v2_json.decode_request(v2_json.loads(body), model, version)

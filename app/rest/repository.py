@@ -21,7 +21,7 @@ from app.auth import ApiGroup
 from app.dataplane import DataPlane
 from app.errors import InvalidArgument
 from app.model_control import ModelControl
-from app.rest.access import group_opt
+from app.rest.access import cross_site_guard, group_opt
 from app.storage import FILE_PREFIX
 
 NAMES: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
@@ -74,7 +74,8 @@ async def repository_index(request: Request[Any, Any, Any], state: State) -> lis
 
 @post(
     "/v2/repository/models/{model:str}/load",
-    opt=group_opt(ApiGroup.REPOSITORY, control=True),
+    opt=group_opt(ApiGroup.REPOSITORY),
+    guards=[cross_site_guard],
     status_code=200,
 )
 async def repository_load(
@@ -86,7 +87,8 @@ async def repository_load(
 
 @post(
     "/v2/repository/models/{model:str}/unload",
-    opt=group_opt(ApiGroup.REPOSITORY, control=True),
+    opt=group_opt(ApiGroup.REPOSITORY),
+    guards=[cross_site_guard],
     status_code=200,
 )
 async def repository_unload(

@@ -2,6 +2,7 @@
 --   BENCH_BODY                 file holding the request body (read once, at start-up)
 --   BENCH_CONTENT_TYPE         Content-Type header (default application/json)
 --   BENCH_HEADER_LENGTH        if set, sent as Inference-Header-Content-Length (binary requests)
+--   BENCH_AUTHORIZATION        if set, sent as the Authorization header (token benchmarks)
 -- At the end one line "BENCH_RESULT {json}" reports counts and latency percentiles (us), so
 -- bench/run.py never has to parse wrk's human-readable output.
 
@@ -14,6 +15,10 @@ wrk.headers["Content-Type"] = os.getenv("BENCH_CONTENT_TYPE") or "application/js
 local header_length = os.getenv("BENCH_HEADER_LENGTH")
 if header_length ~= nil and header_length ~= "" then
   wrk.headers["Inference-Header-Content-Length"] = header_length
+end
+local authorization = os.getenv("BENCH_AUTHORIZATION")
+if authorization ~= nil and authorization ~= "" then
+  wrk.headers["Authorization"] = authorization
 end
 
 function done(summary, latency, requests)
