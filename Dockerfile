@@ -1,4 +1,7 @@
-# servekit image: runs `servekit serve /srv/serve.yaml` as a non-root user (uid 10001).
+# servekit image: runs `servekit serve /srv/serve.yaml --host 0.0.0.0` as a non-root user (uid
+# 10001). The server's own default is loopback only, which no port mapping or Service reaches
+# from outside the container: the command names every interface, and a replacement command
+# must too. Tokens (server.auth) belong in the environment or a mounted file, not in the image.
 #   podman build --format docker -t servekit:0.1.0 .      (or: docker build -t servekit:0.1.0 .)
 #   podman run --rm -p 8000:8000 -p 8001:8001 servekit:0.1.0
 # The image holds this folder's serve.yaml and models/; mount your own serve.yaml over
@@ -63,5 +66,6 @@ EXPOSE 8000 8001
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
     CMD ["python3", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/v2/health/live', timeout=2).status != 200)"]
 # servekit is PID 1 and handles SIGTERM itself: in-flight requests finish, then it exits 0.
+# The HEALTHCHECK above and the probes need no token: health stays open whatever server.auth says.
 ENTRYPOINT ["servekit"]
 CMD ["serve", "/srv/serve.yaml", "--host", "0.0.0.0"]

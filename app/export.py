@@ -1,16 +1,20 @@
 """Kubernetes manifests for a serve.yaml: how a user who outgrows one machine runs it on a cluster.
 
 ``servekit export k8s`` (here) gives a ConfigMap holding serve.yaml, a Deployment of the
-servekit image (non-root, read-only root filesystem, probes on /v2/health/live and
-/v2/health/ready) and a Service. The models travel inside the image (/srv/models); the ConfigMap
-replaces /srv/serve.yaml, so settings change without a rebuild. ``servekit export kserve`` is in
-app/export_kserve.py and shares the ConfigMap and the helpers below.
+servekit image (non-root, read-only root filesystem, listening on every interface with
+``--host 0.0.0.0``, probes on /v2/health/live and /v2/health/ready, which need no token) and a
+Service. The models travel inside the image (/srv/models); the ConfigMap replaces
+/srv/serve.yaml, so settings change without a rebuild. ``servekit export kserve`` is in
+app/export_kserve.py and shares the ConfigMap and the helpers below. Tokens of ``server.auth``
+come from a Kubernetes Secret that ops create (app/export_secrets.py); the export never reads
+or writes one.
 
 Everything is built as plain dicts and written by PyYAML: no text templates to drift.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from pathlib import Path
@@ -18,13 +22,20 @@ from typing import Any
 
 import yaml
 
-from app.compiler import ServePlan
+from app import export_secrets
+from app.compiler import ServePlan, compile_plan
+from app.config import AuthConfig
+from app.config_loader import load_config
 
 Manifest = dict[str, Any]
 
 UID = 10001
 """The image's non-root user (see the Dockerfile)."""
 HTTP_PORT, GRPC_PORT = 8000, 8001
+CONFIG_DIR = "/srv"
+"""serve.yaml's folder in the image (the Deployment mounts the ConfigMap's file there)."""
+TOKEN_FILE_MODE = 0o440
+"""Token files of the Deployment: read-only, for the owner (root) and the pod's fsGroup."""
 STORAGE_ENV = {"name": "SERVEKIT_SERVER__STORAGEDIR", "value": "/tmp/servekit-storage"}
 """Models pushed by clients go to the writable emptyDir: the root filesystem is read-only."""
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
@@ -50,6 +61,40 @@ def k8s_name(name: str) -> str:
             "characters, starting with a letter); rename it in serve.yaml"
         )
     return label
+
+
+def load_plan(path: str | Path) -> ServePlan:
+    """serve.yaml compiled for export: checked as ``servekit serve`` checks it, except that no
+    token is read. The tokens live in the cluster's Secret, not on the machine that exports,
+    so ``{env: VAR}`` need not be set and ``{file: PATH}`` need not exist here; the plan keeps
+    ``server.auth`` as written, for the manifests to wire the Secret in."""
+    config = load_config(path)
+    file = Path(path).resolve()
+    without_tokens = config.server.model_copy(update={"auth": AuthConfig()})
+    plan = compile_plan(config.model_copy(update={"server": without_tokens}), file.parent, file)
+    return dataclasses.replace(plan, server=config.server)
+
+
+def secret_name(plan: ServePlan) -> str:
+    """The Secret holding the tokens of ``server.auth`` (created by ops, never exported)."""
+    return f"{k8s_name(plan.server.name)}-auth"
+
+
+def container_tokens(
+    plan: ServePlan,
+    config_dir: str,
+    *,
+    used: list[str],
+    filled: tuple[str, ...] = (),
+    mode: int | None = None,
+) -> export_secrets.ContainerTokens:
+    """:func:`app.export_secrets.container_tokens` for ``plan``, its refusals as ExportError."""
+    try:
+        return export_secrets.container_tokens(
+            plan.server.auth, secret_name(plan), config_dir, used=used, filled=filled, mode=mode
+        )
+    except export_secrets.SecretError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def find_model(names: list[str], wanted: str) -> str | None:
@@ -79,8 +124,12 @@ def header(target: str, config: str) -> str:
 
 
 def warnings(plan: ServePlan, target: str) -> list[str]:
-    """What the manifests cannot carry: files outside models/ (k8s), code of Python models."""
+    """What the manifests cannot carry: files outside models/ (k8s), code of Python models, the
+    Secret holding the tokens (ops create it: how, but never a token, is said here)."""
     found = []
+    note = export_secrets.secret_note(plan.server.auth, secret_name(plan))
+    if note is not None:
+        found.append(note)
     for model in plan.models:
         uri = model.config.storage_uri if model.config is not None else None
         if model.entrypoint is not None:
@@ -142,20 +191,23 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
         args += ["--grpc-port", str(GRPC_PORT)]
     else:
         args.append("--no-grpc")
+    mounts = [
+        {"name": "config", "mountPath": f"{CONFIG_DIR}/serve.yaml", "subPath": "serve.yaml"},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    used = [str(m["mountPath"]) for m in mounts]
+    tokens = container_tokens(plan, CONFIG_DIR, used=used, mode=TOKEN_FILE_MODE)
     container = {
         "name": "servekit",
         "image": image,
         "args": args,
-        "env": [STORAGE_ENV],
+        "env": [STORAGE_ENV, *tokens.env],
         "ports": ports,
         "livenessProbe": probe("/v2/health/live", "http", period=10, failures=3),
         "readinessProbe": probe("/v2/health/ready", "http", period=5, failures=2),
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": container_security(),
-        "volumeMounts": [
-            {"name": "config", "mountPath": "/srv/serve.yaml", "subPath": "serve.yaml"},
-            {"name": "tmp", "mountPath": "/tmp"},
-        ],
+        "volumeMounts": [*mounts, *tokens.mounts],
     }
     digest = hashlib.sha256(config_text.encode()).hexdigest()[:16]
     deployment = {
@@ -175,7 +227,7 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
                     "securityContext": _pod_security(),
                     "terminationGracePeriodSeconds": 30,
                     "containers": [container],
-                    "volumes": volumes(plan),
+                    "volumes": [*volumes(plan), *tokens.volumes],
                 },
             },
         },

@@ -5,7 +5,10 @@ with the InferenceService's name, so each pod runs ``servekit serve /etc/serveki
 --only {{.Name}} --storage-uri /mnt/models``: one model, with its settings (version policy,
 batching, instances, runtime options) read from the serve.yaml ConfigMap. The ServingRuntime
 lists the formats of the plan's runtimes with their autoSelect and priority, so KServe's choice
-of runtime matches servekit's own (app/compiler.py).
+of runtime matches servekit's own (app/compiler.py). As in the Deployment, the container listens on
+every interface (``--host 0.0.0.0``), its probes need no token, and the tokens of ``server.auth``
+come from the Secret ops create (app/export_secrets.py); a token file may not lie in the folders
+KServe fills itself (the ConfigMap at /etc/servekit, the model at /mnt/models).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from app.export import (
     Manifest,
     config_map,
     container_security,
+    container_tokens,
     k8s_name,
     labels,
     probe,
@@ -48,6 +52,12 @@ def kserve_manifests(
     for dup in {n for n in names if names.count(n) > 1}:
         clash = [m.name for m, n in zip(plan.models, names, strict=True) if n == dup]
         raise ExportError(f"models {', '.join(clash)} all become InferenceService {dup!r}")
+    container = _kserve_container(image)
+    used = [str(m["mountPath"]) for m in container["volumeMounts"]]
+    # No pod fsGroup here (KServe owns the pod spec): token files keep Kubernetes' default mode.
+    tokens = container_tokens(plan, CONFIG_DIR, used=used, filled=(CONFIG_DIR, MODEL_DIR))
+    container["env"] = [*container["env"], *tokens.env]
+    container["volumeMounts"] = [*container["volumeMounts"], *tokens.mounts]
     runtime = {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": "ServingRuntime",
@@ -61,8 +71,8 @@ def kserve_manifests(
                 "prometheus.kserve.io/port": str(HTTP_PORT),
                 "prometheus.kserve.io/path": "/metrics",
             },
-            "containers": [_kserve_container(image)],
-            "volumes": volumes(plan),
+            "containers": [container],
+            "volumes": [*volumes(plan), *tokens.volumes],
         },
     }
     services = [

@@ -11,12 +11,14 @@ well-formed, it starts the right model.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import numpy as np
 import pytest
@@ -66,11 +68,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def export(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def export(
+    *args: str, check: bool = True, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (a subprocess, as ops run it)."""
     result = subprocess.run(
         [sys.executable, "-m", "app", "export", *args],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
     if check:
         assert result.returncode == 0, result.stderr
@@ -273,3 +277,162 @@ def test_names_kubernetes_cannot_take_are_refused() -> None:
         k8s_name("x" * 64)
     with pytest.raises(ExportError, match="cannot be a Kubernetes name"):
         k8s_name("___")
+
+
+# -- listening and tokens ---------------------------------------------------------------------
+AUTH_YAML = """\
+server:
+  auth:
+    default: {env: SERVEKIT_TOKEN}
+    repository: {file: /var/run/secrets/servekit/repository}
+    admin: {file: /var/run/secrets/servekit/admin}
+models:
+  - {name: add_sub, modelFormat: {name: onnx}, storageUri: ./models/add_sub}
+"""
+TOKEN_VALUES = {"SERVEKIT_TOKEN": "env-token-value-1", "repository": "repo-token-value-2"}
+
+
+def _args_pair(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def _export_env(**env: str) -> dict[str, str]:
+    """The exporter's environment plus ``env`` (a token set there must not reach the output)."""
+    return {**os.environ, **env}
+
+
+def test_manifests_listen_on_every_interface_with_open_probes(project: Path) -> None:
+    """The server's default is loopback; a pod must be reached by the kubelet's probes and by
+    its Service, so the manifests say --host 0.0.0.0 themselves, and the probes carry no token."""
+    config = str(project / "serve.yaml")
+    k8s = documents(export("k8s", config).stdout)
+    (deployment_container,) = k8s["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    kserve = documents(export("kserve", config).stdout)
+    (runtime_container,) = kserve["ServingRuntime"][0]["spec"]["containers"]
+    for container in (deployment_container, runtime_container):
+        assert _args_pair(container["args"], "--host") == "0.0.0.0"
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert "httpHeaders" not in container[probe]["httpGet"]
+
+
+@pytest.fixture
+def auth_project(project: Path, tmp_path: Path) -> Path:
+    """serve.yaml with tokens from an environment variable and from files."""
+    shutil.copytree(project / "models", tmp_path / "models")
+    (tmp_path / "serve.yaml").write_text(AUTH_YAML)
+    return tmp_path
+
+
+def test_k8s_tokens_come_from_a_secret(auth_project: Path) -> None:
+    # The exporter has the token in its environment and no token file: neither matters.
+    out = export("k8s", str(auth_project / "serve.yaml"), env=_export_env(**TOKEN_VALUES))
+    for value in TOKEN_VALUES.values():
+        assert value not in out.stdout and value not in out.stderr
+    docs = documents(out.stdout)
+    for group in docs.values():
+        for doc in group:
+            kv.validate(doc, K8S_VERSION, strict=True)
+    pod = docs["Deployment"][0]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SERVEKIT_TOKEN"]["valueFrom"] == {
+        "secretKeyRef": {"name": "servekit-auth", "key": "servekit-token"}
+    }
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    folder = mounts["/var/run/secrets/servekit"]
+    assert folder["readOnly"] is True
+    volume = {v["name"]: v for v in pod["volumes"]}[folder["name"]]["secret"]
+    assert volume["secretName"] == "servekit-auth"
+    assert volume["items"] == [
+        {"key": "repository", "path": "repository"},
+        {"key": "admin", "path": "admin"},
+    ]
+    assert volume["defaultMode"] == 0o440  # the pod's fsGroup reads it, nobody else
+    # Ops are told how to make the Secret, with every key it needs.
+    assert (
+        "kubectl create secret generic servekit-auth --from-file=servekit-token=./servekit-token "
+        "--from-file=repository=./repository --from-file=admin=./admin"
+    ) in out.stderr
+
+
+def test_token_file_beside_serve_yaml_is_mounted_alone(auth_project: Path) -> None:
+    """A folder mount at /srv would hide serve.yaml and the models: the one file is mounted."""
+    config = auth_project / "serve.yaml"
+    config.write_text(AUTH_YAML.replace("/var/run/secrets/servekit/admin", "admin.token"))
+    docs = documents(export("k8s", str(config)).stdout)
+    kv.validate(docs["Deployment"][0], K8S_VERSION, strict=True)
+    (container,) = docs["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/srv/admin.token"]["subPath"] == "admin.token"
+    assert "/srv" not in mounts
+    # KServe mounts serve.yaml's folder from the ConfigMap: a token file cannot go there.
+    out = export("kserve", str(config), check=False)
+    assert out.returncode == 1
+    assert "server.auth.admin: /etc/servekit/admin.token lies in /etc/servekit" in out.stderr
+
+
+def test_kserve_tokens_come_from_a_secret(auth_project: Path) -> None:
+    out = export("kserve", str(auth_project / "serve.yaml"), env=_export_env(**TOKEN_VALUES))
+    for value in TOKEN_VALUES.values():
+        assert value not in out.stdout and value not in out.stderr
+    spec = documents(out.stdout)["ServingRuntime"][0]["spec"]
+    assert set(spec) <= SERVING_RUNTIME_SPEC
+    (container,) = spec["containers"]
+    validate_definition(container, "container-v1")
+    for volume in spec["volumes"]:
+        validate_definition(volume, "volume-v1")
+    env = {e["name"]: e for e in container["env"]}
+    assert env["SERVEKIT_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "servekit-auth"
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    secret = volumes[mounts["/var/run/secrets/servekit"]]["secret"]
+    assert secret["secretName"] == "servekit-auth" and "defaultMode" not in secret
+    assert "kubectl create secret generic servekit-auth" in out.stderr
+
+
+def test_tokens_in_clear_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "serve.yaml"
+    config.write_text("server:\n  auth: {inference: clear-token-value}\nmodels: []\n")
+    for target in ("k8s", "kserve"):
+        out = export(target, str(config), check=False)
+        assert out.returncode == 1 and out.stdout == ""
+        assert "server.auth.inference is a token written in clear" in out.stderr
+        assert "clear-token-value" not in out.stderr
+    # Two sources that would share one Secret key are refused too.
+    config.write_text(
+        "server:\n  auth: {inference: {file: /a/token}, admin: {file: /b/token}}\nmodels: []\n"
+    )
+    out = export("k8s", str(config), check=False)
+    assert out.returncode == 1
+    assert "server.auth.admin and server.auth.inference" in out.stderr
+
+
+def test_exported_args_and_secret_env_serve_with_the_token(
+    auth_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Deployment's args, with the Secret's variable as Kubernetes sets it: the server
+    wants the token (health stays open for the probes)."""
+    config = auth_project / "serve.yaml"
+    config.write_text(
+        "server:\n  auth: {default: {env: SERVEKIT_TOKEN}}\n"
+        "models:\n  - {name: add_sub, modelFormat: {name: onnx}, storageUri: ./models/add_sub}\n"
+    )
+    docs = documents(export("k8s", str(config)).stdout)
+    (container,) = docs["Deployment"][0]["spec"]["template"]["spec"]["containers"]
+    local = {"/srv/serve.yaml": str(config), "0.0.0.0": "127.0.0.1", "8000": "0", "8001": "0"}
+    argv = [sys.executable, "-m", "app", *(local.get(arg, arg) for arg in container["args"])]
+    token = "deployment-token-3"
+    names = [e["name"] for e in container["env"] if "valueFrom" in e]
+    assert names == ["SERVEKIT_TOKEN"]
+    monkeypatch.setenv("SERVEKIT_TOKEN", token)  # as the kubelet sets it from the Secret
+    server = start_server(config, command=argv)
+    try:
+        with httpx.Client(base_url=server.http_url, timeout=10) as http:
+            for probe in ("livenessProbe", "readinessProbe"):
+                assert http.get(container[probe]["httpGet"]["path"]).status_code == 200
+            assert http.get("/v2/models/add_sub").status_code == 401
+            headers = {"Authorization": f"Bearer {token}"}
+            assert http.get("/v2/models/add_sub", headers=headers).status_code == 200
+        assert token not in server.log()
+    finally:
+        assert server.stop() == 0, server.log()

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -25,12 +26,13 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from servers import ServerProcess, running_server
+from tritonclient.utils import InferenceServerException
 
 import app
 from app import onnx_builders
 from app.config_loader import ConfigError
-from app.errors import InvalidArgument, NotFound, ServeError, Unavailable
-from app.notebook import StartError, registry
+from app.errors import InvalidArgument, NotFound, ServeError, Unauthenticated, Unavailable
+from app.notebook import RemoteServer, StartError, registry
 
 X = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
 
@@ -450,3 +452,186 @@ def test_interpreter_exit_stops_servers(store: Path) -> None:
     assert lines[-1] == "threads at exit: 1", done.stdout + done.stderr
     url, target = lines[0].split()
     assert _bindable(_port(url)) and _bindable(_port(target))
+
+
+# -- tokens -----------------------------------------------------------------------------------
+def _bearer(token: str) -> dict[str, str]:
+    """The header tritonclient sends as given: HTTP header and gRPC metadata alike."""
+    return {"authorization": f"Bearer {token}"}
+
+
+def _mlp_inputs(module: type[httpclient.InferInput] | type[grpcclient.InferInput]) -> list[Any]:
+    tensor = module("input", list(X.shape), "FP32")
+    tensor.set_data_from_numpy(X)
+    return [tensor]
+
+
+def test_serve_with_a_generated_token_guards_every_group_but_health(
+    store: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG")
+    mlp = store.parent / "models" / "mlp" / "2" / "model.onnx"
+    with app.serve(store, token=True) as server:
+        token = server.token
+        assert token is not None and len(token) >= 43  # token_urlsafe(32): 256 random bits
+        assert app.serve(None, grpc_port=None, token=True, name="other").token != token
+        registry.running()["other"].stop()
+        # The handle itself: in process, and over HTTP with the token (metadata, push).
+        expected = _reference(mlp, {"input": X})[0]
+        np.testing.assert_allclose(server.infer("mlp", {"input": X})["output"], expected, rtol=1e-5)
+        assert server.metadata("mlp")["name"] == "mlp"
+        pushed = onnx_builders.mlp(seed=5)
+        assert [r["state"] for r in server.add_model("pushed", pushed)] == ["READY"]
+        server.remove_model("pushed")
+        # Anyone else: 401 without the token or with a wrong one; health stays open for probes.
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            assert http.get("/v2/health/live").status_code == 200
+            assert http.get("/v2/health/ready").status_code == 200
+            assert http.get("/v2/models/mlp").status_code == 401
+            assert http.get("/v2/models/mlp", headers=_bearer("wrong")).status_code == 401
+            assert http.get("/v2/models/mlp", headers=_bearer(token)).status_code == 200
+        rest = httpclient.InferenceServerClient(server.url.removeprefix("http://"))
+        with pytest.raises(InferenceServerException):
+            rest.infer("mlp", _mlp_inputs(httpclient.InferInput))
+        answer = rest.infer("mlp", _mlp_inputs(httpclient.InferInput), headers=_bearer(token))
+        np.testing.assert_allclose(answer.as_numpy("output"), expected, rtol=1e-5)
+        rest.close()
+        grpc = grpcclient.InferenceServerClient(str(server.grpc_target))
+        assert grpc.is_server_ready()
+        with pytest.raises(InferenceServerException) as refused:
+            grpc.infer("mlp", _mlp_inputs(grpcclient.InferInput))
+        assert refused.value.status() == "StatusCode.UNAUTHENTICATED"
+        answer = grpc.infer("mlp", _mlp_inputs(grpcclient.InferInput), headers=_bearer(token))
+        np.testing.assert_allclose(answer.as_numpy("output"), expected, rtol=1e-5)
+        grpc.close()
+        # The card says a token is set and how to use it, without the token itself (a cell's
+        # output is saved in the notebook file).
+        card = server._repr_html_()
+        assert token not in card and f"<code>{token[:4]}\u2026</code> set" in card
+        assert ".token" in card and "Bearer" in card
+        assert token not in repr(server)
+    assert token not in caplog.text
+
+
+def test_serve_with_a_given_token_and_bad_tokens() -> None:
+    with app.serve(None, grpc_port=None, token="  notebook-secret-1  ") as server:
+        assert server.token == "notebook-secret-1"
+        reply = httpx.get(f"{server.url}/v2", headers=_bearer("notebook-secret-1"), timeout=10)
+        assert reply.status_code == 200
+    for bad in ("", "   ", "two words", "caf\u00e9"):
+        with pytest.raises(ValueError, match="printable ASCII") as caught:
+            app.serve(None, grpc_port=None, token=bad)
+        assert not bad.strip() or bad not in str(caught.value)  # never echoed
+    with pytest.raises(TypeError, match="token must be"):
+        app.serve(None, grpc_port=None, token=42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not both"):
+        app.serve(None, grpc_port=None, token=True, auth={"default": "x"})
+    assert registry.running() == {}
+
+
+def test_serving_beyond_loopback_without_a_token_warns() -> None:
+    with socket.socket() as taken:  # so that the bind fails and nothing listens outside
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.warns(UserWarning, match="without a token"), pytest.raises(OSError):
+            app.serve(None, host="0.0.0.0", http_port=port, grpc_port=None)
+    assert registry.running() == {}
+
+
+def test_serve_yaml_tokens_by_group_are_used_by_the_handle(tmp_path: Path) -> None:
+    onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp.onnx"))
+    (tmp_path / "infer.token").write_text("infer-token\n")
+    (tmp_path / "repo.token").write_text("repo-token\n")
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server:\n"
+        "  auth: {inference: {file: infer.token}, repository: {file: repo.token}}\n"
+        "models:\n"
+        "  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
+    )
+    with app.serve(config, grpc_port=None) as server:
+        assert server.token is None  # two tokens: no one token to show
+        card = server._repr_html_()
+        assert "for inference, repository" in card and "infer-token" not in card
+        # Over HTTP, each call carries its own group's token.
+        assert [r["state"] for r in server.add_model("pushed", onnx_builders.mlp(seed=2))] == [
+            "READY"
+        ]
+        assert server.metadata("pushed")["name"] == "pushed"  # metadata is open here
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 16],
+                                "data": X.ravel().tolist()}]}  # fmt: skip
+            assert http.post("/v2/models/mlp/infer", json=body).status_code == 401
+            refused = http.post("/v2/models/mlp/infer", json=body, headers=_bearer("repo-token"))
+            assert refused.status_code == 401
+            ok = http.post("/v2/models/mlp/infer", json=body, headers=_bearer("infer-token"))
+            assert ok.status_code == 200
+
+
+def _infer_over_connect(url: str, **kwargs: Any) -> np.ndarray:
+    remote = app.connect(url, **kwargs)
+    try:
+        return np.asarray(remote.infer("mlp", {"input": X})["output"])
+    finally:
+        remote.close()
+
+
+def test_connect_sends_the_token_and_explains_a_refusal(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SERVEKIT_TOKEN", raising=False)
+    mlp = store.parent / "models" / "mlp" / "2" / "model.onnx"
+    expected = _reference(mlp, {"input": X})[0]
+    with app.serve(store, token=True) as server:
+        token = str(server.token)
+        remote = app.connect(server.url, token=token)
+        assert remote.token == token
+        assert remote.grpc_target == server.grpc_target  # the ports answer needs no retry
+        np.testing.assert_allclose(remote.infer("mlp", {"input": X})["output"], expected, rtol=1e-5)
+        np.testing.assert_allclose(
+            remote.infer("mlp", {"input": X.tolist()})["output"], expected, rtol=1e-5
+        )  # lists: the metadata request carries the token too
+        assert remote.models.states()["mlp"] == "READY"
+        assert [r["state"] for r in remote.add_model("pushed", onnx_builders.mlp(seed=3))] == [
+            "READY"
+        ]
+        remote.remove_model("pushed")
+        card = remote._repr_html_()
+        assert token not in card and "sent with every request" in card
+        remote.close()
+        # SERVEKIT_TOKEN stands in for token= (a notebook shared with others need not hold it).
+        monkeypatch.setenv("SERVEKIT_TOKEN", token)
+        np.testing.assert_allclose(_infer_over_connect(server.url), expected, rtol=1e-5)
+        monkeypatch.delenv("SERVEKIT_TOKEN")
+        with pytest.raises(Unauthenticated, match=r"no token was sent.*SERVEKIT_TOKEN"):
+            _infer_over_connect(server.url)
+        with pytest.raises(Unauthenticated, match="token this handle sent was refused") as wrong:
+            _infer_over_connect(server.url, token="not-the-token")
+        assert "not-the-token" not in str(wrong.value) and token not in str(wrong.value)
+        with pytest.raises(ValueError, match="printable ASCII"):
+            app.connect(server.url, token="two words")
+        anonymous = RemoteServer(server.url)  # the card still renders, and says why no models
+        card = anonymous._repr_html_()
+        assert "no token was sent" in card and "READY" not in card
+        anonymous.close()
+
+
+def test_connect_to_a_subprocess_server_with_a_token_file(tmp_path: Path) -> None:
+    onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp.onnx"))
+    (tmp_path / "token").write_text("subprocess-token\n")
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server: {auth: {default: {file: token}}}\n"
+        "models:\n"
+        "  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
+    )
+    with running_server(config) as server:
+        expected = _reference(tmp_path / "mlp.onnx", {"input": X})[0]
+        remote = app.connect(server.http_url, token="subprocess-token")
+        assert remote.grpc_target == server.grpc_target
+        np.testing.assert_allclose(remote.infer("mlp", {"input": X})["output"], expected, rtol=1e-5)
+        remote.close()
+        with pytest.raises(Unauthenticated, match="no token was sent"):
+            _infer_over_connect(server.http_url)
+        assert "subprocess-token" not in server.log()

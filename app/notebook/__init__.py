@@ -4,6 +4,8 @@
 already runs one on its main thread) and returns a :class:`Server` handle once it is ready;
 ``connect`` returns a :class:`RemoteServer` speaking HTTP to a server that runs elsewhere. Both
 offer ``infer``, ``models``, ``add_model`` and ``remove_model`` and show as a card in Jupyter.
+``serve(token=True)`` guards a server with a random token and ``connect(url, token=...)`` (or
+the ``SERVEKIT_TOKEN`` environment variable) sends one; the handles' ``.token`` holds it.
 """
 
 from __future__ import annotations

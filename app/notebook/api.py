@@ -4,23 +4,27 @@ The call returns when every start-up model has loaded, or raises: a bad serve.ya
 ConfigError (every key and line), and models that fail to load raise :class:`StartError` with
 each reason, after the half-started server has been stopped again, so a failed cell never holds
 a port. Ports default to 0 (free ports) and the host to the loopback interface: a notebook
-should not expose models to the network unless asked to.
+should not expose models to the network unless asked to; ``token=True`` guards the server with a
+random token when it must be reachable from elsewhere.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.compiler import ServePlan, compile_plan
+from app.compiler import ServePlan, compile_plan, is_loopback
 from app.config import ServeConfig
 from app.config_loader import load_config
 from app.notebook import registry
 from app.notebook.handle import Server
 from app.notebook.launcher import ServerThread
+from app.notebook.remote import valid_token
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | ServeConfig | None
 
@@ -43,6 +47,7 @@ def serve(
     http_port: int = 0,
     grpc_port: int | None = 0,
     host: str = "127.0.0.1",
+    token: bool | str | None = None,
     name: str = "default",
     strict: bool = True,
     timeout: float = 120.0,
@@ -55,8 +60,19 @@ def serve(
     disables gRPC); ``server_options`` override other ``server:`` keys (snake_case). Calling
     ``serve`` again with the same ``name`` first stops the previous server of that name.
     With ``strict`` (the default) a model that fails to load is an error, not a warning.
+
+    ``token=True`` makes a random token (``secrets.token_urlsafe``) that every API group but
+    health then needs (``server.auth.default``); a string is used as that token; either
+    replaces serve.yaml's ``server.auth``. The handle's ``.token`` holds it and sends it
+    itself; other clients send ``Authorization: Bearer <token>``. Default: serve.yaml's tokens
+    if any, else none (fine on the loopback interface, warned about on any other).
     """
     overrides = {"http_port": http_port, "grpc_port": grpc_port, "host": host, **server_options}
+    chosen = _token(token)
+    if chosen is not None:
+        if "auth" in server_options:
+            raise TypeError("give token= or auth=, not both")
+        overrides["auth"] = {"default": chosen}
     cleanup: Path | None = None
     if config is None and "storage_dir" not in overrides:
         # Models pushed into a config-less server live only as long as the server.
@@ -65,6 +81,12 @@ def serve(
     try:
         replan = _planner(config, overrides)
         plan = replan()  # a bad config raises here, before any thread or port exists
+        if not is_loopback(plan.server.host) and not plan.access.enabled:
+            warnings.warn(
+                f"servekit listens on {plan.server.host} without a token: anyone who reaches "
+                "this machine can use every API; pass token=True to require one",
+                stacklevel=2,
+            )
         server = registry.replace(name, lambda: _start(plan, name, replan, cleanup, timeout))
     except BaseException:
         if cleanup is not None:
@@ -82,6 +104,17 @@ def serve(
             server.stop(grace=1.0)
             raise StartError(problems)
     return server
+
+
+def _token(token: bool | str | None) -> str | None:
+    """The token ``serve(token=...)`` asks for: None, a fresh random one, or the one given."""
+    if token is None or token is False:
+        return None
+    if token is True:
+        return secrets.token_urlsafe(32)  # 256 random bits, header-safe characters
+    if not isinstance(token, str):
+        raise TypeError(f"token must be True, a string or None, not {type(token).__name__}")
+    return valid_token(token, "token")
 
 
 def _start(

@@ -5,6 +5,11 @@ goes through the repository load API exactly as it would against a remote server
 only a server in the same process can do: infer without a socket through the same DataPlane the
 HTTP and gRPC adapters call, serve a Python function or class held in the notebook's memory,
 reload its serve.yaml, and stop.
+
+What goes over the wire (``add_model`` with a file, ``metadata``) carries the token of its API
+group as the server itself resolved it from ``server.auth`` (``app.serve(token=...)`` sets one
+token for every group); what runs in process (``infer``, ``models``, Python models) needs none:
+the notebook holding the handle started the server.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from app.auth import ApiGroup
 from app.compiler import ServePlan
 from app.datatypes import from_numpy
 from app.model_control import ModelControl
@@ -46,12 +52,34 @@ class Server(RemoteServer):
         super().__init__(
             addresses.http_url, grpc_target=addresses.grpc_target, timeout=load_timeout
         )
+        # The tokens the server started with (a reload does not change them: server.auth is
+        # read once at start), as text for the Authorization header.
+        self._tokens = {g: t.decode("ascii") for g, t in thread.plan.access.tokens.items()}
+        shared = set(self._tokens.values())
+        self._token = shared.pop() if len(shared) == 1 else None
         self._load_timeout = load_timeout
         self.name = name
         self._thread = thread
         self._replan = replan
         self._cleanup = cleanup
         self._note = ""
+
+    # -- tokens -------------------------------------------------------------------------------
+    def _token_for(self, group: ApiGroup) -> str | None:
+        return self._tokens.get(group)
+
+    def _token_view(self) -> html.TokenView | None:
+        protected = [g.value for g in ApiGroup if g in self._tokens]
+        if not protected:
+            return None
+        scope = (
+            "every API group but health"
+            if len(protected) == len(ApiGroup) - 1
+            else "for " + ", ".join(protected)
+        )
+        if self._token is None:
+            return html.TokenView(None, f"{scope}: one token each, from serve.yaml server.auth")
+        return html.TokenView.of(self._token, scope)
 
     # -- state --------------------------------------------------------------------------------
     @property
@@ -215,6 +243,7 @@ class Server(RemoteServer):
             grpc_target=self.grpc_target,
             dashboard_url=self.dashboard_url,
             models=self.models if running else [],
+            token=self._token_view(),
         )
 
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ autoescaping, since model names and load-failure reasons come from users and fil
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -43,6 +44,24 @@ class ModelTable(list[dict[str, Any]]):
         return models_html(self)
 
 
+@dataclass(frozen=True)
+class TokenView:
+    """What the card says about a token: that one is set and how to use it, never the token.
+
+    A card is a cell output, and outputs are saved in the .ipynb and shared or committed
+    with it; so it shows the first characters only (enough to tell two tokens apart) and
+    points at the handle's ``.token`` for copying."""
+
+    hint: str | None
+    """The token's first four characters and an ellipsis, or None when there is no one token."""
+    scope: str
+    """For what the token counts (e.g. "every API group", or the groups that need one)."""
+
+    @classmethod
+    def of(cls, token: str | None, scope: str) -> TokenView | None:
+        return None if token is None else cls(f"{token[:4]}\u2026", scope)
+
+
 def models_html(rows: list[dict[str, Any]]) -> str:
     return _environment().get_template("models.html.j2").render(rows=rows, colors=STATE_COLORS)
 
@@ -57,6 +76,7 @@ def card_html(
     dashboard_url: str,
     models: list[dict[str, Any]],
     note: str = "",
+    token: TokenView | None = None,
 ) -> str:
     """The card shown when a server handle is the value of a cell."""
     return (
@@ -71,5 +91,6 @@ def card_html(
             dashboard_url=dashboard_url,
             models_table=Markup(models_html(models)),
             note=note,
+            token=token,
         )
     )

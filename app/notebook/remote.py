@@ -4,22 +4,45 @@ Everything goes over HTTP: inference with the binary tensor data extension (no t
 out as JSON numbers), the model list from the repository index, and ``add_model`` through the
 repository load API with the model file attached, so pushing a model built in the notebook
 works the same against a server on another machine as against one started with ``app.serve``.
+
+A server with tokens (``server.auth``) needs ``Authorization: Bearer <token>`` on its protected
+groups: the handle sends its token on every request but health checks, and a refusal (401)
+raises :class:`~app.errors.Unauthenticated` saying whether no token or a wrong one was sent.
+``connect`` takes the token as ``token=``, or from the ``SERVEKIT_TOKEN`` environment variable,
+so a notebook shared with others need not contain it.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import numpy as np
 
+from app.auth import ApiGroup
+from app.errors import Unauthenticated
 from app.notebook import html, sources, wire
-from app.notebook.transport import Transport, check
+from app.notebook.transport import Reply, Transport, check
+
+TOKEN_ENV = "SERVEKIT_TOKEN"
+"""Where ``app.connect`` looks for a token when none is given."""
 
 
 def _path(*parts: str) -> str:
     return "/" + "/".join(quote(p, safe="") for p in parts)
+
+
+def valid_token(token: str, where: str) -> str:
+    """``token`` without surrounding whitespace, refused here (not as a 401 later) when it
+    cannot travel in an HTTP header or gRPC metadata. The message never repeats the value."""
+    value = token.strip()
+    if not value or any(not 0x21 <= ord(c) <= 0x7E for c in value):
+        raise ValueError(
+            f"{where}: a token is printable ASCII without spaces (it travels in a header)"
+        )
+    return value
 
 
 class RemoteServer:
@@ -27,10 +50,70 @@ class RemoteServer:
 
     kind = "connected"
 
-    def __init__(self, url: str, *, grpc_target: str | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        grpc_target: str | None = None,
+        timeout: float = 60.0,
+        token: str | None = None,
+    ) -> None:
         self._http = Transport(url, timeout)
         self._grpc_target = grpc_target
+        self._token = None if token is None else valid_token(token, "token")
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
+
+    # -- tokens -------------------------------------------------------------------------------
+    @property
+    def token(self) -> str | None:
+        """The token this handle sends (None: none): given to ``connect`` or read from
+        SERVEKIT_TOKEN; for ``app.serve``, the one given to (or made by) ``token=``, or
+        serve.yaml's when one token guards every protected group. Other clients send it as
+        ``authorization: Bearer <token>``, e.g. tritonclient.http and tritonclient.grpc alike:
+        ``client.infer(..., headers={"authorization": f"Bearer {server.token}"})``."""
+        return self._token
+
+    def _token_for(self, group: ApiGroup) -> str | None:
+        """The token a request of ``group`` carries: this handle's one token for every group."""
+        return self._token
+
+    def _auth(self, group: ApiGroup) -> dict[str, str]:
+        token = None if group is ApiGroup.OPEN else self._token_for(group)
+        return {} if token is None else {"Authorization": f"Bearer {token}"}
+
+    def _call(self, group: ApiGroup, method: str, path: str, obj: Any = None) -> Any:
+        """A JSON request of ``group`` (with its token); a 401 explains itself."""
+        try:
+            return self._http.call(method, path, obj, self._auth(group))
+        except Unauthenticated as exc:
+            raise self._refused(group, exc) from None
+
+    def _send(
+        self,
+        group: ApiGroup,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        """A raw request of ``group`` (with its token), its reply checked."""
+        reply = self._http.request(method, path, body, {**(headers or {}), **self._auth(group)})
+        try:
+            return check(reply)
+        except Unauthenticated as exc:
+            raise self._refused(group, exc) from None
+
+    def _refused(self, group: ApiGroup, exc: Unauthenticated) -> Unauthenticated:
+        """A 401 as the notebook user needs it: which token was missing or wrong, and where
+        to give it. The token itself is never part of the message."""
+        if self._token_for(group) is None:
+            why = (
+                f"no token was sent; pass token=... to app.connect() or set the {TOKEN_ENV} "
+                "environment variable"
+            )
+        else:
+            why = "the token this handle sent was refused (wrong or outdated token?)"
+        return Unauthenticated(f"{self.url} refused a {group.value} request: {why} ({exc})")
 
     # -- addresses ----------------------------------------------------------------------------
     @property
@@ -53,7 +136,7 @@ class RemoteServer:
     @property
     def models(self) -> html.ModelTable:
         """Every model version the server knows, with its state and, if not ready, why."""
-        rows = self._http.call("POST", "/v2/repository/index", {}) or []
+        rows = self._call(ApiGroup.REPOSITORY, "POST", "/v2/repository/index", {}) or []
         return html.ModelTable(
             {
                 "name": r.get("name", ""),
@@ -67,7 +150,7 @@ class RemoteServer:
     def metadata(self, model: str, version: int | str | None = None) -> dict[str, Any]:
         """The V2 model metadata (inputs, outputs, versions, platform)."""
         parts = ["v2", "models", model] + ([] if version is None else ["versions", str(version)])
-        result: dict[str, Any] = self._http.call("GET", _path(*parts))
+        result: dict[str, Any] = self._call(ApiGroup.METADATA, "GET", _path(*parts))
         return result
 
     def add_model(
@@ -98,15 +181,15 @@ class RemoteServer:
         model = sources.model_config(name, model_format, fields, storage_uri="(pushed)")
         files = sources.model_files(source, version)
         params = sources.load_parameters(model, files)
-        self._http.call(
-            "POST", _path("v2", "repository", "models", name, "load"), {"parameters": params}
-        )
+        path = _path("v2", "repository", "models", name, "load")
+        self._call(ApiGroup.REPOSITORY, "POST", path, {"parameters": params})
         self._forget(name)
         return self._rows(name)
 
     def remove_model(self, name: str) -> None:
         """Unload ``name``: in-flight requests finish, new ones are refused."""
-        self._http.call("POST", _path("v2", "repository", "models", name, "unload"), {})
+        path = _path("v2", "repository", "models", name, "unload")
+        self._call(ApiGroup.REPOSITORY, "POST", path, {})
         self._forget(name)
 
     # -- inference ----------------------------------------------------------------------------
@@ -124,16 +207,15 @@ class RemoteServer:
         arrays = self._arrays(model, inputs, version)
         body, header_length = wire.encode_request(arrays, outputs)
         parts = ["v2", "models", model] + ([] if version is None else ["versions", str(version)])
-        reply = check(
-            self._http.request(
-                "POST",
-                _path(*parts, "infer"),
-                body,
-                {
-                    "Content-Type": "application/octet-stream",
-                    "Inference-Header-Content-Length": str(header_length),
-                },
-            )
+        reply = self._send(
+            ApiGroup.INFERENCE,
+            "POST",
+            _path(*parts, "infer"),
+            body,
+            {
+                "Content-Type": "application/octet-stream",
+                "Inference-Header-Content-Length": str(header_length),
+            },
         )
         length = reply.headers.get("inference-header-content-length")
         return wire.decode_response(reply.body, int(length) if length is not None else None)
@@ -166,6 +248,13 @@ class RemoteServer:
 
     def _repr_html_(self) -> str:
         running, state = self._state()
+        models: list[dict[str, Any]] = []
+        note = ""
+        if running:
+            try:
+                models = self.models
+            except Unauthenticated as exc:  # the card still shows where the server is
+                note = str(exc)
         return html.card_html(
             kind=self.kind,
             state=state,
@@ -173,7 +262,9 @@ class RemoteServer:
             url=self.url,
             grpc_target=self.grpc_target,
             dashboard_url=self.dashboard_url,
-            models=self.models if running else [],
+            models=models,
+            note=note,
+            token=html.TokenView.of(self._token, "sent with every request"),
         )
 
     def __repr__(self) -> str:
@@ -184,35 +275,61 @@ class RemoteServer:
         self._http.close()
 
 
-def connect(url: str, *, grpc_target: str | None = None, timeout: float = 60.0) -> RemoteServer:
+def connect(
+    url: str,
+    *,
+    token: str | None = None,
+    grpc_target: str | None = None,
+    timeout: float = 60.0,
+) -> RemoteServer:
     """A handle on the server at ``url``: ``infer``, ``models``, ``add_model``, ``remove_model``.
 
-    Fails at once with ConnectionError if nothing answers there, rather than at first use.
-    Without ``grpc_target``, the gRPC port is asked of the server (``GET /servekit/v1/ports``)
-    and paired with the host of ``url``: the server may listen on 0.0.0.0 or sit behind a
-    port-forward, where only the host the user reached it by works. ``grpc_target`` stays None
-    when gRPC is disabled or the server is not a servekit; pass it explicitly when gRPC is
-    reached at another host or port than that (a forward to a different local port).
+    ``token`` is sent as ``Authorization: Bearer <token>`` with every request; without it the
+    ``SERVEKIT_TOKEN`` environment variable is used if set (so the token need not be written
+    in the notebook). Fails at once with ConnectionError if nothing answers there, and with
+    :class:`~app.errors.Unauthenticated` if the server refuses the token (or wants one),
+    rather than at first use. Without ``grpc_target``, the gRPC port is asked of the server
+    (``GET /servekit/v1/ports``) and paired with the host of ``url``: the server may listen on
+    0.0.0.0 or sit behind a port-forward, where only the host the user reached it by works.
+    ``grpc_target`` stays None when gRPC is disabled or the server is not a servekit; pass it
+    explicitly when gRPC is reached at another host or port than that (a forward to a
+    different local port).
     """
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+        where = TOKEN_ENV
+    else:
+        where = "token"
     server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout)
     try:
+        server._token = None if token is None else valid_token(token, where)
         server._http.request("GET", "/v2/health/live")
         if grpc_target is None:
-            server._grpc_target = _discover_grpc_target(server._http)
+            server._grpc_target = _discover_grpc_target(server)
     except OSError as exc:
         server.close()
         raise ConnectionError(f"no server answers at {server.url}: {exc}") from None
+    except BaseException:
+        server.close()
+        raise
     return server
 
 
-def _discover_grpc_target(http: Transport) -> str | None:
+def _discover_grpc_target(server: RemoteServer) -> str | None:
     """``host:port`` of the server's gRPC API: the port from the server, the host from the URL.
 
     Anything but a servekit ports answer with an integer ``grpcPort`` (gRPC disabled, another
     V2 server answering 404, a proxy's error page) means "not known", never a failed connect:
-    the HTTP API, which everything else uses, does answer.
+    the HTTP API, which everything else uses, does answer. A 401 is the exception: the token
+    is missing or wrong, which every later call would run into too.
     """
-    reply = http.request("GET", "/servekit/v1/ports")
+    group = ApiGroup.METADATA
+    reply = server._http.request("GET", "/servekit/v1/ports", headers=server._auth(group))
+    if reply.status == 401:
+        try:
+            check(reply)
+        except Unauthenticated as exc:
+            raise server._refused(group, exc) from None
     if reply.status != 200:
         return None
     try:
@@ -221,5 +338,5 @@ def _discover_grpc_target(http: Transport) -> str | None:
         return None
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         return None
-    host = urlsplit(http.url).hostname or ""
+    host = urlsplit(server.url).hostname or ""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

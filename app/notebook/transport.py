@@ -103,11 +103,15 @@ class Transport:
             return Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
         raise AssertionError("unreachable")
 
-    def call(self, method: str, path: str, obj: Any = None) -> Any:
+    def call(
+        self, method: str, path: str, obj: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
         """A JSON request; an error status raises the matching ServeError with its message."""
         body = None if obj is None else orjson.dumps(obj)
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        return check(self.request(method, path, body, headers)).json()
+        sent = dict(headers or {})
+        if body is not None:
+            sent["Content-Type"] = "application/json"
+        return check(self.request(method, path, body, sent)).json()
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
