@@ -136,7 +136,7 @@ def _export(args: argparse.Namespace) -> int:
     """Print manifests (``servekit export k8s|kserve``); warnings about the image to stderr."""
     from app import export, export_kserve
 
-    plan = load_plan(args.config)
+    plan = export.load_plan(args.config)
     try:
         text = export.config_text(plan)
         if args.target == "k8s":
