@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from app.config import (
     TensorOverride,
 )
 from app.config_loader import ConfigError, ConfigIssue, line_in_file
+from app.shown_paths import hide_paths
 from app.versions import VersionSource, discover_versions, select_versions
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
@@ -238,6 +239,12 @@ def plan_model(
                 )
                 or f"no version of {location} matches the version policy"
             )
+        # Clients read these reasons: paths relative to serve.yaml's folder, never absolute.
+        problem = hide_paths(problem, base_dir) if problem else problem
+        versions = tuple(
+            replace(v, problem=hide_paths(v.problem, base_dir)) if v.problem else v
+            for v in versions
+        )
     else:
         versions = (VersionSource(1, None),)
     return ModelPlan(

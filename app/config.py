@@ -91,6 +91,10 @@ def _grps_message_keys() -> frozenset[str]:
 
 INT64_MAX = 2**63 - 1
 """Largest integer Triton's protobuf model configuration (int64 fields) can carry."""
+INT32_MAX = 2**31 - 1
+"""Largest value of Triton's int32 config fields (max_batch_size, instance_group count,
+preferred_batch_size): beyond it ``GET /v2/models/{m}/config`` over gRPC could not encode it."""
+UINT32_MAX = 2**32 - 1
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -269,7 +273,7 @@ class RuntimeConfig(Section):
 class LatestPolicy(Section):
     """Serve the highest N versions."""
 
-    num_versions: int = Field(1, ge=1, le=INT64_MAX)
+    num_versions: int = Field(1, ge=1, le=UINT32_MAX)
     """How many of the highest versions to serve."""
 
 
@@ -318,7 +322,7 @@ class DynamicBatching(Section):
 
     max_queue_delay_microseconds: int = Field(100, ge=0, le=INT64_MAX)
     """How long a request may wait for others to join its batch."""
-    preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT64_MAX)]] = []
+    preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] = []
     """Batch sizes to aim for."""
 
 
@@ -339,11 +343,11 @@ class ModelConfig(Section):
     """Which versions to serve; default the highest one."""
     default_version: int | None = Field(None, ge=0, le=INT64_MAX)
     """Version answering unversioned requests; default the highest served."""
-    max_batch_size: int = Field(0, ge=0, le=INT64_MAX)
+    max_batch_size: int = Field(0, ge=0, le=INT32_MAX)
     """Largest batch the model accepts along its first dimension; 0 disables batching."""
     dynamic_batching: DynamicBatching | None = None
     """Batch concurrent requests together (needs maxBatchSize > 0)."""
-    instances: int = Field(1, ge=1, le=INT64_MAX)
+    instances: int = Field(1, ge=1, le=INT32_MAX)
     """Number of model instances (sessions) serving requests in parallel."""
     inputs: list[TensorOverride] | None = None
     """Input metadata overrides, or the full list for Python models."""

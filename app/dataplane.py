@@ -9,6 +9,7 @@ version, runs the model and records statistics. Small models run right on the ev
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from app import __version__
 from app.batching import DynamicBatcher
 from app.compiler import ModelPlan
-from app.errors import Internal, InvalidArgument, ServeError, Unimplemented
+from app.errors import Internal, InvalidArgument, ServeError, Unimplemented, internal_error
 from app.repository import ModelRepository, State, VersionEntry
 from app.runtimes.base import Arrays, ModelRuntime
 from app.stats import Statistics, VersionStats
@@ -28,6 +29,8 @@ from app.types import (
     Tensor,
     TensorSpec,
 )
+
+log = logging.getLogger("servekit.dataplane")
 
 EXTENSIONS: list[str] = ["binary_tensor_data"]
 """Protocol extensions this server implements; adapters append theirs when registered."""
@@ -140,9 +143,8 @@ class DataPlane:
             raise
         except Exception as exc:  # a runtime bug must become a clean error, not a dead request
             stats.record_failure(time.perf_counter_ns() - started)
-            raise Internal(
-                f"model {request.model_name!r} failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            where = f"model {request.model_name!r}"
+            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
         finally:
             version.leave()
         return InferResponse(

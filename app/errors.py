@@ -7,6 +7,8 @@ every code. No HTTP or gRPC numbers live here.
 
 from __future__ import annotations
 
+import logging
+import secrets
 from enum import StrEnum
 
 
@@ -86,3 +88,21 @@ class Internal(ServeError):
     """A failure inside the server or inside user model code."""
 
     code = ErrorCode.INTERNAL
+
+
+def logged_reference(logger: logging.Logger, exc: BaseException, what: str) -> str:
+    """Log ``exc`` (with its traceback) under a fresh short random reference; return it."""
+    reference = secrets.token_hex(6)
+    logger.error("%s (reference %s)", what, reference, exc_info=exc)
+    return reference
+
+
+def internal_error(logger: logging.Logger, exc: BaseException, where: str) -> str:
+    """Log an unexpected exception; return what the client is told instead of its text.
+
+    The exception's text never reaches the client: it may hold absolute paths, secrets or
+    internals. The reference is in both the answer and the log line, so whoever sees the error
+    can find its details (and traceback) in the server log.
+    """
+    reference = logged_reference(logger, exc, f"internal error in {where}")
+    return f"internal error (reference {reference}; the server log has the details)"

@@ -7,13 +7,22 @@ see app/storage.py) and in-memory Python objects, and turns requests into reposi
 * ``load`` with no parameters (re)loads a model as it is known; with ``config`` (Triton's
   ModelConfig JSON or a servekit entry) and ``file:`` parameters it loads that, a new model if
   the name is new. A failed reload keeps the previous load serving and raises with the reason.
+* ``unload`` unloads. For a pushed model it also deletes the pushed files, as Triton deletes
+  the files of a model loaded with file overrides: a model that exists only because it was
+  pushed leaves the index (a later load without config answers NOT_FOUND, as Triton does for a
+  model that is not in its repository), and a serve.yaml model whose files were replaced by a
+  push goes back to its serve.yaml entry, unloaded (a load without config loads that again).
 * ``apply_plan`` applies an edited serve.yaml: added models load (as ``startupModels`` says),
   removed ones unload and leave the index, changed ones (entry, runtime or model files) reload.
 * ``add`` serves a ModelConfig (and optionally a Python object) from inside the process.
 
-A client may not make the server import code or read files of its choosing: a pushed config
-cannot name a new entrypoint, its storageUri must lie inside serve.yaml's folder or the storage
-dir, and Python models cannot be pushed as files.
+A load request is a client's data and may not become code or reach files of its choosing,
+whatever the auth settings: its config cannot choose code (a Python model's entrypoint,
+parameters, runtime and options come from serve.yaml only; see app/pushed_config.py), its
+storageUri stays inside serve.yaml's folder, its files are only an ONNX model and the external
+data that model references (app/onnx_files.py), checked before anything is written, and it is
+bounded by ``server.limits`` (instances, threads, versions, how many pushed models and bytes).
+Nothing answered to a client names where pushed files live (app/shown_paths.py).
 """
 
 from __future__ import annotations
@@ -21,10 +30,10 @@ from __future__ import annotations
 import asyncio
 import sys
 from dataclasses import replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from app import storage
+from app import onnx_files, storage
 from app.compiler import (
     ModelPlan,
     ServePlan,
@@ -34,8 +43,8 @@ from app.compiler import (
     resolve_options,
 )
 from app.config import MODEL_NAME, ModelConfig, RuntimeConfig
-from app.errors import InvalidArgument, NotFound, PermissionDenied
-from app.pushed_config import check_sources, parse_load_config
+from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from app.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from app.repository import ModelEntry, ModelRepository, State
 from app.runtimes.python import forget_object, register_object
 
@@ -93,23 +102,63 @@ class ModelControl:
                 return
             base = current.config if current is not None else None
             model = parse_load_config(name, config_text, base, [p for p, _ in pushed_files])
-            if pushed_files and model.model_format.name.lower() == "python":
-                raise InvalidArgument("Python models cannot be pushed as files; declare them")
-            if not pushed_files:
+            runtime = self._runtime_for(model)
+            model = check_code(model, runtime, current)
+            versions = {p.parts[0] for p, _ in pushed_files}
+            check_limits(model, base, self.plan.server.limits, len(versions))
+            if pushed_files:
+                if runtime.implementation != "onnxruntime":
+                    raise PermissionDenied(
+                        f"{model.model_format.name} models cannot be pushed as files (Python "
+                        "models run code); declare them in serve.yaml"
+                    )
+                await asyncio.to_thread(onnx_files.check_pushed, pushed_files)
+                self._check_room(name, pushed_files)
+            else:
                 check_sources(model, base, self.plan.base_dir, self.storage_dir)
-            self._runtime_for(model)  # refuse before anything is written
+            # Everything is checked: only now is anything written.
             folder = storage.stage(self.storage_dir, name, pushed_files) if pushed_files else None
             if folder is not None:
                 model = model.model_copy(update={"storage_uri": str(folder)})
             await self._load(self.compile_model(model), folder)
 
+    def _check_room(self, name: str, files: list[tuple[PurePosixPath, bytes]]) -> None:
+        """``server.limits.maxPushedModels`` and ``maxPushedBytes``, counted on disk; a push
+        replacing ``name``'s files does not count those (they are deleted once it loads)."""
+        limits = self.plan.server.limits
+        others = [folder for model, folder in self._pushed.items() if model != name]
+        if len(others) + 1 > limits.max_pushed_models:
+            raise ResourceExhausted(
+                f"{len(others)} pushed models are stored, server.limits.maxPushedModels is "
+                f"{limits.max_pushed_models}: unload one first"
+            )
+        stored = sum(storage.disk_bytes(folder) for folder in others)
+        wanted = stored + sum(len(data) for _, data in files)
+        if wanted > limits.max_pushed_bytes:
+            raise ResourceExhausted(
+                f"pushed models would take {wanted} bytes on disk ({stored} stored), beyond "
+                f"server.limits.maxPushedBytes ({limits.max_pushed_bytes})"
+            )
+
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
-        """Unload ``name`` (in-flight requests finish). servekit has no ensembles, so no model
-        depends on another and ``unload_dependents`` has nothing more to unload."""
+        """Unload ``name`` (in-flight requests finish); a pushed model's files are deleted (see
+        the module docstring). servekit has no ensembles, so no model depends on another and
+        ``unload_dependents`` has nothing more to unload."""
         self._check_client_control("unload")
         _check_name(name)
         async with self._lock:
+            plan = self.repository.get(name).plan
+            if not self._is_pushed(name, plan):
+                await self.repository.unload(name)
+                return
+            declared = self.plan.model(name)
+            if declared is None:
+                await self._forget(name)
+                return
             await self.repository.unload(name)
+            self._release_push(name, declared)
+            self.repository.register(declared, "unloaded")
+            self._fingerprints[name] = fingerprint(declared)
 
     async def remove(self, name: str) -> None:
         """Unload ``name`` and forget it: it leaves the index and its pushed files are deleted."""
@@ -222,6 +271,13 @@ class ModelControl:
         old_entrypoint = before.config.entrypoint if before and before.config else None
         if plan.config is not None and old_entrypoint != plan.config.entrypoint:
             forget_object(old_entrypoint)  # the object registered for the replaced load
+
+    def _is_pushed(self, name: str, plan: ModelPlan) -> bool:
+        """Whether ``name`` serves (or failed to load) files a client pushed."""
+        uri = plan.config.storage_uri if plan.config is not None else None
+        if name in self._pushed or uri is None or not Path(uri).is_absolute():
+            return name in self._pushed
+        return Path(uri).is_relative_to(self.storage_dir.resolve())
 
     def _release_push(self, name: str, plan: ModelPlan) -> None:
         """Forget the previous push folder of ``name`` once ``plan`` no longer uses it."""

@@ -9,6 +9,20 @@ and ``version_policy``, ``instance_group``, ``dynamic_batching``, ``parameters``
 serve.yaml counterparts. The V2-style ``inputs``/``outputs`` (datatype, shape) of the protocol's
 own example are accepted too. Fields a Triton config cannot express (where the model lives, its
 runtime) are taken from the model's current entry.
+
+A pushed config is a client's data, so it is checked before anything is written or loaded:
+
+* Nothing in it may choose code. A Python model's code-reaching fields (entrypoint,
+  ``parameters`` that its ``load()`` receives, runtime, runtimeOptions, storageUri, format) come
+  from serve.yaml (or the notebook API in the server's own process) and a load request may only
+  repeat them; no load request makes a model a Python model. An ONNX model may use only the
+  execution providers serve.yaml gives it (a provider such as Azure's makes network calls).
+* Nothing in it may point outside the server's model folders: a new storageUri lies inside
+  serve.yaml's folder, not in a hidden folder nor in the storage of pushed models.
+* It is bounded by ``server.limits`` (instances, runtime threads, versions) and by int64, the
+  range of Triton's protobuf config. A value equal to what the model already has is accepted
+  (serve.yaml itself is not bounded by the limits), so a config read with
+  ``GET /v2/models/{m}/config`` can be sent back.
 """
 
 from __future__ import annotations
@@ -20,9 +34,11 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from app.config import ModelConfig
+from app.compiler import ModelPlan
+from app.config import INT64_MAX, Limits, ModelConfig, RuntimeConfig
 from app.datatypes import from_config_name
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, PermissionDenied
+from app.shown_paths import PUSHED_LABEL
 
 # Triton platform / backend names -> servekit model format.
 FORMATS: dict[str, str] = {
@@ -33,7 +49,17 @@ FORMATS: dict[str, str] = {
 }
 SUFFIX_FORMATS: dict[str, str] = {".onnx": "onnx", ".py": "python"}
 _INHERITED = ("runtime", "runtime_options", "default_version")
-PUSHED = "(pushed files)"
+PUSHED = PUSHED_LABEL
+CODE_FIELDS = (
+    "entrypoint",
+    "parameters",
+    "runtime",
+    "runtime_options",
+    "storage_uri",
+    "model_format",
+)
+"""Fields of a Python model that reach its code: only serve.yaml may set them."""
+DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 
 
 def parse_load_config(
@@ -46,6 +72,8 @@ def parse_load_config(
         data = json.loads(text)
     except ValueError as exc:
         raise InvalidArgument(f"the config parameter is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument("the config parameter is nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidArgument("the config parameter must be a JSON object")
     given = data.get("name")
@@ -174,27 +202,133 @@ def _int(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise InvalidArgument(f"config: {what} must be an integer")
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        raise InvalidArgument(f"config: {what} must be an integer, got {value!r}") from None
+        raise InvalidArgument(f"config: {what} must be an integer, got {value!r:.40}") from None
+    if not -INT64_MAX - 1 <= number <= INT64_MAX:
+        raise InvalidArgument(f"config: {what} {value!s:.40} is beyond int64")
+    return number
+
+
+def check_code(
+    model: ModelConfig, runtime: RuntimeConfig, current: ModelPlan | None
+) -> ModelConfig:
+    """Refuse what would let a load request choose code; returns ``model`` with a Python
+    model's code-reaching fields as serve.yaml declared them (a config may leave them out)."""
+    name = model.name
+    if runtime.implementation != "python":
+        if model.entrypoint is not None and (
+            current is None or current.entrypoint != model.entrypoint
+        ):
+            raise PermissionDenied(
+                f"a load request cannot name a new entrypoint for {name!r} (the server would "
+                "import code chosen by the client); declare Python models in serve.yaml"
+            )
+        _check_providers(model, runtime, current)
+        return model
+    declared = (
+        current.config if current is not None and current.implementation == "python" else None
+    )
+    if declared is None:
+        raise PermissionDenied(
+            f"a load request cannot make {name!r} a Python model (entrypoint, parameters): Python "
+            "models run code, so they are declared in serve.yaml"
+        )
+    changed = [
+        field
+        for field in CODE_FIELDS
+        if field in model.model_fields_set
+        and not _same(field, getattr(model, field), getattr(declared, field))
+    ]
+    if changed:
+        fields = ", ".join(to_camel(f) for f in changed)
+        raise PermissionDenied(
+            f"{name!r} is a Python model: a load request cannot change its {fields} (they reach "
+            "its code); only serve.yaml can"
+        )
+    return model.model_copy(update={field: getattr(declared, field) for field in CODE_FIELDS})
+
+
+def _same(field: str, given: Any, declared: Any) -> bool:
+    """Whether a pushed value repeats the declared one (a Triton config carries parameters as
+    the strings ``GET /v2/models/{m}/config`` rendered them)."""
+    if field == "model_format":
+        return bool(
+            given.name.lower() == declared.name.lower()
+            and given.version in (None, declared.version)
+        )
+    if field == "parameters" and isinstance(given, dict) and given.keys() == declared.keys():
+        return all(
+            given[k] in (v, v if isinstance(v, str) else json.dumps(v)) for k, v in declared.items()
+        )
+    return bool(given == declared)
+
+
+def _check_providers(model: ModelConfig, runtime: RuntimeConfig, current: ModelPlan | None) -> None:
+    """Execution providers are chosen in serve.yaml: a pushed config may only narrow them."""
+    options = model.runtime_options
+    if options is None or options.execution_providers is None:
+        return
+    allowed = set(runtime.options.execution_providers or DEFAULT_PROVIDERS)
+    if current is not None:
+        allowed.update(current.options.execution_providers)
+    extra = [p for p in options.execution_providers if p not in allowed]
+    if extra:
+        raise PermissionDenied(
+            f"executionProviders {', '.join(map(repr, extra))} can only be chosen in serve.yaml; "
+            f"{model.name!r} may use {', '.join(sorted(allowed))}"
+        )
+
+
+def check_limits(
+    model: ModelConfig, current: ModelConfig | None, limits: Limits, pushed_versions: int = 0
+) -> None:
+    """Refuse a pushed config beyond ``server.limits`` (values the model already has pass)."""
+
+    def bound(what: str, value: int | None, was: int | None, setting: str, limit: int) -> None:
+        if value is not None and value > limit and value != was:
+            shown = what.format(value) if "{}" in what else f"{what} {value}"
+            raise InvalidArgument(f"{shown} exceeds server.limits.{setting} ({limit})")
+
+    was = current.instances if current else None
+    bound("instances", model.instances, was, "maxInstances", limits.max_instances)
+    options, before = model.runtime_options, current.runtime_options if current else None
+    for field in ("intra_op_threads", "inter_op_threads"):
+        value = getattr(options, field) if options else None
+        was = getattr(before, field) if before else None
+        name = f"runtimeOptions.{to_camel(field)}"
+        bound(name, value, was, "maxRuntimeThreads", limits.max_runtime_threads)
+    policy, old = model.version_policy, current.version_policy if current else None
+    if policy.latest is not None:
+        was = old.latest.num_versions if old and old.latest else None
+        name = "versionPolicy.latest.numVersions"
+        bound(name, policy.latest.num_versions, was, "maxVersions", limits.max_versions)
+    if policy.specific is not None:
+        was = len(old.specific.versions) if old and old.specific else None
+        name = "versionPolicy.specific ({} versions)"
+        bound(name, len(policy.specific.versions), was, "maxVersions", limits.max_versions)
+    name = "the pushed files ({} version folders)"
+    bound(name, pushed_versions, None, "maxVersions", limits.max_versions)
 
 
 def check_sources(
     model: ModelConfig, current: ModelConfig | None, base_dir: Path, storage_dir: Path
 ) -> None:
-    """A pushed config may not import new code nor read files outside our folders."""
-    if model.entrypoint is not None and (current is None or current.entrypoint != model.entrypoint):
-        raise InvalidArgument(
-            "a load request cannot name a new entrypoint (the server would import code "
-            "chosen by the client); declare Python models in serve.yaml"
-        )
-    if model.storage_uri is not None and (
-        current is None or current.storage_uri != model.storage_uri
+    """A pushed config without files may only point at model files under serve.yaml's folder:
+    not outside it, not in a hidden folder (.git, .servekit) and not at another model's pushed
+    files (its unload would pull them from under this one); a single file must be .onnx."""
+    if model.storage_uri is None or (
+        current is not None and current.storage_uri == model.storage_uri
     ):
-        location = (base_dir / model.storage_uri).resolve()
-        roots = (base_dir.resolve(), storage_dir.resolve())
-        if not any(location.is_relative_to(root) for root in roots):
-            raise InvalidArgument(
-                "storageUri of a load request must lie inside serve.yaml's folder; push the "
-                "files with file:<version>/<name> parameters instead"
-            )
+        return
+    location = (base_dir / model.storage_uri).resolve()
+    root = base_dir.resolve()
+    inside = location.is_relative_to(root) and not location.is_relative_to(storage_dir.resolve())
+    if not inside or any(p.startswith(".") for p in location.relative_to(root).parts):
+        raise InvalidArgument(
+            "storageUri of a load request must lie inside serve.yaml's folder (not in a hidden "
+            "folder nor among pushed models); push the files with file:<version>/<name> "
+            "parameters instead"
+        )
+    if location.is_file() and location.suffix != ".onnx":
+        raise InvalidArgument("storageUri of a load request must name a folder or a .onnx file")

@@ -19,6 +19,7 @@ from app.compiler import ModelPlan, ServePlan
 from app.errors import NotFound, Unavailable
 from app.runtimes import load_runtime
 from app.runtimes.base import LoadError, ModelRuntime
+from app.shown_paths import hide_paths
 from app.versions import VersionSource
 
 log = logging.getLogger("servekit.repository")
@@ -102,10 +103,11 @@ class ModelRepository:
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
 
     def record_error(self, source: str, message: str, model: str | None = None) -> None:
-        """Remember a failure for the dashboard (bounded) and log it."""
+        """Remember a failure for the dashboard (bounded, without absolute paths) and log it."""
         log.warning("%s: %s", source, message)
+        shown = hide_paths(message, self.plan.base_dir)
         self.recent_errors.append(
-            {"time": time.time(), "source": source, "model": model, "message": message}
+            {"time": time.time(), "source": source, "model": model, "message": shown}
         )
         del self.recent_errors[:-MAX_RECENT_ERRORS]
 
@@ -177,7 +179,12 @@ class ModelRepository:
                 self._models[plan.name] = ModelEntry(plan, loading)
             versions = {}
             for source in plan.versions:
-                versions[source.version] = await asyncio.to_thread(_load_version, plan, source)
+                loaded = await asyncio.to_thread(_load_version, plan, source)
+                shown = hide_paths(loaded.reason, self.plan.base_dir)  # clients read reasons
+                if shown != loaded.reason:
+                    log.info("%s version %s: %s", plan.name, source.version, loaded.reason)
+                    loaded.reason = shown
+                versions[source.version] = loaded
             entry = ModelEntry(plan, versions)
             failed = bool(entry.failed_versions()) or not versions
             if failed:

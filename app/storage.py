@@ -6,8 +6,10 @@ first part is a version number and whose parts are plain names (no ``..``, no le
 backslash, no NUL, no drive letters). Each accepted push is written into a fresh folder,
 ``<storage>/<model>/<generation>/``, created by us and marked as ours, with ``O_NOFOLLOW |
 O_EXCL`` so no link planted inside storage can redirect a write. A failed load deletes its
-folder; a replaced push deletes the previous one; leftovers from an earlier run are removed at
-start (only folders carrying our marker, so a storage dir pointed at user data loses nothing).
+folder; a replaced push deletes the previous one, an unload the current one; leftovers from an
+earlier run are removed at start (only folders carrying our marker, so a storage dir pointed at
+user data loses nothing). The folder's absolute path is never shown to clients
+(app/shown_paths.py): where a client's bytes landed is the server's business.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ MAX_FILES = 64
 MAX_DEPTH = 8
 MAX_KEY_CHARS = 1024
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}$")
+GENERATION = re.compile(r"\d+-\d+-[0-9a-f]{8}")
+"""Name of a push folder: ``<pid>-<time_ns>-<random>`` (the pid lets ``clean`` spare the folders
+of a live server sharing the storage dir; the random part makes the name unguessable)."""
 
 
 def default_storage_dir(base_dir: Path, configured: str | None) -> Path:
@@ -142,6 +147,16 @@ def is_generation(root: Path, folder: Path) -> bool:
         )
     except OSError:
         return False
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes the files of a push folder take (links are not followed; we never write any)."""
+    total = 0
+    for parent, _, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += (Path(parent) / name).lstat().st_size
+    return total
 
 
 def discard(root: Path, folder: Path | None) -> None:

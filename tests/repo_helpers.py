@@ -18,6 +18,8 @@ import grpc
 import httpx
 import numpy as np
 import onnx
+import onnx.external_data_helper
+import onnx.numpy_helper
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -28,9 +30,9 @@ from app import onnx_builders
 
 STATUS = {
     "http": {"INVALID_ARGUMENT": "400", "NOT_FOUND": "404", "UNAVAILABLE": "503", "INTERNAL": "500",
-             "RESOURCE_EXHAUSTED": "413"},
+             "RESOURCE_EXHAUSTED": "413", "PERMISSION_DENIED": "403"},
     "grpc": {c: f"StatusCode.{c}" for c in ("INVALID_ARGUMENT", "NOT_FOUND", "UNAVAILABLE",
-                                           "INTERNAL", "RESOURCE_EXHAUSTED")},
+                                           "INTERNAL", "RESOURCE_EXHAUSTED", "PERMISSION_DENIED")},
 }  # fmt: skip
 
 SLOW_MODEL = """
@@ -47,6 +49,44 @@ def predict(x: NDArray[np.float32]) -> NDArray[np.float32]:
 
 def onnx_bytes(model: onnx.ModelProto) -> bytes:
     return bytes(model.SerializeToString())
+
+
+def external_data_model(location: str, weights: bytes | None = None) -> tuple[bytes, bytes]:
+    """``y = x @ W`` (x: FP32 [1, 4]) with W kept in the external data file ``location``;
+    returns the model file and W's bytes (or, given ``weights``, a model whose only output is
+    those bytes as UINT8, read from ``location``: any file can be made the data of a model)."""
+    helper = onnx.helper
+    if weights is None:
+        tensor = onnx.numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "W")
+        x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+        y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+        node, inputs = helper.make_node("MatMul", ["x", "W"], ["y"]), [x]
+    else:
+        tensor = onnx.numpy_helper.from_array(np.frombuffer(weights, np.uint8), "W")
+        y = helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [len(weights)])
+        node, inputs = helper.make_node("Identity", ["W"], ["y"]), []
+    data = bytes(tensor.raw_data)
+    onnx.external_data_helper.set_external_data(tensor, location, offset=0, length=len(data))
+    tensor.ClearField("raw_data")
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    graph = helper.make_graph([node], "external", inputs, [y], [tensor])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx_bytes(model), data
+
+
+EXTERNAL_W = np.arange(16, dtype=np.float32).reshape(4, 4)
+"""The W of :func:`external_data_model`: ``y = x @ EXTERNAL_W``."""
+
+
+def unloadable_onnx() -> bytes:
+    """A well-formed ONNX file that onnxruntime refuses (an operator that does not exist)."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])
+    node = onnx.helper.make_node("NoSuchOperator", ["x"], ["y"])
+    graph = onnx.helper.make_graph([node], "unloadable", [x], [y])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    return onnx_bytes(model)
 
 
 def write_store(root: Path, extra_yaml: str = "") -> Path:

@@ -44,3 +44,30 @@ def test_every_error_class_is_covered() -> None:
     ]
     assert {cls.code for cls in classes} <= set(HTTP_STATUS)
     assert len(classes) >= 7
+
+
+def test_unexpected_errors_answer_a_reference_not_their_text(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bug's exception text (paths, secrets) stays in the log; the client gets a reference."""
+    from litestar import Litestar, get
+    from litestar.testing import TestClient
+
+    from app.rest.errors import EXCEPTION_HANDLERS
+    from app.rest.grps import _failure
+
+    @get("/boom", sync_to_thread=False)
+    def boom() -> None:
+        raise KeyError("/srv/secret/token.txt")
+
+    app = Litestar([boom], exception_handlers=EXCEPTION_HANDLERS, logging_config=None)
+    with TestClient(app) as client:
+        answer = client.get("/boom")
+    assert answer.status_code == 500
+    message = answer.json()["error"]
+    assert message.startswith("internal error (reference ") and "secret" not in message
+    reference = message.split("reference ", 1)[1].split(";", 1)[0]
+    assert any(reference in r.getMessage() and r.exc_info for r in caplog.records)
+
+    grps = _failure(RuntimeError("/srv/secret/token.txt")).content
+    assert b"internal error (reference " in grps and b"secret" not in grps

@@ -31,7 +31,7 @@ from tritonclient.utils import InferenceServerException
 import app
 from app import onnx_builders
 from app.config_loader import ConfigError
-from app.errors import InvalidArgument, NotFound, ServeError, Unauthenticated, Unavailable
+from app.errors import InvalidArgument, NotFound, ServeError, Unauthenticated
 from app.notebook import RemoteServer, StartError, registry
 
 X = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
@@ -342,8 +342,8 @@ def test_connect_to_a_subprocess_server(server: ServerProcess, model_store: Path
         _reference(model, {"input": X})[0],
         rtol=1e-5,
     )
-    remote.remove_model("nb_pushed")
-    with pytest.raises(Unavailable):
+    remote.remove_model("nb_pushed")  # a pushed model's files are deleted: it is gone
+    with pytest.raises(NotFound):
         remote.infer("nb_pushed", {"input": X})
     with pytest.raises(TypeError, match=r"app\.serve"):
         remote.add_model("fn", lambda x: x)

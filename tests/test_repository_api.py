@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from repo_helpers import Repo, onnx_bytes, write_store
+from repo_helpers import Repo, onnx_bytes, unloadable_onnx, write_store
 from servers import ServerProcess, start_server
 
 from app import onnx_builders
@@ -71,23 +71,22 @@ def test_broken_model_beside_good_ones(repo: Repo) -> None:
     assert repo.ready("mlp")
 
 
-def test_unload_then_load(repo: Repo) -> None:
+def test_unload_then_load(repo: Repo, store: Path) -> None:
+    """Unloading a pushed model deletes its files and it leaves the index (as Triton forgets a
+    model loaded from file overrides); pushing it again brings it back."""
     name = f"cycle_{repo.transport}"
-    repo.load(
-        name, {"backend": "onnxruntime"}, {"file:1/model.onnx": onnx_bytes(onnx_builders.add_sub())}
-    )
+    files = {"file:1/model.onnx": onnx_bytes(onnx_builders.add_sub())}
+    repo.load(name, {"backend": "onnxruntime"}, files)
     assert repo.ready(name)
+    assert (store.parent / ".servekit" / "storage" / name).is_dir()
     repo.unload(name)
     assert not repo.ready(name)
-    assert repo.row(name) == {
-        "name": name,
-        "version": "1",
-        "state": "UNAVAILABLE",
-        "reason": "unloaded",
-    }
-    message = repo.expect_error("UNAVAILABLE", repo.infer, name, add_sub_inputs())
-    assert "not ready" in message and "unloaded" in message
-    repo.load(name)  # a plain load reloads what the model was (its pushed files are kept)
+    assert name not in {r["name"] for r in repo.index()}
+    assert not (store.parent / ".servekit" / "storage" / name).exists()
+    message = repo.expect_error("NOT_FOUND", repo.infer, name, add_sub_inputs())
+    assert name in message
+    assert "push it" in repo.expect_error("NOT_FOUND", repo.load, name)
+    repo.load(name, {"backend": "onnxruntime"}, files)
     assert repo.ready(name)
     repo.unload(name, dependents=True)  # the optional unload_dependents parameter is accepted
     assert not repo.ready(name)
@@ -179,7 +178,7 @@ def test_push_two_versions_then_replace_and_failed_reload_keeps_serving(
     pushes = list((store.parent / ".servekit" / "storage" / name).iterdir())
     assert len(pushes) == 1, "the replaced push folder is deleted"
 
-    # A failed reload reports why and keeps the previous load serving.
+    # A file that is not ONNX is refused before anything is written or reloaded.
     message = repo.expect_error(
         "INVALID_ARGUMENT",
         repo.load,
@@ -188,6 +187,18 @@ def test_push_two_versions_then_replace_and_failed_reload_keeps_serving(
         {"file:1/model.onnx": b"garbage" * 50},
     )
     assert "not a valid ONNX model" in message
+    assert repo.row(name)["reason"] == ""
+    assert len(list((store.parent / ".servekit" / "storage" / name).iterdir())) == 1
+
+    # A failed reload reports why and keeps the previous load serving.
+    message = repo.expect_error(
+        "INVALID_ARGUMENT",
+        repo.load,
+        name,
+        {"backend": "onnxruntime"},
+        {"file:1/model.onnx": unloadable_onnx()},
+    )
+    assert "failed to load" in message and "NoSuchOperator" in message
     assert repo.ready(name)
     np.testing.assert_allclose(repo.infer(name, {"input": x})["output"], replaced)
     row = repo.row(name)
@@ -214,7 +225,24 @@ def test_round_trip_of_triton_model_config(repo: Repo) -> None:
     )
 
 
-def test_push_of_a_broken_new_model_stays_beside_the_good_ones(repo: Repo) -> None:
+def test_push_of_a_broken_new_model_stays_beside_the_good_ones(repo: Repo, store: Path) -> None:
+    name = f"unloadable_{repo.transport}"
+    message = repo.expect_error(
+        "INVALID_ARGUMENT",
+        repo.load,
+        name,
+        {"backend": "onnxruntime"},
+        {"file:1/model.onnx": unloadable_onnx()},
+    )
+    assert name in message
+    assert repo.row(name)["state"] == "UNAVAILABLE"
+    assert repo.ready("add_sub") and repo.ready("mlp")
+    assert not (store.parent / ".servekit" / "storage" / name).exists()
+    repo.unload(name)  # it never had files to keep: it leaves the index
+    assert name not in {r["name"] for r in repo.index()}
+
+
+def test_push_of_a_file_that_is_not_onnx_writes_nothing(repo: Repo, store: Path) -> None:
     name = f"garbage_{repo.transport}"
     message = repo.expect_error(
         "INVALID_ARGUMENT",
@@ -223,8 +251,9 @@ def test_push_of_a_broken_new_model_stays_beside_the_good_ones(repo: Repo) -> No
         {"backend": "onnxruntime"},
         {"file:1/model.onnx": b"\x00" * 100},
     )
-    assert name in message
-    assert repo.row(name)["state"] == "UNAVAILABLE"
+    assert "file:1/model.onnx is not a valid ONNX model" in message
+    assert name not in {r["name"] for r in repo.index()}
+    assert not (store.parent / ".servekit" / "storage" / name).exists()
     assert repo.ready("add_sub") and repo.ready("mlp")
 
 
@@ -233,14 +262,17 @@ def test_push_of_a_broken_new_model_stays_beside_the_good_ones(repo: Repo) -> No
     [
         ("{not json", None, "not valid JSON"),
         ("[1, 2]", None, "JSON object"),
+        ("[" * 100_000, None, "nested too deeply"),
         ({"name": "other", "backend": "onnxruntime"}, None, "names model 'other'"),
         ({"platform": "tensorrt_plan"}, {"file:1/model.plan": b"x"}, "no runtime"),
         (None, {"file:1/model.onnx": b"x"}, "config parameter"),
-        ({"backend": "python"}, {"file:1/model.py": b"import os"}, "cannot be pushed"),
-        ({"modelFormat": {"name": "python"}, "entrypoint": "os:system"}, None, "entrypoint"),
         ({"modelFormat": {"name": "onnx"}, "storageUri": "/etc"}, None, "storageUri"),
         ({"modelFormat": {"name": "onnx"}, "storageUri": "../../"}, None, "storageUri"),
+        ({"modelFormat": {"name": "onnx"}, "storageUri": "serve.yaml"}, None, "storageUri"),
+        ({"modelFormat": {"name": "onnx"}, "storageUri": ".servekit"}, None, "storageUri"),
         ({"max_batch_size": "many", "backend": "onnxruntime"}, None, "integer"),
+        ({"max_batch_size": 2**70, "backend": "onnxruntime"}, None, "beyond int64"),
+        ({"modelFormat": {"name": "onnx"}, "maxBatchSize": 2**70}, None, "maxBatchSize"),
         ({"modelFormat": {"name": "onnx"}, "instances": 0}, None, "instances"),
     ],
 )
@@ -248,6 +280,27 @@ def test_bad_load_requests_are_refused(
     repo: Repo, config: object, files: dict[str, bytes] | None, fragment: str
 ) -> None:
     message = repo.expect_error("INVALID_ARGUMENT", repo.load, "add_sub", config, files)
+    assert fragment in message
+    assert repo.ready("add_sub")
+
+
+@pytest.mark.parametrize(
+    ("config", "files", "fragment"),
+    [
+        ({"backend": "python"}, {"file:1/model.py": b"import os"}, "Python model"),
+        ({"modelFormat": {"name": "python"}, "entrypoint": "os:system"}, None, "entrypoint"),
+        ({"modelFormat": {"name": "python"}, "entrypoint": "slow_model:predict"}, None, "Python"),
+        (
+            {"modelFormat": {"name": "onnx"}, "runtimeOptions": {"executionProviders": ["Azure"]}},
+            None,
+            "executionProviders",
+        ),
+    ],
+)
+def test_loads_that_would_choose_code_are_denied(
+    repo: Repo, config: object, files: dict[str, bytes] | None, fragment: str
+) -> None:
+    message = repo.expect_error("PERMISSION_DENIED", repo.load, "add_sub", config, files)
     assert fragment in message
     assert repo.ready("add_sub")
 

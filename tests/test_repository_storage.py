@@ -17,9 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app import storage
-from app.config import ModelConfig
+from app.config import Limits, ModelConfig
 from app.errors import InvalidArgument, ResourceExhausted
-from app.pushed_config import parse_load_config
+from app.pushed_config import check_limits, parse_load_config
 
 
 @pytest.mark.parametrize(
@@ -165,8 +165,37 @@ def test_config_without_files_keeps_where_the_model_lives() -> None:
         ({"backend": "onnxruntime", "input": {"name": "x"}}, "must be a list"),
         ({"backend": "onnxruntime", "max_batch_size": True}, "integer"),
         ({"modelFormat": {"name": "onnx"}, "unknownKey": 1}, "unknownKey"),
+        ({"backend": "onnxruntime", "max_batch_size": 2**70}, "beyond int64"),
+        ({"backend": "onnxruntime", "max_batch_size": -(2**64)}, "beyond int64"),
+        ({"backend": "onnxruntime", "max_batch_size": 2**31}, "max_batch_size"),
+        ({"backend": "onnxruntime", "instance_group": [{"count": "9" * 30}]}, "beyond int64"),
+        ({"backend": "onnxruntime", "input": [{"name": "x", "dims": [2**63]}]}, "beyond int64"),
+        ({"backend": "onnxruntime", "version_policy": {"latest": {"num_versions": 2**32}}}, "num"),
     ],
 )
 def test_bad_configs(config: dict[str, object], fragment: str) -> None:
     with pytest.raises(InvalidArgument, match=fragment):
         parse(config)
+
+
+def test_deeply_nested_json_is_a_clean_error() -> None:
+    with pytest.raises(InvalidArgument, match="nested too deeply"):
+        parse_load_config("m", "[" * 100_000 + "]" * 100_000, None, [])
+
+
+def _limits(**values: int) -> Limits:
+    return Limits.model_validate(values)
+
+
+def test_limits_allow_what_the_model_already_has() -> None:
+    declared = ModelConfig.model_validate(
+        {"name": "m", "modelFormat": {"name": "onnx"}, "storageUri": "m", "instances": 8}
+    )
+    limits = _limits(maxInstances=4)
+    check_limits(declared, declared, limits)  # unchanged: serve.yaml is not bounded
+    with pytest.raises(InvalidArgument, match=r"instances 8 exceeds server.limits.maxInstances"):
+        check_limits(declared, None, limits)
+    more = declared.model_copy(update={"instances": 9})
+    with pytest.raises(InvalidArgument, match=r"instances 9 exceeds"):
+        check_limits(more, declared, limits)
+    check_limits(declared.model_copy(update={"instances": 2}), declared, limits)

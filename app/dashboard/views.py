@@ -20,6 +20,7 @@ from app.dataplane import DataPlane
 from app.errors import ServeError
 from app.model_config import model_config_for
 from app.repository import ModelEntry, State, VersionEntry
+from app.shown_paths import shown_storage_uri
 from app.stats import Duration, VersionStats
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
@@ -211,6 +212,10 @@ def model_detail(src: Sources, name: str) -> dict[str, Any]:
         except ServeError:  # unloaded between the two calls: simply not offered
             continue
     batching = plan.config.dynamic_batching if plan.config is not None else None
+    config = plan.config
+    if config is not None:  # no absolute path on the page: pushed ones say so, others relative
+        uri = shown_storage_uri(config.storage_uri, src.dataplane.repository.plan.base_dir)
+        config = config.model_copy(update={"storage_uri": uri})
     return {
         "name": name,
         "state": model_state(entry),
@@ -218,7 +223,7 @@ def model_detail(src: Sources, name: str) -> dict[str, Any]:
         "reason": "" if entry.ready_versions() else entry.reason(),
         "format": plan.format_name + (f" {plan.format_version}" if plan.format_version else ""),
         "runtime": plan.runtime,
-        "storage_uri": plan.config.storage_uri if plan.config is not None else None,
+        "storage_uri": config.storage_uri if config is not None else None,
         "entrypoint": plan.entrypoint,
         "max_batch_size": plan.max_batch_size,
         "dynamic_batching": batching.model_dump(by_alias=True) if batching else None,
@@ -228,7 +233,7 @@ def model_detail(src: Sources, name: str) -> dict[str, Any]:
         "metadata": metadata,
         "signatures": _signatures(metadata),
         "config": model_config(src, name),
-        "serve_yaml_text": _yaml_entry(plan.config),
+        "serve_yaml_text": _yaml_entry(config),
     }
 
 

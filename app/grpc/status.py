@@ -2,8 +2,8 @@
 
 The core raises :class:`app.errors.ServeError` with a transport-neutral code; this module is the
 only place that knows which gRPC status each code becomes (tests/test_error_table_grpc.py checks
-the table covers every code). Unexpected exceptions become INTERNAL with their message, so a
-client never sees gRPC's bare UNKNOWN.
+the table covers every code). Unexpected exceptions become INTERNAL, so a client never sees
+gRPC's bare UNKNOWN; their text stays in the log, the client gets a reference to it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from app.errors import ErrorCode, ServeError
+from app.errors import ErrorCode, ServeError, internal_error
 
 log = logging.getLogger("servekit.grpc")
 
@@ -36,8 +36,7 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status and message an exception raised by a handler becomes."""
     if isinstance(exc, ServeError):
         return GRPC_STATUS[exc.code], exc.message
-    log.error("unexpected error in a gRPC handler", exc_info=exc)
-    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+    return grpc.StatusCode.INTERNAL, internal_error(log, exc, "a gRPC handler")
 
 
 Request = TypeVar("Request")

@@ -7,7 +7,7 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from app.errors import ErrorCode, ServeError
+from app.errors import ErrorCode, ServeError, internal_error
 
 log = logging.getLogger("servekit.http")
 
@@ -51,8 +51,8 @@ def http_error_handler(_: Request, exc: HTTPException) -> Response[dict[str, str
 
 
 def unexpected_error_handler(request: Request, exc: Exception) -> Response[dict[str, str]]:  # type: ignore[type-arg]
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response(500, f"internal error: {type(exc).__name__}: {exc}")
+    where = f"{request.method} {request.url.path}"
+    return error_response(500, internal_error(log, exc, where))
 
 
 EXCEPTION_HANDLERS = {

@@ -32,7 +32,7 @@ from app.auth import ApiGroup
 from app.codecs import grps_json, grps_reply
 from app.config import GrpsStreaming
 from app.dataplane import DataPlane
-from app.errors import InvalidArgument, ServeError
+from app.errors import InvalidArgument, ServeError, internal_error
 from app.grpc._generated import grps_pb2 as pb
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
@@ -60,8 +60,7 @@ def _failure(exc: Exception) -> Response[bytes]:
     elif isinstance(exc, HTTPException):  # e.g. a body over server.maxRequestBytes
         code, msg = exc.status_code, str(exc.detail)
     else:
-        log.exception("unexpected error in a grps handler")
-        code, msg = 500, f"internal error: {type(exc).__name__}: {exc}"
+        code, msg = 500, internal_error(log, exc, "a grps handler")
     return _json(pb.GrpsMessage(status=grps_reply.status(code, msg)))
 
 

@@ -2,7 +2,10 @@
 
 Metadata comes from the session (names, element types, shapes with -1 for symbolic dims), with
 serve.yaml overrides applied. Load failures are turned into reasons a user can act on: a missing
-file, a Git-LFS pointer instead of the model, a file that is not ONNX, a bad option.
+file, a Git-LFS pointer instead of the model, a file that is not ONNX, a bad option, external
+data outside the model's folder (checked by app/onnx_files.py before any session exists, so such
+a file is never read). Reasons may name absolute paths: the repository rewrites them before a
+client sees them (app/shown_paths.py).
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from app import onnx_files
 from app.compiler import ModelPlan, ResolvedOptions
 from app.errors import Internal, InvalidArgument
 from app.runtimes.base import Arrays, LoadError, apply_overrides
+from app.shown_paths import hide_paths
 from app.types import ModelSignature, TensorSpec
 from app.versions import VersionSource
 
@@ -101,9 +106,10 @@ class OnnxModel:
         try:
             results = self._next().run(outputs, feed)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
-            raise InvalidArgument(f"onnxruntime rejected the input: {exc}") from None
+            why = hide_paths(str(exc))
+            raise InvalidArgument(f"onnxruntime rejected the input: {why}") from None
         except Exception as exc:  # an ORT failure during compute is not the client's fault
-            raise Internal(f"onnxruntime failed: {exc}") from None
+            raise Internal(f"onnxruntime failed: {hide_paths(str(exc))}") from None
         out = dict(zip(outputs, results, strict=True))
         for name in self._string_outputs.intersection(out):
             out[name] = _str_to_bytes(out[name])
@@ -138,6 +144,9 @@ def _str_to_bytes(array: np.ndarray) -> np.ndarray:
 def load(plan: ModelPlan, version: VersionSource) -> OnnxModel:
     """Create the sessions of one version; raises LoadError with a user-facing reason."""
     path = check_model_file(version.path)
+    problem = onnx_files.check_model_file(path)
+    if problem is not None:
+        raise LoadError(f"{path} {problem}")
     providers = list(plan.options.execution_providers)
     unknown = [p for p in providers if p not in ort.get_available_providers()]
     if unknown:

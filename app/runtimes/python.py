@@ -10,8 +10,18 @@ through :func:`register_object`) is used as it is.
 Metadata is declared in serve.yaml (``inputs``/``outputs``) or read from type hints:
 ``numpy.typing.NDArray[np.float32]`` gives the datatype, ``Annotated[..., (-1, 4)]`` the shape
 (default ``[-1]``), a ``TypedDict`` return names several outputs. Outputs are cast to their
-declared datatypes. A user exception becomes the request's error (the dataplane turns it into a
-500 / INTERNAL with the message), never a dead server.
+declared datatypes.
+
+A user exception becomes the request's error, never a dead server: 500 / INTERNAL saying
+``the model raised <type>: <message>``. The message is the model author's own words and usually
+what the caller needs (``ValueError: the model refuses negative numbers``), so it is shown, with
+absolute paths cut to their last part and at most 1000 characters; the traceback never is. It
+goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the model
+raises on purpose (e.g. InvalidArgument) passes through with its own code.
+
+What a model imports and the keyword arguments its ``load()`` receives (``parameters``) come
+from serve.yaml or the notebook API only: a repository load request cannot change them
+(app/pushed_config.py).
 """
 
 from __future__ import annotations
@@ -30,14 +40,16 @@ import numpy as np
 
 from app.compiler import ModelPlan
 from app.datatypes import DATATYPES, as_bytes_array
-from app.errors import Internal
+from app.errors import Internal, ServeError, logged_reference
 from app.runtimes.base import Arrays, LoadError
 from app.runtimes.python_hints import signature_of
+from app.shown_paths import hide_paths
 from app.types import ModelSignature
 from app.versions import VersionSource
 
 PLATFORM = "python"
 OBJECT_PREFIX = "servekit-object:"
+MAX_MESSAGE_CHARS = 1000
 _OBJECTS: dict[str, object] = {}
 log = logging.getLogger("servekit.python")
 
@@ -138,6 +150,10 @@ class PythonModel:
         call = self._free.get()
         try:
             result = call(**feed) if self._by_name else call(feed)
+        except ServeError:
+            raise
+        except Exception as exc:
+            raise Internal(_user_error(exc)) from None
         finally:
             self._free.put(call)
         return self._convert(result, outputs)
@@ -178,6 +194,15 @@ class PythonModel:
                 except Exception:
                     log.exception("unload() of a Python model failed")
         self._instances.clear()
+
+
+def _user_error(exc: Exception) -> str:
+    """What the client reads when the model's own code raised (see the module docstring)."""
+    reference = logged_reference(log, exc, "a Python model raised")
+    text = hide_paths(str(exc))
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + "…"
+    return f"the model raised {type(exc).__name__}: {text} (reference {reference})"
 
 
 def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
