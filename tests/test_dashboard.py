@@ -23,21 +23,17 @@ import httpx
 import numpy as np
 import onnx
 import pytest
+from browser import CHROMIUM, chromium, collect_errors
 
 from app import onnx_builders
 
-CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
-import tritonclient.http as httpclient  # noqa: E402
-from playwright.sync_api import Browser, Page, ViewportSize, expect, sync_playwright  # noqa: E402
-from servers import ServerProcess, grpc_available, start_server  # noqa: E402
+import tritonclient.http as httpclient
+from playwright.sync_api import Browser, Page, ViewportSize, expect
+from servers import ServerProcess, grpc_available, start_server
 
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 LAPTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 SERVE_YAML = """\
@@ -81,18 +77,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    """Debian's Chromium (``playwright install`` is never used), for this module only.
-
-    Playwright's sync API keeps an event loop running in the main thread while it is started;
-    stopping it when this module ends keeps later tests free to use ``asyncio.run``.
-    """
-    driver = sync_playwright().start()
-    try:
-        chromium = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-    finally:
-        driver.stop()
+    """Debian's Chromium (``playwright install`` is never used), for this module only."""
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture
@@ -119,9 +106,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def page_errors(page: Page) -> Iterator[list[str]]:
-    """Uncaught script errors of the page: every test ends with none."""
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    """Uncaught script errors and Content-Security-Policy refusals: every test ends with none."""
+    errors = collect_errors(page)
     yield errors
     assert errors == []
 
@@ -334,6 +320,7 @@ def test_unload_and_load_from_the_index(
     page.goto("/models")
     page.evaluate("window.__sameDocument = true")
     model = page.locator('tbody[data-model="add_sub"]')
+    page.once("dialog", lambda dialog: dialog.accept())  # unload asks first
     model.get_by_role("button", name="Unload", exact=True).click()
     expect(model.locator('tr[data-version="1"] [data-col=state]')).to_have_text("UNAVAILABLE")
     expect(model.locator(".action-msg")).to_have_text("Unloaded add_sub.")

@@ -2,7 +2,8 @@
 
 ``routes()`` is what the server hands to ``app.rest.app.create_app(extra_routes=...)``: the page
 and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
-internet). Views read only the DataPlane, its repository and statistics, so the dashboard and
+internet). How the dashboard works when tokens are configured: :mod:`app.dashboard.viewer`.
+Views read only the DataPlane, its repository and statistics, so the dashboard and
 the API can never disagree.
 """
 
@@ -13,8 +14,9 @@ from typing import Any
 from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
+from app.auth import ApiGroup
 from app.dashboard.render import STATIC_DIR
-from app.dashboard.routes import HANDLERS
+from app.dashboard.routes import HANDLERS, SECURITY
 
 STATIC_PATH = "/dashboard/static"
 
@@ -27,6 +29,8 @@ def routes() -> list[Any]:
         name="dashboard-static",
         cache_control=CacheControlHeader(max_age=300),
         include_in_schema=False,
+        middleware=SECURITY,
+        opt={"api_group": ApiGroup.OPEN},  # our own CSS/JS/icon: nothing protected in them
     )
     return [*HANDLERS, static]
 

@@ -4,6 +4,12 @@ Pages are complete without JavaScript (tables rendered here); the static scripts
 them (live numbers, load/unload in place, the try-it-out form). Inference and load/unload go
 through the public V2 API from the browser, never through a private path, so what the dashboard
 shows is exactly what a client gets. Nothing here is part of the OpenAPI document.
+
+Access (``opt["api_group"]``, read by the HTTP access check): the JSON is ``metadata``. Pages are
+``open`` to that check because a browser navigation carries no ``Authorization`` header; each
+page decides what it may hold with :mod:`app.dashboard.viewer` (the same tokens), answering the
+locked shell when the metadata group is closed to the request. Every response, errors included,
+carries the dashboard's security headers (:mod:`app.dashboard.headers`).
 """
 
 from __future__ import annotations
@@ -14,13 +20,26 @@ from litestar import Request, Response, get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
+from app.auth import ApiGroup
 from app.dashboard import views
+from app.dashboard.headers import DASHBOARD_HEADERS, add_headers
 from app.dashboard.render import render
+from app.dashboard.viewer import Viewer, hide_admin_data, viewer
 from app.dataplane import DataPlane
 from app.errors import NotFound
 
 HTML = "text/html"
 NO_STORE = {"Cache-Control": "no-store"}
+SECURITY = [add_headers(DASHBOARD_HEADERS)]
+PAGE: dict[str, Any] = {
+    "sync_to_thread": False,
+    "include_in_schema": False,
+    "middleware": SECURITY,
+    # Open to the access check; the handler shows the locked shell (see the module docstring).
+    "opt": {"api_group": ApiGroup.OPEN},
+}
+JSON: dict[str, Any] = {**PAGE, "opt": {"api_group": ApiGroup.METADATA}}
+AnyRequest = Request[Any, Any, Any]
 
 
 def sources(state: State) -> views.Sources:
@@ -36,32 +55,74 @@ def sources(state: State) -> views.Sources:
     )
 
 
-def _page(template: str, status: int = 200, **context: Any) -> Response[str]:
-    return Response(render(template, **context), media_type=HTML, status_code=status,
-                    headers=NO_STORE)  # fmt: skip
+def who(state: State, request: AnyRequest) -> Viewer:
+    """What this request may see, from its Authorization header and the tokens in force."""
+    dataplane: DataPlane = state.dataplane
+    return viewer(dataplane.repository.plan, request.headers.get("authorization"))
+
+
+def json_viewer(state: State, request: AnyRequest) -> Viewer:
+    """The viewer of a JSON request; Unauthenticated (401) when metadata is closed to it.
+
+    The HTTP access check refuses such a request before it gets here; checking again costs
+    nothing and keeps the JSON closed even if a route lost its ``opt``.
+    """
+    seen = who(state, request)
+    if seen.locked:
+        client = request.client.host if request.client else "unknown"
+        seen.policy.check(ApiGroup.METADATA, request.headers.get("authorization"), client)
+    return seen
+
+
+def _page(
+    template: str,
+    status: int = 200,
+    asks: list[str] | None = None,
+    gated: list[str] | None = None,
+    **context: Any,
+) -> Response[str]:
+    """A page; ``gated`` names the protected groups whose data the request did not open and
+    this page left out (the script fetches the page again when it holds a token), ``asks``
+    what the token panel says a token is for."""
+    html = render(template, gated=gated or [], asks=asks or [], **context)
+    return Response(html, media_type=HTML, status_code=status, headers=NO_STORE)
+
+
+def _locked() -> Response[str]:
+    """The shell answered for every page (known or not) while metadata is closed."""
+    asks = ["see this dashboard"]
+    return _page("locked.html", 401, asks=asks, gated=["metadata"], page="", server=None)
 
 
 def _not_found(src: views.Sources, message: str) -> Response[str]:
     return _page("not_found.html", 404, page="", server=views.overview(src), message=message)
 
 
-@get("/", sync_to_thread=False, include_in_schema=False)
-def home(state: State) -> Response[str]:
-    src = sources(state)
-    return _page("home.html", page="home", server=views.overview(src))
+@get("/", **PAGE)
+def home(state: State, request: AnyRequest) -> Response[str]:
+    seen = who(state, request)
+    if seen.locked:
+        return _locked()
+    return _page("home.html", page="home", server=views.overview(sources(state)))
 
 
-@get("/models", sync_to_thread=False, include_in_schema=False)
-def models(state: State, request: Request[Any, Any, Any]) -> Response[str]:
+@get("/models", **PAGE)
+def models(state: State, request: AnyRequest) -> Response[str]:
+    seen = who(state, request)
+    if seen.locked:
+        return _locked()
     # Read by hand: "state" is a reserved handler argument in Litestar.
     text = request.query_params.get("q", "")
     wanted_state = request.query_params.get("state", "")
     src = sources(state)
+    server = views.overview(src)
     rows = views.index_rows(src)
+    controls = server["modelControl"] == "explicit" and server["protected"]["repository"]
     return _page(
         "models.html",
+        asks=["load and unload models"] if controls else [],
         page="models",
-        server=views.overview(src),
+        server=server,
         rows=views.filter_rows(rows, text, wanted_state),
         total=len(rows),
         q=text,
@@ -70,39 +131,55 @@ def models(state: State, request: Request[Any, Any, Any]) -> Response[str]:
     )
 
 
-def _model_view(state: State, name: str, template: str) -> Response[str]:
+def _model_view(state: State, request: AnyRequest, name: str, template: str) -> Response[str]:
     """A page about one model (its details, or its try-it-out form); 404 page if unknown."""
+    seen = who(state, request)
+    if seen.locked:
+        return _locked()
     src = sources(state)
     try:
         model = views.model_detail(src, name)
     except NotFound as exc:
         return _not_found(src, exc.message)
-    return _page(template, page="models", server=views.overview(src), model=model)
+    server = views.overview(src)
+    asks, gated = [], []
+    if template == "try.html" and server["protected"]["inference"]:
+        asks.append("run inference")
+    if not seen.may(ApiGroup.ADMIN):
+        model = hide_admin_data(model)
+        if template == "model.html":  # the only page showing admin data
+            asks.append("see statistics and configuration")
+            gated.append(ApiGroup.ADMIN.value)
+    return _page(template, asks=asks, gated=gated, page="models", server=server, model=model)
 
 
-@get("/models/{name:str}", sync_to_thread=False, include_in_schema=False)
-def model_page(state: State, name: FromPath[str]) -> Response[str]:
-    return _model_view(state, name, "model.html")
+@get("/models/{name:str}", **PAGE)
+def model_page(state: State, request: AnyRequest, name: FromPath[str]) -> Response[str]:
+    return _model_view(state, request, name, "model.html")
 
 
-@get("/models/{name:str}/try", sync_to_thread=False, include_in_schema=False)
-def try_page(state: State, name: FromPath[str]) -> Response[str]:
-    return _model_view(state, name, "try.html")
+@get("/models/{name:str}/try", **PAGE)
+def try_page(state: State, request: AnyRequest, name: FromPath[str]) -> Response[str]:
+    return _model_view(state, request, name, "try.html")
 
 
-@get("/dashboard/api/overview", sync_to_thread=False, include_in_schema=False)
-def overview_json(state: State) -> Response[dict[str, Any]]:
+@get("/dashboard/api/overview", **JSON)
+def overview_json(state: State, request: AnyRequest) -> Response[dict[str, Any]]:
+    json_viewer(state, request)
     return Response(views.overview(sources(state)), headers=NO_STORE)
 
 
-@get("/dashboard/api/models", sync_to_thread=False, include_in_schema=False)
-def models_json(state: State) -> Response[list[dict[str, Any]]]:
+@get("/dashboard/api/models", **JSON)
+def models_json(state: State, request: AnyRequest) -> Response[list[dict[str, Any]]]:
+    json_viewer(state, request)
     return Response(views.index_rows(sources(state)), headers=NO_STORE)
 
 
-@get("/dashboard/api/models/{name:str}", sync_to_thread=False, include_in_schema=False)
-def model_json(state: State, name: FromPath[str]) -> Response[dict[str, Any]]:
-    return Response(views.model_detail(sources(state), name), headers=NO_STORE)
+@get("/dashboard/api/models/{name:str}", **JSON)
+def model_json(state: State, request: AnyRequest, name: FromPath[str]) -> Response[dict[str, Any]]:
+    seen = json_viewer(state, request)
+    model = views.model_detail(sources(state), name)
+    return Response(model if seen.may(ApiGroup.ADMIN) else hide_admin_data(model), headers=NO_STORE)
 
 
 HANDLERS = [home, models, model_page, try_page, overview_json, models_json, model_json]

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from app.auth import GROUP_FIELDS, ApiGroup
 from app.config import ModelConfig
 from app.dataplane import DataPlane
 from app.errors import ServeError
@@ -38,10 +39,13 @@ class Sources:
 
 
 def overview(src: Sources) -> dict[str, Any]:
-    """Home page: identity, health, addresses, models counted by state, recent errors."""
+    """Home page: identity, health, addresses, models counted by state, recent errors; and
+    what the pages' controls depend on: the model control mode and which API groups need a
+    token (booleans: tokens never leave the server)."""
     dp = src.dataplane
     meta = dp.server_metadata()
     entries = dp.repository.entries()
+    plan = dp.repository.plan
     return {
         "name": meta["name"],
         "version": meta["version"],
@@ -57,6 +61,8 @@ def overview(src: Sources) -> dict[str, Any]:
         "model_count": len(entries),
         "problems": problems(src),
         "errors": recent_errors(src),
+        "modelControl": plan.model_control,
+        "protected": {name: plan.access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
     }
 
 

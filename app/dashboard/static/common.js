@@ -31,10 +31,37 @@ export async function readError(response) {
   return text.trim() || `${response.status} ${response.statusText}`;
 }
 
+const TOKEN_KEY = "servekit.accessToken";
+
+/** The access token typed into this tab ("" if none). Only sessionStorage holds it: never a
+ * cookie (it would ride along on cross-site requests) and never a URL (logs, history). */
+export function accessToken() {
+  try {
+    return sessionStorage.getItem(TOKEN_KEY) || "";
+  } catch {
+    return "";
+  }
+}
+
+export function keepAccessToken(token) {
+  sessionStorage.setItem(TOKEN_KEY, token);
+}
+
+export function forgetAccessToken() {
+  sessionStorage.removeItem(TOKEN_KEY);
+}
+
+/** ``headers`` plus ``Authorization: Bearer`` when there is a token (the kept one by default). */
+export function withToken(headers = {}, token = accessToken()) {
+  return token ? { ...headers, Authorization: `Bearer ${token}` } : { ...headers };
+}
+
 /** GET a dashboard JSON document with a bounded wait; null when the server does not answer. */
 export async function getJSON(url, timeoutMs = 5000) {
   try {
-    const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), cache: "no-store" });
+    const response = await fetch(url, {
+      headers: withToken(), signal: AbortSignal.timeout(timeoutMs), cache: "no-store",
+    });
     return response.ok ? await response.json() : null;
   } catch {
     return null;
@@ -88,7 +115,7 @@ export async function copyText(text) {
     await navigator.clipboard.writeText(text);
     return;
   }
-  const area = el("textarea", { readonly: true, style: "position:fixed;opacity:0" });
+  const area = el("textarea", { readonly: true, class: "copy-buffer" });
   area.value = text;
   document.body.append(area);
   area.select();

@@ -1,6 +1,9 @@
-// Entry point of every dashboard page: live health in the top bar and on the overview, then
-// the page's own enhancements. Everything here is optional: pages are complete without it.
-import { duration, el, getJSON, poll, timestampMs } from "./common.js";
+// Entry point of every dashboard page: first the access token (a page the server rendered
+// without it is shown again with it), then live health in the top bar and on the overview,
+// then the page's own enhancements. Without a token configured everything here is optional:
+// pages are complete without it.
+import { announce, gated, initTokenPanel, showPageWith } from "./access.js";
+import { accessToken, duration, el, forgetAccessToken, getJSON, poll, timestampMs } from "./common.js";
 import { initIndex } from "./index.js";
 import { initModelPage } from "./modelpage.js";
 
@@ -62,12 +65,26 @@ function tickUptime() {
   }
 }
 
-tickUptime();
-setInterval(tickUptime, 1000);
-poll(async () => {
-  const overview = await getJSON("/dashboard/api/overview");
-  if (overview) showOverview(overview);
-  else showOffline();
-}, 3000);
-initIndex();
-initModelPage();
+async function start() {
+  let refused = false;
+  if (accessToken() && gated().length) {
+    const shown = await showPageWith(accessToken()).catch(() => false);
+    refused = !shown && gated().includes("metadata");
+    if (refused) forgetAccessToken(); // e.g. the server now has another token
+  }
+  initTokenPanel();
+  if (refused) announce("The server refused the token kept in this tab: enter it again.", true);
+  if (gated().includes("metadata")) return; // the locked shell: nothing else to show
+  tickUptime();
+  setInterval(tickUptime, 1000);
+  poll(async () => {
+    const overview = await getJSON("/dashboard/api/overview");
+    if (overview) showOverview(overview);
+    else showOffline();
+  }, 3000);
+  initIndex();
+  initModelPage();
+  if (document.getElementById("try-form")) (await import("./tryit.js")).initTry();
+}
+
+start();

@@ -1,11 +1,26 @@
 // Repository index: live filter by name and state, load/unload buttons that call the model
 // repository API (POST /v2/repository/models/{m}/load|unload, the very requests tritonclient
 // sends) and update the model's rows in place, and a refresh every few seconds.
-import { el, getJSON, poll, readError } from "./common.js";
+// The buttons exist only when model control is explicit (<table data-controls> is "open" or
+// "token"); with "token" they stay hidden until the repository API has taken the access token.
+import { TOKEN_EVENT, announce, repositoryAccepts } from "./access.js";
+import { accessToken, el, forgetAccessToken, getJSON, poll, readError, withToken } from "./common.js";
 
 const busy = new Set();
 let table, nameInput, stateSelect, shownLabel, emptyBody;
 let lastRows = [];
+let controls = "none";
+let allowed = false;
+
+/** Show the buttons when this viewer may use them, hide them otherwise. */
+function applyControls() {
+  for (const button of table.querySelectorAll("button[data-action]")) button.hidden = !allowed;
+}
+
+async function checkControls() {
+  allowed = controls === "open" || (controls === "token" && Boolean(accessToken()) && (await repositoryAccepts()));
+  applyControls();
+}
 
 export function initIndex() {
   table = document.getElementById("model-index");
@@ -17,8 +32,11 @@ export function initIndex() {
   emptyBody = el("tbody", { hidden: true },
     el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No model matches this filter." })));
   table.append(emptyBody);
+  controls = table.dataset.controls || "none";
   for (const button of table.querySelectorAll("button[data-action]")) button.disabled = false;
   for (const button of table.querySelectorAll("button[data-action]")) button.removeAttribute("title");
+  if (controls === "token") document.addEventListener(TOKEN_EVENT, checkControls);
+  checkControls();
   table.addEventListener("click", (event) => {
     const button = event.target.closest("button[data-action]");
     if (button && !button.disabled) act(button.dataset.model, button.dataset.action);
@@ -65,7 +83,8 @@ function render(rows) {
 function newBody(name) {
   const url = `/models/${encodeURIComponent(name)}`;
   const button = (action, label, extra = "") =>
-    el("button", { type: "button", class: `btn small ${extra}`, dataset: { action, model: name }, text: label });
+    el("button", { type: "button", class: `btn small ${extra}`, dataset: { action, model: name }, text: label,
+      hidden: !allowed });
   return el("tbody", { dataset: { model: name } },
     el("tr", { class: "model-head" },
       el("th", { scope: "rowgroup", colspan: 6 },
@@ -74,7 +93,7 @@ function newBody(name) {
           el("span", { class: "badge", dataset: { bind: "model-state" } }),
           el("span", { class: "actions" },
             el("a", { class: "btn small", href: `${url}/try`, text: "Try it" }),
-            button("load", "Load"), button("unload", "Unload", "danger")),
+            controls === "none" ? null : [button("load", "Load"), button("unload", "Unload", "danger")]),
           el("span", { class: "action-msg", role: "status", "aria-live": "polite" })))));
 }
 
@@ -88,7 +107,7 @@ function updateBody(body, versions) {
     badge.className = `badge state-${state.toLowerCase()}${versions[0].model_failed ? " failed" : ""}`;
   }
   const load = body.querySelector('[data-action="load"]');
-  load.textContent = state === "READY" ? "Reload" : "Load";
+  if (load) load.textContent = state === "READY" ? "Reload" : "Load";
   for (const button of body.querySelectorAll("button[data-action]")) button.disabled = isBusy;
   body.toggleAttribute("aria-busy", isBusy);
   const signature = JSON.stringify(versions);
@@ -138,6 +157,7 @@ function applyFilter() {
 }
 
 async function act(name, action) {
+  if (action === "unload" && !confirm(`Unload ${name}? Requests to it fail until it is loaded again.`)) return;
   const body = [...table.tBodies].find((b) => b.dataset.model === name);
   const message = body.querySelector(".action-msg");
   const badge = body.querySelector('[data-bind="model-state"]');
@@ -154,11 +174,17 @@ async function act(name, action) {
   try {
     const response = await fetch(`/v2/repository/models/${encodeURIComponent(name)}/${action}`, {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: withToken({ "Content-Type": "application/json" }),
       body: JSON.stringify(payload),
       signal: AbortSignal.timeout(300000),
     });
     failed = !response.ok;
+    if (response.status === 401 && controls === "token") {
+      forgetAccessToken();
+      allowed = false;
+      applyControls();
+      announce("The server refused the token: enter it again.", true);
+    }
     text = failed ? `${action} failed: ${await readError(response)}` : `${action === "load" ? "Loaded" : "Unloaded"} ${name}.`;
   } catch (error) {
     failed = true;

@@ -104,7 +104,7 @@ function chart(output) {
     add("rect", { x: x0, y, width: w, height: row - 6, rx: 3, class: "bar" });
     add("text", { x: x0 + w + 6, y: y + 15 }, show(value));
   });
-  return el("figure", { class: "card", style: "margin:0 0 0.6rem" },
+  return el("figure", { class: "card chart-card" },
     el("figcaption", { class: "small muted", text: `Top ${top.length} of ${output.data.length} values` }), svg);
 }
 
@@ -148,9 +148,9 @@ export function showResult(result, elapsedMs, status) {
 
 const shellQuote = (text) => `'${text.replaceAll("'", "'\\''")}'`;
 
-function python(name, version, request) {
+function python(name, version, request, token) {
   const host = location.host;
-  const lines = ["import numpy as np", "import tritonclient.http as httpclient", "",
+  const lines = [...(token ? ["import os"] : []), "import numpy as np", "import tritonclient.http as httpclient", "",
     `client = httpclient.InferenceServerClient(url=${JSON.stringify(host)})`, "inputs = []"];
   for (const input of request.inputs) {
     const literal = JSON.stringify(input.data).replaceAll("true", "True").replaceAll("false", "False");
@@ -163,20 +163,24 @@ function python(name, version, request) {
     ? `[${request.outputs.map((o) => `httpclient.InferRequestedOutput(${JSON.stringify(o.name)})`).join(", ")}]`
     : "None";
   const versionArg = version ? `, model_version=${JSON.stringify(version)}` : "";
-  lines.push(`result = client.infer(${JSON.stringify(name)}, inputs${versionArg}, outputs=${outputs})`);
+  // The token is never written out: the snippet reads it from the environment.
+  const headersArg = token ? ', headers={"Authorization": "Bearer " + os.environ["SERVEKIT_TOKEN"]}' : "";
+  lines.push(`result = client.infer(${JSON.stringify(name)}, inputs${versionArg}, outputs=${outputs}${headersArg})`);
   lines.push("for output in result.get_response()[\"outputs\"]:");
   lines.push("    print(output[\"name\"], result.as_numpy(output[\"name\"]))");
   return lines.join("\n");
 }
 
-export function showSnippets(name, version, path, request, body) {
+/** The request as curl and tritonclient; with ``token`` they read it from $SERVEKIT_TOKEN. */
+export function showSnippets(name, version, path, request, body, token = false) {
   reveal();
   $("try-curl").textContent = [
     `curl -s -X POST ${shellQuote(location.origin + path)} \\`,
     "  -H 'Content-Type: application/json' \\",
+    ...(token ? ['  -H "Authorization: Bearer $SERVEKIT_TOKEN" \\'] : []),
     `  -d ${shellQuote(body)}`,
   ].join("\n");
-  $("try-python").textContent = python(name, version, request);
+  $("try-python").textContent = python(name, version, request, token);
 }
 
 document.addEventListener("click", async (event) => {

@@ -1,6 +1,7 @@
 // Try-it-out: a form generated from the model's V2 metadata, one field per input, submitted
 // through the public inference API (POST /v2/models/{m}[/versions/{v}]/infer) as JSON.
-import { el, readError } from "./common.js";
+import { isProtected } from "./access.js";
+import { el, readError, withToken } from "./common.js";
 import {
   concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
   random, zeros,
@@ -129,13 +130,13 @@ async function submit(event) {
   const name = encodeURIComponent(model.name);
   const path = version ? `/v2/models/${name}/versions/${encodeURIComponent(version)}/infer` : `/v2/models/${name}/infer`;
   const body = JSON.stringify(request);
-  showSnippets(model.name, version, path, request, body);
+  showSnippets(model.name, version, path, request, body, isProtected("inference"));
   button.disabled = true;
   button.setAttribute("aria-busy", "true");
   const started = performance.now();
   try {
     const response = await fetch(path, {
-      method: "POST", headers: { "Content-Type": "application/json" }, body,
+      method: "POST", headers: withToken({ "Content-Type": "application/json" }), body,
       signal: AbortSignal.timeout(120000),
     });
     if (!response.ok) {
@@ -159,7 +160,7 @@ function signatureOf(version) {
   return JSON.stringify([meta.inputs, meta.outputs]);
 }
 
-function init() {
+export function initTry() {
   const data = document.getElementById("model-data");
   form = document.getElementById("try-form");
   if (!data || !form) return;
@@ -178,4 +179,3 @@ function init() {
   form.hidden = false;
 }
 
-init();
