@@ -11,11 +11,12 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
 
+from app import onnx_files
 from app.config import ModelConfig, TensorOverride
 
 TensorsSpec = Iterable[Mapping[str, Any] | tuple[str, str, list[int]] | TensorOverride]
@@ -71,7 +72,8 @@ def model_files(source: object, version: int) -> dict[str, bytes]:
     """``<version>/<file name>`` -> content for a path, ONNX bytes or an onnx.ModelProto.
 
     A folder of numbered version folders sends every version it holds; any other folder or a
-    single file is ``version``.
+    single file is ``version``. From a folder only .onnx files and the external-data files they
+    reference are sent.
     """
     if isinstance(source, bytes | bytearray | memoryview):
         return {f"{version}/model.onnx": bytes(source)}
@@ -86,21 +88,29 @@ def model_files(source: object, version: int) -> dict[str, bytes]:
     if path.is_file():
         return {f"{version}/model.onnx": path.read_bytes()}
     numbered = [p for p in path.iterdir() if p.is_dir() and p.name.isdigit()]
-    if numbered:
-        return {
-            f"{int(folder.name)}/{file.relative_to(folder).as_posix()}": file.read_bytes()
-            for folder in numbered
-            for file in sorted(folder.rglob("*"))
-            if file.is_file()
-        }
+    folders = {int(folder.name): folder for folder in numbered} or {version: path}
     files = {
-        f"{version}/{file.relative_to(path).as_posix()}": file.read_bytes()
-        for file in sorted(path.rglob("*"))
-        if file.is_file()
+        f"{number}/{name}": content
+        for number, folder in folders.items()
+        for name, content in _model_folder_files(folder).items()
     }
     if not files:
-        raise FileNotFoundError(f"no model file in {path}")
+        raise FileNotFoundError(f"no .onnx file in {path}")
     return files
+
+
+def _model_folder_files(folder: Path) -> dict[str, bytes]:
+    """The .onnx files of one version folder and the external-data files they reference: what
+    the server accepts in a push (a README or a notebook beside the model stays here)."""
+    out: dict[str, bytes] = {}
+    for model in sorted(folder.glob("*.onnx")):
+        out[model.name] = model.read_bytes()
+        proto = onnx_files.parse(out[model.name])
+        for location in onnx_files.external_locations(proto) if proto is not None else ():
+            data = folder / location
+            if data.is_file() and data.resolve().is_relative_to(folder.resolve()):
+                out[PurePosixPath(location).as_posix()] = data.read_bytes()
+    return out
 
 
 def load_parameters(config: ModelConfig, files: Mapping[str, bytes]) -> dict[str, str]:
