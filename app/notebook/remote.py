@@ -8,6 +8,8 @@ works the same against a server on another machine as against one started with `
 
 from __future__ import annotations
 
+import os
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -27,8 +29,15 @@ class RemoteServer:
 
     kind = "connected"
 
-    def __init__(self, url: str, *, grpc_target: str | None = None, timeout: float = 60.0) -> None:
-        self._http = Transport(url, timeout)
+    def __init__(
+        self,
+        url: str,
+        *,
+        grpc_target: str | None = None,
+        timeout: float = 60.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._http = Transport(url, timeout, ssl_context)
         self._grpc_target = grpc_target
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
 
@@ -184,8 +193,20 @@ class RemoteServer:
         self._http.close()
 
 
-def connect(url: str, *, grpc_target: str | None = None, timeout: float = 60.0) -> RemoteServer:
+def connect(
+    url: str,
+    *,
+    grpc_target: str | None = None,
+    timeout: float = 60.0,
+    ca_file: str | os.PathLike[str] | None = None,
+    cert_file: str | os.PathLike[str] | None = None,
+    key_file: str | os.PathLike[str] | None = None,
+) -> RemoteServer:
     """A handle on the server at ``url``: ``infer``, ``models``, ``add_model``, ``remove_model``.
+
+    An ``https://`` URL is verified against ``ca_file`` (a PEM bundle, e.g. the CA of a
+    server's own certificate) or else the system's trusted CAs; ``cert_file`` and ``key_file``
+    are this client's certificate for a server that requires one (mutual TLS).
 
     Fails at once with ConnectionError if nothing answers there, rather than at first use.
     Without ``grpc_target``, the gRPC port is asked of the server (``GET /servekit/v1/ports``)
@@ -194,7 +215,12 @@ def connect(url: str, *, grpc_target: str | None = None, timeout: float = 60.0) 
     when gRPC is disabled or the server is not a servekit; pass it explicitly when gRPC is
     reached at another host or port than that (a forward to a different local port).
     """
-    server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout)
+    context = None
+    if ca_file is not None or cert_file is not None:
+        context = ssl.create_default_context(cafile=ca_file)
+        if cert_file is not None:
+            context.load_cert_chain(cert_file, key_file)
+    server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout, ssl_context=context)
     try:
         server._http.request("GET", "/v2/health/live")
         if grpc_target is None:
