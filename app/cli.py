@@ -13,7 +13,7 @@ from typing import Any
 
 from app import __version__
 from app.compiler import ServePlan
-from app.config_loader import ConfigError
+from app.config_loader import ConfigError, ConfigIssue, line_in_file
 from app.overrides import Overrides
 from app.overrides import load_plan as load_overridden
 
@@ -81,7 +81,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _validate(path: str) -> int:
+    """Check serve.yaml as ``servekit serve`` would, and more strictly: a storageUri that does
+    not exist is an error here (serve starts anyway and serves that model as UNAVAILABLE), and
+    tokens written in clear are warned about (exit code unaffected)."""
     plan = load_plan(path)
+    for warning in _clear_token_warnings(plan, path):
+        print(warning, file=sys.stderr)
+    missing = _missing_storage(plan)
+    if missing:
+        raise ConfigError(path, missing)
     print(f"{path}: OK, {len(plan.models)} model(s)")
     for model in plan.models:
         versions = ",".join(str(v.version) for v in model.versions) or "-"
@@ -91,6 +99,40 @@ def _validate(path: str) -> int:
             f"versions {versions}{status}"
         )
     return 0
+
+
+def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
+    """A ConfigIssue, with its line, for each model whose storageUri does not exist."""
+    issues = []
+    for index, model in enumerate(plan.models):  # compiled in serve.yaml's order, none left out
+        uri = model.config.storage_uri if model.config is not None else None
+        if uri is None or (plan.base_dir / uri).exists():
+            continue
+        where = ["models", index, "storageUri"]
+        line = line_in_file(plan.config_path, where)
+        message = f"{uri} does not exist (looked for {(plan.base_dir / uri).resolve()})"
+        issues.append(ConfigIssue(f"models[{index}].storageUri", line, message))
+    return issues
+
+
+def _clear_token_warnings(plan: ServePlan, path: str) -> list[str]:
+    """One warning per token written in serve.yaml itself (a clear token from a SERVEKIT_*
+    environment variable is not in the file, and the environment is where it belongs)."""
+    from app.auth import clear_tokens
+    from app.config_loader import _env_source
+
+    warnings = []
+    for field_path in clear_tokens(plan.server.auth):
+        loc: list[Any] = field_path.split(".")
+        if _env_source(loc) is not None:
+            continue
+        line = line_in_file(plan.config_path, loc)
+        where = f"{path}:{line}" if line else path
+        warnings.append(
+            f"{where}: warning: {field_path}: token written in clear; "
+            "use {env: VAR} or {file: PATH}"
+        )
+    return warnings
 
 
 def _overrides(args: argparse.Namespace) -> Overrides:

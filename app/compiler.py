@@ -27,6 +27,7 @@ from app.config import (
 )
 from app.config_loader import ConfigError, ConfigIssue, line_in_file
 from app.shown_paths import hide_paths
+from app.tls import TlsError, TlsFiles, resolve_tls
 from app.versions import VersionSource, discover_versions, select_versions
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
@@ -86,6 +87,8 @@ class ServePlan:
     config_path: Path | None
     access: AccessPolicy = field(default_factory=AccessPolicy)
     """The tokens of ``server.auth``, read from their environment variables or files."""
+    tls: TlsFiles | None = None
+    """``server.tls`` read and checked (None: plain HTTP and gRPC)."""
 
     def model(self, name: str) -> ModelPlan | None:
         return next((m for m in self.models if m.name == name), None)
@@ -134,10 +137,16 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         line = line_in_file(config_path, exc.field.split("."))
         issues.append(ConfigIssue(exc.field, line, str(exc)))
         access = AccessPolicy()
+    try:
+        tls = resolve_tls(config.server.tls, base_dir)
+    except TlsError as exc:
+        line = line_in_file(config_path, exc.field.split("."))
+        issues.append(ConfigIssue(exc.field, line, str(exc)))
+        tls = None
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
-        config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access
+        config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
     )
 
 

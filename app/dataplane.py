@@ -17,7 +17,14 @@ from typing import Any
 from app import __version__
 from app.batching import DynamicBatcher
 from app.compiler import ModelPlan
-from app.errors import Internal, InvalidArgument, ServeError, Unimplemented, internal_error
+from app.errors import (
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ServeError,
+    Unimplemented,
+    internal_error,
+)
 from app.repository import ModelRepository, State, VersionEntry
 from app.runtimes.base import Arrays, ModelRuntime
 from app.stats import Statistics, VersionStats
@@ -59,9 +66,41 @@ class DataPlane:
         return True
 
     def ready(self) -> bool:
-        """Ready once start-up loading has finished (a failed model does not hold others back)
-        and the server is online (see ``online``)."""
-        return self.online and self.repository.startup_done
+        """Server readiness, the one rule every surface answers (V2 HTTP and gRPC, gRPC health,
+        grps, the dashboard): online (see ``online``), start-up loading finished and, with
+        ``server.strictReadiness`` (the default, as Triton), every model asked for READY."""
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        """Why the server is not ready, or None when it is. Says how many models are missing,
+        not which: readiness is open to unauthenticated probes, model names are not."""
+        if not self.online:
+            return "the server is offline (draining); Online brings it back"
+        if not self.repository.startup_done:
+            return "models are still loading"
+        waiting = self.models_not_ready()
+        if waiting:
+            return (
+                f"{len(waiting)} model(s) asked for are not READY (see the repository index; "
+                "server.strictReadiness: false answers ready without them)"
+            )
+        return None
+
+    def models_not_ready(self) -> list[str]:
+        """Models asked for (``ModelRepository.requested``) with a version that is not READY,
+        or with no version at all; always empty when ``server.strictReadiness`` is false."""
+        repository = self.repository
+        if not repository.plan.server.strict_readiness:
+            return []
+        waiting = []
+        for name in sorted(repository.requested):
+            try:
+                entry = repository.get(name)
+            except NotFound:  # asked for, then left serve.yaml: no longer served at all
+                continue
+            if not entry.versions or entry.failed_versions():
+                waiting.append(name)
+        return waiting
 
     def server_metadata(self) -> dict[str, Any]:
         return {

@@ -200,7 +200,10 @@ class ModelControl:
                     continue
                 entry = self._entry(plan.name)
                 loaded = entry is not None and entry.is_loaded()
-                should_load = loaded or (before is None and _selected(new_plan, plan.name))
+                if before is None and _selected(new_plan, plan.name):
+                    self.repository.requested.add(plan.name)
+                # A model asked for loads again when its entry changes (a failed one may be fixed)
+                should_load = loaded or plan.name in self.repository.requested
                 done["added" if before is None else "reloaded"].append(plan.name)
                 if not should_load:
                     self._release_push(plan.name, plan)
@@ -265,6 +268,7 @@ class ModelControl:
             storage.discard(self.storage_dir, folder)
             raise InvalidArgument(f"failed to load {plan.name!r}: {entry.reason()}")
         self._fingerprints[plan.name] = fingerprint(plan)
+        self.repository.requested.add(plan.name)  # loaded on request: now asked for
         self._release_push(plan.name, plan)
         if folder is not None:
             self._pushed[plan.name] = folder

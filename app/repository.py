@@ -99,6 +99,10 @@ class ModelRepository:
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.startup_done = False
+        self.requested: set[str] = set()
+        """Models the server is asked to serve: the start-up set, models a serve.yaml edit adds
+        that ``startupModels`` selects, and successful client loads, minus client unloads and
+        models removed from serve.yaml. Strict readiness waits for these (DataPlane.ready)."""
         self.recent_errors: list[dict[str, Any]] = []
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
 
@@ -160,6 +164,7 @@ class ModelRepository:
             self._models[model.name] = ModelEntry(model, _unloaded(model, "not loaded"))
         for model in self.plan.models:
             if choice == "all" or (isinstance(choice, list) and model.name in choice):
+                self.requested.add(model.name)
                 await self.load(model)
         self.startup_done = True
 
@@ -209,8 +214,10 @@ class ModelRepository:
         self._models[plan.name] = ModelEntry(plan, _unloaded(plan, reason))
 
     async def unload(self, name: str) -> None:
-        """Unload a model: new requests are refused, in-flight ones finish, then it is freed."""
+        """Unload a model: new requests are refused, in-flight ones finish, then it is freed
+        (and it is no longer asked for: see ``requested``)."""
         self.get(name)
+        self.requested.discard(name)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             entry = self.get(name)  # a load may have finished while we waited for the lock

@@ -1,9 +1,11 @@
 """Composition: the one place that wires the core to HTTP and gRPC and runs them.
 
 HTTP (uvicorn serving the Litestar app) and gRPC (grpc.aio) run on the *same* event loop over the
-same DataPlane. Listeners open first, then models load, so liveness answers at once and
-readiness turns true when start-up loading is done. ``ServeKit.stop`` closes the listeners and
-lets in-flight requests finish before models are released.
+same DataPlane, on the same addresses (app/listen.py) with the same TLS material (app/tls.py).
+Listeners open first, then models load, so liveness answers at once and readiness turns true
+when start-up loading is done (and, with ``server.strictReadiness``, the models asked for are
+READY: app/dataplane.py). ``ServeKit.stop`` closes the listeners and lets in-flight requests
+finish before models are released.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from litestar import Litestar
 from app import dashboard
 from app.compiler import ServePlan
 from app.dataplane import DataPlane
+from app.listen import Addresses, bind_http, bound_address
 from app.model_control import ModelControl
 from app.repository import ModelRepository
 from app.rest import create_app
@@ -40,31 +42,6 @@ class _EmbeddedUvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
-
-
-@dataclass
-class Addresses:
-    """Where the server listens, once bound (ports resolved when 0 was asked for)."""
-
-    host: str
-    http_port: int
-    grpc_port: int | None = None
-
-    @property
-    def client_host(self) -> str:
-        return "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
-
-    @property
-    def http_url(self) -> str:
-        return f"http://{self.client_host}:{self.http_port}"
-
-    @property
-    def grpc_target(self) -> str | None:
-        return None if self.grpc_port is None else f"{self.client_host}:{self.grpc_port}"
-
-    def listening_line(self) -> str:
-        grpc = f" grpc://{self.grpc_target}" if self.grpc_target else " (gRPC disabled)"
-        return f"servekit: listening {self.http_url}{grpc}"
 
 
 @dataclass
@@ -90,8 +67,10 @@ class ServeKit:
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
         """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
         server = self.plan.server
-        sock = _bind(server.host, server.http_port)
-        self.addresses = Addresses(server.host, sock.getsockname()[1])
+        tls = self.plan.tls
+        sockets = bind_http(server.host, server.http_port)
+        hosts = tuple(bound_address(s) for s in sockets)
+        self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
         config = uvicorn.Config(
             self.http_app(),
             lifespan="off",
@@ -101,9 +80,12 @@ class ServeKit:
             server_header=False,
             loop="none",
             http="httptools",
+            # Our own context (app/tls.py, from the files the config check read); uvicorn's file
+            # options would prompt on the terminal for an encrypted key's password.
+            ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )
         self._http = _EmbeddedUvicorn(config)
-        self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
+        self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         if server.grpc_port is not None:
             from app.grpc import tuning
@@ -117,6 +99,8 @@ class ServeKit:
                 server,
                 control=self.control,
                 services=[grps_servicer.registrar(self.dataplane)],
+                hosts=hosts,
+                tls=tls,
             )
             self.addresses.grpc_port = port
         self._loading = asyncio.create_task(self.repository.start())
@@ -158,21 +142,6 @@ class ServeKit:
                 await self._http_task
             self._http = None
         await self.repository.close()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind the HTTP socket ourselves, so port 0 resolves before anything is printed."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0) -> None:

@@ -101,8 +101,8 @@ def write_store(root: Path, extra_yaml: str = "") -> Path:
     (models / "broken.onnx").write_bytes(b"this is not onnx" * 64)
     (root / "slow_model.py").write_text(SLOW_MODEL)
     config = root / "serve.yaml"
-    config.write_text(
-        "server: {maxRequestBytes: 3000000}\n"
+    config.write_text(  # broken on purpose: readiness must not wait for it (not strict)
+        "server: {maxRequestBytes: 3000000, strictReadiness: false}\n"
         "models:\n"
         "  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp, "
         "versionPolicy: {all: {}}}\n"

@@ -15,6 +15,7 @@ import os
 import queue
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import onnx
@@ -39,7 +40,10 @@ BROKEN_MODELS: dict[str, str] = {
 }
 """Models that must be UNAVAILABLE, with a fragment their reason must contain."""
 
-LISTENING = re.compile(r"^servekit: listening (http://\S+)(?: grpc://(\S+))?")
+LISTENING = re.compile(r"^servekit: listening (https?://\S+)(?: grpcs?://(\S+))?")
+"""The start-up line's first address: its HTTP(S) URL and gRPC ``host:port`` (``grpcs://``:
+over TLS). Further addresses follow, each as `` and <url> [<grpc url>]`` (see ``ALSO``)."""
+ALSO = re.compile(r" and (https?://\S+)(?: grpcs?://(\S+))?")
 LFS_POINTER = (
     "version https://git-lfs.github.com/spec/v1\n"
     "oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
@@ -90,7 +94,12 @@ def write_model_store(root: Path) -> Path:
     ):
         entries.append(f"  - {{name: {name}, modelFormat: {{name: onnx}}, storageUri: {uri}}}")
     config = models / "serve.yaml"
-    config.write_text("server: {name: servekit}\nmodels:\n" + "\n".join(entries) + "\n")
+    # The broken models are there on purpose, and every test expects the server to answer
+    # ready (assert_healthy): readiness must not wait for them (tests/test_readiness.py
+    # covers strict readiness, the default).
+    config.write_text(
+        "server: {name: servekit, strictReadiness: false}\nmodels:\n" + "\n".join(entries) + "\n"
+    )
     return config
 
 
@@ -104,10 +113,24 @@ class ServerProcess:
     log_path: Path
     stdout_lines: list[str] = field(default_factory=list)
     pump: threading.Thread | None = None
+    ssl_context: ssl.SSLContext | None = None
+    """How HTTPS clients of the helpers here verify the server (and present a client cert)."""
+    also: list[tuple[str, str | None]] = field(default_factory=list)
+    """The further (HTTP URL, gRPC target) pairs of the listening line, when several
+    addresses are bound."""
+
+    @property
+    def tls(self) -> bool:
+        return self.http_url.startswith("https://")
 
     @property
     def http_host_port(self) -> str:
-        return self.http_url.removeprefix("http://")
+        return self.http_url.split("://", 1)[1]
+
+    def http_client(self, **kwargs: Any) -> httpx.Client:
+        """An httpx client on the server (verifying it with ``ssl_context`` over HTTPS)."""
+        verify = self.ssl_context if self.ssl_context is not None else True
+        return httpx.Client(base_url=self.http_url, verify=verify, **kwargs)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -115,7 +138,7 @@ class ServerProcess:
     def assert_healthy(self) -> None:
         """Alive, live and ready: checked after every bad request a test sends."""
         assert self.alive(), self.log()
-        with httpx.Client(base_url=self.http_url, timeout=10) as client:
+        with self.http_client(timeout=10) as client:
             assert client.get("/v2/health/live").json() == {"live": True}
             assert client.get("/v2/health/ready").json() == {"ready": True}
 
@@ -170,8 +193,10 @@ def start_server(
     command: Sequence[str] | None = None,
     timeout: float = 60.0,
     wait_ready: bool = True,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> ServerProcess:
-    """Start a server and wait (bounded) for its listening line and, by default, readiness."""
+    """Start a server and wait (bounded) for its listening line and, by default, readiness
+    (``ssl_context``: how to verify a server serving HTTPS)."""
     log_path = config.parent / f"server-{os.getpid()}-{time.monotonic_ns()}.log"
     argv = list(command) if command is not None else server_command(config, grpc=grpc, extra=extra)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -204,7 +229,10 @@ def start_server(
             if line is None:
                 raise RuntimeError(f"server exited with {process.wait(10)} before listening")
             match = LISTENING.match(line)
-        server = ServerProcess(process, match[1], match[2], log_path, lines, pump)
+        also = [(m[1], m[2]) for m in ALSO.finditer(line, match.end())]
+        server = ServerProcess(
+            process, match[1], match[2], log_path, lines, pump, ssl_context, also
+        )
         if wait_ready:
             wait_until_ready(server, deadline)
         return server
@@ -219,7 +247,7 @@ def start_server(
 
 def wait_until_ready(server: ServerProcess, deadline: float) -> None:
     """Poll /v2/health/ready until 200, the process dies, or the deadline passes."""
-    with httpx.Client(base_url=server.http_url, timeout=5.0) as client:
+    with server.http_client(timeout=5.0) as client:
         while True:
             if not server.alive():
                 raise RuntimeError("server exited while loading models")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,62 @@ def test_validate_a_missing_file(tmp_path: Path) -> None:
     done = run(SERVEKIT, "validate", "nothing.yaml", cwd=tmp_path)
     assert done.returncode == 1
     assert "nothing.yaml" in done.stderr and "Traceback" not in done.stderr
+
+
+MISSING_STORAGE = """\
+models:
+  - name: here
+    modelFormat: {name: onnx}
+    storageUri: here.onnx
+  - name: gone
+    modelFormat: {name: onnx}
+    storageUri: ./nowhere
+"""
+
+
+def test_validate_fails_on_a_missing_storage_uri_naming_its_line(tmp_path: Path) -> None:
+    """`servekit serve` serves such a model as UNAVAILABLE; validate, run before a deploy,
+    says it is wrong."""
+    (tmp_path / "here.onnx").write_bytes(b"checked by the runtime, not by validate")
+    (tmp_path / "serve.yaml").write_text(MISSING_STORAGE)
+    done = run(SERVEKIT, "validate", "serve.yaml", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout
+    assert "serve.yaml:7: models[1].storageUri: ./nowhere does not exist" in done.stderr
+    assert "models[0]" not in done.stderr and "Traceback" not in done.stderr
+
+
+CLEAR_TOKENS = """\
+server:
+  auth:
+    default: {env: SERVEKIT_TEST_TOKEN}
+    admin: s3cret-admin-token
+    repository: {file: token.txt}
+models: []
+"""
+
+
+def test_validate_warns_about_each_token_written_in_clear(tmp_path: Path) -> None:
+    (tmp_path / "token.txt").write_text("from-a-file\n")
+    (tmp_path / "serve.yaml").write_text(CLEAR_TOKENS)
+    env = {
+        **os.environ,
+        "SERVEKIT_TEST_TOKEN": "from-the-environment",
+        "SERVEKIT_SERVER__AUTH__INFERENCE": "set-by-the-environment",  # not in the file
+    }
+    done = subprocess.run(
+        [SERVEKIT, "validate", "serve.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "serve.yaml:4: warning: server.auth.admin: token written in clear; "
+        "use {env: VAR} or {file: PATH}"
+    ]
+    assert "s3cret" not in done.stdout + done.stderr
 
 
 def test_schema_is_json_schema_with_descriptions() -> None:

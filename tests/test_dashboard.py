@@ -36,8 +36,10 @@ from servers import ServerProcess, grpc_available, start_server
 
 LAPTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
+# `broken` is broken on purpose; readiness must not wait for it (tests/test_readiness.py covers
+# strict readiness, the default, on the dashboard's pill too).
 SERVE_YAML = """\
-server: {name: dashboard-demo}
+server: {name: dashboard-demo, strictReadiness: false}
 models:
   - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp, versionPolicy: {all: {}}}
   - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub}

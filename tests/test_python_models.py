@@ -71,7 +71,9 @@ class BrokenLoad:
         return inputs
 """
 
+# Some models are broken on purpose: readiness must not wait for them (not strict).
 CONFIG = """\
+server: {strictReadiness: false}
 models:
   - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}
   - {name: scale, modelFormat: {name: python}, entrypoint: "user_models:scale"}

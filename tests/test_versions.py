@@ -314,7 +314,8 @@ def test_a_clash_is_reported_by_the_server_and_the_rest_serves(tmp_path: Path) -
     (tmp_path / "notebook" / ".ipynb_checkpoints").mkdir()
     (tmp_path / "notebook" / ".ipynb_checkpoints" / "train-checkpoint.ipynb").write_text("{}")
     config = tmp_path / "serve.yaml"
-    config.write_text(
+    config.write_text(  # the clash is on purpose: readiness must not wait for it
+        "server: {strictReadiness: false}\n"
         "models:\n"
         "  - {name: clash, modelFormat: {name: onnx}, storageUri: clash}\n"
         "  - {name: mixed, modelFormat: {name: onnx}, storageUri: mixed,\n"

@@ -48,12 +48,9 @@ def ok(**fields: Any) -> pb.GrpsMessage:
 
 def readiness(dataplane: DataPlane) -> pb.GrpsMessage:
     """SUCCESS when ready; FAILURE with code 503 and the reason otherwise."""
-    if dataplane.ready():
+    why = dataplane.not_ready_reason()
+    if why is None:
         return ok()
-    if not dataplane.online:
-        why = "the server is offline (draining); Online brings it back"
-    else:
-        why = "models are still loading"
     return pb.GrpsMessage(status=status(503, f"not ready: {why}"))
 
 

@@ -1,10 +1,11 @@
 """``grpc.health.v1.Health`` computed from the DataPlane at the time of each call.
 
-The overall service ("") and the names of the gRPC services served here are SERVING once the
-server is ready; a model name as the service is SERVING while the model has a ready version.
-Computing the status on each Check (and polling it for Watch) keeps health in step with model
-loads and unloads without any hook into the repository. Unknown names answer NOT_FOUND on
-Check and SERVICE_UNKNOWN on Watch, as the gRPC health protocol says.
+The overall service ("") and the names of the gRPC services served here are SERVING while the
+server is ready (``DataPlane.ready``: with strict readiness, every model asked for is READY);
+a model name as the service is SERVING while the model has a ready version. Computing the
+status on each Check (and polling it for Watch) keeps health in step with model loads and
+unloads without any hook into the repository. Unknown names answer NOT_FOUND on Check and
+SERVICE_UNKNOWN on Watch, as the gRPC health protocol says.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 It serves ``inference.GRPCInferenceService``, ``grpc.health.v1.Health`` and server reflection,
 plus whatever other services callers register (e.g. grps) through ``services``. Message size
 limits come from ``server.grpcMaxMessageBytes`` in both directions. SO_REUSEPORT is disabled so
-that a port already in use is an error instead of two servers silently sharing it.
+that a port already in use is an error instead of two servers silently sharing it. It listens on
+the addresses the HTTP listener bound (app/listen.py), over TLS when ``server.tls`` is set.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from app.grpc import health, servicer, tuning
 from app.grpc._generated import POOL
 from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
 from app.grpc.access import AccessInterceptor
+from app.listen import PORT_ATTEMPTS, url_host
+from app.tls import TlsFiles
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""
@@ -33,8 +36,44 @@ async def start_grpc_server(
     *,
     control: Any = None,
     services: Sequence[Registrar] = (),
+    hosts: Sequence[str] | None = None,
+    tls: TlsFiles | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one)."""
+    """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one).
+
+    ``hosts`` are the IP addresses to listen on (what the HTTP listener bound, so both agree;
+    default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a
+    client certificate when it has client CAs (mutual TLS).
+    """
+    addresses = list(hosts) if hosts else [server.host]
+    credentials = None
+    if tls is not None:
+        credentials = grpc.ssl_server_credentials(
+            [(tls.private_key, tls.cert_chain)],
+            root_certificates=tls.client_ca,
+            require_client_auth=tls.mutual,
+        )
+    for _ in range(PORT_ATTEMPTS):
+        aio_server, health_servicer = _build(dataplane, server, control, services)
+        try:
+            port = _add_ports(aio_server, addresses, server.grpc_port or 0, credentials)
+        except OSError:
+            await aio_server.stop(None)  # release what was bound before the failure
+            raise
+        if port is not None:
+            break
+        await aio_server.stop(None)  # the port picked is taken on a later address: try another
+    else:
+        raise OSError(f"cannot listen for gRPC: no port free on all of {', '.join(addresses)}")
+    await aio_server.start()
+    tuning.lower_poller_priority(server.grpc_poller_nice)
+    return GrpcServer(aio_server, health_servicer), port
+
+
+def _build(
+    dataplane: DataPlane, server: ServerConfig, control: Any, services: Sequence[Registrar]
+) -> tuple[grpc.aio.Server, health.HealthServicer]:
+    """The server with every service registered, not yet bound."""
     limit = server.grpc_max_message_bytes
     access = dataplane.repository.plan.access
     aio_server = grpc.aio.server(
@@ -56,16 +95,32 @@ async def start_grpc_server(
     names.append(health.SERVICE_NAME)
     _register_descriptors()
     reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], aio_server, pool=POOL)
-    address = _address(server.host, server.grpc_port or 0)
-    try:
-        port = aio_server.add_insecure_port(address)
-    except RuntimeError as exc:
-        raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
-    if port == 0:  # older grpcio reports a failed bind this way
-        raise OSError(f"cannot listen for gRPC on {address}")
-    await aio_server.start()
-    tuning.lower_poller_priority(server.grpc_poller_nice)
-    return GrpcServer(aio_server, health_servicer), port
+    return aio_server, health_servicer
+
+
+def _add_ports(
+    aio_server: grpc.aio.Server, hosts: Sequence[str], port: int, credentials: Any
+) -> int | None:
+    """Bind every host on one port; None when a port picked for the first host is taken on a
+    later one (the caller tries again). Any other failure is an OSError naming the address."""
+    chosen = port
+    for index, host in enumerate(hosts):
+        address = f"{url_host(host)}:{chosen}"
+        try:
+            if credentials is None:
+                bound = aio_server.add_insecure_port(address)
+            else:
+                bound = aio_server.add_secure_port(address, credentials)
+        except RuntimeError as exc:
+            if port == 0 and index > 0:
+                return None
+            raise OSError(f"cannot listen for gRPC on {address}: {exc}") from None
+        if bound == 0:  # older grpcio reports a failed bind this way
+            if port == 0 and index > 0:
+                return None
+            raise OSError(f"cannot listen for gRPC on {address}")
+        chosen = bound
+    return chosen
 
 
 class GrpcServer(grpc.aio.Server):  # type: ignore[misc]
@@ -100,10 +155,6 @@ class GrpcServer(grpc.aio.Server):  # type: ignore[misc]
     def add_secure_port(self, address: str, server_credentials: Any) -> int:
         port: int = self._server.add_secure_port(address, server_credentials)
         return port
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _register_descriptors() -> None:

@@ -49,8 +49,12 @@ class Server(RemoteServer):
     ) -> None:
         assert thread.addresses is not None
         addresses = thread.addresses
+        tls = thread.plan.tls
         super().__init__(
-            addresses.http_url, grpc_target=addresses.grpc_target, timeout=load_timeout
+            addresses.http_url,
+            grpc_target=addresses.grpc_target,
+            timeout=load_timeout,
+            ssl_context=tls.pinned_client_context() if tls is not None else None,
         )
         # The tokens the server started with (a reload does not change them: server.auth is
         # read once at start), as text for the Authorization header.

@@ -19,7 +19,8 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from app.compiler import ServePlan
-from app.server import Addresses, ServeKit
+from app.listen import Addresses
+from app.server import ServeKit
 
 log = logging.getLogger("servekit.notebook")
 

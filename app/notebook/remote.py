@@ -15,6 +15,7 @@ so a notebook shared with others need not contain it.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -57,8 +58,9 @@ class RemoteServer:
         grpc_target: str | None = None,
         timeout: float = 60.0,
         token: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._http = Transport(url, timeout)
+        self._http = Transport(url, timeout, ssl_context)
         self._grpc_target = grpc_target
         self._token = None if token is None else valid_token(token, "token")
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
@@ -281,12 +283,19 @@ def connect(
     token: str | None = None,
     grpc_target: str | None = None,
     timeout: float = 60.0,
+    ca_file: str | os.PathLike[str] | None = None,
+    cert_file: str | os.PathLike[str] | None = None,
+    key_file: str | os.PathLike[str] | None = None,
 ) -> RemoteServer:
     """A handle on the server at ``url``: ``infer``, ``models``, ``add_model``, ``remove_model``.
 
     ``token`` is sent as ``Authorization: Bearer <token>`` with every request; without it the
     ``SERVEKIT_TOKEN`` environment variable is used if set (so the token need not be written
-    in the notebook). Fails at once with ConnectionError if nothing answers there, and with
+    in the notebook). An ``https://`` URL is verified against ``ca_file`` (a PEM bundle, e.g.
+    the CA of a server's own certificate) or else the system's trusted CAs; ``cert_file`` and
+    ``key_file`` are this client's certificate for a server that requires one (mutual TLS).
+
+    Fails at once with ConnectionError if nothing answers there, and with
     :class:`~app.errors.Unauthenticated` if the server refuses the token (or wants one),
     rather than at first use. Without ``grpc_target``, the gRPC port is asked of the server
     (``GET /servekit/v1/ports``) and paired with the host of ``url``: the server may listen on
@@ -300,7 +309,12 @@ def connect(
         where = TOKEN_ENV
     else:
         where = "token"
-    server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout)
+    context = None
+    if ca_file is not None or cert_file is not None:
+        context = ssl.create_default_context(cafile=ca_file)
+        if cert_file is not None:
+            context.load_cert_chain(cert_file, key_file)
+    server = RemoteServer(url, grpc_target=grpc_target, timeout=timeout, ssl_context=context)
     try:
         server._token = None if token is None else valid_token(token, where)
         server._http.request("GET", "/v2/health/live")

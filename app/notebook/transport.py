@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import socket
+import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,9 @@ class _TLSConnection(http.client.HTTPSConnection):
 class Transport:
     """HTTP/1.1 to one server, with per-thread keep-alive connections."""
 
-    def __init__(self, url: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self, url: str, timeout: float = 60.0, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         parts = urlsplit(url if "://" in url else f"http://{url}")
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"expected a URL such as http://127.0.0.1:8000, got {url!r}")
@@ -68,13 +71,18 @@ class Transport:
         self._host = parts.hostname
         self._port = parts.port
         self._timeout = timeout
+        self._ssl_context = ssl_context  # https only; None: the system's trusted CAs
         self._local = threading.local()
 
     def _connection(self) -> http.client.HTTPConnection:
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            cls = _TLSConnection if self._https else _Connection
-            conn = cls(self._host, self._port, timeout=self._timeout)
+            if self._https:
+                conn = _TLSConnection(
+                    self._host, self._port, timeout=self._timeout, context=self._ssl_context
+                )
+            else:
+                conn = _Connection(self._host, self._port, timeout=self._timeout)
             self._local.conn = conn
         return conn
 
