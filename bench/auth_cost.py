@@ -4,7 +4,7 @@
 
 Two ``servekit serve`` processes serve the tiny MLP, both pinned to CPU 0: one without
 ``server.auth``, one with every group behind a token (``server.auth.default``). They are driven
-in turn, round after round (off, on, off, on, ...), so both see the same neighbours:
+in turn, round after round (off then on, on then off, ...), so both see the same neighbours:
 
 * REST JSON at 16 connections with ``wrk`` (``bench/wrk/post.lua``; the token server gets the
   ``Authorization`` header), pinned to CPU 1;
@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             for round_ in range(args.repeat):
                 for kind, body, cell in (("REST JSON", rest_body, rest_cell),
                                          ("gRPC raw", grpc_body, grpc_cell)):  # fmt: skip
-                    for on, server in servers.items():
+                    order = list(servers.items())  # off first in odd rounds, on first in even
+                    for on, server in order if round_ % 2 == 0 else order[::-1]:
                         result = cell(server, body, args.duration, on)
                         cells.setdefault((kind, on), []).append(result)
                         print(f"round {round_ + 1} {kind:9} token {'on ' if on else 'off'} "
@@ -119,11 +120,52 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for server in servers.values():
                 server.stop()
-    text = section(cells, ort, (load_before, load_average()), argv)
+    text = section(cells, ort, (load_before, load_average()), argv, check_cost_us())
     print(text)
     if args.write:
         write_section(args.write, text, START, END)
     return 0
+
+
+def check_cost_us(calls: int = 200_000) -> dict[str, float]:
+    """The check alone, timed in this process: what one request pays for it, free of the
+    load noise that moves whole-server figures by several percent between rounds."""
+    import asyncio
+    import time
+
+    from app.auth import AccessPolicy, ApiGroup
+    from app.grpc.access import _checked
+
+    policy = AccessPolicy({ApiGroup.INFERENCE: TOKEN.encode()})
+    header = f"Bearer {TOKEN}".encode()
+    started = time.perf_counter()
+    for _ in range(calls):
+        policy.allows(ApiGroup.INFERENCE, header)
+    rest = (time.perf_counter() - started) / calls * 1e6
+
+    class Context:  # what the wrapper reads of grpc.aio's ServicerContext
+        metadata = (("user-agent", "grpc-c"), ("authorization", f"Bearer {TOKEN}"))
+
+        def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+            return self.metadata
+
+    async def method(request: object, context: object) -> None:
+        return None
+
+    async def run(handler: Any) -> float:
+        context = Context()
+        begun = time.perf_counter()
+        for _ in range(calls):
+            await handler(None, context)
+        return (time.perf_counter() - begun) / calls * 1e6
+
+    loop = asyncio.new_event_loop()
+    try:
+        bare = loop.run_until_complete(run(method))
+        wrapped = loop.run_until_complete(run(_checked(method, policy, ApiGroup.INFERENCE)))
+    finally:
+        loop.close()
+    return {"rest": rest, "grpc": wrapped - bare}
 
 
 def check_refusal(server: Server, on: bool) -> None:
@@ -143,6 +185,7 @@ def section(
     ort: dict[str, Any],
     load: tuple[str, str],
     argv: list[str] | None,
+    check: dict[str, float],
 ) -> str:
     given = argv if argv is not None else sys.argv[1:]
     lines = [
@@ -167,6 +210,15 @@ def section(
             f"| {kind} | on | {rps_on:,.0f} | {cpu_on:.1f} | {rps_on / rps_off:.3f} "
             f"| {cpu_on / cpu_off:.3f} ({verdict}: at most 3% fewer requests/s) |"
         )
+    rest_cpu = statistics.median(c["cpu_us"] for c in cells[("REST JSON", False)])
+    grpc_cpu = statistics.median(c["cpu_us"] for c in cells[("gRPC raw", False)])
+    lines += [
+        "",
+        f"The check alone, timed in process: {check['rest']:.2f} us per REST request (bearer "
+        f"parse and constant-time compare), {check['grpc']:.2f} us per gRPC call (the method "
+        "wrapper and the metadata read); against the server CPU per request above, "
+        f"{100 * check['rest'] / rest_cpu:.1f}% and {100 * check['grpc'] / grpc_cpu:.1f}%.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,7 @@ and every gRPC method a servekit server offers belongs to a group chosen on purp
 
 from __future__ import annotations
 
+import inspect
 import logging
 from pathlib import Path
 
@@ -16,8 +17,9 @@ from app.auth import AccessPolicy, ApiGroup, TokenError, clear_tokens, resolve_p
 from app.compiler import compile_plan, is_loopback
 from app.config import AuthConfig, ServeConfig
 from app.errors import Unauthenticated
-from app.grpc._generated import grpc_service_pb2, grps_pb2, model_config_pb2  # noqa: F401  (registers the pool)
-from app.grpc.access import METHOD_GROUPS
+from app.grpc import grps_servicer
+from app.grpc import servicer as inference_servicer
+from app.grpc.access import METHOD_GROUPS, protect
 from app.rest.access import API_GROUP, cross_site_guard
 from app.server import ServeKit
 
@@ -167,14 +169,23 @@ def test_every_http_route_declares_its_group(tmp_path: Path) -> None:
     }
 
 
-def test_every_grpc_method_has_a_group() -> None:
-    services = [
-        grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"],
-        grps_pb2.DESCRIPTOR.services_by_name["GrpsService"],
-    ]
-    methods = {f"/{s.full_name}/{m.name}" for s in services for m in s.methods}
-    not_offered = {
-        m for m in methods if "SharedMemory" in m or m.endswith(("TraceSetting", "LogSettings"))
-    }
-    assert methods - not_offered <= set(METHOD_GROUPS)
-    assert not not_offered & set(METHOD_GROUPS)  # admin by default until they exist
+def test_every_grpc_method_our_servicers_implement_has_a_group() -> None:
+    implemented = {
+        *(f"/{inference_servicer.SERVICE_NAME}/{name}" for name in inference_servicer.IMPLEMENTED),
+        *(f"/{grps_servicer.SERVICE_NAME}/{name}" for name in vars(grps_servicer.GrpsServicer)
+          if name[:1].isupper()),
+    }  # fmt: skip
+    assert len(implemented) == 20, implemented  # 12 of Triton's service, 8 of grps
+    assert implemented <= set(METHOD_GROUPS), implemented - set(METHOD_GROUPS)
+
+
+def test_protect_wraps_only_the_methods_of_protected_groups(tmp_path: Path) -> None:
+    kit = ServeKit(compile_plan(ServeConfig(), tmp_path))
+    servicer = inference_servicer.InferenceServicer(kit.dataplane, kit.control)
+    policy = AccessPolicy({ApiGroup.INFERENCE: b"t0ken", ApiGroup.ADMIN: b"other"})
+    before = {name: getattr(servicer, name) for name in ("ModelInfer", "ServerLive", "ModelConfig")}
+    protect(servicer, inference_servicer.SERVICE_NAME, policy)
+    assert servicer.ServerLive == before["ServerLive"]  # open: untouched, no cost
+    assert servicer.ModelInfer != before["ModelInfer"]
+    assert servicer.ModelConfig != before["ModelConfig"]
+    assert inspect.isasyncgenfunction(servicer.ModelStreamInfer)  # still a stream

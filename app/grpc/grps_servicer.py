@@ -20,6 +20,7 @@ from app.codecs import grps_reply
 from app.dataplane import DataPlane
 from app.grpc._generated import grps_pb2 as pb
 from app.grpc._generated import grps_pb2_grpc as pb_grpc
+from app.grpc.access import protect
 from app.grpc.status import guarded, status_of
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GrpsService"].full_name
@@ -80,7 +81,9 @@ def registrar(dataplane: DataPlane) -> Callable[[grpc.aio.Server], list[str]]:
     """What :func:`app.grpc.server.start_grpc_server` takes in ``services``."""
 
     def register(server: grpc.aio.Server) -> list[str]:
-        pb_grpc.add_GrpsServiceServicer_to_server(GrpsServicer(dataplane), server)  # type: ignore[no-untyped-call]
+        grps = GrpsServicer(dataplane)
+        protect(grps, SERVICE_NAME, dataplane.repository.plan.access)
+        pb_grpc.add_GrpsServiceServicer_to_server(grps, server)  # type: ignore[no-untyped-call]
         return [SERVICE_NAME]
 
     return register

@@ -22,7 +22,7 @@ from app.dataplane import DataPlane
 from app.grpc import health, servicer, tuning
 from app.grpc._generated import POOL
 from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
-from app.grpc.access import AccessInterceptor
+from app.grpc.access import protect
 from app.listen import PORT_ATTEMPTS, url_host
 from app.tls import TlsFiles
 
@@ -77,16 +77,15 @@ def _build(
     limit = server.grpc_max_message_bytes
     access = dataplane.repository.plan.access
     aio_server = grpc.aio.server(
-        interceptors=[AccessInterceptor(access)] if access.enabled else None,
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", limit),
             ("grpc.so_reuseport", 0),
         ],
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        servicer.InferenceServicer(dataplane, control), aio_server
-    )
+    inference = servicer.InferenceServicer(dataplane, control)
+    protect(inference, servicer.SERVICE_NAME, access)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, aio_server)  # type: ignore[no-untyped-call]
     names = [servicer.SERVICE_NAME]
     for register in services:
         names.extend(register(aio_server))

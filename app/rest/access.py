@@ -54,8 +54,9 @@ def token_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRou
         return  # Litestar's own answer (Allow): open, as CORS preflights carry no credentials
     policy: AccessPolicy = connection.app.state.access
     group = group_of(handler.opt)
-    if policy.protects(group):
-        policy.check(group, connection.headers.get("authorization"), client_of(connection.scope))
+    authorization = connection.headers.get("authorization")
+    if not policy.allows(group, authorization):
+        policy.check(group, authorization, client_of(connection.scope))  # raises, logs
 
 
 def cross_site_guard(

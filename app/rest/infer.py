@@ -60,8 +60,9 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
             raw_length = value.decode("latin-1")
         elif key == _AUTHORIZATION:
             authorization = value
-    if access.enabled:  # Litestar's guards do not run on this fast path (see access.py)
-        access.check(ApiGroup.INFERENCE, authorization, client_of(scope))
+    # Litestar's guards do not run on this fast path (see app/rest/access.py).
+    if access.enabled and not access.allows(ApiGroup.INFERENCE, authorization):
+        access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
     body = await read_body(scope, receive)
     header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
