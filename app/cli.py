@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.compiler import ServePlan
-from app.config_loader import ConfigError, ConfigIssue, line_in_file
-from app.overrides import Overrides
-from app.overrides import load_plan as load_overridden
+from app.config.compiler import ServePlan
+from app.config.loader import ConfigError, ConfigIssue, line_in_file
+from app.config.overrides import Overrides
+from app.config.overrides import load_plan as load_overridden
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,14 +58,14 @@ def load_plan(
     storage_uri: str | None = None,
 ) -> ServePlan:
     """Load, override (flags beat file and environment) and compile a config file
-    (:func:`app.overrides.load_plan` with keyword arguments, for scripts and benchmarks)."""
+    (:func:`app.config.overrides.load_plan` with keyword arguments, for scripts and benchmarks)."""
     return load_overridden(path, Overrides(dict(overrides or {}), only, storage_uri))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "schema":
-        from app.config import json_schema
+        from app.config.schema import json_schema
 
         print(json.dumps(json_schema(), indent=2))
         return 0
@@ -118,8 +118,8 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
 def _clear_token_warnings(plan: ServePlan, path: str) -> list[str]:
     """One warning per token written in serve.yaml itself (a clear token from a SERVEKIT_*
     environment variable is not in the file, and the environment is where it belongs)."""
-    from app.auth import clear_tokens
-    from app.config_loader import _env_source
+    from app.config.auth import clear_tokens
+    from app.config.loader import _env_source
 
     warnings = []
     for field_path in clear_tokens(plan.server.auth):
@@ -176,7 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     """Print manifests (``servekit export k8s|kserve``); warnings about the image to stderr."""
-    from app import export, export_kserve
+    from app.export import k8s as export
+    from app.export import kserve as export_kserve
 
     plan = export.load_plan(args.config)
     try:
@@ -206,7 +207,7 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
     print(addresses.listening_line(), flush=True)
     watcher = None
     if plan.server.watch:
-        from app.watch import watch_config
+        from app.services.watch import watch_config
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()

@@ -1,10 +1,12 @@
 """Composition: the one place that wires the core to HTTP and gRPC and runs them.
 
 HTTP (uvicorn serving the Litestar app) and gRPC (grpc.aio) run on the *same* event loop over the
-same DataPlane, on the same addresses (app/listen.py) with the same TLS material (app/tls.py).
+same DataPlane, on the same addresses (app/listen.py) with the same TLS material
+(app/config/tls.py).
 Listeners open first, then models load, so liveness answers at once and readiness turns true
 when start-up loading is done (and, with ``server.strictReadiness``, the models asked for are
-READY: app/dataplane.py). ``ServeKit.stop`` closes the listeners and lets in-flight requests
+READY: app/services/dataplane.py). ``ServeKit.stop`` closes the listeners and lets in-flight
+requests
 finish before models are released.
 """
 
@@ -21,17 +23,17 @@ import uvicorn
 from litestar import Litestar
 
 from app import dashboard
-from app.compiler import ServePlan
-from app.dataplane import DataPlane
+from app.config.compiler import ServePlan
 from app.listen import Addresses, bind_http, bound_address
-from app.model_control import ModelControl
-from app.repository import ModelRepository
+from app.models.repository import ModelRepository
 from app.rest import create_app
 from app.rest import extensions as rest_extensions
 from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
-from app.stats import Statistics
+from app.services.dataplane import DataPlane
+from app.services.model_control import ModelControl
+from app.services.stats import Statistics
 
 log = logging.getLogger("servekit")
 
@@ -80,7 +82,8 @@ class ServeKit:
             server_header=False,
             loop="none",
             http="httptools",
-            # Our own context (app/tls.py, from the files the config check read); uvicorn's file
+            # Our own context (app/config/tls.py, from the files the config check read); uvicorn's
+            # file
             # options would prompt on the terminal for an encrypted key's password.
             ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )

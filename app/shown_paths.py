@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.storage import GENERATION
-
+GENERATION = re.compile(r"\d+-\d+-[0-9a-f]{8}")
+"""Name of a push folder (app/models/storage.py): ``<pid>-<time_ns>-<random>`` (the pid lets
+``clean`` spare the folders of a live server sharing the storage dir; the random part makes the
+name unguessable). Defined here, below storage, because hiding such paths needs it too."""
 PUSHED_LABEL = "(pushed files)"
 """How a pushed model's storage location is shown (the same text its config holds while the
 files are being written)."""

@@ -133,7 +133,7 @@ def check_cost_us(calls: int = 200_000) -> dict[str, float]:
     import asyncio
     import time
 
-    from app.auth import AccessPolicy, ApiGroup
+    from app.config.auth import AccessPolicy, ApiGroup
     from app.grpc.access import _checked
 
     policy = AccessPolicy({ApiGroup.INFERENCE: TOKEN.encode()})

@@ -31,8 +31,8 @@ from workload import make_workload
 
 from app.cli import load_plan
 from app.codecs import v2_binary, v2_json
-from app.grpc._generated import grpc_service_pb2 as pb
 from app.grpc.servicer import InferenceServicer
+from app.protos import grpc_service_pb2 as pb
 from app.rest import create_app
 from app.server import ServeKit
 

@@ -44,13 +44,14 @@ import numpy as np
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # onnx_builders
 
+import onnx_builders
 from procs import load_average
 from report import machine, write_section
 
-from app import onnx_builders
-from app.grpc._generated import grpc_service_pb2 as pb
-from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
+from app.protos import grpc_service_pb2 as pb
+from app.protos import grpc_service_pb2_grpc as pb_grpc
 
 SERVICE = "/inference.GRPCInferenceService"
 START, END = "<!-- grpc-bench:start -->", "<!-- grpc-bench:end -->"

@@ -4,7 +4,7 @@
 
 What it does (2 cores: the server side on CPU 0, the load generator on CPU 1):
 
-1. builds the tiny MLP (16 -> 64 -> 4, ``app.onnx_builders.mlp``) and a serve.yaml for it in a
+1. builds the tiny MLP (16 -> 64 -> 4, ``onnx_builders.mlp``) and a serve.yaml for it in a
    temporary directory;
 2. measures raw onnxruntime (``bench/raw_ort.py``: ``session.run``, batch 1, pinned to CPU 0);
 3. starts ``servekit serve`` pinned to CPU 0 and checks every request body once against the
@@ -40,6 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests"))  # onnx_builders (tests/onnx_builders.py)
 
 from procs import Server, load_average  # noqa: E402
 from report import render, write_section  # noqa: E402

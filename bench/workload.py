@@ -14,8 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-
-from app.onnx_builders import mlp
+from onnx_builders import mlp
 
 SERVE_YAML = """\
 models:

@@ -3,7 +3,7 @@
 
 Usage (from anywhere; paths are resolved relative to the repository root)::
 
-    python scripts/gen_protos.py           # regenerate app/grpc/_generated/
+    python scripts/gen_protos.py           # regenerate app/protos/
     python scripts/gen_protos.py --check   # CI drift check, exit 1 on any difference
 
 Inputs are every ``proto/*.proto``:
@@ -14,7 +14,7 @@ Inputs are every ``proto/*.proto``:
   ``tests/test_proto_compat.py``);
 * ``grps.proto`` -- the grps interface, package ``grps.protos.v1``.
 
-For each ``X.proto`` the output directory ``app/grpc/_generated/`` receives
+For each ``X.proto`` the output directory ``app/protos/`` receives
 ``X_pb2.py`` (messages), ``X_pb2.pyi`` (type stubs, for mypy) and
 ``X_pb2_grpc.py`` (stubs / servicers), plus ``_pool.py`` and ``__init__.py``.
 The compiler is ``grpc_tools.protoc`` from grpcio-tools (pinned together with
@@ -29,14 +29,14 @@ Post-processing applied to protoc's output (all of it is mechanical, so the
    ``import model_config_pb2 as model__config__pb2`` (top-level module), which
    only works with the output directory on ``sys.path``; we rewrite it to
    ``from . import model_config_pb2 as model__config__pb2`` so the modules work
-   as ``app.grpc._generated.grpc_service_pb2``. Same in the ``.pyi`` stubs and
+   as ``app.protos.grpc_service_pb2``. Same in the ``.pyi`` stubs and
    the ``*_pb2_grpc.py`` files.
 2. The module name handed to ``_builder.BuildTopDescriptorsAndMessages`` is
    the full dotted name, so message classes get a correct ``__module__``
    (repr, pickling).
 3. **Private descriptor pool** (the coexistence problem, see below): every
    ``_descriptor_pool.Default()`` is replaced with ``_POOL`` imported from
-   ``app/grpc/_generated/_pool.py``.
+   ``app/protos/_pool.py``.
 
 Why a private descriptor pool
 -----------------------------
@@ -68,7 +68,7 @@ part of the gRPC method paths and of reflection / Any type URLs), so the
 default pool can hold only one of the two definitions. Therefore our
 generated modules register their files in a private
 ``google.protobuf.descriptor_pool.DescriptorPool`` (``POOL`` in
-``app.grpc._generated``). This is fully supported by protobuf (builder and
+``app.protos``). This is fully supported by protobuf (builder and
 message_factory work with any pool) and changes nothing on the wire: the
 binary encoding depends only on field numbers and types, and gRPC method paths
 (``/inference.GRPCInferenceService/ModelInfer``) are string literals in the
@@ -80,7 +80,7 @@ binary encoding depends only on field numbers and types, and gRPC method paths
 * anything that looks types up *by name* in the default pool will not find
   ours: e.g. gRPC server reflection must be given the pool explicitly,
   ``grpc_reflection.v1alpha.reflection.enable_server_reflection(names, server,
-  pool=app.grpc._generated.POOL)``; ``json_format`` and ``text_format`` work
+  pool=app.protos.POOL)``; ``json_format`` and ``text_format`` work
   unchanged on message instances.
 
 Caveat, pure-python protobuf backend only (PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=
@@ -109,8 +109,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "app" / "grpc" / "_generated"
-PACKAGE = "app.grpc._generated"
+OUT_DIR = ROOT / "app" / "protos"
+PACKAGE = "app.protos"
 
 INIT_PY = '''\
 """Generated protobuf / gRPC modules. DO NOT EDIT: run ``python scripts/gen_protos.py``.

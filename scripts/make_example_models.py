@@ -5,11 +5,14 @@ python scripts/make_example_models.py
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import onnx
 
-from app import onnx_builders
+# The builders live with the tests (tests/onnx_builders.py): they are a tool, not servekit.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+import onnx_builders
 
 ROOT = Path(__file__).resolve().parent.parent / "models"
 

@@ -20,13 +20,12 @@ import numpy as np
 import onnx
 import onnx.external_data_helper
 import onnx.numpy_helper
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
-
-from app import onnx_builders
 
 STATUS = {
     "http": {"INVALID_ARGUMENT": "400", "NOT_FOUND": "404", "UNAVAILABLE": "503", "INTERNAL": "500",

@@ -2,7 +2,7 @@
 
 End-to-end tests must exercise the real command line, the real process start-up, the printed
 ``servekit: listening ...`` line and real signal handling, so nothing here imports the server:
-it writes a serve.yaml with small ONNX models (built by :mod:`app.onnx_builders`), starts
+it writes a serve.yaml with small ONNX models (built by :mod:`onnx_builders`), starts
 ``python -m app serve``, waits (bounded) for the listening line and for readiness, and always
 stops the process (SIGTERM, then SIGKILL) so no test leaves a server behind.
 """
@@ -27,8 +27,7 @@ from typing import IO, Any
 
 import httpx
 import onnx
-
-from app import onnx_builders
+import onnx_builders
 
 DATATYPES: tuple[str, ...] = tuple(onnx_builders.V2_TO_ONNX)
 """The 13 V2 datatypes; the store has one identity model per datatype."""

@@ -19,13 +19,12 @@ from pathlib import Path
 import grpc
 import httpx
 import numpy as np
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
-
-from app import onnx_builders
 
 TOKENS = {
     "inference": "inf-7f3a9c1e5b2d4a6f",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from app.auth import AccessPolicy, ApiGroup, TokenError, clear_tokens, resolve_policy
-from app.compiler import compile_plan, is_loopback
-from app.config import AuthConfig, ServeConfig
+from app.config.auth import AccessPolicy, ApiGroup, TokenError, clear_tokens, resolve_policy
+from app.config.compiler import compile_plan, is_loopback
+from app.config.schema import AuthConfig, ServeConfig
 from app.errors import Unauthenticated
 from app.grpc import grps_servicer
 from app.grpc import servicer as inference_servicer

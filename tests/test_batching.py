@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_builders
 import pytest
 
-from app import onnx_builders
-from app.compiler import compile_plan
-from app.config_loader import ConfigError, parse_config
-from app.dataplane import DataPlane
-from app.repository import ModelRepository
+from app.config.compiler import compile_plan
+from app.config.loader import ConfigError, parse_config
+from app.models.repository import ModelRepository
+from app.services.dataplane import DataPlane
 from app.types import InferRequest, Tensor
 
 CONFIG = """

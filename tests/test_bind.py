@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import httpx
+import onnx_builders
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from loops import run_in_own_loop
@@ -25,9 +26,8 @@ from repo_helpers import onnx_bytes
 from servers import ALSO, LISTENING, ServerProcess, start_server
 
 import app
-from app import onnx_builders
+from app.config.overrides import Overrides, load_plan
 from app.listen import Addresses, resolve_host
-from app.overrides import Overrides, load_plan
 from app.server import ServeKit
 
 

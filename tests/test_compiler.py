@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.compiler import BUILTIN_RUNTIMES, ServePlan, compile_plan, resolve_options
-from app.config import RuntimeOptions
-from app.config_loader import ConfigError, load_config
+from app.config.compiler import BUILTIN_RUNTIMES, ServePlan, compile_plan, resolve_options
+from app.config.loader import ConfigError, load_config
+from app.config.schema import RuntimeOptions
 
 
 def compiled(tmp_path: Path, text: str) -> ServePlan:

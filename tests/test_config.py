@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-from app.compiler import compile_plan
-from app.config import ServeConfig, json_schema
-from app.config_loader import ConfigError, load_config, parse_config
+from app.config.compiler import compile_plan
+from app.config.loader import ConfigError, load_config, parse_config
+from app.config.schema import ServeConfig, json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

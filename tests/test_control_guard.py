@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
-
-from app import onnx_builders
 
 
 def _store(root: Path, server_yaml: str) -> Path:

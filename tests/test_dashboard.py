@@ -22,10 +22,9 @@ from typing import Any
 import httpx
 import numpy as np
 import onnx
+import onnx_builders
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
-
-from app import onnx_builders
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)

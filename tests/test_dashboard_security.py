@@ -21,10 +21,11 @@ from pathlib import Path
 
 import httpx
 import onnx
+import onnx_builders
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
 
-from app import __version__, onnx_builders
+from app import __version__
 from app.dashboard.headers import CONTENT_SECURITY_POLICY
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import jsonschema
 import numpy as np
+import onnx_builders
 import pytest
 import referencing
 import tritonclient.http as httpclient
@@ -28,8 +29,8 @@ import yaml
 from kubernetes_validate import utils as kv
 from servers import start_server
 
-from app import onnx_builders
-from app.export import ExportError, find_model, k8s_name
+from app.config.names import find_model
+from app.export.k8s import ExportError, k8s_name
 
 K8S_VERSION = "1.30.0"
 SERVING_RUNTIME_SPEC = {  # KServe v1alpha1 ServingRuntimeSpec + its inline ServingRuntimePodSpec

@@ -21,7 +21,7 @@ from app.codecs import v2_proto
 from app.codecs.raw import tensor_to_buffer
 from app.datatypes import DATATYPES, lookup
 from app.errors import InvalidArgument
-from app.grpc._generated import grpc_service_pb2 as pb
+from app.protos import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)

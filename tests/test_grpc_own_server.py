@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import onnx
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -20,8 +21,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from onnx import helper
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
-
-from app import onnx_builders
 
 LIMIT = 65536
 CONFIG = f"""\

@@ -19,8 +19,8 @@ from servers import DATATYPES, ServerProcess, identity_name
 from app.codecs.raw import tensor_from_bytes
 from app.codecs.v2_proto import CONTENTS_FIELD
 from app.datatypes import lookup
-from app.grpc._generated import grpc_service_pb2 as pb
-from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
+from app.protos import grpc_service_pb2 as pb
+from app.protos import grpc_service_pb2_grpc as pb_grpc
 
 TYPED = [d for d in DATATYPES if d in CONTENTS_FIELD]
 

@@ -17,6 +17,7 @@ import grpc
 import httpx
 import numpy as np
 import onnx
+import onnx_builders
 import pytest
 import yaml
 from google.protobuf.descriptor_pool import DescriptorPool
@@ -26,9 +27,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 from servers import ServerProcess, identity_name, running_server
 
-from app import onnx_builders
-from app.grpc._generated import grps_pb2 as pb
-from app.grpc._generated import grps_pb2_grpc as pb_grpc
+from app.protos import grps_pb2 as pb
+from app.protos import grps_pb2_grpc as pb_grpc
 
 # V2 datatype -> (grps dtype, flat field, sample values at the edges of the datatype)
 CARRIED: dict[str, tuple[str, str, list[Any]]] = {

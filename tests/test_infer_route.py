@@ -12,11 +12,10 @@ from collections.abc import Iterator
 import httpx
 import numpy as np
 import onnx
+import onnx_builders
 import pytest
 import tritonclient.http as httpclient
 from servers import ServerProcess, running_server
-
-from app import onnx_builders
 
 CONFIG = """
 server: {maxRequestBytes: 1024}

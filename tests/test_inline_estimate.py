@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_builders
 
-from app import onnx_builders
-from app.compiler import compile_plan
-from app.config_loader import parse_config
-from app.dataplane import DataPlane
-from app.repository import ModelRepository
+from app.config.compiler import compile_plan
+from app.config.loader import parse_config
+from app.models.repository import ModelRepository
+from app.services.dataplane import DataPlane
 from app.types import InferRequest, Tensor
 
 CONFIG = """

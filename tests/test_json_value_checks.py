@@ -20,8 +20,8 @@ import tritonclient.grpc as grpcclient
 from servers import ServerProcess, identity_name
 from tritonclient.utils import InferenceServerException
 
-from app.grpc._generated import grps_pb2 as grps
-from app.grpc._generated import grps_pb2_grpc as grps_grpc
+from app.protos import grps_pb2 as grps
+from app.protos import grps_pb2_grpc as grps_grpc
 
 GRPS_PREDICT = "/grps/v1/infer/predict"
 

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import numpy as np
 import onnx
+import onnx_builders
 import onnxruntime as ort
 import pytest
 import tritonclient.grpc as grpcclient
@@ -29,8 +30,7 @@ from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
 import app
-from app import onnx_builders
-from app.config_loader import ConfigError
+from app.config.loader import ConfigError
 from app.errors import InvalidArgument, NotFound, ServeError, Unauthenticated
 from app.notebook import RemoteServer, StartError, registry
 

@@ -1,4 +1,4 @@
-"""app/onnx_files.py: every tensor that can name external data is found, and every location
+"""app/runtimes/onnx_files.py: every tensor that can name external data is found, and every location
 that would leave the model's folder is refused (before onnxruntime sees the model)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 from repo_helpers import external_data_model
 
-from app import onnx_files
 from app.errors import InvalidArgument
+from app.runtimes import onnx_files
 
 
 def _external(name: str, location: str) -> TensorProto:

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Annotated
 
 import numpy as np
+import onnx_builders
 import pytest
 from numpy.typing import NDArray
 from repo_helpers import Repo, onnx_bytes
 from servers import ServerProcess, start_server
 
-from app import onnx_builders
 from app.cli import load_plan
-from app.config import ModelConfig, ModelFormat, TensorOverride
+from app.config.schema import ModelConfig, ModelFormat, TensorOverride
 
 USER_MODULE = """
 from typing import Annotated, TypedDict

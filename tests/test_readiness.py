@@ -15,14 +15,14 @@ from pathlib import Path
 
 import grpc
 import httpx
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from repo_helpers import onnx_bytes
 from servers import ServerProcess, start_server
 
-from app import onnx_builders
-from app.grpc._generated import grps_pb2, grps_pb2_grpc
+from app.protos import grps_pb2, grps_pb2_grpc
 
 HEAD = "server: {startupModels: all}\nmodels:\n"
 GOOD = "  - {name: good, modelFormat: {name: onnx}, storageUri: models/good.onnx}\n"

@@ -12,11 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import onnx_builders
 import pytest
 from repo_helpers import Repo, onnx_bytes, unloadable_onnx, write_store
 from servers import ServerProcess, start_server
-
-from app import onnx_builders
 
 RNG = np.random.default_rng(7)
 

@@ -24,14 +24,14 @@ from typing import Any
 
 import httpx
 import numpy as np
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 from repo_helpers import external_data_model, onnx_bytes, snapshot
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
-from app import onnx_builders
-from app.storage import GENERATION
+from app.shown_paths import GENERATION
 
 USER_MODULE = '''
 import pickle

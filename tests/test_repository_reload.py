@@ -14,11 +14,10 @@ from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
+import onnx_builders
 import pytest
 from repo_helpers import Repo, onnx_bytes, write_store
 from servers import ServerProcess, start_server
-
-from app import onnx_builders
 
 
 @pytest.fixture(scope="module")

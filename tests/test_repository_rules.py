@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import onnx_builders
 import pytest
 from repo_helpers import (
     EXTERNAL_W,
@@ -35,8 +36,7 @@ from repo_helpers import (
 )
 from servers import ServerProcess, start_server
 
-from app import onnx_builders
-from app.storage import GENERATION
+from app.shown_paths import GENERATION
 
 USER_MODULE = """
 import pickle

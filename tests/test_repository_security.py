@@ -13,11 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import onnx_builders
 import pytest
 from repo_helpers import Repo, onnx_bytes, snapshot, write_store
 from servers import ServerProcess, start_server
-
-from app import onnx_builders
 
 BAD_KEYS = [
     "file:../evil.onnx",

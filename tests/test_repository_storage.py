@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app import storage
-from app.config import Limits, ModelConfig
+from app.config.schema import Limits, ModelConfig
 from app.errors import InvalidArgument, ResourceExhausted
-from app.pushed_config import check_limits, parse_load_config
+from app.models import storage
+from app.models.pushed_config import check_limits, parse_load_config
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import httpx
 import numpy as np
+import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -31,7 +32,6 @@ from servers import LISTENING, ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
 import app
-from app import onnx_builders
 
 MODEL = "  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}\n"
 

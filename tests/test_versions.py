@@ -7,17 +7,17 @@ from pathlib import Path
 import httpx
 import numpy as np
 import onnx
+import onnx_builders
 import pytest
 import tritonclient.http as httpclient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import start_server
 
-from app import onnx_builders
-from app.compiler import ModelPlan, compile_plan
-from app.config import VersionPolicy
-from app.config_loader import parse_config
-from app.versions import VersionSource, discover_versions, select_versions
+from app.config.compiler import ModelPlan, compile_plan
+from app.config.loader import parse_config
+from app.config.schema import VersionPolicy
+from app.config.versions import VersionSource, discover_versions, select_versions
 
 
 def make(root: Path, *files: str) -> Path:

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import onnx_builders
 import pytest
 from repo_helpers import Repo, onnx_bytes, wait_for
 from servers import ServerProcess, start_server
 
-from app import onnx_builders
-from app.overrides import Overrides, load_plan
+from app.config.overrides import Overrides, load_plan
 from app.server import ServeKit
-from app.watch import watch_config
+from app.services.watch import watch_config
 
 HEAD = "server: {startupModels: [mlp, added, text]}\nmodels:\n"
 MLP = "  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp}\n"

@@ -25,9 +25,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.datatypes import element_count, lookup, narrow_floats, narrow_integers, refuse_booleans
-from app.errors import InvalidArgument, NotFound
-from app.grpc._generated import grps_pb2 as pb
-from app.repository import ModelRepository
+from app.errors import InvalidArgument
+from app.protos import grps_pb2 as pb
 from app.types import InferRequest, Tensor, TensorSpec
 
 
@@ -74,22 +73,6 @@ KINDS_OF_DATA = "gtensors, ndarray (HTTP JSON), str_data, bin_data or gmap"
 
 def dtype_name(dtype: int) -> str:
     return pb.DataType.Name(dtype) if dtype in pb.DataType.values() else str(dtype)
-
-
-# -- model selection ----------------------------------------------------------------------------
-def select_model(repository: ModelRepository, model: str) -> tuple[str, str | None]:
-    """``name`` or ``name-version`` -> (name, version); empty -> the first model of serve.yaml."""
-    if not model:
-        if not repository.plan.models:
-            raise NotFound("serve.yaml lists no model to use by default; name one as name-version")
-        return repository.plan.models[0].name, None
-    names = repository.names()
-    if model in names:  # a name that itself contains '-' wins over a name-version split
-        return model, None
-    name, dash, version = model.rpartition("-")
-    if dash and name in names:
-        return name, version or None
-    raise NotFound(f"unknown model {model!r} (expected name or name-version of {', '.join(names)})")
 
 
 # -- requests -----------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from app.codecs import v2_json
 from app.codecs.grps import FLAT_FIELDS, KINDS
 from app.datatypes import refuse_booleans
 from app.errors import InvalidArgument
-from app.grpc._generated import grps_pb2 as pb
+from app.protos import grps_pb2 as pb
 
 ALIASES = {"flat_double": "flat_float64", "flat_float": "flat_float32"}
 DATA_KEYS = frozenset(

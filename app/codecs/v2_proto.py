@@ -27,7 +27,7 @@ from app.datatypes import (
     narrow_integers,
 )
 from app.errors import InvalidArgument
-from app.grpc._generated import grpc_service_pb2 as pb
+from app.protos import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
 # V2 datatype -> the InferTensorContents field that carries it (FP16: none, raw only).

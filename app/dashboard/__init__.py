@@ -14,7 +14,7 @@ from typing import Any
 from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
-from app.auth import ApiGroup
+from app.config.auth import ApiGroup
 from app.dashboard.render import STATIC_DIR
 from app.dashboard.routes import HANDLERS, SECURITY
 

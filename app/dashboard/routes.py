@@ -20,13 +20,13 @@ from litestar import Request, Response, get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from app.auth import ApiGroup
+from app.config.auth import ApiGroup
 from app.dashboard import views
 from app.dashboard.headers import DASHBOARD_HEADERS, add_headers
 from app.dashboard.render import render
 from app.dashboard.viewer import Viewer, hide_admin_data, viewer
-from app.dataplane import DataPlane
 from app.errors import NotFound
+from app.services.dataplane import DataPlane
 
 HTML = "text/html"
 NO_STORE = {"Cache-Control": "no-store"}

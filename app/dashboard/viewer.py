@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.auth import AccessPolicy, ApiGroup
-from app.compiler import ServePlan
+from app.config.auth import AccessPolicy, ApiGroup
+from app.config.compiler import ServePlan
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ from typing import Any
 
 import yaml
 
-from app.auth import GROUP_FIELDS, ApiGroup
-from app.config import ModelConfig
-from app.dataplane import DataPlane
+from app.config.auth import GROUP_FIELDS, ApiGroup
+from app.config.schema import ModelConfig
 from app.errors import ServeError
-from app.model_config import model_config_for
-from app.repository import ModelEntry, State, VersionEntry
+from app.models.repository import ModelEntry, State, VersionEntry
+from app.services.dataplane import DataPlane
+from app.services.model_config import model_config_for
+from app.services.stats import Duration, VersionStats
 from app.shown_paths import shown_storage_uri
-from app.stats import Duration, VersionStats
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
 _QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
@@ -35,7 +35,9 @@ class Sources:
     dataplane: DataPlane
     http_url: str | None = None
     grpc_target: str | None = None
-    control: Any = None  # app.model_control.ModelControl once it exists (duck-typed on purpose)
+    control: Any = (
+        None  # app.services.model_control.ModelControl once it exists (duck-typed on purpose)
+    )
 
 
 def overview(src: Sources) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from app.auth import AccessPolicy, ApiGroup
+from app.config.auth import AccessPolicy, ApiGroup
 from app.errors import Unauthenticated
 
 _INFERENCE = "/inference.GRPCInferenceService/"

@@ -1,7 +1,7 @@
 """``grps.protos.v1.GrpsService`` (seed 001) over the one DataPlane.
 
 Handlers are thin: the select -> decode -> infer -> encode sequence lives in
-:mod:`app.codecs.grps_reply`, shared with the HTTP routes. Failures end the call with the gRPC
+:mod:`app.services.grps`, shared with the HTTP routes. Failures end the call with the gRPC
 status of the one error table (:mod:`app.grpc.status`): INVALID_ARGUMENT, NOT_FOUND,
 UNAVAILABLE, ... with the message. CheckReadiness is a question, not a failure: a server that is
 not ready answers OK with a FAILURE status (code 503) and the reason, as over HTTP.
@@ -16,12 +16,12 @@ from typing import TypeAlias
 
 import grpc
 
-from app.codecs import grps_reply
-from app.dataplane import DataPlane
-from app.grpc._generated import grps_pb2 as pb
-from app.grpc._generated import grps_pb2_grpc as pb_grpc
 from app.grpc.access import protect
 from app.grpc.status import guarded, status_of
+from app.protos import grps_pb2 as pb
+from app.protos import grps_pb2_grpc as pb_grpc
+from app.services import grps as grps_reply
+from app.services.dataplane import DataPlane
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GrpsService"].full_name
 Context: TypeAlias = grpc.aio.ServicerContext

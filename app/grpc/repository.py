@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 
 from app.errors import InvalidArgument
-from app.grpc._generated import grpc_service_pb2 as pb
-from app.model_control import ModelControl
+from app.protos import grpc_service_pb2 as pb
+from app.services.model_control import ModelControl
 
 
 def _parameters(parameters: Any) -> dict[str, object]:

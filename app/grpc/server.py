@@ -17,14 +17,14 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from app.config import ServerConfig
-from app.dataplane import DataPlane
+from app.config.schema import ServerConfig
+from app.config.tls import TlsFiles
 from app.grpc import health, servicer, tuning
-from app.grpc._generated import POOL
-from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
 from app.grpc.access import protect
 from app.listen import PORT_ATTEMPTS, url_host
-from app.tls import TlsFiles
+from app.protos import POOL
+from app.protos import grpc_service_pb2_grpc as pb_grpc
+from app.services.dataplane import DataPlane
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""

@@ -21,14 +21,14 @@ import grpc
 from google.protobuf import json_format
 
 from app.codecs import v2_proto
-from app.dataplane import DataPlane
 from app.errors import NotFound
-from app.grpc._generated import grpc_service_pb2 as pb
-from app.grpc._generated import grpc_service_pb2_grpc as pb_grpc
-from app.grpc._generated import model_config_pb2
 from app.grpc.status import guarded, status_of
-from app.model_config import model_config_for
-from app.model_stats import model_statistics
+from app.protos import grpc_service_pb2 as pb
+from app.protos import grpc_service_pb2_grpc as pb_grpc
+from app.protos import model_config_pb2
+from app.services.dataplane import DataPlane
+from app.services.model_config import model_config_for
+from app.services.model_stats import model_statistics
 
 # Built by the model-control feature; while absent, the repository RPCs are UNIMPLEMENTED.
 repository_rpcs: ModuleType | None = (

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.compiler import ServePlan, compile_plan, is_loopback
-from app.config import ServeConfig
-from app.config_loader import load_config
+from app.config.compiler import ServePlan, compile_plan, is_loopback
+from app.config.loader import load_config
+from app.config.schema import ServeConfig
 from app.notebook import registry
 from app.notebook.handle import Server
 from app.notebook.launcher import ServerThread

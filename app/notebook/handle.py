@@ -22,14 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from app.auth import ApiGroup
-from app.compiler import ServePlan
+from app.config.auth import ApiGroup
+from app.config.compiler import ServePlan
 from app.datatypes import from_numpy
-from app.model_control import ModelControl
 from app.notebook import html, registry, sources, wire
 from app.notebook.launcher import ServerThread
 from app.notebook.remote import RemoteServer
 from app.server import ServeKit
+from app.services.model_control import ModelControl
 from app.types import InferRequest, RequestedOutput, Tensor
 
 

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from app.compiler import ServePlan
+from app.config.compiler import ServePlan
 from app.listen import Addresses
 from app.server import ServeKit
 

@@ -22,7 +22,7 @@ from urllib.parse import quote, urlsplit
 
 import numpy as np
 
-from app.auth import ApiGroup
+from app.config.auth import ApiGroup
 from app.errors import Unauthenticated
 from app.notebook import html, sources, wire
 from app.notebook.transport import Reply, Transport, check

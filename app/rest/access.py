@@ -27,7 +27,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Scope
 
-from app.auth import AccessPolicy, ApiGroup
+from app.config.auth import AccessPolicy, ApiGroup
 from app.errors import PermissionDenied
 
 API_GROUP = "api_group"

@@ -17,12 +17,12 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 
 from app import __version__
-from app.auth import ApiGroup
-from app.dataplane import DataPlane
-from app.metrics import make_registry
+from app.config.auth import ApiGroup
 from app.rest import metrics, v1, v2
 from app.rest.access import group_opt, token_guard
 from app.rest.errors import EXCEPTION_HANDLERS
+from app.services.dataplane import DataPlane
+from app.services.metrics import make_registry
 
 
 def create_app(

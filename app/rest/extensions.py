@@ -3,7 +3,8 @@
 ``GET /v2/models/{m}[/versions/{v}]/config`` answers the ModelConfig JSON Triton clients expect
 (tritonclient.http's ``get_model_config``); ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answers
 ``{"model_stats": [...]}`` (``get_inference_statistics``). Both are computed by the core
-(app/model_config.py, app/model_stats.py), so the gRPC RPCs answer the very same content.
+(app/services/model_config.py, app/services/model_stats.py), so the gRPC RPCs answer the very same
+content.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from litestar import get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from app.auth import ApiGroup
-from app.dataplane import DataPlane
-from app.model_config import model_config_for
-from app.model_stats import model_statistics
+from app.config.auth import ApiGroup
 from app.rest.access import group_opt
+from app.services.dataplane import DataPlane
+from app.services.model_config import model_config_for
+from app.services.model_stats import model_statistics
 
 NAMES: tuple[str, ...] = ("model_configuration", "statistics")
 """Extension names reported by server metadata once these surfaces are registered."""

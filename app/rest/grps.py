@@ -28,14 +28,15 @@ from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from app.auth import ApiGroup
-from app.codecs import grps_json, grps_reply
-from app.config import GrpsStreaming
-from app.dataplane import DataPlane
+from app.codecs import grps_json
+from app.config.auth import ApiGroup
+from app.config.schema import GrpsStreaming
 from app.errors import InvalidArgument, ServeError, internal_error
-from app.grpc._generated import grps_pb2 as pb
+from app.protos import grps_pb2 as pb
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
+from app.services import grps as grps_reply
+from app.services.dataplane import DataPlane
 
 log = logging.getLogger("servekit.grps")
 JSON = "application/json"

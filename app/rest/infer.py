@@ -33,10 +33,10 @@ from litestar.types import (
     Send,
 )
 
-from app.auth import AccessPolicy, ApiGroup
 from app.codecs import v2_binary, v2_json
-from app.dataplane import DataPlane
+from app.config.auth import AccessPolicy, ApiGroup
 from app.rest.access import client_of, group_opt
+from app.services.dataplane import DataPlane
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"

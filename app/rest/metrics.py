@@ -5,9 +5,9 @@ from __future__ import annotations
 from litestar import Response, get
 from litestar.datastructures import State
 
-from app.auth import ApiGroup
-from app.metrics import CONTENT_TYPE, render
+from app.config.auth import ApiGroup
 from app.rest.access import group_opt
+from app.services.metrics import CONTENT_TYPE, render
 
 
 @get("/metrics", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False, include_in_schema=True)

@@ -19,7 +19,7 @@ from typing import Any
 from litestar import get
 from litestar.datastructures import State
 
-from app.auth import ApiGroup
+from app.config.auth import ApiGroup
 from app.errors import Unavailable
 from app.rest.access import group_opt
 

@@ -17,12 +17,12 @@ from litestar import Request, Response, post
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from app.auth import ApiGroup
-from app.dataplane import DataPlane
+from app.config.auth import ApiGroup
 from app.errors import InvalidArgument
-from app.model_control import ModelControl
+from app.models.storage import FILE_PREFIX
 from app.rest.access import cross_site_guard, group_opt
-from app.storage import FILE_PREFIX
+from app.services.dataplane import DataPlane
+from app.services.model_control import ModelControl
 
 NAMES: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
 """Extension names reported by server metadata once these routes are registered."""

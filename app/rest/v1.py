@@ -13,13 +13,13 @@ from litestar import Request, get, post
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from app.auth import ApiGroup
 from app.codecs import v2_json
 from app.codecs.v2_json import json_data_to_array
-from app.dataplane import DataPlane
+from app.config.auth import ApiGroup
 from app.datatypes import lookup
 from app.errors import InvalidArgument, NotFound
 from app.rest.access import group_opt
+from app.services.dataplane import DataPlane
 from app.types import InferRequest, Tensor
 
 

@@ -12,10 +12,10 @@ from litestar import Response, get
 from litestar.datastructures import State
 from litestar.params import FromPath
 
-from app.auth import ApiGroup
-from app.dataplane import DataPlane
+from app.config.auth import ApiGroup
 from app.rest.access import group_opt
 from app.rest.infer import infer, infer_version  # the hot path has a module of its own
+from app.services.dataplane import DataPlane
 
 
 def _dataplane(state: State) -> DataPlane:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 
-from app.compiler import ModelPlan
+from app.config.compiler import ModelPlan
+from app.config.versions import VersionSource
 from app.errors import Internal
 from app.runtimes.base import ModelRuntime
-from app.versions import VersionSource
 
 # implementation name -> "module:function" taking (plan, version) and returning a ModelRuntime.
 IMPLEMENTATIONS: dict[str, str] = {

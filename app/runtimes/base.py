@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from app.config import TensorOverride
+from app.config.schema import TensorOverride
 from app.errors import InvalidArgument
 from app.types import ModelSignature, TensorSpec
 

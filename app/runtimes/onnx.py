@@ -3,7 +3,8 @@
 Metadata comes from the session (names, element types, shapes with -1 for symbolic dims), with
 serve.yaml overrides applied. Load failures are turned into reasons a user can act on: a missing
 file, a Git-LFS pointer instead of the model, a file that is not ONNX, a bad option, external
-data outside the model's folder (checked by app/onnx_files.py before any session exists, so such
+data outside the model's folder (checked by app/runtimes/onnx_files.py before any session exists, so
+such
 a file is never read). Reasons may name absolute paths: the repository rewrites them before a
 client sees them (app/shown_paths.py).
 """
@@ -17,13 +18,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from app import onnx_files
-from app.compiler import ModelPlan, ResolvedOptions
+from app.config.compiler import ModelPlan, ResolvedOptions
+from app.config.versions import VersionSource
 from app.errors import Internal, InvalidArgument
+from app.runtimes import onnx_files
 from app.runtimes.base import Arrays, LoadError, apply_overrides
 from app.shown_paths import hide_paths
 from app.types import ModelSignature, TensorSpec
-from app.versions import VersionSource
 
 PLATFORM = "onnxruntime_onnx"
 

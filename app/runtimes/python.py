@@ -21,7 +21,7 @@ raises on purpose (e.g. InvalidArgument) passes through with its own code.
 
 What a model imports and the keyword arguments its ``load()`` receives (``parameters``) come
 from serve.yaml or the notebook API only: a repository load request cannot change them
-(app/pushed_config.py).
+(app/models/pushed_config.py).
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ from typing import Any
 
 import numpy as np
 
-from app.compiler import ModelPlan
+from app.config.compiler import ModelPlan
+from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, ServeError, logged_reference
 from app.runtimes.base import Arrays, LoadError
 from app.runtimes.python_hints import signature_of
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
-from app.versions import VersionSource
 
 PLATFORM = "python"
 OBJECT_PREFIX = "servekit-object:"

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from app.config import TensorOverride
+from app.config.schema import TensorOverride
 from app.datatypes import DATATYPES, from_numpy
 from app.errors import InvalidArgument
 from app.runtimes.base import LoadError

@@ -1,0 +1,276 @@
+"""Compile a ServeConfig into a frozen ServePlan: paths resolved, runtimes chosen, versions listed.
+
+Pure apart from listing the model folders. Runtime choice follows KServe's rules: an explicit
+``runtime`` must exist and support the model's format (and version, when given); otherwise the
+auto-selectable runtimes supporting it are candidates and the highest priority wins. No
+candidate, or a tie at the top, is a config error naming the candidates. A model whose files are
+missing is *not* a config error: it compiles with a ``problem`` and is served as UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from app.config.auth import AccessPolicy, ApiGroup, TokenError, resolve_policy
+from app.config.loader import ConfigError, ConfigIssue, line_in_file
+from app.config.schema import (
+    ModelConfig,
+    RuntimeConfig,
+    RuntimeOptions,
+    ServeConfig,
+    ServerConfig,
+    SupportedModelFormat,
+    TensorOverride,
+)
+from app.config.tls import TlsError, TlsFiles, resolve_tls
+from app.config.versions import VersionSource, discover_versions, select_versions
+from app.shown_paths import hide_paths
+
+BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
+    RuntimeConfig(
+        name="onnxruntime",
+        implementation="onnxruntime",
+        supported_model_formats=[SupportedModelFormat(name="onnx", version="1", auto_select=True)],
+    ),
+    RuntimeConfig(
+        name="python",
+        implementation="python",
+        supported_model_formats=[SupportedModelFormat(name="python", auto_select=True)],
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ResolvedOptions:
+    """Runtime options with every default filled in."""
+
+    intra_op_threads: int
+    inter_op_threads: int
+    graph_optimization_level: str
+    execution_providers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Everything needed to load one model, decided before anything runs."""
+
+    name: str
+    format_name: str
+    format_version: str | None
+    runtime: str
+    implementation: str
+    options: ResolvedOptions
+    versions: tuple[VersionSource, ...]
+    default_version: int | None
+    max_batch_size: int
+    instances: int
+    entrypoint: str | None
+    inputs: tuple[TensorOverride, ...] | None
+    outputs: tuple[TensorOverride, ...] | None
+    parameters: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
+    config: ModelConfig | None = None
+    problem: str | None = None  # why no version can load (missing folder, ...)
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """A compiled serve.yaml."""
+
+    server: ServerConfig
+    models: tuple[ModelPlan, ...]
+    runtimes: tuple[RuntimeConfig, ...]
+    base_dir: Path
+    config_path: Path | None
+    access: AccessPolicy = field(default_factory=AccessPolicy)
+    """The tokens of ``server.auth``, read from their environment variables or files."""
+    tls: TlsFiles | None = None
+    """``server.tls`` read and checked (None: plain HTTP and gRPC)."""
+
+    def model(self, name: str) -> ModelPlan | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    @property
+    def model_control(self) -> Literal["none", "explicit"]:
+        """``server.modelControl``, or its default: clients may load and unload models when
+        only this machine can reach the server or a repository token guards the API."""
+        if self.server.model_control is not None:
+            return self.server.model_control
+        guarded = is_loopback(self.server.host) or self.access.protects(ApiGroup.REPOSITORY)
+        return "explicit" if guarded else "none"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an address only this machine reaches (127.0.0.0/8, ::1, localhost).
+    Any other name counts as reachable from outside: the safe side when in doubt."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None = None) -> ServePlan:
+    """Compile ``config``; raise ConfigError listing every model whose runtime cannot be chosen."""
+    runtimes = merged_runtimes(config.runtimes)
+    cores = available_cores()
+    total_instances = sum(m.instances for m in config.models) or 1
+    issues: list[ConfigIssue] = []
+    models: list[ModelPlan] = []
+    for index, model in enumerate(config.models):
+        try:
+            runtime = choose_runtime(model, runtimes)
+        except ValueError as exc:
+            key = "runtime" if model.runtime is not None else "modelFormat"
+            line = line_in_file(config_path, ["models", index, key])
+            issues.append(ConfigIssue(f"models[{index}].{key}", line, str(exc)))
+            continue
+        options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
+        models.append(plan_model(model, runtime, options, base_dir))
+    try:
+        access = resolve_policy(config.server.auth, base_dir)
+    except TokenError as exc:
+        line = line_in_file(config_path, exc.field.split("."))
+        issues.append(ConfigIssue(exc.field, line, str(exc)))
+        access = AccessPolicy()
+    try:
+        tls = resolve_tls(config.server.tls, base_dir)
+    except TlsError as exc:
+        line = line_in_file(config_path, exc.field.split("."))
+        issues.append(ConfigIssue(exc.field, line, str(exc)))
+        tls = None
+    if issues:
+        raise ConfigError(str(config_path or "serve.yaml"), issues)
+    return ServePlan(
+        config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
+    )
+
+
+def available_cores() -> int:
+    """Cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
+
+
+def merged_runtimes(declared: list[RuntimeConfig]) -> dict[str, RuntimeConfig]:
+    """Built-in runtimes, with declared ones added (a declared name replaces a built-in)."""
+    runtimes = {r.name: r for r in BUILTIN_RUNTIMES}
+    runtimes.update({r.name: r for r in declared})
+    return runtimes
+
+
+def _supports(fmt: SupportedModelFormat, name: str, version: str | None) -> bool:
+    if fmt.name.lower() != name.lower():
+        return False
+    return version is None or fmt.version is None or fmt.version == version
+
+
+def choose_runtime(model: ModelConfig, runtimes: dict[str, RuntimeConfig]) -> RuntimeConfig:
+    """Pick the runtime for ``model`` by KServe's rules; ValueError explains a failed choice."""
+    name, version = model.model_format.name, model.model_format.version
+    wanted = f"{name}" + (f" version {version}" if version else "")
+    if model.runtime is not None:
+        runtime = runtimes.get(model.runtime)
+        if runtime is None:
+            raise ValueError(
+                f"runtime {model.runtime!r} is not defined; known runtimes: "
+                f"{', '.join(sorted(runtimes))}"
+            )
+        if not any(_supports(f, name, version) for f in runtime.supported_model_formats):
+            raise ValueError(f"runtime {model.runtime!r} does not support format {wanted}")
+        return runtime
+    candidates: list[tuple[int, RuntimeConfig]] = []
+    for runtime in runtimes.values():
+        priorities = [
+            f.priority
+            for f in runtime.supported_model_formats
+            if f.auto_select and _supports(f, name, version)
+        ]
+        if priorities:
+            candidates.append((max(priorities), runtime))
+    if not candidates:
+        raise ValueError(
+            f"no runtime with autoSelect supports format {wanted}; "
+            f"name one with `runtime:` or declare one under `runtimes:`"
+        )
+    candidates.sort(key=lambda c: c[0], reverse=True)
+    top = sorted(r.name for p, r in candidates if p == candidates[0][0])
+    if len(top) > 1:
+        raise ValueError(
+            f"format {wanted} is auto-selectable by several runtimes of priority "
+            f"{candidates[0][0]}: {', '.join(top)}; give one a higher priority or name the "
+            "runtime with `runtime:`"
+        )
+    return candidates[0][1]
+
+
+def resolve_options(
+    runtime: RuntimeOptions, model: RuntimeOptions | None, cores: int, total_instances: int
+) -> ResolvedOptions:
+    """Fill option defaults; threads default to a share of the cores so that all instances
+    together never oversubscribe the machine."""
+    merged = runtime.model_dump(exclude_none=True)
+    if model is not None:
+        merged.update(model.model_dump(exclude_none=True))
+    return ResolvedOptions(
+        intra_op_threads=merged.get("intra_op_threads", max(1, cores // total_instances)),
+        inter_op_threads=merged.get("inter_op_threads", 1),
+        graph_optimization_level=merged.get("graph_optimization_level", "all"),
+        execution_providers=tuple(merged.get("execution_providers", ["CPUExecutionProvider"])),
+    )
+
+
+def plan_model(
+    model: ModelConfig, runtime: RuntimeConfig, options: ResolvedOptions, base_dir: Path
+) -> ModelPlan:
+    """The plan of one model: its versions on disk filtered by the version policy."""
+    problem = None
+    versions: tuple[VersionSource, ...] = ()
+    if model.storage_uri is not None:
+        location = (base_dir / model.storage_uri).resolve()
+        found, problem = discover_versions(location)
+        versions = select_versions(found, model.version_policy)
+        if not problem and not any(v.path for v in versions):
+            # Versions that are on disk but cannot load say why ('1' and '01', no model file);
+            # only when the policy names versions that are not there is the policy the problem.
+            on_disk = {v.version for v in found}
+            problem = (
+                "; ".join(
+                    f"version {v.version}: {v.problem}"
+                    for v in versions
+                    if v.version in on_disk and v.problem
+                )
+                or f"no version of {location} matches the version policy"
+            )
+        # Clients read these reasons: paths relative to serve.yaml's folder, never absolute.
+        problem = hide_paths(problem, base_dir) if problem else problem
+        versions = tuple(
+            replace(v, problem=hide_paths(v.problem, base_dir)) if v.problem else v
+            for v in versions
+        )
+    else:
+        versions = (VersionSource(1, None),)
+    return ModelPlan(
+        name=model.name,
+        format_name=model.model_format.name,
+        format_version=model.model_format.version,
+        runtime=runtime.name,
+        implementation=runtime.implementation,
+        options=options,
+        versions=versions,
+        default_version=model.default_version,
+        max_batch_size=model.max_batch_size,
+        instances=model.instances,
+        entrypoint=model.entrypoint,
+        inputs=tuple(model.inputs) if model.inputs is not None else None,
+        outputs=tuple(model.outputs) if model.outputs is not None else None,
+        parameters=dict(model.parameters),
+        config=model,
+        problem=problem,
+    )

@@ -1,0 +1,92 @@
+"""serve.yaml plus the command line: the one rule that turns a config file into the plan served.
+
+``servekit serve`` flags beat the file and the environment. Listener flags (``--http-port``,
+``--grpc-port``, ``--no-grpc``, ``--host``, ``--watch``) replace server settings; ``--only NAME``
+keeps one model and loads it whatever ``startupModels`` says; ``--storage-uri PATH`` reads that
+model's files from PATH (how a KServe pod serves the one model mounted at /mnt/models). The start
+of ``servekit serve`` and every reload of ``--watch`` go through :func:`load_plan` with the same
+:class:`Overrides`, so an edit of serve.yaml can never drop a flag (a pod started for one model
+serving all of them after a ConfigMap update).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
+
+from app.config.compiler import ServePlan, compile_plan
+from app.config.loader import ConfigError, ConfigIssue, load_config
+from app.config.names import find_model
+from app.config.schema import ServeConfig
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the command line changes in serve.yaml; the default changes nothing."""
+
+    server: dict[str, Any] = field(default_factory=dict)
+    """ServerConfig fields (by attribute name) set by flags, e.g. ``{"http_port": 0}``."""
+    only: str | None = None
+    """Serve only this model (its serve.yaml name or its Kubernetes name)."""
+    storage_uri: str | None = None
+    """Read the one served model's files from here (kept as given; made absolute on use)."""
+
+
+def load_plan(path: str | Path, overrides: Overrides | None = None) -> ServePlan:
+    """Load ``path``, apply ``overrides`` and compile: at start and on every reload.
+
+    A file that cannot be served under the overrides (``--only`` naming a model the file no
+    longer has) is a ConfigError like any other mistake in it.
+    """
+    config = apply_overrides(load_config(path), str(path), overrides or Overrides())
+    file = Path(path).resolve()
+    return compile_plan(config, file.parent, file)
+
+
+def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> ServeConfig:
+    """``config`` as the command line asks for it (``path`` names the file in errors)."""
+    if overrides.server:
+        # Validated like the file, so `--http-port 70000` is a message, not a traceback at bind.
+        settings = {**config.server.model_dump(), **overrides.server}
+        try:
+            server = type(config.server).model_validate(settings)
+        except ValidationError as exc:
+            raise ConfigError(path, [_flag_issue(error) for error in exc.errors()]) from None
+        config = config.model_copy(update={"server": server})
+    if overrides.only is None and overrides.storage_uri is None:
+        return config
+
+    models = list(config.models)
+    if overrides.only is not None:
+        found = find_model([m.name for m in models], overrides.only)
+        if found is None:
+            names = ", ".join(m.name for m in models) or "none"
+            message = f"--only {overrides.only!r}: no such model (models: {names})"
+            raise ConfigError(path, [ConfigIssue("models", None, message)])
+        models = [m for m in models if m.name == found]
+        config = config.model_copy(
+            update={"server": config.server.model_copy(update={"startup_models": "all"})}
+        )
+    if overrides.storage_uri is not None:
+        if len(models) != 1:
+            message = "--storage-uri needs --only NAME (or one model)"
+            raise ConfigError(path, [ConfigIssue("models", None, message)])
+        absolute = str(Path(overrides.storage_uri).absolute())
+        models = [
+            m.model_copy(update={"storage_uri": absolute}) if m.storage_uri else m for m in models
+        ]
+    return config.model_copy(update={"models": models})
+
+
+def _flag_issue(error: ErrorDetails) -> ConfigIssue:
+    """A refused flag value, named as the user typed it (``--http-port 70000``)."""
+    field_name = str(error["loc"][0]) if error["loc"] else ""
+    flag = "--" + field_name.replace("_", "-")
+    return ConfigIssue(
+        f"server.{to_camel(field_name)}", None, f"{flag} {error['input']!r}: {error['msg']}"
+    )

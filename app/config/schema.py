@@ -1,0 +1,440 @@
+"""The serve.yaml schema: pydantic models with camelCase keys and documented fields.
+
+Unknown keys are errors; every field's docstring becomes its description in the JSON Schema
+(``servekit schema``), so editors can complete and explain serve.yaml. Values are layered:
+defaults < serve.yaml < ``SERVEKIT_*`` environment variables (nested with ``__``, e.g.
+``SERVEKIT_SERVER__HTTPPORT=9000``) < command-line flags. Loading lives in app/config/loader.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+"""A name that works unchanged as a query parameter, a header and a JSON field."""
+_TOKEN = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]*"
+MEDIA_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(;[ -~]*)?$")
+"""type/subtype with optional parameters, printable ASCII only (it becomes a header value)."""
+
+
+class Section(BaseModel):
+    """Base of every serve.yaml section: camelCase keys, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+
+class GrpsStreaming(Section):
+    """How a grps HTTP predict request asks for a streamed (chunked) answer, and that answer's
+    Content-Type: grps' own server.yml `streaming_ctrl`, with the same modes and defaults."""
+
+    ctrl_mode: Literal["query_param", "header_param", "body_param"] = "query_param"
+    """Where the request says it wants streaming: a query parameter (`?streaming=true`), a
+    request header (`streaming: true`), or a top-level field of the JSON body beside the
+    GrpsMessage fields (`{"str_data": "hi", "streaming": true}`, a JSON boolean; a body sent as
+    application/octet-stream carries no field, so it is never streamed in this mode)."""
+    ctrl_key: str = "streaming"
+    """Name of that query parameter, header or body field. A query parameter or header asks
+    for streaming when its value is `true`, `1` or `yes` (any case)."""
+    res_content_type: str = "application/octet-stream"
+    """Content-Type of a streamed answer (each message one chunk: JSON and a newline, or the
+    raw bytes of bin_data)."""
+
+    @field_validator("ctrl_key")
+    @classmethod
+    def _valid_key(cls, value: str, info: ValidationInfo) -> str:
+        """In the body the key sits beside the GrpsMessage fields: one of their names would be
+        read as both, so it is refused here rather than guessed at per request."""
+        if not CTRL_KEY.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-' (at most 64 characters)")
+        if info.data.get("ctrl_mode") == "body_param" and value in _grps_message_keys():
+            raise ValueError(
+                f"{value!r} is a GrpsMessage field; with ctrlMode body_param choose a name the "
+                "message does not use (e.g. streaming)"
+            )
+        return value
+
+    @field_validator("res_content_type")
+    @classmethod
+    def _valid_content_type(cls, value: str) -> str:
+        if not MEDIA_TYPE.match(value):
+            raise ValueError("expected a media type such as application/octet-stream")
+        return value
+
+
+def _grps_message_keys() -> frozenset[str]:
+    """Every top-level key a JSON GrpsMessage body may hold (both spellings, and ndarray)."""
+    from app.protos import grps_pb2  # protobuf only; loaded when body_param is used
+
+    fields = grps_pb2.GrpsMessage.DESCRIPTOR.fields
+    return frozenset({"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)})
+
+
+INT64_MAX = 2**63 - 1
+"""Largest integer Triton's protobuf model configuration (int64 fields) can carry."""
+INT32_MAX = 2**31 - 1
+"""Largest value of Triton's int32 config fields (max_batch_size, instance_group count,
+preferred_batch_size): beyond it ``GET /v2/models/{m}/config`` over gRPC could not encode it."""
+UINT32_MAX = 2**32 - 1
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class TokenSource(Section):
+    """Where a token is read from at start: an environment variable or a file (its content,
+    surrounding whitespace removed). Exactly one of the two."""
+
+    env: str | None = None
+    """Name of an environment variable holding the token (e.g. SERVEKIT_TOKEN)."""
+    file: str | None = None
+    """Path of a file holding the token (relative to serve.yaml), e.g. a mounted Kubernetes
+    Secret such as /var/run/secrets/servekit/token."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TokenSource:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env (a variable name) or file (a path)")
+        if self.env is not None and not ENV_NAME.match(self.env):
+            raise ValueError("env must be an environment variable name (letters, digits, '_')")
+        return self
+
+
+TokenSpec = TokenSource | str
+"""A token source, or the token itself written in clear (works, but `servekit validate` warns:
+anyone who can read serve.yaml, a ConfigMap or a Git history then holds the token)."""
+
+
+class AuthConfig(Section):
+    """Access tokens by API group. A group with a token refuses requests that do not carry it
+    (HTTP `Authorization: Bearer <token>`, gRPC metadata `authorization: Bearer <token>`) with
+    401 / UNAUTHENTICATED; a group with none is open. Health (live, ready, per-model ready)
+    always stays open, for probes."""
+
+    default: TokenSpec | None = None
+    """Token of every group that is not given its own below."""
+    inference: TokenSpec | None = None
+    """Inference: V2 infer, V1 predict, grps predict, gRPC ModelInfer and ModelStreamInfer."""
+    metadata: TokenSpec | None = None
+    """Metadata: server and model metadata (V2, V1, grps), the dashboard's read-only pages."""
+    repository: TokenSpec | None = None
+    """Repository: index, load, unload and pushing models (also what the dashboard's
+    load/unload buttons need)."""
+    admin: TokenSpec | None = None
+    """Admin: statistics, model configuration, /metrics, grps online/offline."""
+
+
+class TlsConfig(Section):
+    """Serve HTTPS and gRPC over TLS from this process (when no TLS-terminating proxy is in
+    front). Paths are relative to serve.yaml."""
+
+    cert_file: str
+    """PEM certificate chain of the server."""
+    key_file: str
+    """PEM private key of that certificate."""
+    client_ca_file: str | None = None
+    """PEM bundle of the CAs whose client certificates are accepted; when given, every client
+    must present one (mutual TLS)."""
+
+
+class Limits(Section):
+    """Bounds on what a client may ask for through the repository API (serve.yaml itself is
+    trusted and not bounded by these)."""
+
+    max_instances: int = Field(16, ge=1, le=1024)
+    """Largest `instances` (Triton: instance_group count) a pushed config may ask for."""
+    max_runtime_threads: int = Field(64, ge=1, le=4096)
+    """Largest intraOpThreads / interOpThreads a pushed config may ask for."""
+    max_versions: int = Field(64, ge=1, le=100_000)
+    """Longest version list (specific versions, latest numVersions) of a pushed config."""
+    max_pushed_models: int = Field(32, ge=0, le=100_000)
+    """How many models pushed with files may be stored at once."""
+    max_pushed_bytes: int = Field(4 * 1024**3, ge=0)
+    """Bytes all pushed model files may take on disk together."""
+
+
+class ServerConfig(Section):
+    """Network and process settings of the one server."""
+
+    name: str = "servekit"
+    """Server name reported by the V2 server metadata endpoint."""
+    host: str = "127.0.0.1"
+    """Address both HTTP and gRPC listen on: the loopback interface by default, so nothing
+    outside this machine reaches the server until you say so (`0.0.0.0` for every IPv4
+    interface, `::` for every interface, or one address or host name)."""
+    model_control: Literal["none", "explicit"] | None = None
+    """Whether clients may load and unload models through the repository API (`explicit`) or
+    not (`none`: load and unload answer 403 / PERMISSION_DENIED; the index stays readable).
+    Default: `explicit` when the server listens only on loopback or a repository token is
+    configured, `none` otherwise. Editing serve.yaml under `--watch` works in either mode."""
+    auth: AuthConfig = AuthConfig()
+    """Access tokens by API group (inference, metadata, repository, admin)."""
+    tls: TlsConfig | None = None
+    """Serve HTTPS and gRPC over TLS (optionally mutual); default plain HTTP/gRPC."""
+    strict_readiness: bool = True
+    """Readiness (`/v2/health/ready`, gRPC ServerReady, grps ready) is false while a model that
+    serve.yaml or startupModels asks for is not READY, as in Triton; false: ready once the
+    server is up and start-up loading is done."""
+    limits: Limits = Limits()
+    """Bounds on what clients may push through the repository API."""
+    http_port: int = Field(8000, ge=0, le=65535)
+    """REST, dashboard and metrics port; 0 picks a free port."""
+    grpc_port: int | None = Field(8001, ge=0, le=65535)
+    """gRPC port; 0 picks a free port; null disables gRPC."""
+    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    """Largest gRPC message accepted or sent, in bytes."""
+    grpc_poller_nice: int = Field(19, ge=0, le=19)
+    """How much lower than the rest of the server grpcio's poller thread runs (Linux nice
+    steps; 0 keeps it equal). Lower priority lets the event loop finish its work before the
+    poller takes the core, instead of being preempted at every gRPC event: on one core,
+    about 20% more gRPC calls per second (docs/performance.md)."""
+    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    """Largest HTTP request body accepted, in bytes."""
+    storage_dir: str | None = None
+    """Folder for models pushed by clients (repository load with files); default
+    `.servekit/storage` beside serve.yaml."""
+    startup_models: Literal["all", "none"] | list[str] = "all"
+    """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
+    watch: bool = False
+    """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
+    inline_below_microseconds: int = Field(500, ge=0)
+    """Models whose average compute time is below this run on the event loop thread (no
+    thread hop); slower ones run in a worker thread so the server stays responsive."""
+    grps_streaming: GrpsStreaming = GrpsStreaming()
+    """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
+
+
+class ModelFormat(Section):
+    """What kind of model file this is, as in KServe's InferenceService modelFormat."""
+
+    name: str
+    """Format name, e.g. onnx or python."""
+    version: str | None = None
+    """Format version; when given, the runtime must list the same version."""
+
+
+class SupportedModelFormat(Section):
+    """A format a runtime can serve, as in KServe's ServingRuntime.supportedModelFormats."""
+
+    name: str
+    """Format name."""
+    version: str | None = None
+    """Format version; null means any version."""
+    auto_select: bool = False
+    """Whether models of this format that name no runtime may be given this runtime."""
+    priority: int = Field(1, ge=1)
+    """Among auto-selectable runtimes for a format, the highest priority wins; a tie is an
+    error."""
+
+
+class RuntimeOptions(Section):
+    """Options of a runtime; a model's own `runtimeOptions` override its runtime's."""
+
+    intra_op_threads: int | None = Field(None, ge=1, le=INT64_MAX)
+    """Threads inside one operator; default: the machine's cores shared among all instances."""
+    inter_op_threads: int | None = Field(None, ge=1, le=INT64_MAX)
+    """Threads across independent operators (default 1)."""
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
+    """ONNX Runtime graph optimization level (default all)."""
+    execution_providers: list[str] | None = None
+    """ONNX Runtime execution providers in order of preference (default CPU)."""
+
+
+class RuntimeConfig(Section):
+    """A named runtime: a built-in implementation plus the formats it serves and options."""
+
+    name: str
+    """Runtime name, referred to by a model's `runtime`."""
+    implementation: Literal["onnxruntime", "python"]
+    """Which built-in implementation runs the models."""
+    supported_model_formats: list[SupportedModelFormat] = Field(min_length=1)
+    """Formats this runtime serves."""
+    options: RuntimeOptions = RuntimeOptions()
+    """Options for every model on this runtime."""
+
+
+class LatestPolicy(Section):
+    """Serve the highest N versions."""
+
+    num_versions: int = Field(1, ge=1, le=UINT32_MAX)
+    """How many of the highest versions to serve."""
+
+
+class AllPolicy(Section):
+    """Serve every version found."""
+
+
+class SpecificPolicy(Section):
+    """Serve exactly the listed versions."""
+
+    versions: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(min_length=1)
+    """Version numbers to serve (version folder names: 0 to 2^63-1, as Triton's int64)."""
+
+
+class VersionPolicy(Section):
+    """Which versions to serve (exactly one of latest, all, specific), as in Triton."""
+
+    latest: LatestPolicy | None = None
+    """Serve the highest N versions."""
+    all: AllPolicy | None = None
+    """Serve every version."""
+    specific: SpecificPolicy | None = None
+    """Serve the listed versions."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VersionPolicy:
+        chosen = [k for k in ("latest", "all", "specific") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one of latest, all, specific")
+        return self
+
+
+class TensorOverride(Section):
+    """Metadata of an input or output declared in serve.yaml instead of read from the file."""
+
+    name: str
+    """Tensor name."""
+    datatype: str | None = None
+    """V2 datatype (FP32, INT64, BYTES, ...)."""
+    shape: list[Annotated[int, Field(ge=-1, le=INT64_MAX)]] | None = None
+    """Shape, -1 for a dynamic dimension."""
+
+
+class DynamicBatching(Section):
+    """Server-side batching of concurrent requests into one model call."""
+
+    max_queue_delay_microseconds: int = Field(100, ge=0, le=INT64_MAX)
+    """How long a request may wait for others to join its batch."""
+    preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] = []
+    """Batch sizes to aim for."""
+
+
+class ModelConfig(Section):
+    """One served model."""
+
+    name: str
+    """Model name used in URLs and requests."""
+    model_format: ModelFormat
+    """Format of the model, e.g. {name: onnx}."""
+    storage_uri: str | None = None
+    """Path relative to serve.yaml: a folder of numbered version folders, or one model file."""
+    entrypoint: str | None = None
+    """For Python models: `module:attr`, a class with load/predict or a function."""
+    runtime: str | None = None
+    """Runtime by name; default chosen by format (autoSelect and priority)."""
+    version_policy: VersionPolicy = VersionPolicy(latest=LatestPolicy())
+    """Which versions to serve; default the highest one."""
+    default_version: int | None = Field(None, ge=0, le=INT64_MAX)
+    """Version answering unversioned requests; default the highest served."""
+    max_batch_size: int = Field(0, ge=0, le=INT32_MAX)
+    """Largest batch the model accepts along its first dimension; 0 disables batching."""
+    dynamic_batching: DynamicBatching | None = None
+    """Batch concurrent requests together (needs maxBatchSize > 0)."""
+    instances: int = Field(1, ge=1, le=INT32_MAX)
+    """Number of model instances (sessions) serving requests in parallel."""
+    inputs: list[TensorOverride] | None = None
+    """Input metadata overrides, or the full list for Python models."""
+    outputs: list[TensorOverride] | None = None
+    """Output metadata overrides, or the full list for Python models."""
+    runtime_options: RuntimeOptions | None = None
+    """Options overriding the runtime's for this model."""
+    parameters: dict[str, Any] = {}
+    """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not MODEL_NAME.match(value):
+            raise ValueError(
+                "model names use letters, digits, '_', '.', '-', start with a letter or digit, "
+                "and are at most 128 characters"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _has_source(self) -> ModelConfig:
+        if self.storage_uri is None and self.entrypoint is None:
+            raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
+        if self.dynamic_batching is not None and self.max_batch_size == 0:
+            raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
+        return self
+
+
+class ServeConfig(BaseSettings):
+    """The whole serve.yaml."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SERVEKIT_",
+        env_nested_delimiter="__",
+        env_parse_none_str="null",  # SERVEKIT_SERVER__GRPCPORT=null disables gRPC, as in YAML
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+    server: ServerConfig = ServerConfig()
+    """Network and process settings."""
+    runtimes: list[RuntimeConfig] = []
+    """Runtimes beyond the built-in onnxruntime and python (same name replaces a built-in)."""
+    models: list[ModelConfig] = []
+    """Served models."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment variables override the file (the file arrives as init values)."""
+        return (env_settings, init_settings)
+
+    @field_validator("models", "runtimes")
+    @classmethod
+    def _unique_names(cls, items: list[Any], info: ValidationInfo) -> list[Any]:
+        """A name used twice is an error; ``index`` in its context lets the loader point at the
+        second entry's line instead of the top of the file."""
+        seen: dict[str, int] = {}
+        for index, item in enumerate(items):
+            if item.name in seen:
+                raise PydanticCustomError(
+                    "duplicate_name",
+                    "{kind} name '{name}' is used twice (first at {field}[{first}])",
+                    {
+                        "kind": "model" if info.field_name == "models" else "runtime",
+                        "name": item.name,
+                        "field": info.field_name,
+                        "first": seen[item.name],
+                        "index": index,
+                    },
+                )
+            seen[item.name] = index
+        return items
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of serve.yaml, with field docstrings as descriptions."""
+    schema = ServeConfig.model_json_schema(by_alias=True)
+    schema["title"] = "servekit serve.yaml"
+    return schema

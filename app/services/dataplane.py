@@ -1,0 +1,308 @@
+"""The one dataplane: every protocol adapter calls these methods and nothing else.
+
+It validates a request against the model's metadata (names, datatypes, shapes), picks the
+version, runs the model and records statistics. Small models run right on the event loop thread
+(a thread hop costs more than they do); models whose average compute time exceeds
+``server.inlineBelowMicroseconds`` run in a worker thread so the loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from typing import Any
+
+from app import __version__
+from app.config.compiler import ModelPlan
+from app.errors import (
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ServeError,
+    Unimplemented,
+    internal_error,
+)
+from app.models.repository import ModelRepository, State, VersionEntry
+from app.runtimes.base import Arrays, ModelRuntime
+from app.services.batching import DynamicBatcher
+from app.services.stats import Statistics, VersionStats
+from app.types import (
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ModelSignature,
+    Tensor,
+    TensorSpec,
+)
+
+log = logging.getLogger("servekit.dataplane")
+
+EXTENSIONS: list[str] = ["binary_tensor_data"]
+"""Protocol extensions this server implements; adapters append theirs when registered."""
+
+_EWMA = 0.2  # weight of the newest compute time in the running average
+_OUTLIER = 4.0  # one sample counts as at most this many times the running average
+
+
+class DataPlane:
+    """Health, metadata and inference over the model repository."""
+
+    def __init__(self, repository: ModelRepository, statistics: Statistics | None = None) -> None:
+        self.repository = repository
+        self.statistics = statistics or Statistics()
+        self.extensions: list[str] = list(EXTENSIONS)
+        self.started_at = time.time()
+        self.online = True
+        """False after grps Offline: readiness answers false (on every surface) so a load
+        balancer drains this server, while requests that still arrive are served."""
+        self._inline_ns = repository.plan.server.inline_below_microseconds * 1000
+        self._compute_avg_ns: dict[tuple[str, int], float] = {}
+        self._batchers: weakref.WeakKeyDictionary[Any, DynamicBatcher] = weakref.WeakKeyDictionary()
+
+    # -- health and metadata ------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Server readiness, the one rule every surface answers (V2 HTTP and gRPC, gRPC health,
+        grps, the dashboard): online (see ``online``), start-up loading finished and, with
+        ``server.strictReadiness`` (the default, as Triton), every model asked for READY."""
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        """Why the server is not ready, or None when it is. Says how many models are missing,
+        not which: readiness is open to unauthenticated probes, model names are not."""
+        if not self.online:
+            return "the server is offline (draining); Online brings it back"
+        if not self.repository.startup_done:
+            return "models are still loading"
+        waiting = self.models_not_ready()
+        if waiting:
+            return (
+                f"{len(waiting)} model(s) asked for are not READY (see the repository index; "
+                "server.strictReadiness: false answers ready without them)"
+            )
+        return None
+
+    def models_not_ready(self) -> list[str]:
+        """Models asked for (``ModelRepository.requested``) with a version that is not READY,
+        or with no version at all; always empty when ``server.strictReadiness`` is false."""
+        repository = self.repository
+        if not repository.plan.server.strict_readiness:
+            return []
+        waiting = []
+        for name in sorted(repository.requested):
+            try:
+                entry = repository.get(name)
+            except NotFound:  # asked for, then left serve.yaml: no longer served at all
+                continue
+            if not entry.versions or entry.failed_versions():
+                waiting.append(name)
+        return waiting
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self.repository.plan.server.name,
+            "version": __version__,
+            "extensions": list(self.extensions),
+        }
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        entry = self.repository.get(name)
+        if version is None or version == "":
+            return bool(entry.ready_versions())
+        try:
+            self.repository.resolve(name, version)
+        except ServeError as exc:
+            if exc.code.value == "NOT_FOUND":
+                raise
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        entry, found = self.repository.resolve(name, version)
+        signature = _signature(found)
+        versions = tuple(str(v) for v in entry.ready_versions())
+        runtime = found.runtime
+        platform = runtime.platform if runtime is not None else entry.plan.format_name
+        return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
+
+    # -- inference ----------------------------------------------------------------------------
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """Validate, run and answer one inference request."""
+        started = time.perf_counter_ns()
+        entry, version = self.repository.resolve(request.model_name, request.model_version)
+        stats = self.statistics.of(entry.plan.name, version.version)
+        version.enter()
+        try:
+            runtime = version.runtime
+            if runtime is None:
+                raise Internal(f"model {request.model_name!r} lost its runtime while in use")
+            signature = runtime.signature
+            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            wanted = requested_outputs(request, signature)
+            input_done = time.perf_counter_ns()
+            key = (entry.plan.name, version.version)
+            batching = entry.plan.config.dynamic_batching if entry.plan.config else None
+            names = [s.name for s in wanted]
+            queue_ns = 0
+            busy_ns: int | None = None
+            if batching is not None:
+                batcher = self._batcher(entry.plan, version, stats)
+                results, queue_ns = await batcher.submit(feed, names)
+            elif self._compute_avg_ns.get(key, 0.0) <= self._inline_ns:
+                results = runtime.predict(feed, names)
+            else:
+                results, busy_ns = await asyncio.to_thread(_predict_timed, runtime, feed, names)
+            infer_done = time.perf_counter_ns()
+            spent = infer_done - input_done - queue_ns
+            sample = spent if busy_ns is None else busy_ns
+            avg = self._compute_avg_ns.get(key)
+            if avg is None:
+                self._compute_avg_ns[key] = sample
+            else:  # clipped: a run preempted by another process must not move a fast model
+                # off the loop (in a thread, on a busy core, every GIL hand-off costs ~5 ms)
+                self._compute_avg_ns[key] = avg + _EWMA * (min(sample, _OUTLIER * avg) - avg)
+            outputs = [
+                Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
+                for s in wanted
+            ]
+            stats.record_success(
+                _batch_size(request, entry.plan.max_batch_size),
+                queue_ns,
+                input_done - started,
+                spent,
+                time.perf_counter_ns() - infer_done,
+                executed=batching is None,
+            )
+        except ServeError:
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead request
+            stats.record_failure(time.perf_counter_ns() - started)
+            where = f"model {request.model_name!r}"
+            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
+        finally:
+            version.leave()
+        return InferResponse(
+            model_name=entry.plan.name,
+            model_version=str(version.version),
+            outputs=outputs,
+            id=request.id,
+        )
+
+    def _batcher(
+        self, plan: ModelPlan, version: VersionEntry, stats: VersionStats
+    ) -> DynamicBatcher:
+        """The batcher of a loaded version (one per runtime object, made on first use)."""
+        runtime = version.runtime
+        assert runtime is not None and plan.config is not None
+        batcher = self._batchers.get(runtime)
+        if batcher is None:
+            settings = plan.config.dynamic_batching
+            assert settings is not None
+            batcher = DynamicBatcher(
+                runtime,
+                stats,
+                plan.max_batch_size,
+                settings.max_queue_delay_microseconds,
+                settings.preferred_batch_size,
+            )
+            self._batchers[runtime] = batcher
+        return batcher
+
+    def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
+        """The signature of the version a request for (name, version) would use."""
+        _, found = self.repository.resolve(name, version)
+        return _signature(found)
+
+
+def _predict_timed(runtime: ModelRuntime, feed: Arrays, names: list[str]) -> tuple[Arrays, int]:
+    """Run in a worker thread; also return this thread's CPU time for the run.
+
+    The inline-or-thread estimate must not count the thread hop, the wait for the GIL or for
+    the event loop, nor other processes: under load those grow, and a wall-clock estimate
+    would keep a fast model off the loop for good after one slow moment.
+    """
+    started = time.thread_time_ns()
+    results = runtime.predict(feed, names)
+    return results, time.thread_time_ns() - started
+
+
+def _signature(found: VersionEntry) -> ModelSignature:
+    if found.state is not State.READY or found.runtime is None:
+        raise Internal("version is not loaded")
+    return found.runtime.signature
+
+
+def _batch_size(request: InferRequest, max_batch_size: int) -> int:
+    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+        return request.inputs[0].shape[0]
+    return 1
+
+
+def validate_inputs(
+    request: InferRequest, by_name: dict[str, TensorSpec], max_batch_size: int = 0
+) -> dict[str, Any]:
+    """Check every input against the model's metadata; return name -> array for the runtime."""
+    feed: dict[str, Any] = {}
+    for tensor in request.inputs:
+        spec = by_name.get(tensor.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no input {tensor.name!r}; "
+                f"its inputs are {', '.join(by_name)}"
+            )
+        if tensor.name in feed:
+            raise InvalidArgument(f"input {tensor.name!r} is given twice")
+        if tensor.datatype != spec.datatype:
+            raise InvalidArgument(
+                f"input {tensor.name!r} must be {spec.datatype}, got {tensor.datatype}"
+            )
+        _check_shape(tensor, spec, max_batch_size)
+        feed[tensor.name] = tensor.data
+    missing = [name for name in by_name if name not in feed]
+    if missing:
+        raise InvalidArgument(f"model {request.model_name!r} needs input(s) {', '.join(missing)}")
+    return feed
+
+
+def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
+    shape = tensor.shape
+    ok = len(shape) == len(spec.shape) and all(
+        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
+    )
+    if ok and max_batch_size > 0 and shape and shape[0] > max_batch_size:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: batch of {shape[0]} exceeds maxBatchSize {max_batch_size}"
+        )
+    if not ok:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: shape {list(shape)} does not match the model's "
+            f"{list(spec.shape)} (-1 is any size)"
+        )
+
+
+def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[TensorSpec]:
+    """The outputs to compute: those asked for, in the order asked, or all of them."""
+    if not request.outputs:
+        return list(signature.outputs)
+    by_name = signature.output_index
+    wanted = []
+    for requested in request.outputs:
+        if requested.parameters.get("classification"):
+            # Any transport may carry the parameter; none may have it silently ignored.
+            raise Unimplemented(
+                f"output {requested.name!r} asks for classification, an extension servekit "
+                "does not offer; request the tensor itself"
+            )
+        spec = by_name.get(requested.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no output {requested.name!r}; "
+                f"its outputs are {', '.join(by_name)}"
+            )
+        wanted.append(spec)
+    return wanted

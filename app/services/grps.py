@@ -1,0 +1,185 @@
+"""grps replies: status, outputs back into a ``GrpsMessage``, and the metadata YAML texts.
+
+Also :func:`predict`, the select -> decode -> infer sequence both grps adapters (HTTP and gRPC)
+run, so that the two surfaces cannot drift apart. Outputs answer in the kind of the request
+where they fit (see :mod:`app.codecs.grps`); bytes that are not UTF-8 cannot be a grps string
+and UINT64 values past 2**63 cannot be a DT_INT64, so those fail with a clear message instead of
+being mangled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import yaml
+from numpy.typing import NDArray
+
+from app.codecs.grps import CARRIER, KINDS, decode_request, request_kind
+from app.datatypes import as_bytes_array
+from app.errors import InvalidArgument, NotFound, Unimplemented
+from app.models.repository import ModelRepository
+from app.protos import grps_pb2 as pb
+from app.services.dataplane import DataPlane
+from app.types import InferResponse, Tensor
+
+GMAP_OF: dict[pb.DataType, str] = {
+    pb.DT_UINT8: "s_i32",
+    pb.DT_INT8: "s_i32",
+    pb.DT_INT16: "s_i32",
+    pb.DT_INT32: "s_i32",
+    pb.DT_INT64: "s_i64",
+    pb.DT_FLOAT16: "s_f",
+    pb.DT_FLOAT32: "s_f",
+    pb.DT_FLOAT64: "s_d",
+}
+"""grps dtype -> the gmap field a one-element output of that dtype goes in."""
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def status(code: int = 200, msg: str = "OK") -> pb.Status:
+    """A grps status; codes of 400 and above are FAILURE."""
+    flag = pb.Status.FAILURE if code >= 400 else pb.Status.SUCCESS
+    return pb.Status(code=code, msg=msg, status=flag)
+
+
+def ok(**fields: Any) -> pb.GrpsMessage:
+    return pb.GrpsMessage(status=status(), **fields)
+
+
+def readiness(dataplane: DataPlane) -> pb.GrpsMessage:
+    """SUCCESS when ready; FAILURE with code 503 and the reason otherwise."""
+    why = dataplane.not_ready_reason()
+    if why is None:
+        return ok()
+    return pb.GrpsMessage(status=status(503, f"not ready: {why}"))
+
+
+async def predict(
+    dataplane: DataPlane, message: pb.GrpsMessage, *, query_model: str = "", ndarray: object = None
+) -> tuple[str, InferResponse]:
+    """Run one grps request; return the kind of its data and the model's response."""
+    name, version = select_model(dataplane.repository, message.model or query_model)
+    kind = request_kind(message, ndarray)
+    specs = dataplane.signature_of(name, version).inputs
+    request = decode_request(message, name, version, specs, ndarray)
+    return kind, await dataplane.infer(request)
+
+
+def encode_response(response: InferResponse, kind: str) -> pb.GrpsMessage:
+    """The reply to a request of ``kind``, in that kind where the outputs fit it."""
+    message = ok(model=f"{response.model_name}-{response.model_version}")
+    outputs = response.outputs
+    if kind in ("str_data", "bin_data") and len(outputs) == 1 and _is_one_bytes(outputs[0]):
+        value: bytes = as_bytes_array(outputs[0].data).reshape(-1)[0]
+        if kind == "str_data":
+            try:
+                message.str_data = value.decode()
+                return message
+            except UnicodeDecodeError:
+                pass  # not text after all: answer the bytes as they are
+        message.bin_data = value
+    elif kind == "gmap" and outputs and all(t.data.size == 1 for t in outputs):
+        for tensor in outputs:
+            _to_gmap(message.gmap, tensor)
+    else:
+        message.gtensors.tensors.extend(gtensor(t) for t in outputs)
+    return message
+
+
+def _is_one_bytes(tensor: Tensor) -> bool:
+    return tensor.datatype == "BYTES" and tensor.data.size == 1
+
+
+def gtensor(tensor: Tensor) -> pb.GenericTensor:
+    """One output as a GenericTensor in the grps dtype that carries its datatype."""
+    dtype = CARRIER[tensor.datatype]
+    kind = KINDS[dtype]
+    message = pb.GenericTensor(name=tensor.name, dtype=dtype, shape=tensor.shape)
+    flat = tensor.data.reshape(-1)
+    values: list[Any]
+    if kind.wire is None:
+        values = [_text(tensor.name, item) for item in as_bytes_array(flat)]
+    else:
+        _check_int64(tensor, flat)
+        values = flat.astype(kind.wire).tolist()
+    getattr(message, kind.field).extend(values)
+    return message
+
+
+def _text(name: str, value: bytes) -> str:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise Unimplemented(
+            f"output {name!r} holds bytes that are not UTF-8, which a grps DT_STRING cannot "
+            "carry; use a model with one BYTES output (answered as bin_data) or the V2 protocol"
+        ) from None
+
+
+def _check_int64(tensor: Tensor, flat: NDArray[Any]) -> None:
+    if tensor.datatype == "UINT64" and flat.size and int(flat.max()) > _INT64_MAX:
+        raise Unimplemented(
+            f"output {tensor.name!r}: UINT64 value {int(flat.max())} does not fit grps' "
+            "DT_INT64; use the V2 protocol"
+        )
+
+
+def _to_gmap(gmap: pb.GenericMapData, tensor: Tensor) -> None:
+    if tensor.datatype == "BYTES":
+        value: bytes = as_bytes_array(tensor.data).reshape(-1)[0]
+        try:
+            gmap.s_s[tensor.name] = value.decode()
+        except UnicodeDecodeError:
+            gmap.s_b[tensor.name] = value
+        return
+    flat = tensor.data.reshape(-1)
+    _check_int64(tensor, flat)
+    field = GMAP_OF[CARRIER[tensor.datatype]]
+    item = flat[0].item()
+    getattr(gmap, field)[tensor.name] = item if field in ("s_f", "s_d") else int(item)
+
+
+def ndarray_output(response: InferResponse) -> NDArray[Any]:
+    """The single numeric output, for HTTP ``?return-ndarray=true``."""
+    outputs = response.outputs
+    if len(outputs) != 1 or outputs[0].datatype == "BYTES":
+        names = ", ".join(f"{t.name} ({t.datatype})" for t in outputs)
+        raise InvalidArgument(f"return-ndarray needs one numeric output; the model gives {names}")
+    return outputs[0].data
+
+
+# -- metadata (YAML text in str_data, as grps answers it) ---------------------------------------
+def server_metadata(dataplane: DataPlane) -> str:
+    plan_models = dataplane.repository.plan.models
+    meta: dict[str, Any] = {
+        **dataplane.server_metadata(),
+        "live": dataplane.live(),
+        "ready": dataplane.ready(),
+        "online": dataplane.online,
+        "default_model": plan_models[0].name if plan_models else None,
+        "models": dataplane.repository.index(),
+    }
+    return str(yaml.safe_dump(meta, sort_keys=False))
+
+
+def model_metadata(dataplane: DataPlane, selector: str) -> str:
+    """``selector`` is name or name-version (empty: the default model)."""
+    name, version = select_model(dataplane.repository, selector)
+    return str(yaml.safe_dump(dataplane.model_metadata(name, version).as_dict(), sort_keys=False))
+
+
+# -- model selection ----------------------------------------------------------------------------
+def select_model(repository: ModelRepository, model: str) -> tuple[str, str | None]:
+    """``name`` or ``name-version`` -> (name, version); empty -> the first model of serve.yaml."""
+    if not model:
+        if not repository.plan.models:
+            raise NotFound("serve.yaml lists no model to use by default; name one as name-version")
+        return repository.plan.models[0].name, None
+    names = repository.names()
+    if model in names:  # a name that itself contains '-' wins over a name-version split
+        return model, None
+    name, dash, version = model.rpartition("-")
+    if dash and name in names:
+        return name, version or None
+    raise NotFound(f"unknown model {model!r} (expected name or name-version of {', '.join(names)})")

@@ -1,0 +1,344 @@
+"""Model control: what the repository extension, hot reload and the notebook API ask for.
+
+Transport-neutral (REST and gRPC adapters are a few lines over it). It keeps the serve.yaml plan
+in force, models pushed by clients (their files live in one folder each under the storage dir,
+see app/models/storage.py) and in-memory Python objects, and turns requests into repository loads:
+
+* ``load`` with no parameters (re)loads a model as it is known; with ``config`` (Triton's
+  ModelConfig JSON or a servekit entry) and ``file:`` parameters it loads that, a new model if
+  the name is new. A failed reload keeps the previous load serving and raises with the reason.
+* ``unload`` unloads. For a pushed model it also deletes the pushed files, as Triton deletes
+  the files of a model loaded with file overrides: a model that exists only because it was
+  pushed leaves the index (a later load without config answers NOT_FOUND, as Triton does for a
+  model that is not in its repository), and a serve.yaml model whose files were replaced by a
+  push goes back to its serve.yaml entry, unloaded (a load without config loads that again).
+* ``apply_plan`` applies an edited serve.yaml: added models load (as ``startupModels`` says),
+  removed ones unload and leave the index, changed ones (entry, runtime or model files) reload.
+* ``add`` serves a ModelConfig (and optionally a Python object) from inside the process.
+
+A load request is a client's data and may not become code or reach files of its choosing,
+whatever the auth settings: its config cannot choose code (a Python model's entrypoint,
+parameters, runtime and options come from serve.yaml only; see app/models/pushed_config.py), its
+storageUri stays inside serve.yaml's folder, its files are only an ONNX model and the external
+data that model references (app/runtimes/onnx_files.py), checked before anything is written, and it
+is
+bounded by ``server.limits`` (instances, threads, versions, how many pushed models and bytes).
+Nothing answered to a client names where pushed files live (app/shown_paths.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from dataclasses import replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from app.config.compiler import (
+    ModelPlan,
+    ServePlan,
+    available_cores,
+    choose_runtime,
+    plan_model,
+    resolve_options,
+)
+from app.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
+from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from app.models import storage
+from app.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
+from app.models.repository import ModelEntry, ModelRepository, State
+from app.runtimes import onnx_files
+from app.runtimes.python import forget_object, register_object
+
+Fingerprint = tuple[tuple[int, str, int, int], ...]
+
+
+class ModelControl:
+    """Load, unload, push and hot-reload models of one repository (one operation at a time)."""
+
+    def __init__(self, repository: ModelRepository) -> None:
+        self.repository = repository
+        self.plan: ServePlan = repository.plan
+        self._lock = asyncio.Lock()
+        self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
+        self._fingerprints = {m.name: fingerprint(m) for m in self.plan.models}
+        _import_root(self.plan.base_dir)
+        storage.clean(self.storage_dir)
+
+    @property
+    def storage_dir(self) -> Path:
+        return storage.default_storage_dir(self.plan.base_dir, self.plan.server.storage_dir)
+
+    @property
+    def recent_errors(self) -> list[dict[str, Any]]:
+        """Failed loads and rejected serve.yaml edits, newest last."""
+        return self.repository.recent_errors
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """One row per model version: name, version, state, reason (ready ones only if asked)."""
+        rows = self.repository.index()
+        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+
+    # -- repository extension ---------------------------------------------------------------
+    async def load(self, name: str, parameters: dict[str, object] | None = None) -> None:
+        """Load or reload ``name``; ``config`` and ``file:<version>/<path>`` as in Triton."""
+        self._check_client_control("load")
+        _check_name(name)
+        params = dict(parameters or {})
+        config_text = params.pop("config", None)
+        files = {k: params.pop(k) for k in list(params) if k.startswith(storage.FILE_PREFIX)}
+        if params:
+            raise InvalidArgument(
+                f"unknown load parameter(s) {', '.join(map(repr, params))}; accepted: config, "
+                "file:<version>/<name>"
+            )
+        if files and config_text is None:
+            raise InvalidArgument("file: parameters need a config parameter as well")
+        pushed_files = storage.validate_files(files, self.plan.server.max_request_bytes)
+        async with self._lock:
+            current = self._current(name)
+            if config_text is None:
+                if current is None:
+                    raise NotFound(f"unknown model {name!r}; push it with a config parameter")
+                await self._load(self._recompile(current), None)
+                return
+            base = current.config if current is not None else None
+            model = parse_load_config(name, config_text, base, [p for p, _ in pushed_files])
+            runtime = self._runtime_for(model)
+            model = check_code(model, runtime, current)
+            versions = {p.parts[0] for p, _ in pushed_files}
+            check_limits(model, base, self.plan.server.limits, len(versions))
+            if pushed_files:
+                if runtime.implementation != "onnxruntime":
+                    raise PermissionDenied(
+                        f"{model.model_format.name} models cannot be pushed as files (Python "
+                        "models run code); declare them in serve.yaml"
+                    )
+                await asyncio.to_thread(onnx_files.check_pushed, pushed_files)
+                self._check_room(name, pushed_files)
+            else:
+                check_sources(model, base, self.plan.base_dir, self.storage_dir)
+            # Everything is checked: only now is anything written.
+            folder = storage.stage(self.storage_dir, name, pushed_files) if pushed_files else None
+            if folder is not None:
+                model = model.model_copy(update={"storage_uri": str(folder)})
+            await self._load(self.compile_model(model), folder)
+
+    def _check_room(self, name: str, files: list[tuple[PurePosixPath, bytes]]) -> None:
+        """``server.limits.maxPushedModels`` and ``maxPushedBytes``, counted on disk; a push
+        replacing ``name``'s files does not count those (they are deleted once it loads)."""
+        limits = self.plan.server.limits
+        others = [folder for model, folder in self._pushed.items() if model != name]
+        if len(others) + 1 > limits.max_pushed_models:
+            raise ResourceExhausted(
+                f"{len(others)} pushed models are stored, server.limits.maxPushedModels is "
+                f"{limits.max_pushed_models}: unload one first"
+            )
+        stored = sum(storage.disk_bytes(folder) for folder in others)
+        wanted = stored + sum(len(data) for _, data in files)
+        if wanted > limits.max_pushed_bytes:
+            raise ResourceExhausted(
+                f"pushed models would take {wanted} bytes on disk ({stored} stored), beyond "
+                f"server.limits.maxPushedBytes ({limits.max_pushed_bytes})"
+            )
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name`` (in-flight requests finish); a pushed model's files are deleted (see
+        the module docstring). servekit has no ensembles, so no model depends on another and
+        ``unload_dependents`` has nothing more to unload."""
+        self._check_client_control("unload")
+        _check_name(name)
+        async with self._lock:
+            plan = self.repository.get(name).plan
+            if not self._is_pushed(name, plan):
+                await self.repository.unload(name)
+                return
+            declared = self.plan.model(name)
+            if declared is None:
+                await self._forget(name)
+                return
+            await self.repository.unload(name)
+            self._release_push(name, declared)
+            self.repository.register(declared, "unloaded")
+            self._fingerprints[name] = fingerprint(declared)
+
+    async def remove(self, name: str) -> None:
+        """Unload ``name`` and forget it: it leaves the index and its pushed files are deleted."""
+        _check_name(name)
+        async with self._lock:
+            self.repository.get(name)
+            await self._forget(name)
+
+    async def add(self, model: ModelConfig, python_object: object | None = None) -> None:
+        """Serve ``model`` (replacing a model of that name); ``python_object`` is used instead
+        of importing the entrypoint (a function, class or instance held in memory)."""
+        if python_object is not None:
+            model = model.model_copy(update={"entrypoint": register_object(python_object)})
+        try:
+            async with self._lock:
+                await self._load(self.compile_model(model), None)
+        except BaseException:
+            if python_object is not None:
+                forget_object(model.entrypoint)
+            raise
+
+    # -- hot reload ---------------------------------------------------------------------------
+    async def apply_plan(self, new_plan: ServePlan) -> dict[str, list[str]]:
+        """Apply an edited serve.yaml; returns the names added, removed, reloaded and failed."""
+        done: dict[str, list[str]] = {"added": [], "removed": [], "reloaded": [], "failed": []}
+        async with self._lock:
+            old, self.plan = self.plan, new_plan
+            self.repository.plan = new_plan
+            _import_root(new_plan.base_dir)
+            wanted = {m.name: m for m in new_plan.models}
+            for model in old.models:
+                if model.name not in wanted and self._current(model.name) is not None:
+                    await self._forget(model.name)
+                    done["removed"].append(model.name)
+            previous = {m.name: m for m in old.models}
+            for plan in new_plan.models:
+                before = previous.get(plan.name)
+                if before is not None and self._unchanged(before, plan, old, new_plan):
+                    continue
+                entry = self._entry(plan.name)
+                loaded = entry is not None and entry.is_loaded()
+                if before is None and _selected(new_plan, plan.name):
+                    self.repository.requested.add(plan.name)
+                # A model asked for loads again when its entry changes (a failed one may be fixed)
+                should_load = loaded or plan.name in self.repository.requested
+                done["added" if before is None else "reloaded"].append(plan.name)
+                if not should_load:
+                    self._release_push(plan.name, plan)
+                    self.repository.register(plan)
+                    self._fingerprints[plan.name] = fingerprint(plan)
+                    continue
+                try:
+                    await self._load(plan, None)
+                except InvalidArgument:
+                    done["failed"].append(plan.name)  # the repository recorded why
+        return done
+
+    # -- helpers ------------------------------------------------------------------------------
+    @property
+    def client_control(self) -> bool:
+        """Whether clients may load and unload models (``server.modelControl`` in force)."""
+        return self.plan.model_control == "explicit"
+
+    def _check_client_control(self, action: str) -> None:
+        if not self.client_control:
+            raise PermissionDenied(
+                f"model {action} is disabled: server.modelControl is none (the default when the "
+                "server listens beyond loopback without a repository token); set "
+                "server.modelControl: explicit with server.auth.repository to allow it"
+            )
+
+    def compile_model(self, model: ModelConfig) -> ModelPlan:
+        """Plan one model against the runtimes of the plan in force."""
+        runtime = self._runtime_for(model)
+        total = sum(e.plan.instances for e in self.repository.entries()) + model.instances
+        options = resolve_options(runtime.options, model.runtime_options, available_cores(), total)
+        return plan_model(model, runtime, options, self.plan.base_dir)
+
+    def _runtime_for(self, model: ModelConfig) -> RuntimeConfig:
+        try:
+            return choose_runtime(model, {r.name: r for r in self.plan.runtimes})
+        except ValueError as exc:
+            raise InvalidArgument(f"model {model.name!r}: {exc}") from None
+
+    def _entry(self, name: str) -> ModelEntry | None:
+        try:
+            return self.repository.get(name)
+        except NotFound:
+            return None
+
+    def _current(self, name: str) -> ModelPlan | None:
+        entry = self._entry(name)
+        return entry.plan if entry is not None else None
+
+    def _recompile(self, plan: ModelPlan) -> ModelPlan:
+        """The plan again, with versions rediscovered on disk (a new version folder counts)."""
+        return self.compile_model(plan.config) if plan.config is not None else plan
+
+    async def _load(self, plan: ModelPlan, folder: Path | None) -> None:
+        before = self._current(plan.name)
+        try:
+            entry = await self.repository.load(plan)
+        except BaseException:
+            storage.discard(self.storage_dir, folder)
+            raise
+        if entry.plan is not plan or entry.failed_versions() or not entry.versions:
+            storage.discard(self.storage_dir, folder)
+            raise InvalidArgument(f"failed to load {plan.name!r}: {entry.reason()}")
+        self._fingerprints[plan.name] = fingerprint(plan)
+        self.repository.requested.add(plan.name)  # loaded on request: now asked for
+        self._release_push(plan.name, plan)
+        if folder is not None:
+            self._pushed[plan.name] = folder
+        old_entrypoint = before.config.entrypoint if before and before.config else None
+        if plan.config is not None and old_entrypoint != plan.config.entrypoint:
+            forget_object(old_entrypoint)  # the object registered for the replaced load
+
+    def _is_pushed(self, name: str, plan: ModelPlan) -> bool:
+        """Whether ``name`` serves (or failed to load) files a client pushed."""
+        uri = plan.config.storage_uri if plan.config is not None else None
+        if name in self._pushed or uri is None or not Path(uri).is_absolute():
+            return name in self._pushed
+        return Path(uri).is_relative_to(self.storage_dir.resolve())
+
+    def _release_push(self, name: str, plan: ModelPlan) -> None:
+        """Forget the previous push folder of ``name`` once ``plan`` no longer uses it."""
+        old = self._pushed.get(name)
+        if old is not None and (plan.config is None or plan.config.storage_uri != str(old)):
+            storage.discard(self.storage_dir, self._pushed.pop(name))
+
+    async def _forget(self, name: str) -> None:
+        plan = self._current(name)
+        await self.repository.remove(name)
+        storage.discard(self.storage_dir, self._pushed.pop(name, None))
+        self._fingerprints.pop(name, None)
+        if plan is not None and plan.config is not None:
+            forget_object(plan.config.entrypoint)
+
+    def _unchanged(self, a: ModelPlan, b: ModelPlan, old: ServePlan, new: ServePlan) -> bool:
+        """Same entry, same runtime definition, same files (derived thread counts ignored)."""
+        runtime_a = next((r for r in old.runtimes if r.name == a.runtime), None)
+        runtime_b = next((r for r in new.runtimes if r.name == b.runtime), None)
+        return (
+            replace(a, options=b.options) == b
+            and runtime_a == runtime_b
+            and self._fingerprints.get(a.name) == fingerprint(b)
+        )
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not MODEL_NAME.match(name):
+        raise InvalidArgument(
+            f"invalid model name {str(name)[:200]!r}: use letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit, at most 128 characters)"
+        )
+
+
+def _selected(plan: ServePlan, name: str) -> bool:
+    """Whether ``startupModels`` loads ``name`` (for models added by a serve.yaml edit too)."""
+    choice = plan.server.startup_models
+    return choice == "all" or (isinstance(choice, list) and name in choice)
+
+
+def _import_root(base_dir: Path) -> None:
+    """Python models are imported from serve.yaml's folder (appended: never shadows stdlib)."""
+    root = str(base_dir.resolve())
+    if root not in sys.path:
+        sys.path.append(root)
+
+
+def fingerprint(plan: ModelPlan) -> Fingerprint:
+    """Model files by version, size and modification time: a changed file means a reload."""
+    out = []
+    for version in plan.versions:
+        if version.path is not None:
+            try:
+                stat = version.path.stat()
+            except OSError:
+                continue
+            out.append((version.version, str(version.path), stat.st_mtime_ns, stat.st_size))
+    return tuple(out)

@@ -1,0 +1,187 @@
+"""Hot reload (``servekit serve --watch`` or ``server.watch: true``): apply serve.yaml edits live.
+
+watchfiles (Rust ``notify``) reports changes to serve.yaml's folder and to the model folders it
+names; every change, and a once-a-second look at serve.yaml's content (which also catches
+ConfigMap-style symlink swaps), re-reads the file. A valid edit becomes a new plan that
+:meth:`ModelControl.apply_plan` applies (added models load, removed unload, changed reload,
+models whose files changed on disk reload). An invalid edit is logged and recorded in
+``control.recent_errors`` with its YAML location, and the running configuration stays as it was.
+Listener settings (host, ports, size limits, storage dir) cannot change in a running process:
+an edit of them is reported and needs a restart. Every re-read goes through
+:func:`app.config.overrides.load_plan` with the command line's
+:class:`~app.config.overrides.Overrides`, so
+``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
+(a setting a flag overrides is not changed by editing it, so no restart is asked for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Protocol
+
+from pydantic.alias_generators import to_camel
+from watchfiles import Change, awatch
+
+from app.config.compiler import ServePlan
+from app.config.loader import ConfigError
+from app.config.overrides import Overrides, load_plan
+from app.config.schema import ServerConfig
+from app.models.repository import ModelRepository
+from app.services.model_control import ModelControl
+
+
+class ServeKit(Protocol):
+    """What the watcher needs of the server it reloads (app.server.ServeKit is one)."""
+
+    plan: ServePlan
+    control: ModelControl
+    repository: ModelRepository
+
+    async def wait_until_loaded(self) -> None: ...
+
+
+log = logging.getLogger("servekit.watch")
+
+NOT_LIVE = (
+    "host",
+    "http_port",
+    "grpc_port",
+    "grpc_max_message_bytes",
+    "max_request_bytes",
+    "storage_dir",
+    "watch",
+    "model_control",
+    "auth",
+    "tls",
+)
+"""Server settings a running process keeps; the rest apply live."""
+
+
+class _Watcher:
+    """The state of one server's watch: what was applied last and what to look at."""
+
+    def __init__(self, server: ServeKit, path: Path, overrides: Overrides) -> None:
+        self.server = server
+        self.path = path
+        self.overrides = overrides
+        self.running: ServerConfig = server.plan.server
+        # Not read here: the file may have been edited since the start plan was loaded from
+        # it, so the first check compiles it once more (an unchanged file applies no change).
+        self.applied: bytes | None = None
+        self.effective: ServerConfig = server.plan.server
+        """Server settings of the last plan read (file, environment and flags), to tell edits."""
+        self.roots: set[Path] = set()
+
+    def relevant(self, _: Change, name: str) -> bool:
+        """Whether a change concerns serve.yaml or a model location it names (read live)."""
+        changed = Path(name)
+        return changed in (self.path.resolve(), self.path.absolute()) or any(
+            changed == root or changed.is_relative_to(root) for root in self.roots
+        )
+
+    def targets(self) -> set[Path]:
+        """Folders to watch (non-recursively); updates the model locations that matter."""
+        plan = self.server.control.plan
+        folders = {self.path.parent.resolve()}
+        roots: set[Path] = set()
+        for model in plan.models:
+            if model.config is None or model.config.storage_uri is None:
+                continue
+            location = (plan.base_dir / model.config.storage_uri).resolve()
+            roots.add(location)
+            if location.is_dir():
+                folders.add(location)
+                folders.update(
+                    p
+                    for p in location.iterdir()
+                    if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+                )  # hidden folders (.ipynb_checkpoints) are never versions
+            elif location.parent.is_dir():
+                folders.add(location.parent)
+        self.roots = roots
+        return folders
+
+    async def check(self, touched: bool) -> None:
+        """Re-read serve.yaml if it changed or a model file was touched, and apply it."""
+        text = _read(self.path)
+        if text == self.applied and not touched:
+            return
+        self.applied = text
+        try:
+            plan = await asyncio.to_thread(self._compile)
+        except ConfigError as exc:
+            self.server.repository.record_error(
+                "watch",
+                f"serve.yaml edit rejected; still serving the previous configuration:\n{exc}",
+            )
+            return
+        done = await self.server.control.apply_plan(plan)
+        self.server.plan = plan
+        changes = {k: v for k, v in done.items() if v}
+        if changes:
+            log.info("serve.yaml applied: %s", changes)
+
+    def _compile(self) -> ServePlan:
+        plan = load_plan(self.path, self.overrides)  # the same rule as at start
+        edited = [
+            to_camel(k) for k in NOT_LIVE if getattr(plan.server, k) != getattr(self.effective, k)
+        ]
+        if edited:
+            self.server.repository.record_error(
+                "watch",
+                f"serve.yaml changed server.{', server.'.join(edited)}: "
+                "restart servekit to apply (the rest of the edit is applied)",
+            )
+        self.effective = plan.server
+        fixed = {k: getattr(self.running, k) for k in NOT_LIVE}
+        return dataclasses.replace(plan, server=plan.server.model_copy(update=fixed))
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+async def watch_config(
+    server: ServeKit, overrides: Overrides | None = None, *, debounce_ms: int = 300
+) -> None:
+    """Apply serve.yaml edits to ``server`` until cancelled; ``overrides`` must be those the
+    server's plan was loaded with (the command line), so that every reload applies them too."""
+    path = server.plan.config_path
+    if path is None:
+        log.warning("--watch: this server has no serve.yaml file to watch")
+        return
+    watcher = _Watcher(server, path, overrides or Overrides())
+    log.info("watching %s for changes", path)
+    await server.wait_until_loaded()  # edits made meanwhile are seen by the first check
+    while True:
+        folders = watcher.targets()
+        config = path.resolve()
+        try:
+            async for changes in awatch(
+                *folders,
+                watch_filter=watcher.relevant,
+                recursive=False,
+                debounce=debounce_ms,
+                step=50,
+                rust_timeout=1000,
+                yield_on_timeout=True,
+            ):
+                try:
+                    await watcher.check(touched=_touches_models(changes, config))
+                except Exception:  # the watcher must outlive any one bad reload
+                    log.exception("applying serve.yaml failed")
+                if watcher.targets() != folders:
+                    break  # models moved or version folders appeared: watch the new set
+        except (OSError, RuntimeError) as exc:  # a watched folder vanished under us
+            log.warning("watching restarts: %s", exc)
+            await asyncio.sleep(1.0)
+
+
+def _touches_models(changes: set[tuple[Change, str]], config: Path) -> bool:
+    return any(Path(name) != config for _, name in changes)
