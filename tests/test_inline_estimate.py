@@ -17,8 +17,7 @@ import onnx_builders
 
 from app.config.compiler import compile_plan
 from app.config.loader import parse_config
-from app.models.repository import ModelRepository
-from app.services.dataplane import DataPlane
+from app.server import ServeKit
 from app.types import InferRequest, Tensor
 
 CONFIG = """
@@ -33,9 +32,9 @@ models:
 def test_fast_model_returns_inline_after_a_slow_moment(tmp_path: Path) -> None:
     async def scenario() -> None:
         onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp.onnx"))
-        repository = ModelRepository(compile_plan(parse_config(CONFIG), tmp_path))
-        await repository.start()
-        dataplane = DataPlane(repository)
+        kit = ServeKit(compile_plan(parse_config(CONFIG), tmp_path))  # services only, no listener
+        await kit.control.start()
+        dataplane = kit.dataplane
         x = np.ones((1, 16), dtype=np.float32)
         dataplane._compute_avg_ns[("mlp", 1)] = 50e6  # as if one call had been preempted
         stop = asyncio.Event()
@@ -54,6 +53,6 @@ def test_fast_model_returns_inline_after_a_slow_moment(tmp_path: Path) -> None:
         stop.set()
         await other
         assert dataplane._compute_avg_ns[("mlp", 1)] < 500_000
-        await repository.close()
+        await kit.stop()
 
     asyncio.run(scenario())

@@ -170,55 +170,81 @@ class Limits(Section):
     """Bytes all pushed model files may take on disk together."""
 
 
-class ServerConfig(Section):
-    """Network and process settings of the one server."""
+LIVE: dict[str, Any] = {"live": True}
+"""``json_schema_extra`` of a server setting an edit of serve.yaml changes while running."""
+RESTART: dict[str, Any] = {"live": False}
+"""``json_schema_extra`` of a server setting a running process keeps until it restarts."""
 
-    name: str = "servekit"
+
+class ServerConfig(Section):
+    """Network and process settings of the one server.
+
+    Every field says, where it is declared, whether an edit of serve.yaml applies to the running
+    server (``LIVE``) or needs a restart (``RESTART``: listeners, tokens, TLS, the storage
+    folder). ``servekit serve --watch`` and a notebook's ``reload()`` keep the running value of a
+    restart-only field (and report the edit); the JSON Schema shows the mark as ``live``.
+    """
+
+    name: str = Field("servekit", json_schema_extra=LIVE)
     """Server name reported by the V2 server metadata endpoint."""
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", json_schema_extra=RESTART)
     """Address both HTTP and gRPC listen on: the loopback interface by default, so nothing
     outside this machine reaches the server until you say so (`0.0.0.0` for every IPv4
     interface, `::` for every interface, or one address or host name)."""
-    model_control: Literal["none", "explicit"] | None = None
+    model_control: Literal["none", "explicit"] | None = Field(None, json_schema_extra=RESTART)
     """Whether clients may load and unload models through the repository API (`explicit`) or
     not (`none`: load and unload answer 403 / PERMISSION_DENIED; the index stays readable).
     Default: `explicit` when the server listens only on loopback or a repository token is
     configured, `none` otherwise. Editing serve.yaml under `--watch` works in either mode."""
-    auth: AuthConfig = AuthConfig()
+    auth: AuthConfig = Field(AuthConfig(), json_schema_extra=RESTART)
     """Access tokens by API group (inference, metadata, repository, admin)."""
-    tls: TlsConfig | None = None
+    tls: TlsConfig | None = Field(None, json_schema_extra=RESTART)
     """Serve HTTPS and gRPC over TLS (optionally mutual); default plain HTTP/gRPC."""
-    strict_readiness: bool = True
+    strict_readiness: bool = Field(True, json_schema_extra=LIVE)
     """Readiness (`/v2/health/ready`, gRPC ServerReady, grps ready) is false while a model that
     serve.yaml or startupModels asks for is not READY, as in Triton; false: ready once the
     server is up and start-up loading is done."""
-    limits: Limits = Limits()
+    limits: Limits = Field(Limits(), json_schema_extra=LIVE)
     """Bounds on what clients may push through the repository API."""
-    http_port: int = Field(8000, ge=0, le=65535)
+    http_port: int = Field(8000, ge=0, le=65535, json_schema_extra=RESTART)
     """REST, dashboard and metrics port; 0 picks a free port."""
-    grpc_port: int | None = Field(8001, ge=0, le=65535)
+    grpc_port: int | None = Field(8001, ge=0, le=65535, json_schema_extra=RESTART)
     """gRPC port; 0 picks a free port; null disables gRPC."""
-    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
     """Largest gRPC message accepted or sent, in bytes."""
-    grpc_poller_nice: int = Field(19, ge=0, le=19)
+    grpc_poller_nice: int = Field(19, ge=0, le=19, json_schema_extra=RESTART)
     """How much lower than the rest of the server grpcio's poller thread runs (Linux nice
     steps; 0 keeps it equal). Lower priority lets the event loop finish its work before the
     poller takes the core, instead of being preempted at every gRPC event: on one core,
     about 20% more gRPC calls per second (docs/performance.md)."""
-    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
     """Largest HTTP request body accepted, in bytes."""
-    storage_dir: str | None = None
+    storage_dir: str | None = Field(None, json_schema_extra=RESTART)
     """Folder for models pushed by clients (repository load with files); default
     `.servekit/storage` beside serve.yaml."""
-    startup_models: Literal["all", "none"] | list[str] = "all"
+    startup_models: Literal["all", "none"] | list[str] = Field("all", json_schema_extra=LIVE)
     """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
-    watch: bool = False
+    watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
-    inline_below_microseconds: int = Field(500, ge=0)
+    inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
     """Models whose average compute time is below this run on the event loop thread (no
     thread hop); slower ones run in a worker thread so the server stays responsive."""
-    grps_streaming: GrpsStreaming = GrpsStreaming()
+    grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
     """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
+
+
+def _restart_only() -> frozenset[str]:
+    """ServerConfig fields marked RESTART; every field must carry a mark (checked at import, so
+    a new setting cannot be added without deciding)."""
+    marks = {name: f.json_schema_extra for name, f in ServerConfig.model_fields.items()}
+    unmarked = [n for n, extra in marks.items() if extra not in (LIVE, RESTART)]
+    if unmarked:
+        raise TypeError(f"ServerConfig fields without a LIVE/RESTART mark: {unmarked}")
+    return frozenset(name for name, extra in marks.items() if extra == RESTART)
+
+
+RESTART_ONLY: frozenset[str] = _restart_only()
+"""ServerConfig attribute names whose edits need a restart (the rest apply live)."""
 
 
 class ModelFormat(Section):

@@ -25,6 +25,7 @@ from app.listen import PORT_ATTEMPTS, url_host
 from app.protos import POOL
 from app.protos import grpc_service_pb2_grpc as pb_grpc
 from app.services.dataplane import DataPlane
+from app.services.model_control import ModelControl
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""
@@ -34,7 +35,7 @@ async def start_grpc_server(
     dataplane: DataPlane,
     server: ServerConfig,
     *,
-    control: Any = None,
+    control: ModelControl | None = None,
     services: Sequence[Registrar] = (),
     hosts: Sequence[str] | None = None,
     tls: TlsFiles | None = None,
@@ -43,7 +44,8 @@ async def start_grpc_server(
 
     ``hosts`` are the IP addresses to listen on (what the HTTP listener bound, so both agree;
     default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a
-    client certificate when it has client CAs (mutual TLS).
+    client certificate when it has client CAs (mutual TLS). ``control`` enables the
+    repository RPCs. ``server.grpcPollerNice`` is applied here, once (it is restart-only).
     """
     addresses = list(hosts) if hosts else [server.host]
     credentials = None
@@ -71,11 +73,14 @@ async def start_grpc_server(
 
 
 def _build(
-    dataplane: DataPlane, server: ServerConfig, control: Any, services: Sequence[Registrar]
+    dataplane: DataPlane,
+    server: ServerConfig,
+    control: ModelControl | None,
+    services: Sequence[Registrar],
 ) -> tuple[grpc.aio.Server, health.HealthServicer]:
     """The server with every service registered, not yet bound."""
     limit = server.grpc_max_message_bytes
-    access = dataplane.repository.plan.access
+    access = dataplane.access
     aio_server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", limit),

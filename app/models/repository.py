@@ -13,9 +13,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from app.config.compiler import ModelPlan, ServePlan
+from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
 from app.errors import NotFound, Unavailable
 from app.runtimes import load_runtime
@@ -94,22 +95,24 @@ class ModelEntry:
 class ModelRepository:
     """Every model the server knows, loaded or not."""
 
-    def __init__(self, plan: ServePlan) -> None:
-        self.plan = plan
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        """serve.yaml's folder (fixed for a server's life): paths under it are shown relative
+        in reasons and errors, others hidden (app/shown_paths.py)."""
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self.startup_done = False
         self.requested: set[str] = set()
         """Models the server is asked to serve: the start-up set, models a serve.yaml edit adds
         that ``startupModels`` selects, and successful client loads, minus client unloads and
-        models removed from serve.yaml. Strict readiness waits for these (DataPlane.ready)."""
+        models removed from serve.yaml (ModelControl keeps it). Strict readiness waits for
+        these (DataPlane.ready)."""
         self.recent_errors: list[dict[str, Any]] = []
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
 
     def record_error(self, source: str, message: str, model: str | None = None) -> None:
         """Remember a failure for the dashboard (bounded, without absolute paths) and log it."""
         log.warning("%s: %s", source, message)
-        shown = hide_paths(message, self.plan.base_dir)
+        shown = hide_paths(message, self.base_dir)
         self.recent_errors.append(
             {"time": time.time(), "source": source, "model": model, "message": shown}
         )
@@ -157,17 +160,6 @@ class ModelRepository:
         return list(self._models.values())
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Register every planned model and load those chosen by ``startupModels``."""
-        choice = self.plan.server.startup_models
-        for model in self.plan.models:
-            self._models[model.name] = ModelEntry(model, _unloaded(model, "not loaded"))
-        for model in self.plan.models:
-            if choice == "all" or (isinstance(choice, list) and model.name in choice):
-                self.requested.add(model.name)
-                await self.load(model)
-        self.startup_done = True
-
     async def load(self, plan: ModelPlan) -> ModelEntry:
         """Load (or reload) a model; the previous versions keep serving until the swap.
 
@@ -185,7 +177,7 @@ class ModelRepository:
             versions = {}
             for source in plan.versions:
                 loaded = await asyncio.to_thread(_load_version, plan, source)
-                shown = hide_paths(loaded.reason, self.plan.base_dir)  # clients read reasons
+                shown = hide_paths(loaded.reason, self.base_dir)  # clients read reasons
                 if shown != loaded.reason:
                     log.info("%s version %s: %s", plan.name, source.version, loaded.reason)
                     loaded.reason = shown
@@ -207,7 +199,7 @@ class ModelRepository:
             return entry
 
     def register(self, plan: ModelPlan, reason: str = "not loaded") -> None:
-        """Know a model without loading it (startupModels, or a changed plan not loaded)."""
+        """Know a model without loading it (start-up, or a changed plan not loaded)."""
         current = self._models.get(plan.name)
         if current is not None and current.is_loaded():
             raise ValueError(f"model {plan.name!r} is loaded; reload or unload it instead")

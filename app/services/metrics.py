@@ -49,8 +49,7 @@ class DataPlaneCollector(Collector):
             "1 for the current state of each model version",
             labels=[*labels, "state"],
         )
-        repository = self._dataplane.repository
-        for entry in repository.entries():
+        for entry in self._dataplane.models():
             name = entry.plan.name
             for number, version in entry.versions.items():
                 key = [name, str(number)]
