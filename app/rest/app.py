@@ -47,6 +47,7 @@ def create_app(
                 "dataplane": dataplane,
                 "metrics_registry": make_registry(dataplane),
                 "access": plan.access,
+                "max_json_request_bytes": plan.server.max_json_request_bytes,
                 **(state or {}),
             }
         ),

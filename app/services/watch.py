@@ -51,6 +51,8 @@ NOT_LIVE = (
     "grpc_port",
     "grpc_max_message_bytes",
     "max_request_bytes",
+    "max_json_request_bytes",
+    "network",
     "storage_dir",
     "watch",
     "model_control",
