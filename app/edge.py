@@ -12,8 +12,9 @@ connection, only what those gaps need:
   ``headerTimeoutSeconds`` of its first byte (or of connecting), and no pause between body
   reads longer than ``bodyTimeoutSeconds``; past it the client gets 408 and the connection is
   closed;
-- header bytes (request line included, counted while they arrive, before httptools has
-  buffered more than a read past the limit) and header lines: 431 and close;
+- header bytes (request line included; counted per read while a header block is incomplete,
+  so httptools never buffers more than one read past the limit, and exactly once it is
+  complete unless it came whole in one read under the limit) and header lines: 431 and close;
 - a cap on open connections, lowered to what the open-file limit allows: at the cap a new
   connection displaces the oldest connection with no request in progress (idle, or still
   sending its headers: a slowloris client), as nginx reuses idle connections; with none to
@@ -133,11 +134,9 @@ class EdgeProtocol(HttpToolsProtocol):
         self._phase = _HEADER
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
-        self._header_bytes = 0
-        """Request line and header lines seen complete by httptools (exact)."""
         self._raw_header_bytes = 0
         """Bytes of reads that held only header bytes (what httptools may be buffering)."""
-        self._header_count = 0
+        self._chunk_size = 0
         self._began_in_chunk = False
         self._refused = False
 
@@ -182,6 +181,7 @@ class EdgeProtocol(HttpToolsProtocol):
             return
         self._unset_keepalive_if_required()
         self._began_in_chunk = False
+        self._chunk_size = len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -209,28 +209,20 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._began_in_chunk = True
-        self._header_bytes = self._raw_header_bytes = self._header_count = 0
+        self._raw_header_bytes = 0
         if self._phase != _HEADER:  # a later request on a kept-alive connection
             self._watch(_HEADER, self.edge.limits.header_timeout_seconds)
 
-    def on_url(self, url: bytes) -> None:
-        super().on_url(url)
-        self._header_bytes += len(url)
-        if self._header_bytes > self.edge.limits.max_header_bytes:
-            raise _Refuse(431, self._too_large())
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_count += 1
-        self._header_bytes += len(name) + len(value) + 4
-        limits = self.edge.limits
-        if self._header_count > limits.max_header_count:
-            raise _Refuse(431, f"more than {limits.max_header_count} header lines")
-        if self._header_bytes > limits.max_header_bytes:
-            raise _Refuse(431, self._too_large())
-        super().on_header(name, value)
-
     def on_headers_complete(self) -> None:
         edge = self.edge
+        limits = edge.limits
+        if len(self.headers) > limits.max_header_count:
+            raise _Refuse(431, f"more than {limits.max_header_count} header lines")
+        if not self._began_in_chunk or self._chunk_size > limits.max_header_bytes:
+            # Not the usual small request read at once: count its header bytes exactly.
+            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+            if size > limits.max_header_bytes:
+                raise _Refuse(431, self._too_large())
         edge.waiting.pop(self, None)
         self._watch(_BODY, edge.limits.body_timeout_seconds)
         if len(self.tasks) >= edge.limits.max_requests_in_flight:
@@ -251,8 +243,9 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # the next request starts now: still busy
         super().on_response_complete()
-        if not self.transport.is_closing():
+        if not pipelined and not self.transport.is_closing():
             self.edge.waiting[self] = None  # idle until the next request: displaceable
 
     # -- deadlines ----------------------------------------------------------------------------
