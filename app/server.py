@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 from litestar import Litestar
 
-from app import dashboard
+from app import dashboard, edge
 from app.config.compiler import ServePlan
 from app.listen import Addresses, bind_http, bound_address
 from app.models.repository import ModelRepository
@@ -87,6 +88,7 @@ class ServeKit:
         sockets = bind_http(server.host, server.http_port)
         hosts = tuple(bound_address(s) for s in sockets)
         self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
+        network = server.network
         config = uvicorn.Config(
             self.http_app(),
             lifespan="off",
@@ -95,7 +97,10 @@ class ServeKit:
             timeout_graceful_shutdown=30,
             server_header=False,
             loop="none",
-            http="httptools",
+            # uvicorn's httptools protocol plus the deadlines and limits it lacks (app/edge.py)
+            http=edge.protocol_class(network),
+            timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
+            backlog=edge.ACCEPT_BACKLOG,
             # Our own context (app/config/tls.py, from the files the config check read); uvicorn's
             # file
             # options would prompt on the terminal for an encrypted key's password.

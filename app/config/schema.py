@@ -176,6 +176,46 @@ RESTART: dict[str, Any] = {"live": False}
 """``json_schema_extra`` of a server setting a running process keeps until it restarts."""
 
 
+class NetworkLimits(Section):
+    """How long clients may take and how many they may be, on both listeners: what keeps a
+    slow, idle or oversized client from holding the server (slowloris, huge headers, runaway
+    streams). The defaults suit a small machine (2 cores, a 1,024 open-file limit) serving
+    programs, not browsers on slow links; README's "Limits at the edge" explains each."""
+
+    header_timeout_seconds: float = Field(10.0, gt=0, le=3600)
+    """Time a client has to send a request's whole header block, from its first byte (or from
+    connecting); after it the request is answered 408 and the connection closed."""
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    """Longest pause between two reads of a request body (nginx's client_body_timeout): a body
+    announced but not sent gets 408 and the connection closed. A slow but moving upload is
+    not cut."""
+    keep_alive_seconds: float = Field(30.0, gt=0, le=3600)
+    """How long an idle HTTP keep-alive connection stays open between requests."""
+    max_connections: int = Field(1000, ge=1, le=1_000_000)
+    """Open HTTP connections at most. At the cap, a new connection first displaces the oldest
+    one that has no request in progress (idle keep-alive, then one still sending headers);
+    when none can be displaced it gets 503 and is closed at once. Lowered at start to what
+    the process's open-file limit leaves (minus a reserve for models, gRPC and logs), so the
+    server refuses connections instead of running out of file descriptors."""
+    max_requests_in_flight: int = Field(256, ge=1, le=1_000_000)
+    """HTTP requests being read or answered at once, all connections together; beyond it a
+    request gets 503 with Retry-After at once (each in-flight request may hold a body of up to
+    maxRequestBytes in memory)."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Request line plus all header lines, in bytes; larger gets 431 (Envoy allows 60 KiB,
+    nginx 32 KiB)."""
+    max_header_count: int = Field(100, ge=8, le=10_000)
+    """Header lines in one request; more gets 431 (Envoy's default, 100)."""
+    grpc_max_concurrent_streams: int = Field(128, ge=1, le=1_000_000)
+    """gRPC calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)."""
+    grpc_max_metadata_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
+    """Largest gRPC metadata (headers) a call may send."""
+    grpc_keepalive_seconds: float = Field(60.0, ge=1, le=86_400)
+    """The server pings a gRPC connection idle this long, and drops it when the ping is not
+    answered within 20 s; clients may ping at most every 10 s without a call in progress
+    (more often: GOAWAY, grpcio's too_many_pings)."""
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server.
 
@@ -206,6 +246,8 @@ class ServerConfig(Section):
     server is up and start-up loading is done."""
     limits: Limits = Field(Limits(), json_schema_extra=LIVE)
     """Bounds on what clients may push through the repository API."""
+    network: NetworkLimits = Field(NetworkLimits(), json_schema_extra=RESTART)
+    """Timeouts and connection, header and stream limits of the HTTP and gRPC listeners."""
     http_port: int = Field(8000, ge=0, le=65535, json_schema_extra=RESTART)
     """REST, dashboard and metrics port; 0 picks a free port."""
     grpc_port: int | None = Field(8001, ge=0, le=65535, json_schema_extra=RESTART)
@@ -218,7 +260,12 @@ class ServerConfig(Section):
     poller takes the core, instead of being preempted at every gRPC event: on one core,
     about 20% more gRPC calls per second (docs/performance.md)."""
     max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
-    """Largest HTTP request body accepted, in bytes."""
+    """Largest HTTP request body accepted, in bytes (binary inference requests, pushed model
+    files); JSON bodies are bounded by maxJsonRequestBytes too."""
+    max_json_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
+    """Largest JSON inference request body (V2, V1, grps), in bytes: 64 MiB, as Triton. JSON
+    tensors cost far more memory and time than their binary form; send large tensors with
+    the binary tensor data extension (Inference-Header-Content-Length) instead."""
     storage_dir: str | None = Field(None, json_schema_extra=RESTART)
     """Folder for models pushed by clients (repository load with files); default
     `.servekit/storage` beside serve.yaml."""

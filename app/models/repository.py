@@ -18,7 +18,7 @@ from typing import Any
 
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
-from app.errors import NotFound, Unavailable
+from app.errors import NotFound, Unavailable, shown_name
 from app.runtimes import load_runtime
 from app.runtimes.base import LoadError, ModelRuntime
 from app.shown_paths import hide_paths
@@ -123,7 +123,7 @@ class ModelRepository:
         """The entry serving ``name`` at ``version`` (None: default or highest ready)."""
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {name!r}")
+            raise NotFound(f"unknown model {shown_name(name)}")
         if version is None or version == "":
             default = entry.plan.default_version
             if default is not None:
@@ -135,11 +135,11 @@ class ModelRepository:
                 number = ready[-1]
         else:
             if not version.isdigit():
-                raise NotFound(f"model {name!r} has no version {version!r}")
+                raise NotFound(f"model {shown_name(name)} has no version {shown_name(version)}")
             number = int(version)
         found = entry.versions.get(number)
         if found is None:
-            raise NotFound(f"model {name!r} has no version {number}")
+            raise NotFound(f"model {shown_name(name)} has no version {number}")
         if found.state is not State.READY:
             why = f": {found.reason}" if found.reason else ""
             raise Unavailable(
@@ -150,7 +150,7 @@ class ModelRepository:
     def get(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {name!r}")
+            raise NotFound(f"unknown model {shown_name(name)}")
         return entry
 
     def names(self) -> list[str]:

@@ -58,6 +58,7 @@ def create_app(
                 "dataplane": dataplane,
                 "access": access,
                 "metrics_registry": make_registry(dataplane),
+                "max_json_request_bytes": dataplane.plan.server.max_json_request_bytes,
             }
         ),
         request_max_body_size=limit,

@@ -16,8 +16,9 @@ from app.codecs import v2_json
 from app.codecs.v2_json import json_data_to_array
 from app.config.auth import ApiGroup
 from app.datatypes import lookup
-from app.errors import InvalidArgument, NotFound
+from app.errors import InvalidArgument, NotFound, shown_name
 from app.rest.access import group_opt
+from app.rest.infer import read_body
 from app.rest.inject import Dataplane
 from app.types import InferRequest, Tensor
 
@@ -38,8 +39,9 @@ async def predict(
 ) -> dict[str, Any]:
     model, _, verb = target.rpartition(":")
     if verb != "predict" or not model:
-        raise NotFound(f"unknown V1 endpoint {target!r}; use /v1/models/<name>:predict")
-    body = v2_json.loads(await request.body())
+        raise NotFound(f"unknown V1 endpoint {shown_name(target)}; use /v1/models/<name>:predict")
+    limit = dataplane.plan.server.max_json_request_bytes
+    body = v2_json.loads(await read_body(request.scope, request.receive, limit))
     if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
         raise InvalidArgument("a V1 predict request is a JSON object with an 'instances' list")
     instances: list[Any] = body["instances"]

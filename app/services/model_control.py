@@ -47,7 +47,7 @@ from app.config.compiler import (
     resolve_options,
 )
 from app.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
-from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, shown_name
 from app.models import storage
 from app.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from app.models.repository import ModelEntry, ModelRepository, State
@@ -135,7 +135,9 @@ class ModelControl:
             current = self._current(name)
             if config_text is None:
                 if current is None:
-                    raise NotFound(f"unknown model {name!r}; push it with a config parameter")
+                    raise NotFound(
+                        f"unknown model {shown_name(name)}; push it with a config parameter"
+                    )
                 await self._load(self._recompile(current), None)
                 return
             base = current.config if current is not None else None
