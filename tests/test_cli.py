@@ -20,6 +20,8 @@ import pytest
 import yaml
 from servers import LISTENING, ServerProcess, grpc_available, server_command, start_server
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SERVEKIT = shutil.which("servekit") or "servekit"
 HEADER = "Inference-Header-Content-Length"

@@ -38,7 +38,7 @@ VENV_ROOT = Path(
 )
 
 # Building the venv on a fresh machine takes minutes: more than the suite's default timeout.
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT + 300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT + 300)]
 
 
 def _run(argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,8 @@ import pytest
 from repo_helpers import Repo, onnx_bytes, write_store
 from servers import ServerProcess, start_server
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:

@@ -38,6 +38,8 @@ from servers import ServerProcess, start_server
 
 from app.shown_paths import GENERATION
 
+pytestmark = pytest.mark.slow
+
 USER_MODULE = """
 import pickle
 

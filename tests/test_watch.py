@@ -24,6 +24,8 @@ from app.config.overrides import Overrides, load_plan
 from app.server import ServeKit
 from app.services.watch import watch_config
 
+pytestmark = pytest.mark.slow
+
 HEAD = "server: {startupModels: [mlp, added, text]}\nmodels:\n"
 MLP = "  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp}\n"
 ADD_SUB = "  - {name: add_sub, modelFormat: {name: onnx}, storageUri: models/add_sub.onnx}\n"
