@@ -60,6 +60,10 @@ class Services:
         """(model, version) -> state, from the repository index."""
         return {(r["name"], r["version"]): r["state"] for r in self.control.index()}
 
+    def recent_errors(self) -> list[dict[str, Any]]:
+        """Failed loads and rejected edits, newest last (what the dashboard lists)."""
+        return list(self.control.recent_errors)
+
     def reason(self, name: str) -> str:
         """The reasons the index gives for ``name``'s versions, joined."""
         return "; ".join(r["reason"] for r in self.control.index() if r["name"] == name)
