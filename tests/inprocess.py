@@ -19,10 +19,10 @@ from typing import Any
 
 from app.config.compiler import ServePlan, compile_plan
 from app.config.loader import parse_config
+from app.rest.triton_json import statistics_json
 from app.server import ServeKit
 from app.services.dataplane import DataPlane
 from app.services.model_control import ModelControl
-from app.services.model_stats import model_statistics
 
 
 def plan_of(yaml_text: str, base_dir: Path) -> ServePlan:
@@ -46,14 +46,14 @@ class Services:
 
     async def start(self) -> None:
         """Load the start-up models (``startupModels``), as the server does after binding."""
-        await self.kit.repository.start()
+        await self.kit.control.start()
 
     async def stop(self) -> None:
         await self.kit.stop()
 
     def statistics(self, name: str, version: str = "1") -> dict[str, Any]:
         """Triton's statistics entry of one version, as the statistics endpoints answer it."""
-        (entry,) = model_statistics(self.dataplane, name, version)["model_stats"]
+        (entry,) = statistics_json(self.dataplane.model_statistics(name, version))["model_stats"]
         return dict(entry)
 
     def states(self) -> dict[tuple[str, str], str]:

@@ -27,6 +27,8 @@ import pytest
 from onnx import TensorProto, helper
 from servers import ServerProcess, identity_name, running_server
 
+pytestmark = pytest.mark.slow  # end to end: real server processes
+
 FILE_LIMIT = 1024
 SLOW_CONNECTIONS = 1100
 """As in the issue: more slow clients than the child has descriptors."""

@@ -16,6 +16,8 @@ from servers import ServerProcess, identity_name
 
 from app.protos import grpc_service_pb2 as pb
 
+pytestmark = pytest.mark.slow  # end to end: real server processes
+
 DEEP = 1000
 GARBAGE = b"\x0a\xff\xff\xff\xff\x0f"
 """A length-delimited field 1 whose length runs far past the end: no message decodes it."""

@@ -55,6 +55,7 @@ def test_every_server_setting_is_marked_live_or_restart_only() -> None:
     assert not live & RESTART_ONLY
 
 
+@pytest.mark.slow  # binds its listeners
 def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> None:
     """Bug: the DataPlane kept the threshold it was built with, so the edit was reported
     applied and ignored. Huge threshold: the model runs on the loop thread; 0: in a worker."""
@@ -114,6 +115,7 @@ def test_restart_only_settings_keep_their_running_values(tmp_path: Path) -> None
     asyncio.run(scenario())
 
 
+@pytest.mark.slow  # binds its listeners
 def test_a_notebook_reload_leaves_no_stale_plan(tmp_path: Path) -> None:
     """Bug: ``Server.reload()`` replaced the plan in ModelControl and the repository but not
     ServeKit.plan, which ``/servekit/v1/ports`` read."""
