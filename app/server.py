@@ -2,12 +2,10 @@
 
 HTTP (uvicorn serving the Litestar app) and gRPC (grpc.aio) run on the *same* event loop over the
 same DataPlane, on the same addresses (app/listen.py) with the same TLS material
-(app/config/tls.py).
-Listeners open first, then models load, so liveness answers at once and readiness turns true
-when start-up loading is done (and, with ``server.strictReadiness``, the models asked for are
-READY: app/services/dataplane.py). ``ServeKit.stop`` closes the listeners and lets in-flight
-requests
-finish before models are released.
+(app/config/tls.py). Listeners open first, then models load, so liveness answers at once and
+readiness turns true when start-up loading is done (and, with ``server.strictReadiness``, the models
+asked for are READY: app/services/dataplane.py). ``ServeKit.stop`` closes the listeners and lets
+in-flight requests finish before models are released.
 """
 
 from __future__ import annotations
@@ -101,9 +99,8 @@ class ServeKit:
             http=edge.protocol_class(network),
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,
-            # Our own context (app/config/tls.py, from the files the config check read); uvicorn's
-            # file
-            # options would prompt on the terminal for an encrypted key's password.
+            # Our own context (app/config/tls.py, from the files the config check read):
+            # uvicorn's file options would prompt on the terminal for an encrypted key's password.
             ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )
         self._http = _EmbeddedUvicorn(config)

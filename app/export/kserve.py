@@ -6,10 +6,9 @@ with the InferenceService's name, so each pod runs ``servekit serve /etc/serveki
 batching, instances, runtime options) read from the serve.yaml ConfigMap. The ServingRuntime
 lists the formats of the plan's runtimes with their autoSelect and priority, so KServe's choice
 of runtime matches servekit's own (app/config/compiler.py). As in the Deployment, the container
-listens on
-every interface (``--host 0.0.0.0``), its probes need no token, and the tokens of ``server.auth``
-come from the Secret ops create (app/export/secrets.py); a token file may not lie in the folders
-KServe fills itself (the ConfigMap at /etc/servekit, the model at /mnt/models).
+listens on every interface (``--host 0.0.0.0``), its probes need no token, and the tokens of
+``server.auth`` come from the Secret ops create (app/export/secrets.py); a token file may not lie
+in the folders KServe fills itself (the ConfigMap at /etc/servekit, the model at /mnt/models).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Model control: what the repository extension, hot reload and the notebook API ask for.
 
-Transport-neutral (REST and gRPC adapters are a few lines over it). It is the one writer of the
-plan in force (held by :class:`~app.services.state.ServerState`), and keeps models pushed by
-clients (their files live in one folder each under the storage dir,
-see app/models/storage.py) and in-memory Python objects, and turns requests into repository loads:
+Transport-neutral (REST and gRPC adapters are a few lines over it). It is the one writer of the plan
+in force (held by :class:`~app.services.state.ServerState`), and keeps models pushed by clients
+(their files live in one folder each under the storage dir, see app/models/storage.py) and in-memory
+Python objects, and turns requests into repository loads:
 
 * ``load`` with no parameters (re)loads a model as it is known; with ``config`` (Triton's
   ModelConfig JSON or a servekit entry) and ``file:`` parameters it loads that, a new model if
@@ -20,14 +20,13 @@ see app/models/storage.py) and in-memory Python objects, and turns requests into
   Restart-only server settings keep their running values (ServerState.replace_plan).
 * ``add`` serves a ModelConfig (and optionally a Python object) from inside the process.
 
-A load request is a client's data and may not become code or reach files of its choosing,
-whatever the auth settings: its config cannot choose code (a Python model's entrypoint,
-parameters, runtime and options come from serve.yaml only; see app/models/pushed_config.py), its
-storageUri stays inside serve.yaml's folder, its files are only an ONNX model and the external
-data that model references (app/runtimes/onnx_files.py), checked before anything is written, and it
-is
-bounded by ``server.limits`` (instances, threads, versions, how many pushed models and bytes).
-Nothing answered to a client names where pushed files live (app/shown_paths.py).
+A load request is a client's data and may not become code or reach files of its choosing, whatever
+the auth settings: its config cannot choose code (a Python model's entrypoint, parameters, runtime
+and options come from serve.yaml only; see app/models/pushed_config.py), its storageUri stays inside
+serve.yaml's folder, its files are only an ONNX model and the external data that model references
+(app/runtimes/onnx_files.py), checked before anything is written, and it is bounded by
+``server.limits`` (instances, threads, versions, how many pushed models and bytes). Nothing answered
+to a client names where pushed files live (app/shown_paths.py).
 """
 
 from __future__ import annotations
