@@ -19,6 +19,12 @@ absolute paths cut to their last part and at most 1000 characters; the traceback
 goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the model
 raises on purpose (e.g. InvalidArgument) passes through with its own code.
 
+Each instance runs in its own worker thread (never two requests at once on one instance). A
+model that waits (sleeps, does I/O, polls a device) can stop early when its request is
+abandoned (client gone, deadline passed): see app/runtimes/cancel.py (``cancelled()``,
+``cancel_event()``). Outputs are checked against the declared metadata after the call: ``None``
+or a wrong shape is a 500 naming the output, never a 200 with made-up values.
+
 What a model imports and the keyword arguments its ``load()`` receives (``parameters``) come
 from serve.yaml or the notebook API only: a repository load request cannot change them
 (app/models/pushed_config.py).
@@ -42,7 +48,7 @@ from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, ServeError, logged_reference
-from app.runtimes.base import Arrays, LoadError
+from app.runtimes.base import Arrays, LoadError, Predict
 from app.runtimes.python_hints import signature_of
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
@@ -146,16 +152,25 @@ class PythonModel:
         self._outputs = {s.name: s for s in signature.outputs}
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
-        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         call = self._free.get()
+        try:
+            return self._run(call, inputs, outputs)
+        finally:
+            self._free.put(call)
+
+    def predictor(self, index: int) -> Predict:
+        """Instance ``index`` alone, for its own worker thread (see PerInstance)."""
+        call = _predict_of(self._instances[index])
+        return lambda inputs, outputs: self._run(call, inputs, outputs)
+
+    def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
+        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         try:
             result = call(**feed) if self._by_name else call(feed)
         except ServeError:
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
-        finally:
-            self._free.put(call)
         return self._convert(result, outputs)
 
     def _convert(self, result: object, wanted: list[str]) -> Arrays:
@@ -176,6 +191,8 @@ class PythonModel:
                 raise Internal(f"the model did not return output {name!r}")
             datatype = self._outputs[name].datatype
             value = produced[name]
+            if value is None:  # np.asarray(None, float) would answer 200 with "NaN"
+                raise Internal(f"the model returned None for output {name!r}")
             try:
                 if datatype == "BYTES":
                     out[name] = as_bytes_array(np.asarray(value, dtype=object))

@@ -1,0 +1,444 @@
+"""The executor of one loaded model version: the one place that decides how a request reaches
+the model's compute.
+
+* **On the event loop** (no thread hop) only for versions measured fast: a new version's first
+  calls run in its worker threads, timed there by wall clock (a model that sleeps or waits on
+  I/O burns no CPU but still blocks whatever thread runs it), and it moves onto the loop once
+  ``LEARN_FAST`` calls took at most ``server.inlineBelowMicroseconds``. A call on the loop that
+  takes longer sends the version back to its threads to be measured again; after
+  ``MAX_STRIKES`` such calls (a few are forgiven over time: another process can preempt the
+  loop in the middle of any call) it stays in its threads until it is reloaded. A version that
+  keeps measuring slow (``LEARN_SLOW`` calls) never runs on the loop at all.
+* **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
+  session or Python object (app/runtimes/base.py PerInstance). A model that hangs or raises
+  only ever occupies its own threads and fills its own queue: other models, model loading
+  (the loop's default executor) and the loop itself are not affected.
+
+Requests wait in a queue bounded by ``maxQueueSize`` (one more: Overloaded, HTTP 429). Each may
+carry a deadline (the client's, a ``timeout`` parameter, ``server.requestTimeoutSeconds``) and
+the model's ``queueTimeoutMicroseconds``: an expired request is answered DeadlineExceeded and
+never starts. A request whose awaiting coroutine is cancelled (client gone) leaves the queue; if
+it is already running, its call's cancel flag (app/runtimes/cancel.py) is set once every request
+of that call is abandoned. The version's in-flight count follows the thread, not the request:
+an abandoned call counts until its thread returns, so unload and drain see the truth.
+
+With dynamic batching, a batch leaves as soon as an instance is free (app/services/batching.py
+says which requests go together); such a version always runs in its threads, since a call on
+the loop could never be joined by another request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from app.config.compiler import ModelPlan
+from app.config.schema import ServerConfig
+from app.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
+from app.models.repository import VersionEntry
+from app.runtimes import cancel
+from app.runtimes.base import Arrays, ModelRuntime, PerInstance, Predict
+from app.services import batching
+from app.services.outputs import OutputCheck
+from app.services.stats import VersionStats
+
+log = logging.getLogger("servekit.executor")
+
+LEARN_FAST = 2
+"""Calls at most ``inlineBelowMicroseconds`` long (timed in a worker) before the loop is used."""
+LEARN_SLOW = 32
+"""Calls above it, before that, after which the version stays in its threads. Large on
+purpose: under load a fast model's timing in a thread includes waits for the GIL, so a slow
+sample proves little, while learning costs nothing (it runs in the threads meanwhile)."""
+MAX_STRIKES = 3
+"""Slow calls on the loop tolerated (each sends the version back to learning)."""
+STRIKE_DECAY_CALLS = 4096
+"""Calls on the loop within the bound that forgive one strike."""
+
+
+class Mode(Enum):
+    LEARNING = "learning"
+    INLINE = "inline"
+    THREADS = "threads"
+
+
+class JobState(Enum):
+    QUEUED = 1
+    RUNNING = 2
+    DONE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSettings:
+    """What the executor of a version needs from serve.yaml."""
+
+    instances: int
+    inline_below_ns: int
+    max_queue_size: int
+    queue_timeout_s: float
+    batch_rows: int
+    """maxBatchSize when dynamic batching is on, else 0 (one request per call)."""
+    preferred: frozenset[int]
+
+    @classmethod
+    def of(cls, plan: ModelPlan, server: ServerConfig) -> ExecutorSettings:
+        config = plan.config
+        dynamic = config.dynamic_batching if config is not None else None
+        return cls(
+            instances=max(1, plan.instances),
+            inline_below_ns=server.inline_below_microseconds * 1000,
+            max_queue_size=config.max_queue_size if config is not None else 0,
+            queue_timeout_s=(config.queue_timeout_microseconds / 1e6) if config else 0.0,
+            batch_rows=plan.max_batch_size if dynamic is not None else 0,
+            preferred=frozenset(dynamic.preferred_batch_size) if dynamic else frozenset(),
+        )
+
+
+class Job:
+    """One request in the executor: queued, running (in a call, maybe with others) or done."""
+
+    __slots__ = (
+        "deadline",
+        "enqueued_ns",
+        "expiry",
+        "feed",
+        "future",
+        "key",
+        "outputs",
+        "rows",
+        "state",
+        "timer",
+        "work",
+    )
+
+    def __init__(
+        self,
+        feed: Arrays,
+        outputs: tuple[str, ...],
+        rows: int,
+        key: batching.Key,
+        deadline: float | None,
+        expiry: float | None,
+        future: asyncio.Future[tuple[Arrays, int, int]],
+    ) -> None:
+        self.feed = feed
+        self.outputs = outputs
+        self.rows = rows
+        self.key = key
+        self.deadline = deadline
+        """When the request as a whole expires (time.monotonic()), if ever."""
+        self.expiry = expiry
+        """When it must have started: the deadline or the queue timeout, whichever is first."""
+        self.future = future
+        self.enqueued_ns = time.perf_counter_ns()
+        self.state = JobState.QUEUED
+        self.timer: asyncio.TimerHandle | None = None
+        self.work: Work | None = None
+
+
+class Work:
+    """One model call handed to a worker thread: its requests, their stacked feed, the result."""
+
+    __slots__ = ("cancel", "error", "feed", "jobs", "outputs", "results", "spent_ns", "started_ns")
+
+    def __init__(self, jobs: list[Job], feed: Arrays, outputs: list[str]) -> None:
+        self.jobs = jobs
+        self.feed = feed
+        self.outputs = outputs
+        self.cancel = threading.Event()
+        self.started_ns = time.perf_counter_ns()
+        self.results: Arrays | None = None
+        self.error: BaseException | None = None
+        self.spent_ns = 0
+
+
+class ModelExecutor:
+    """Runs the requests of one loaded model version (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        version: VersionEntry,
+        runtime: ModelRuntime,
+        stats: VersionStats,
+        settings: ExecutorSettings,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        self.check = OutputCheck(name, runtime.signature)
+        self._version = version
+        self._runtime = runtime
+        self._stats = stats
+        self._threshold = settings.inline_below_ns
+        self.mode = (
+            Mode.LEARNING if self._threshold > 0 and not settings.batch_rows else (Mode.THREADS)
+        )
+        self._fast = self._slow = self._strikes = self._calm = 0
+        self._queue: deque[Job] = deque()
+        self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = settings.instances
+        self._avg_ns = 0.0
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._soon: asyncio.Handle | None = None
+
+    # -- on the loop --------------------------------------------------------------------------
+    @property
+    def inline(self) -> bool:
+        """Whether the next request runs on the loop: measured fast, and nothing in flight
+        (an instance busy in a thread must not be used by the loop at the same time)."""
+        return (
+            self.mode is Mode.INLINE and self._idle == self.settings.instances and not self._queue
+        )
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def run_inline(self, feed: Arrays, outputs: list[str]) -> tuple[Arrays, int]:
+        """Run on the loop thread; returns the results and the wall time of the call."""
+        started = time.perf_counter_ns()
+        results = self._runtime.predict(feed, outputs)
+        spent = time.perf_counter_ns() - started
+        if spent > self._threshold:
+            self._strike(spent)
+        elif self._strikes:
+            self._calm += 1
+            if self._calm >= STRIKE_DECAY_CALLS:
+                self._calm = 0
+                self._strikes -= 1
+        return results, spent
+
+    async def submit(
+        self, feed: Arrays, outputs: list[str], rows: int, deadline: float | None
+    ) -> tuple[Arrays, int, int]:
+        """Queue one request and wait for it: its results, queue time and compute time (ns)."""
+        if self._closed:
+            raise Unavailable(f"model {self.name!r}: this version is unloading")
+        limit = self.settings.max_queue_size
+        if limit and len(self._queue) >= limit:
+            raise Overloaded(
+                f"model {self.name!r} has {len(self._queue)} requests waiting (maxQueueSize "
+                f"{limit}); retry later",
+                self._retry_after(),
+            )
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        expiry = deadline
+        if self.settings.queue_timeout_s:
+            by = time.monotonic() + self.settings.queue_timeout_s
+            expiry = by if expiry is None else min(expiry, by)
+        key = batching.batch_key(feed) if self.settings.batch_rows else ()
+        job = Job(feed, tuple(outputs), rows, key, deadline, expiry, loop.create_future())
+        self._version.enter()
+        self._queue.append(job)
+        if expiry is not None:
+            job.timer = loop.call_later(max(0.0, expiry - time.monotonic()), self._expire, job)
+        if self._idle:
+            if self.settings.batch_rows:  # requests decoded in this same loop pass may join
+                if self._soon is None:
+                    self._soon = loop.call_soon(self._dispatch)
+            else:
+                self._dispatch()
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._abandon(job)
+            raise
+
+    def close(self) -> None:
+        """Stop the worker threads (each after its current call) and refuse what is queued."""
+        self._closed = True
+        while self._queue:
+            job = self._queue.popleft()
+            self._done(job)
+            if not job.future.done():
+                job.future.set_exception(Unavailable(f"model {self.name!r} was unloaded"))
+        for _ in self._threads:
+            self._inbox.put(None)
+
+    def _dispatch(self) -> None:
+        self._soon = None
+        while self._idle and self._queue and not self._closed:
+            if self.settings.batch_rows:
+                jobs, reason = batching.take(
+                    self._queue, self.settings.batch_rows, self.settings.preferred
+                )
+            else:
+                jobs, reason = [self._queue.popleft()], ""
+            now = time.monotonic()
+            live = []
+            for job in jobs:
+                if job.expiry is not None and now >= job.expiry:
+                    self._fail_queued(job, now)  # timers have ms resolution: never run it late
+                else:
+                    live.append(job)
+            if live:
+                if reason:
+                    self._stats.record_dispatch(reason)
+                self._start(live)
+
+    def _start(self, jobs: list[Job]) -> None:
+        feed, outputs = batching.stack(jobs)
+        work = Work(jobs, feed, outputs)
+        for job in jobs:
+            job.state = JobState.RUNNING
+            job.work = work
+        self._idle -= 1
+        if len(self._threads) < self.settings.instances:
+            self._spawn()
+        self._inbox.put(work)
+
+    def _finished(self, work: Work) -> None:
+        """Back on the loop after a call: answer its requests, free the instance, go on."""
+        self._idle += 1
+        spent = work.spent_ns
+        self._avg_ns += 0.2 * (spent - self._avg_ns)
+        if self.mode is Mode.LEARNING:
+            self._learn(spent)
+        rows = sum(job.rows for job in work.jobs)
+        self._stats.record_execution(rows, spent)
+        parts: list[Arrays] = []
+        error = work.error
+        if error is None and work.results is not None:
+            try:
+                parts = batching.split(work.results, work.jobs)
+            except Internal as exc:
+                error = exc
+        for index, job in enumerate(work.jobs):
+            self._done(job)
+            if job.future.done():
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result((parts[index], work.started_ns - job.enqueued_ns, spent))
+        if not self._closed:
+            self._dispatch()
+
+    def _expire(self, job: Job) -> None:
+        job.timer = None
+        now = time.monotonic()
+        if job.state is JobState.QUEUED:
+            self._queue.remove(job)
+            self._fail_queued(job, now)
+        elif job.state is JobState.RUNNING and job.deadline is not None:
+            if now < job.deadline:  # the queue timeout passed, but it started in time
+                assert self._loop is not None
+                job.timer = self._loop.call_later(job.deadline - now, self._expire, job)
+                return
+            if not job.future.done():
+                job.future.set_exception(
+                    DeadlineExceeded(
+                        f"model {self.name!r}: the request's deadline passed while the model "
+                        "was computing it; its result is dropped"
+                    )
+                )
+            self._maybe_cancel(job.work)
+
+    def _fail_queued(self, job: Job, now: float) -> None:
+        self._done(job)
+        if job.future.done():
+            return
+        if job.deadline is not None and now >= job.deadline:
+            why = "the request's deadline passed while it waited in the queue"
+        else:
+            timeout = round(self.settings.queue_timeout_s * 1e6)
+            why = f"it waited longer than queueTimeoutMicroseconds ({timeout}) in the queue"
+        job.future.set_exception(DeadlineExceeded(f"model {self.name!r}: {why}; it did not run"))
+
+    def _abandon(self, job: Job) -> None:
+        """The awaiting coroutine was cancelled (client gone): leave the queue or flag the call."""
+        if job.state is JobState.QUEUED:
+            self._queue.remove(job)
+            self._done(job)
+        elif job.state is JobState.RUNNING:
+            self._maybe_cancel(job.work)
+
+    def _maybe_cancel(self, work: Work | None) -> None:
+        if work is not None and all(job.future.done() for job in work.jobs):
+            work.cancel.set()  # nobody reads this call's answer: a model may stop early
+
+    def _done(self, job: Job) -> None:
+        """The request has left the executor for good (ran, failed, expired or abandoned)."""
+        if job.state is JobState.DONE:
+            return
+        job.state = JobState.DONE
+        job.work = None
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+        self._version.leave()
+
+    def _learn(self, spent: int) -> None:
+        if spent <= self._threshold:
+            self._fast += 1
+            if self._fast >= LEARN_FAST:
+                self.mode = Mode.INLINE
+        else:
+            self._slow += 1
+            if self._slow >= LEARN_SLOW:
+                self.mode = Mode.THREADS
+                log.info("%s: measured slow (%.1f ms), runs in its threads", self.name, spent / 1e6)
+
+    def _strike(self, spent: int) -> None:
+        self._strikes += 1
+        self._fast = self._slow = 0
+        if self._strikes > MAX_STRIKES:
+            self.mode = Mode.THREADS
+            log.info(
+                "%s: %.1f ms on the event loop, slow %d times: runs in its threads until reloaded",
+                self.name,
+                spent / 1e6,
+                self._strikes,
+            )
+        else:
+            self.mode = Mode.LEARNING
+
+    def _retry_after(self) -> int:
+        """Seconds until the queue has likely drained (at least 1)."""
+        waiting = len(self._queue) * self._avg_ns / 1e9 / self.settings.instances
+        return max(1, math.ceil(waiting))
+
+    def _spawn(self) -> None:
+        index = len(self._threads)
+        thread = threading.Thread(
+            target=self._serve, args=(index,), name=f"servekit-{self.name}-{index}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    # -- in a worker thread -------------------------------------------------------------------
+    def _serve(self, index: int) -> None:
+        runtime: Any = self._runtime
+        predict: Predict = (
+            runtime.predictor(index) if isinstance(runtime, PerInstance) else runtime.predict
+        )
+        loop = self._loop
+        assert loop is not None
+        while (work := self._inbox.get()) is not None:
+            token = cancel.running_with(work.cancel)
+            started = time.perf_counter_ns()
+            try:
+                work.results = predict(work.feed, work.outputs)
+            except Exception as exc:
+                work.error = exc
+            except BaseException as exc:  # SystemExit and the like in model code
+                work.error = Internal(f"the model raised {type(exc).__name__}")
+            finally:
+                cancel.restore(token)
+            work.spent_ns = time.perf_counter_ns() - started
+            try:
+                loop.call_soon_threadsafe(self._finished, work)
+            except RuntimeError:  # the loop is closed: nobody is waiting for this answer
+                return
