@@ -149,10 +149,42 @@ def test_slow_calls_on_the_loop_send_a_version_back_to_its_threads(tmp_path: Pat
             slow.set()
             await dataplane.infer(request("moody", 1.0))  # runs on the loop, takes 3 ms
             assert executor.mode is not Mode.INLINE
+            await dataplane.infer(request("moody", 1.0))  # in a thread: slow, so it counts
         slow.clear()
         for _ in range(executor_module.LEARN_FAST + 5):
             await dataplane.infer(request("moody", 1.0))
         assert executor is not None and executor.mode is Mode.THREADS  # for good
+        await dataplane.repository.close()
+
+    run(scenario)
+
+
+def test_one_slow_moment_on_the_loop_is_forgiven(tmp_path: Path) -> None:
+    """A fast model preempted mid-call (another process took the core) is measured again in
+    its threads and comes back to the loop; it never goes off the loop for good for that."""
+    slow = threading.Event()
+
+    def preempted(x: Any) -> Any:
+        if slow.is_set():
+            slow.clear()  # one slow call only
+            time.sleep(0.003)
+        return x
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("m", preempted))
+        executor = None
+        for _ in range(executor_module.MAX_STRIKES + 3):
+            for _ in range(50):
+                await dataplane.infer(request("m", 1.0))
+                executor = executor_of(dataplane, "m")
+                if executor.mode is Mode.INLINE:
+                    break
+            assert executor is not None and executor.mode is Mode.INLINE
+            slow.set()
+            await dataplane.infer(request("m", 1.0))
+        for _ in range(executor_module.LEARN_FAST + 2):
+            await dataplane.infer(request("m", 1.0))
+        assert executor is not None and executor.mode is Mode.INLINE
         await dataplane.repository.close()
 
     run(scenario)
@@ -196,13 +228,13 @@ def test_expired_requests_never_run(tmp_path: Path) -> None:
         )
         first = asyncio.create_task(dataplane.infer(request("gate", 1)))
         await until(lambda: gate.running == 1, "the first call to start")
-        with pytest.raises(DeadlineExceeded, match="deadline passed while it waited"):
+        with pytest.raises(DeadlineExceeded, match="'timeout' parameter"):
             await dataplane.infer(request("gate", 2, timeout=20_000))  # 20 ms, as Triton: us
-        with pytest.raises(DeadlineExceeded, match="deadline passed"):
+        with pytest.raises(DeadlineExceeded, match="deadline passed while it waited"):
             await dataplane.infer(request("gate", 3), deadline=time.monotonic() + 0.02)
-        with pytest.raises(DeadlineExceeded, match="queueTimeoutMicroseconds"):
+        with pytest.raises(DeadlineExceeded, match="queueTimeoutMicroseconds: 300000"):
             await dataplane.infer(request("gate", 4))  # 300 ms in the queue
-        with pytest.raises(DeadlineExceeded):  # already expired: refused before queueing
+        with pytest.raises(DeadlineExceeded, match="had passed when it arrived"):
             await dataplane.infer(request("gate", 5), deadline=time.monotonic() - 1)
         gate.open.set()
         await first
@@ -210,6 +242,20 @@ def test_expired_requests_never_run(tmp_path: Path) -> None:
         assert gate.calls == [1.0, 6.0]
         _, version = dataplane.repository.resolve("gate", None)
         assert version.in_flight == 0
+        await dataplane.repository.close()
+
+    run(scenario)
+
+
+def test_a_timeout_bounds_the_queue_not_a_call_that_starts_at_once(tmp_path: Path) -> None:
+    """Triton's ``timeout`` parameter (microseconds; clients often pass 10 meaning seconds)
+    expires a request waiting in the queue; one that reaches a free instance runs."""
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("m", lambda x: x))
+        for _ in range(executor_module.LEARN_FAST + 2):  # in a thread, then on the loop
+            answer = await dataplane.infer(request("m", 1, timeout=1))
+            assert answer.outputs[0].data.tolist() == [1.0]
         await dataplane.repository.close()
 
     run(scenario)
@@ -364,7 +410,7 @@ def test_stuck_calls_delay_neither_other_models_nor_loads(tmp_path: Path) -> Non
         control = ModelControl(dataplane.repository)
         for i in range(6):  # more abandoned calls than the loop's default executor has room for
             with pytest.raises(DeadlineExceeded):
-                await dataplane.infer(request("stuck", i, timeout=20_000))
+                await dataplane.infer(request("stuck", i), deadline=time.monotonic() + 0.02)
         assert gate.running == 2  # each instance's thread is stuck; the rest never ran
         started = time.perf_counter()
         answer = await dataplane.infer(request("other", 1))

@@ -140,7 +140,7 @@ def grpc_input(x: np.ndarray) -> grpcclient.InferInput:
 
 
 def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> None:
-    """The bound is generous but meaningful on this shared, noisy machine: 5 ms, or three
+    """The bound is generous but meaningful on this shared, noisy machine: 5 ms, or four
     times the mlp's own p99 measured alone just before when the machine is slower, never
     above 25 ms. A sleeper running on the event loop stalls everything behind it for 50 ms at
     a time (p99 420 ms before the executor), which no bound here lets through."""
@@ -180,8 +180,10 @@ def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> 
     assert slept >= 32, "the sleeping model was not kept busy"
     p99_alone = float(np.percentile(alone, 99))
     p99 = float(np.percentile(busy, 99))
-    bound = min(0.025, max(0.005, 3 * p99_alone))
-    assert p99 < bound, f"mlp p99 {p99 * 1e3:.1f} ms (alone {p99_alone * 1e3:.1f} ms)"
+    bound = min(0.025, max(0.005, 4 * p99_alone))
+    assert p99 < bound, (
+        f"mlp p99 {p99 * 1e3:.1f} ms (alone {p99_alone * 1e3:.1f} ms)\n{server.log()[-3000:]}"
+    )
 
 
 def test_a_full_queue_is_refused_at_once(server: ServerProcess) -> None:

@@ -127,11 +127,12 @@ class DataPlane:
     async def infer(self, request: InferRequest, deadline: float | None = None) -> InferResponse:
         """Validate, run and answer one inference request.
 
-        ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline; a
-        ``timeout`` request parameter (microseconds, as Triton) and
-        ``server.requestTimeoutSeconds`` may make it earlier. Past it the request is answered
-        DeadlineExceeded and, if it had not started, never runs. How the request reaches the
-        model (on the loop, in the model's threads, batched) is its version's executor's call.
+        ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
+        ``server.requestTimeoutSeconds`` may make it earlier, and a ``timeout`` request
+        parameter (microseconds, as Triton) bounds its wait in the queue. Past either the
+        request is answered DeadlineExceeded and, if it had not started, never runs. How the
+        request reaches the model (on the loop, in the model's threads, batched) is its
+        version's executor's call.
         """
         started = time.perf_counter_ns()
         entry, version = self.repository.resolve(request.model_name, request.model_version)
@@ -144,8 +145,9 @@ class DataPlane:
             signature = runtime.signature
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
             wanted = requested_outputs(request, signature)
-            if request.parameters or self._timeout_s is not None:
-                deadline = self._deadline(request, deadline)
+            queue_by = None
+            if request.parameters or deadline is not None or self._timeout_s is not None:
+                deadline, queue_by = self._deadlines(request, deadline)
             executor = version.executor
             if not isinstance(executor, ModelExecutor):
                 executor = self._executor(entry.plan, version, runtime, stats)
@@ -153,13 +155,13 @@ class DataPlane:
             names = [s.name for s in wanted]
             rows = _batch_size(request, entry.plan.max_batch_size)
             inline = executor.inline
-            if inline:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise DeadlineExceeded(f"model {request.model_name!r}: deadline passed")
+            if inline:  # starts now: nothing can expire before it does
                 results, spent = executor.run_inline(feed, names)
                 queue_ns = 0
             else:
-                results, queue_ns, spent = await executor.submit(feed, names, rows, deadline)
+                results, queue_ns, spent = await executor.submit(
+                    feed, names, rows, deadline, queue_by
+                )
             infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
             stats.record_success(
@@ -186,22 +188,30 @@ class DataPlane:
             id=request.id,
         )
 
-    def _deadline(self, request: InferRequest, deadline: float | None) -> float | None:
-        """The earliest of the client's deadline, the request's ``timeout`` parameter
-        (microseconds; 0 or absent: none) and ``server.requestTimeoutSeconds``."""
+    def _deadlines(
+        self, request: InferRequest, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """When the request expires as a whole (the client's deadline, capped by
+        ``server.requestTimeoutSeconds``) and when it must have started: its ``timeout``
+        parameter, in microseconds from now (0 or absent: none). As in Triton, ``timeout``
+        bounds the wait in the model's queue; a request that starts at once never expires by it.
+        """
         now = time.monotonic()
-        timeout = request.parameters.get("timeout")
-        if timeout is not None:
-            if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
-                raise InvalidArgument(
-                    "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
-                )
-            if timeout:
-                deadline = min(deadline, now + timeout / 1e6) if deadline else now + timeout / 1e6
         if self._timeout_s is not None:
             cap = now + self._timeout_s
             deadline = cap if deadline is None else min(deadline, cap)
-        return deadline
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceeded(
+                f"model {request.model_name!r}: the request's deadline had passed when it arrived"
+            )
+        timeout = request.parameters.get("timeout")
+        if timeout is None:
+            return deadline, None
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            raise InvalidArgument(
+                "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
+            )
+        return deadline, (now + timeout / 1e6) if timeout else None
 
     def _executor(
         self, plan: ModelPlan, version: VersionEntry, runtime: ModelRuntime, stats: VersionStats

@@ -59,7 +59,8 @@ LEARN_SLOW = 32
 purpose: under load a fast model's timing in a thread includes waits for the GIL, so a slow
 sample proves little, while learning costs nothing (it runs in the threads meanwhile)."""
 MAX_STRIKES = 3
-"""Slow calls on the loop tolerated (each sends the version back to learning)."""
+"""Confirmed slow calls on the loop tolerated (each sends the version back to learning; it is
+confirmed when the next call, timed in a thread, is slow as well)."""
 STRIKE_DECAY_CALLS = 4096
 """Calls on the loop within the bound that forgive one strike."""
 
@@ -182,6 +183,7 @@ class ModelExecutor:
             Mode.LEARNING if self._threshold > 0 and not settings.batch_rows else (Mode.THREADS)
         )
         self._fast = self._slow = self._strikes = self._calm = 0
+        self._suspect = False
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -219,9 +221,18 @@ class ModelExecutor:
         return results, spent
 
     async def submit(
-        self, feed: Arrays, outputs: list[str], rows: int, deadline: float | None
+        self,
+        feed: Arrays,
+        outputs: list[str],
+        rows: int,
+        deadline: float | None,
+        queue_by: float | None = None,
     ) -> tuple[Arrays, int, int]:
-        """Queue one request and wait for it: its results, queue time and compute time (ns)."""
+        """Queue one request and wait for it: its results, queue time and compute time (ns).
+
+        ``deadline``: when the request expires, queued or running; ``queue_by``: when it must
+        have started (the ``timeout`` parameter); both ``time.monotonic()`` seconds.
+        """
         if self._closed:
             raise Unavailable(f"model {self.name!r}: this version is unloading")
         limit = self.settings.max_queue_size
@@ -234,7 +245,7 @@ class ModelExecutor:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        expiry = deadline
+        expiry = deadline if queue_by is None or (deadline and deadline < queue_by) else queue_by
         if self.settings.queue_timeout_s:
             by = time.monotonic() + self.settings.queue_timeout_s
             expiry = by if expiry is None else min(expiry, by)
@@ -249,7 +260,7 @@ class ModelExecutor:
                 if self._soon is None:
                     self._soon = loop.call_soon(self._dispatch)
             else:
-                self._dispatch()
+                self._dispatch(fresh=job)
         try:
             return await job.future
         except asyncio.CancelledError:
@@ -267,7 +278,9 @@ class ModelExecutor:
         for _ in self._threads:
             self._inbox.put(None)
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, fresh: Job | None = None) -> None:
+        """Start queued requests while instances are free (``fresh``: a request that just
+        arrived to a free instance, so it never waited and cannot have expired waiting)."""
         self._soon = None
         while self._idle and self._queue and not self._closed:
             if self.settings.batch_rows:
@@ -279,7 +292,7 @@ class ModelExecutor:
             now = time.monotonic()
             live = []
             for job in jobs:
-                if job.expiry is not None and now >= job.expiry:
+                if job.expiry is not None and now >= job.expiry and job is not fresh:
                     self._fail_queued(job, now)  # timers have ms resolution: never run it late
                 else:
                     live.append(job)
@@ -354,7 +367,10 @@ class ModelExecutor:
             why = "the request's deadline passed while it waited in the queue"
         else:
             timeout = round(self.settings.queue_timeout_s * 1e6)
-            why = f"it waited longer than queueTimeoutMicroseconds ({timeout}) in the queue"
+            why = (
+                "it waited in the queue longer than its timeout (the request's 'timeout' "
+                f"parameter, or queueTimeoutMicroseconds: {timeout})"
+            )
         job.future.set_exception(DeadlineExceeded(f"model {self.name!r}: {why}; it did not run"))
 
     def _abandon(self, job: Job) -> None:
@@ -381,6 +397,18 @@ class ModelExecutor:
         self._version.leave()
 
     def _learn(self, spent: int) -> None:
+        if self._suspect:  # the first call timed in a thread after a slow call on the loop
+            self._suspect = False
+            if spent > self._threshold:
+                self._strikes += 1
+                if self._strikes > MAX_STRIKES:
+                    self.mode = Mode.THREADS
+                    log.info(
+                        "%s: slow on the event loop %d times: runs in its threads until reloaded",
+                        self.name,
+                        self._strikes,
+                    )
+                    return
         if spent <= self._threshold:
             self._fast += 1
             if self._fast >= LEARN_FAST:
@@ -392,18 +420,14 @@ class ModelExecutor:
                 log.info("%s: measured slow (%.1f ms), runs in its threads", self.name, spent / 1e6)
 
     def _strike(self, spent: int) -> None:
-        self._strikes += 1
+        """A call on the loop took longer than the bound: back to the threads to be measured
+        again. It counts against the version only if the next call, timed in a thread, is slow
+        too: another process preempting the loop mid-call is common on a busy machine and says
+        nothing about the model."""
+        log.debug("%s: %.2f ms on the event loop, measuring again", self.name, spent / 1e6)
         self._fast = self._slow = 0
-        if self._strikes > MAX_STRIKES:
-            self.mode = Mode.THREADS
-            log.info(
-                "%s: %.1f ms on the event loop, slow %d times: runs in its threads until reloaded",
-                self.name,
-                spent / 1e6,
-                self._strikes,
-            )
-        else:
-            self.mode = Mode.LEARNING
+        self._suspect = True
+        self.mode = Mode.LEARNING
 
     def _retry_after(self) -> int:
         """Seconds until the queue has likely drained (at least 1)."""

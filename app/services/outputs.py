@@ -25,6 +25,10 @@ class OutputCheck:
     def __init__(self, model: str, signature: ModelSignature) -> None:
         self._model = model
         self._dtypes = {s.name: DATATYPES[s.datatype].dtype for s in signature.outputs}
+        self._fixed = {
+            s.name: tuple((i, d) for i, d in enumerate(s.shape) if d >= 0)
+            for s in signature.outputs
+        }
 
     def tensors(self, results: Arrays, wanted: list[TensorSpec]) -> list[Tensor]:
         """The wanted outputs as Tensors; Internal naming the first output that is wrong."""
@@ -38,9 +42,13 @@ class OutputCheck:
                 spec.datatype == "BYTES" and array.dtype.kind == "O"
             ):
                 raise Internal(self._wrong(spec, f"has numpy type {array.dtype}"))
-            if len(shape) != len(spec.shape) or any(
-                want >= 0 and want != got for want, got in zip(spec.shape, shape, strict=True)
-            ):
+            wrong = len(shape) != len(spec.shape)
+            if not wrong:
+                for index, size in self._fixed[spec.name]:
+                    if shape[index] != size:
+                        wrong = True
+                        break
+            if wrong:
                 raise Internal(
                     self._wrong(
                         spec,
