@@ -20,10 +20,11 @@ from app.errors import DeadlineExceeded, Internal, Overloaded
 from app.models.repository import ModelRepository
 from app.runtimes.cancel import cancel_event
 from app.runtimes.python import register_object
-from app.services import executor as executor_module
+from app.services import placement
 from app.services.dataplane import DataPlane
-from app.services.executor import Mode, ModelExecutor
+from app.services.executor import ModelExecutor
 from app.services.model_control import ModelControl
+from app.services.placement import Mode
 from app.types import InferRequest, Tensor
 
 IO = (
@@ -96,7 +97,7 @@ def test_first_calls_run_in_threads_then_a_fast_model_moves_to_the_loop(tmp_path
 
     async def scenario() -> None:
         dataplane = await serve(tmp_path, model("fast", fast))
-        for _ in range(executor_module.LEARN_FAST + 3):
+        for _ in range(placement.LEARN_FAST + 3):
             response = await dataplane.infer(request("fast", 1.0, 2.0))
             assert response.outputs[0].data.tolist() == [2.0, 4.0]
         loop_thread = threading.current_thread().name
@@ -118,7 +119,7 @@ def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         dataplane = await serve(tmp_path, model("sleepy", sleepy))
-        for _ in range(executor_module.LEARN_SLOW + 5):
+        for _ in range(placement.LEARN_SLOW + 5):
             await dataplane.infer(request("sleepy", 1.0))
         assert threading.current_thread().name not in threads
         assert executor_of(dataplane, "sleepy").mode is Mode.THREADS
@@ -138,7 +139,7 @@ def test_slow_calls_on_the_loop_send_a_version_back_to_its_threads(tmp_path: Pat
     async def scenario() -> None:
         dataplane = await serve(tmp_path, model("moody", moody))
         executor: ModelExecutor | None = None
-        for strike in range(executor_module.MAX_STRIKES + 1):
+        for strike in range(placement.MAX_STRIKES + 1):
             slow.clear()
             for _ in range(50):  # learning again, then back on the loop
                 await dataplane.infer(request("moody", 1.0))
@@ -151,7 +152,7 @@ def test_slow_calls_on_the_loop_send_a_version_back_to_its_threads(tmp_path: Pat
             assert executor.mode is not Mode.INLINE
             await dataplane.infer(request("moody", 1.0))  # in a thread: slow, so it counts
         slow.clear()
-        for _ in range(executor_module.LEARN_FAST + 5):
+        for _ in range(placement.LEARN_FAST + 5):
             await dataplane.infer(request("moody", 1.0))
         assert executor is not None and executor.mode is Mode.THREADS  # for good
         await dataplane.repository.close()
@@ -173,7 +174,7 @@ def test_one_slow_moment_on_the_loop_is_forgiven(tmp_path: Path) -> None:
     async def scenario() -> None:
         dataplane = await serve(tmp_path, model("m", preempted))
         executor = None
-        for _ in range(executor_module.MAX_STRIKES + 3):
+        for _ in range(placement.MAX_STRIKES + 3):
             for _ in range(50):
                 await dataplane.infer(request("m", 1.0))
                 executor = executor_of(dataplane, "m")
@@ -182,7 +183,7 @@ def test_one_slow_moment_on_the_loop_is_forgiven(tmp_path: Path) -> None:
             assert executor is not None and executor.mode is Mode.INLINE
             slow.set()
             await dataplane.infer(request("m", 1.0))
-        for _ in range(executor_module.LEARN_FAST + 2):
+        for _ in range(placement.LEARN_FAST + 2):
             await dataplane.infer(request("m", 1.0))
         assert executor is not None and executor.mode is Mode.INLINE
         await dataplane.repository.close()
@@ -253,7 +254,7 @@ def test_a_timeout_bounds_the_queue_not_a_call_that_starts_at_once(tmp_path: Pat
 
     async def scenario() -> None:
         dataplane = await serve(tmp_path, model("m", lambda x: x))
-        for _ in range(executor_module.LEARN_FAST + 2):  # in a thread, then on the loop
+        for _ in range(placement.LEARN_FAST + 2):  # in a thread, then on the loop
             answer = await dataplane.infer(request("m", 1, timeout=1))
             assert answer.outputs[0].data.tolist() == [1.0]
         await dataplane.repository.close()

@@ -23,7 +23,8 @@ Each instance runs in its own worker thread (never two requests at once on one i
 model that waits (sleeps, does I/O, polls a device) can stop early when its request is
 abandoned (client gone, deadline passed): see app/runtimes/cancel.py (``cancelled()``,
 ``cancel_event()``). Outputs are checked against the declared metadata after the call: ``None``
-or a wrong shape is a 500 naming the output, never a 200 with made-up values.
+or a wrong shape is a 500 naming the output, never a 200 with made-up values (an output whose
+shape is declared nowhere, a bare ``NDArray`` return hint, has only its datatype checked).
 
 What a model imports and the keyword arguments its ``load()`` receives (``parameters``) come
 from serve.yaml or the notebook API only: a repository load request cannot change them
@@ -49,7 +50,7 @@ from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, ServeError, logged_reference
 from app.runtimes.base import Arrays, LoadError, Predict
-from app.runtimes.python_hints import signature_of
+from app.runtimes.python_hints import guessed_output_shapes, signature_of
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
 
@@ -150,6 +151,9 @@ class PythonModel:
         for instance in instances:
             self._free.put(_predict_of(instance))
         self._outputs = {s.name: s for s in signature.outputs}
+        self.loose_outputs: frozenset[str] = frozenset()
+        """Outputs whose shape was never declared (a bare NDArray hint): only their datatype
+        is checked against the metadata (app/services/outputs.py)."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         call = self._free.get()
@@ -226,5 +230,8 @@ def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
     """Import (or take) the model, build its instances and read its metadata."""
     target = resolve_entrypoint(plan.entrypoint)
     instances = [_instantiate(target, dict(plan.parameters)) for _ in range(plan.instances)]
-    signature, by_name = signature_of(_predict_of(instances[0]), plan.inputs, plan.outputs)
-    return PythonModel(instances, signature, by_name)
+    predict = _predict_of(instances[0])
+    signature, by_name = signature_of(predict, plan.inputs, plan.outputs)
+    model = PythonModel(instances, signature, by_name)
+    model.loose_outputs = guessed_output_shapes(predict, plan.outputs)
+    return model

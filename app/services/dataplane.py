@@ -25,7 +25,8 @@ from app.errors import (
 )
 from app.models.repository import ModelRepository, State, VersionEntry
 from app.runtimes.base import ModelRuntime
-from app.services.executor import ExecutorSettings, ModelExecutor
+from app.services.executor import ModelExecutor
+from app.services.jobs import ExecutorSettings
 from app.services.stats import Statistics, VersionStats
 from app.types import (
     InferRequest,

@@ -1,14 +1,9 @@
 """The executor of one loaded model version: the one place that decides how a request reaches
 the model's compute.
 
-* **On the event loop** (no thread hop) only for versions measured fast: a new version's first
-  calls run in its worker threads, timed there by wall clock (a model that sleeps or waits on
-  I/O burns no CPU but still blocks whatever thread runs it), and it moves onto the loop once
-  ``LEARN_FAST`` calls took at most ``server.inlineBelowMicroseconds``. A call on the loop that
-  takes longer sends the version back to its threads to be measured again; after
-  ``MAX_STRIKES`` such calls (a few are forgiven over time: another process can preempt the
-  loop in the middle of any call) it stays in its threads until it is reloaded. A version that
-  keeps measuring slow (``LEARN_SLOW`` calls) never runs on the loop at all.
+* **On the event loop** (no thread hop) only for versions measured fast, as
+  app/services/placement.py decides: never a new version's first calls, never a version that
+  keeps being slow.
 * **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
   session or Python object (app/runtimes/base.py PerInstance). A model that hangs or raises
   only ever occupies its own threads and fills its own queue: other models, model loading
@@ -36,129 +31,19 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
-from app.config.compiler import ModelPlan
-from app.config.schema import ServerConfig
 from app.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from app.models.repository import VersionEntry
 from app.runtimes import cancel
 from app.runtimes.base import Arrays, ModelRuntime, PerInstance, Predict
 from app.services import batching
+from app.services.jobs import ExecutorSettings, Job, JobState, Work
 from app.services.outputs import OutputCheck
+from app.services.placement import Mode, Placement
 from app.services.stats import VersionStats
 
 log = logging.getLogger("servekit.executor")
-
-LEARN_FAST = 2
-"""Calls at most ``inlineBelowMicroseconds`` long (timed in a worker) before the loop is used."""
-LEARN_SLOW = 32
-"""Calls above it, before that, after which the version stays in its threads. Large on
-purpose: under load a fast model's timing in a thread includes waits for the GIL, so a slow
-sample proves little, while learning costs nothing (it runs in the threads meanwhile)."""
-MAX_STRIKES = 3
-"""Confirmed slow calls on the loop tolerated (each sends the version back to learning; it is
-confirmed when the next call, timed in a thread, is slow as well)."""
-STRIKE_DECAY_CALLS = 4096
-"""Calls on the loop within the bound that forgive one strike."""
-
-
-class Mode(Enum):
-    LEARNING = "learning"
-    INLINE = "inline"
-    THREADS = "threads"
-
-
-class JobState(Enum):
-    QUEUED = 1
-    RUNNING = 2
-    DONE = 3
-
-
-@dataclass(frozen=True, slots=True)
-class ExecutorSettings:
-    """What the executor of a version needs from serve.yaml."""
-
-    instances: int
-    inline_below_ns: int
-    max_queue_size: int
-    queue_timeout_s: float
-    batch_rows: int
-    """maxBatchSize when dynamic batching is on, else 0 (one request per call)."""
-    preferred: frozenset[int]
-
-    @classmethod
-    def of(cls, plan: ModelPlan, server: ServerConfig) -> ExecutorSettings:
-        config = plan.config
-        dynamic = config.dynamic_batching if config is not None else None
-        return cls(
-            instances=max(1, plan.instances),
-            inline_below_ns=server.inline_below_microseconds * 1000,
-            max_queue_size=config.max_queue_size if config is not None else 0,
-            queue_timeout_s=(config.queue_timeout_microseconds / 1e6) if config else 0.0,
-            batch_rows=plan.max_batch_size if dynamic is not None else 0,
-            preferred=frozenset(dynamic.preferred_batch_size) if dynamic else frozenset(),
-        )
-
-
-class Job:
-    """One request in the executor: queued, running (in a call, maybe with others) or done."""
-
-    __slots__ = (
-        "deadline",
-        "enqueued_ns",
-        "expiry",
-        "feed",
-        "future",
-        "key",
-        "outputs",
-        "rows",
-        "state",
-        "timer",
-        "work",
-    )
-
-    def __init__(
-        self,
-        feed: Arrays,
-        outputs: tuple[str, ...],
-        rows: int,
-        key: batching.Key,
-        deadline: float | None,
-        expiry: float | None,
-        future: asyncio.Future[tuple[Arrays, int, int]],
-    ) -> None:
-        self.feed = feed
-        self.outputs = outputs
-        self.rows = rows
-        self.key = key
-        self.deadline = deadline
-        """When the request as a whole expires (time.monotonic()), if ever."""
-        self.expiry = expiry
-        """When it must have started: the deadline or the queue timeout, whichever is first."""
-        self.future = future
-        self.enqueued_ns = time.perf_counter_ns()
-        self.state = JobState.QUEUED
-        self.timer: asyncio.TimerHandle | None = None
-        self.work: Work | None = None
-
-
-class Work:
-    """One model call handed to a worker thread: its requests, their stacked feed, the result."""
-
-    __slots__ = ("cancel", "error", "feed", "jobs", "outputs", "results", "spent_ns", "started_ns")
-
-    def __init__(self, jobs: list[Job], feed: Arrays, outputs: list[str]) -> None:
-        self.jobs = jobs
-        self.feed = feed
-        self.outputs = outputs
-        self.cancel = threading.Event()
-        self.started_ns = time.perf_counter_ns()
-        self.results: Arrays | None = None
-        self.error: BaseException | None = None
-        self.spent_ns = 0
 
 
 class ModelExecutor:
@@ -174,16 +59,14 @@ class ModelExecutor:
     ) -> None:
         self.name = name
         self.settings = settings
-        self.check = OutputCheck(name, runtime.signature)
+        loose: frozenset[str] = getattr(runtime, "loose_outputs", frozenset())
+        self.check = OutputCheck(name, runtime.signature, loose)
         self._version = version
         self._runtime = runtime
         self._stats = stats
-        self._threshold = settings.inline_below_ns
-        self.mode = (
-            Mode.LEARNING if self._threshold > 0 and not settings.batch_rows else (Mode.THREADS)
+        self.placement = Placement(
+            name, settings.inline_below_ns, may_inline=not settings.batch_rows
         )
-        self._fast = self._slow = self._strikes = self._calm = 0
-        self._suspect = False
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -195,11 +78,17 @@ class ModelExecutor:
 
     # -- on the loop --------------------------------------------------------------------------
     @property
+    def mode(self) -> Mode:
+        return self.placement.mode
+
+    @property
     def inline(self) -> bool:
         """Whether the next request runs on the loop: measured fast, and nothing in flight
         (an instance busy in a thread must not be used by the loop at the same time)."""
         return (
-            self.mode is Mode.INLINE and self._idle == self.settings.instances and not self._queue
+            self.placement.mode is Mode.INLINE
+            and self._idle == self.settings.instances
+            and not self._queue
         )
 
     @property
@@ -211,13 +100,9 @@ class ModelExecutor:
         started = time.perf_counter_ns()
         results = self._runtime.predict(feed, outputs)
         spent = time.perf_counter_ns() - started
-        if spent > self._threshold:
-            self._strike(spent)
-        elif self._strikes:
-            self._calm += 1
-            if self._calm >= STRIKE_DECAY_CALLS:
-                self._calm = 0
-                self._strikes -= 1
+        placement = self.placement
+        if spent > placement.threshold_ns or placement.strikes:  # else nothing to note
+            placement.timed_inline(spent)
         return results, spent
 
     async def submit(
@@ -317,8 +202,8 @@ class ModelExecutor:
         self._idle += 1
         spent = work.spent_ns
         self._avg_ns += 0.2 * (spent - self._avg_ns)
-        if self.mode is Mode.LEARNING:
-            self._learn(spent)
+        if self.placement.mode is Mode.LEARNING:
+            self.placement.timed_in_thread(spent)
         rows = sum(job.rows for job in work.jobs)
         self._stats.record_execution(rows, spent)
         parts: list[Arrays] = []
@@ -395,39 +280,6 @@ class ModelExecutor:
             job.timer.cancel()
             job.timer = None
         self._version.leave()
-
-    def _learn(self, spent: int) -> None:
-        if self._suspect:  # the first call timed in a thread after a slow call on the loop
-            self._suspect = False
-            if spent > self._threshold:
-                self._strikes += 1
-                if self._strikes > MAX_STRIKES:
-                    self.mode = Mode.THREADS
-                    log.info(
-                        "%s: slow on the event loop %d times: runs in its threads until reloaded",
-                        self.name,
-                        self._strikes,
-                    )
-                    return
-        if spent <= self._threshold:
-            self._fast += 1
-            if self._fast >= LEARN_FAST:
-                self.mode = Mode.INLINE
-        else:
-            self._slow += 1
-            if self._slow >= LEARN_SLOW:
-                self.mode = Mode.THREADS
-                log.info("%s: measured slow (%.1f ms), runs in its threads", self.name, spent / 1e6)
-
-    def _strike(self, spent: int) -> None:
-        """A call on the loop took longer than the bound: back to the threads to be measured
-        again. It counts against the version only if the next call, timed in a thread, is slow
-        too: another process preempting the loop mid-call is common on a busy machine and says
-        nothing about the model."""
-        log.debug("%s: %.2f ms on the event loop, measuring again", self.name, spent / 1e6)
-        self._fast = self._slow = 0
-        self._suspect = True
-        self.mode = Mode.LEARNING
 
     def _retry_after(self) -> int:
         """Seconds until the queue has likely drained (at least 1)."""

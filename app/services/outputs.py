@@ -22,13 +22,17 @@ from app.types import ModelSignature, Tensor, TensorSpec
 class OutputCheck:
     """The output checks of one loaded model version."""
 
-    def __init__(self, model: str, signature: ModelSignature) -> None:
+    def __init__(
+        self, model: str, signature: ModelSignature, loose: frozenset[str] = frozenset()
+    ) -> None:
+        """``loose``: outputs whose shape the metadata only guessed (see PythonModel)."""
         self._model = model
         self._dtypes = {s.name: DATATYPES[s.datatype].dtype for s in signature.outputs}
         self._fixed = {
             s.name: tuple((i, d) for i, d in enumerate(s.shape) if d >= 0)
             for s in signature.outputs
         }
+        self._loose = loose
 
     def tensors(self, results: Arrays, wanted: list[TensorSpec]) -> list[Tensor]:
         """The wanted outputs as Tensors; Internal naming the first output that is wrong."""
@@ -42,8 +46,8 @@ class OutputCheck:
                 spec.datatype == "BYTES" and array.dtype.kind == "O"
             ):
                 raise Internal(self._wrong(spec, f"has numpy type {array.dtype}"))
-            wrong = len(shape) != len(spec.shape)
-            if not wrong:
+            wrong = len(shape) != len(spec.shape) and spec.name not in self._loose
+            if not wrong and spec.name not in self._loose:
                 for index, size in self._fixed[spec.name]:
                     if shape[index] != size:
                         wrong = True
