@@ -10,12 +10,14 @@ the model's compute.
   (the loop's default executor) and the loop itself are not affected.
 
 Requests wait in a queue bounded by ``maxQueueSize`` (one more: Overloaded, HTTP 429). Each may
-carry a deadline (the client's, a ``timeout`` parameter, ``server.requestTimeoutSeconds``) and
-the model's ``queueTimeoutMicroseconds``: an expired request is answered DeadlineExceeded and
-never starts. A request whose awaiting coroutine is cancelled (client gone) leaves the queue; if
-it is already running, its call's cancel flag (app/runtimes/cancel.py) is set once every request
-of that call is abandoned. The version's in-flight count follows the thread, not the request:
-an abandoned call counts until its thread returns, so unload and drain see the truth.
+carry a deadline (the client's, capped by ``server.requestTimeoutSeconds``) and bounds on its
+wait (its ``timeout`` parameter, the model's ``queueTimeoutMicroseconds``): a request expired
+while queued is answered DeadlineExceeded and never starts; one whose deadline passes while it
+runs is answered DeadlineExceeded at once. A request whose awaiting coroutine is cancelled
+(client gone) leaves the queue; if it is already running, its call's cancel flag
+(app/runtimes/cancel.py) is set once every request of that call is abandoned. The version's
+in-flight count follows the thread, not the request: an abandoned call counts until its thread
+returns, so unload and drain see the truth.
 
 With dynamic batching, a batch leaves as soon as an instance is free (app/services/batching.py
 says which requests go together); such a version always runs in its threads, since a call on
@@ -130,7 +132,7 @@ class ModelExecutor:
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        expiry = deadline if queue_by is None or (deadline and deadline < queue_by) else queue_by
+        expiry = queue_by if deadline is None or (queue_by and queue_by < deadline) else deadline
         if self.settings.queue_timeout_s:
             by = time.monotonic() + self.settings.queue_timeout_s
             expiry = by if expiry is None else min(expiry, by)
