@@ -28,12 +28,42 @@ class ErrorCode(StrEnum):
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 
 
+NAME_SHOWN = 80
+"""Characters of a client-given name an error message repeats (:func:`shown_name`)."""
+MESSAGE_SHOWN = 2000
+"""Longest message an error carries: gRPC sends it in a trailer, and a client refuses trailers
+over its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED, hiding the real error."""
+
+
+def shown_name(name: object) -> str:
+    """``repr(name)`` for an error message, cut to about :data:`NAME_SHOWN` characters.
+
+    Names come from clients and can be any size (a 1 MB model name); every error that repeats a
+    name goes through here, so the answer stays small and says how long the name was."""
+    text = repr(name)
+    if len(text) <= NAME_SHOWN:
+        return text
+    size = len(name) if isinstance(name, str | bytes) else len(text)
+    return f"{text[: NAME_SHOWN - 20]}... ({size} characters)"
+
+
+def clipped(message: str) -> str:
+    """``message`` cut to :data:`MESSAGE_SHOWN` characters (its head and tail kept)."""
+    if len(message) <= MESSAGE_SHOWN:
+        return message
+    half = MESSAGE_SHOWN // 2 - 20
+    cut = len(message) - 2 * half
+    return f"{message[:half]} ...({cut} characters cut)... {message[-half:]}"
+
+
 class ServeError(Exception):
-    """Base of every error the core raises on purpose; ``message`` is shown to the client."""
+    """Base of every error the core raises on purpose; ``message`` is shown to the client
+    (at most :data:`MESSAGE_SHOWN` characters: a backstop for text echoed from a request)."""
 
     code: ErrorCode = ErrorCode.INTERNAL
 
     def __init__(self, message: str) -> None:
+        message = clipped(message)
         super().__init__(message)
         self.message = message
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from litestar import Litestar
 
-from app import dashboard
+from app import dashboard, edge
 from app.config.compiler import ServePlan
 from app.listen import Addresses, bind_http, bound_address
 from app.models.repository import ModelRepository
@@ -31,8 +31,9 @@ from app.rest import extensions as rest_extensions
 from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
-from app.services.dataplane import DataPlane
+from app.services.dataplane import DataPlane, server_extensions
 from app.services.model_control import ModelControl
+from app.services.state import Listening, ServerState
 from app.services.stats import Statistics
 
 log = logging.getLogger("servekit")
@@ -46,25 +47,39 @@ class _EmbeddedUvicorn(uvicorn.Server):
         yield
 
 
-@dataclass
 class ServeKit:
-    """A running (or startable) server for one compiled plan."""
+    """A running (or startable) server for one compiled plan.
 
-    plan: ServePlan
-    statistics: Statistics = field(default_factory=Statistics)
-    repository: ModelRepository = field(init=False)
-    dataplane: DataPlane = field(init=False)
-    control: ModelControl = field(init=False)
-    addresses: Addresses | None = None
-    _http: _EmbeddedUvicorn | None = None
-    _http_task: asyncio.Task[None] | None = None
-    _grpc: Any = None
-    _loading: asyncio.Task[None] | None = None
+    The composition root: it builds the services once (ServerState holding the plan in force,
+    the repository, the DataPlane and ModelControl) and hands the DataPlane and ModelControl to
+    every adapter; the adapters see nothing else of it.
+    """
 
-    def __post_init__(self) -> None:
-        self.repository = ModelRepository(self.plan)
-        self.dataplane = DataPlane(self.repository, self.statistics)
-        self.control = ModelControl(self.repository)
+    def __init__(self, plan: ServePlan, statistics: Statistics | None = None) -> None:
+        self.state = ServerState(plan)
+        self.statistics = statistics or Statistics()
+        self.repository = ModelRepository(plan.base_dir)
+        # Every HTTP and gRPC surface below offers the configuration, statistics and
+        # repository extensions, so server metadata names them.
+        extensions = server_extensions(config_and_statistics=True, repository=True)
+        self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
+        self.control = ModelControl(self.state, self.repository)
+        self.addresses: Addresses | None = None
+        self._http: _EmbeddedUvicorn | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._grpc: Any = None
+        self._loading: asyncio.Task[None] | None = None
+
+    @property
+    def plan(self) -> ServePlan:
+        """The plan in force (ServerState's; a reload or a ``--watch`` edit replaces it)."""
+        return self.state.plan
+
+    def _publish(self, addresses: Addresses) -> None:
+        """Tell the services where the server listens (the ports route and the dashboard)."""
+        self.state.listening = Listening(
+            addresses.http_port, addresses.grpc_port, addresses.http_url, addresses.grpc_target
+        )
 
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
         """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
@@ -73,6 +88,7 @@ class ServeKit:
         sockets = bind_http(server.host, server.http_port)
         hosts = tuple(bound_address(s) for s in sockets)
         self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
+        network = server.network
         config = uvicorn.Config(
             self.http_app(),
             lifespan="off",
@@ -81,7 +97,10 @@ class ServeKit:
             timeout_graceful_shutdown=30,
             server_header=False,
             loop="none",
-            http="httptools",
+            # uvicorn's httptools protocol plus the deadlines and limits it lacks (app/edge.py)
+            http=edge.protocol_class(network),
+            timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
+            backlog=edge.ACCEPT_BACKLOG,
             # Our own context (app/config/tls.py, from the files the config check read); uvicorn's
             # file
             # options would prompt on the terminal for an encrypted key's password.
@@ -90,6 +109,7 @@ class ServeKit:
         self._http = _EmbeddedUvicorn(config)
         self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
+        self._publish(self.addresses)
         if server.grpc_port is not None:
             from app.grpc import tuning
 
@@ -106,7 +126,8 @@ class ServeKit:
                 tls=tls,
             )
             self.addresses.grpc_port = port
-        self._loading = asyncio.create_task(self.repository.start())
+            self._publish(self.addresses)
+        self._loading = asyncio.create_task(self.control.start())
         if wait_for_models:
             await self._loading
         return self.addresses
@@ -115,14 +136,14 @@ class ServeKit:
         """Every HTTP surface of this server as one Litestar application."""
         return create_app(
             self.dataplane,
+            self.control,
             extra_routes=[
-                *rest_extensions.register(self.dataplane),
+                *rest_extensions.ROUTES,
                 *dashboard.routes(),
-                *rest_repository.register(self.dataplane),
-                *rest_grps.register(self.dataplane),
+                *rest_repository.ROUTES,
+                *rest_grps.ROUTES,
                 *rest_ports.ROUTES,
             ],
-            state={"servekit": self},
         )
 
     async def wait_until_loaded(self) -> None:

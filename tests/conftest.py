@@ -1,4 +1,5 @@
-"""Shared fixtures: one real ``servekit serve`` subprocess for the whole test session.
+"""Shared fixtures: one real ``servekit serve`` subprocess for the whole test session, and the
+hooks of the two test tiers (tests/tiers.py: ``slow`` marks end-to-end tests).
 
 Starting the server costs about a second, so end-to-end tests share one (tests that need
 their own process, e.g. to signal it, start it with :mod:`tests.servers`). gRPC is enabled
@@ -7,14 +8,38 @@ whenever the gRPC adapter exists (``app/grpc/server.py``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import grpc
 import httpx
 import pytest
+import tiers
+from inprocess import Serve, services_factory
 from repo_helpers import Repo
 from servers import ServerProcess, grpc_available, start_server, write_model_store
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tiers.install_guard()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    return True if tiers.skip_module(collection_path, config) else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tiers.check_markers(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    tiers.enter(item)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    tiers.leave()
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +82,17 @@ def repo(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[Repo
     yield client
     client.close()
     server.assert_healthy()
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """In-process async tests (``pytest.mark.anyio``) run on asyncio, as the server does."""
+    return "asyncio"
+
+
+@pytest.fixture
+async def serve(anyio_backend: str, tmp_path: Path) -> AsyncIterator[Serve]:
+    """``await serve(yaml_text)``: the services of a server in this process, models loaded, no
+    listener (tests/inprocess.py); ``tmp_path`` is serve.yaml's folder. Stopped afterwards."""
+    async with services_factory(tmp_path) as factory:
+        yield factory

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -209,12 +208,3 @@ class Repo:
             call(*args, **kwargs)
         assert info.value.status() == STATUS[self.transport][code], info.value.message()
         return str(info.value.message())
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
-    """Poll ``condition`` until true, failing (bounded) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -193,9 +193,11 @@ def start_server(
     timeout: float = 60.0,
     wait_ready: bool = True,
     ssl_context: ssl.SSLContext | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> ServerProcess:
     """Start a server and wait (bounded) for its listening line and, by default, readiness
-    (``ssl_context``: how to verify a server serving HTTPS)."""
+    (``ssl_context``: how to verify a server serving HTTPS; ``preexec_fn``: run in the child
+    before it starts, e.g. to lower its open-file limit)."""
     log_path = config.parent / f"server-{os.getpid()}-{time.monotonic_ns()}.log"
     argv = list(command) if command is not None else server_command(config, grpc=grpc, extra=extra)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -208,6 +210,7 @@ def start_server(
             text=True,
             env=env,
             cwd=config.parent,
+            preexec_fn=preexec_fn,
         )
     lines: list[str] = []
     incoming: queue.Queue[str | None] = queue.Queue()

@@ -26,6 +26,8 @@ import tritonclient.http as httpclient
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.slow
+
 TOKENS = {
     "inference": "inf-7f3a9c1e5b2d4a6f",
     "metadata": "meta-2b8e4d6a1c3f5e7a",

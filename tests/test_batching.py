@@ -13,8 +13,7 @@ import pytest
 
 from app.config.compiler import compile_plan
 from app.config.loader import ConfigError, parse_config
-from app.models.repository import ModelRepository
-from app.services.dataplane import DataPlane
+from app.server import ServeKit
 from app.types import InferRequest, Tensor
 
 CONFIG = """
@@ -35,17 +34,17 @@ def _request(model: str, rows: np.ndarray) -> InferRequest:
     return InferRequest(model_name=model, inputs=[tensor])
 
 
-async def _serve(tmp_path: Path) -> DataPlane:
+async def _serve(tmp_path: Path) -> ServeKit:
     onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp.onnx"))
-    plan = compile_plan(parse_config(CONFIG), tmp_path)
-    repository = ModelRepository(plan)
-    await repository.start()
-    return DataPlane(repository)
+    kit = ServeKit(compile_plan(parse_config(CONFIG), tmp_path))  # services only, no listener
+    await kit.control.start()
+    return kit
 
 
 def test_concurrent_requests_share_executions(tmp_path: Path) -> None:
     async def scenario() -> None:
-        dataplane = await _serve(tmp_path)
+        kit = await _serve(tmp_path)
+        dataplane = kit.dataplane
         rng = np.random.default_rng(0)
         inputs = [rng.standard_normal((1 + i % 3, 16)).astype(np.float32) for i in range(12)]
         batched = await asyncio.gather(*(dataplane.infer(_request("mlp", x)) for x in inputs))
@@ -58,7 +57,7 @@ def test_concurrent_requests_share_executions(tmp_path: Path) -> None:
         assert stats.execution_count < len(inputs)  # requests were stacked
         assert all(size <= 8 for size in stats.batch_sizes)
         assert stats.queue.ns > 0
-        await dataplane.repository.close()
+        await kit.stop()
 
     asyncio.run(scenario())
 

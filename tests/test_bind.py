@@ -30,6 +30,8 @@ from app.config.overrides import Overrides, load_plan
 from app.listen import Addresses, resolve_host
 from app.server import ServeKit
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -19,6 +19,9 @@ import numpy as np
 import pytest
 import yaml
 from servers import LISTENING, ServerProcess, grpc_available, server_command, start_server
+from waits import wait_until
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVEKIT = shutil.which("servekit") or "servekit"
@@ -267,7 +270,8 @@ def test_signal_lets_in_flight_requests_finish(
     for thread in threads:
         thread.start()
     assert all(e.wait(15) for e in events), "uploads did not start"
-    time.sleep(0.2)  # let the server read the request headers
+    port = int(server.http_url.rsplit(":", 1)[1])
+    wait_until(lambda: _all_read(port, len(threads)), what="the server to read the uploads")
     server.process.send_signal(sig)
     refused_while_draining = _refused_while(server, threads)
     for thread in threads:
@@ -282,6 +286,26 @@ def test_signal_lets_in_flight_requests_finish(
     assert refused_while_draining, "new connections were still accepted during shutdown"
     assert code == 0, server.log()
     assert "stopping" in "".join(server.stdout_lines)
+
+
+def _all_read(port: int, connections: int) -> bool:
+    """Whether the server has read every byte sent so far on ``connections`` connections to
+    ``port`` (so it has their request headers): the kernel's view, /proc/net/tcp. Every client
+    socket has had all it sent acknowledged (nothing in flight) and every server socket has an
+    empty receive queue (nothing waiting for the server to read, nor to accept)."""
+    sent: list[int] = []  # per client socket: bytes not yet acknowledged
+    unread: list[int] = []  # per server socket: bytes received and not yet read
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = row.split()
+        local, remote, state, queues = fields[1], fields[2], fields[3], fields[4]
+        if state != "01":  # ESTABLISHED
+            continue
+        tx_queue, rx_queue = (int(q, 16) for q in queues.split(":"))
+        if int(local.rsplit(":", 1)[1], 16) == port:
+            unread.append(rx_queue)
+        elif int(remote.rsplit(":", 1)[1], 16) == port:
+            sent.append(tx_queue)
+    return len(sent) == len(unread) == connections and not any(sent) and not any(unread)
 
 
 def _refused_while(server: ServerProcess, threads: list[threading.Thread]) -> bool:

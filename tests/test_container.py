@@ -54,7 +54,7 @@ HARDENED = ["--read-only", "--tmpfs", "/tmp:rw,mode=1777", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges"]  # fmt: skip
 """What the exported securityContext asks of Kubernetes, asked of podman."""
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_dockerfile_lint() -> None:

@@ -21,6 +21,8 @@ import tritonclient.http as httpclient
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.slow
+
 
 def _store(root: Path, server_yaml: str) -> Path:
     path = root / "mlp" / "1" / "model.onnx"

@@ -33,6 +33,8 @@ import tritonclient.http as httpclient
 from playwright.sync_api import Browser, Page, ViewportSize, expect
 from servers import ServerProcess, grpc_available, start_server
 
+pytestmark = pytest.mark.slow
+
 LAPTOP: ViewportSize = {"width": 1280, "height": 800}
 PHONE: ViewportSize = {"width": 390, "height": 844}
 # `broken` is broken on purpose; readiness must not wait for it (tests/test_readiness.py covers

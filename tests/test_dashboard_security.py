@@ -34,6 +34,8 @@ if not CHROMIUM.exists() and not os.environ.get("CI"):
 from playwright.sync_api import Browser, BrowserContext, Page, Request, expect
 from servers import ServerProcess, start_server
 
+pytestmark = pytest.mark.slow
+
 TOKEN = "s3cret-Token_for.tests"
 META_TOKEN = "metadata-only-token"
 SECRET = "zebra"  # in the server's and the models' names: must not appear while locked

@@ -13,17 +13,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf.json_format import MessageToDict
 
 from app.config.compiler import compile_plan
 from app.config.loader import parse_config
 from app.errors import DeadlineExceeded, Internal, Overloaded
-from app.models.repository import ModelRepository
+from app.grpc.triton_proto import statistics_message
+from app.models.repository import VersionEntry
+from app.rest.triton_json import statistics_json
 from app.runtimes.cancel import cancel_event
 from app.runtimes.python import register_object
+from app.server import ServeKit
 from app.services import placement
 from app.services.dataplane import DataPlane
 from app.services.executor import ModelExecutor
-from app.services.model_control import ModelControl
 from app.services.placement import Mode
 from app.types import InferRequest, Tensor
 
@@ -41,11 +44,26 @@ def model(name: str, fn: object, extra: str = "") -> str:
     )
 
 
+_KITS: dict[int, ServeKit] = {}  # DataPlane id -> the in-process server (no listener) it is of
+
+
 async def serve(tmp_path: Path, *models: str, server: str = "") -> DataPlane:
     text = f"server: {{{server}}}\nmodels:\n" + "".join(models)
-    repository = ModelRepository(compile_plan(parse_config(text), tmp_path))
-    await repository.start()
-    return DataPlane(repository)
+    kit = ServeKit(compile_plan(parse_config(text), tmp_path))
+    await kit.control.start()
+    _KITS[id(kit.dataplane)] = kit
+    return kit.dataplane
+
+
+async def stop(dataplane: DataPlane) -> None:
+    await _KITS.pop(id(dataplane)).stop()
+
+
+def version_of(dataplane: DataPlane, name: str) -> VersionEntry:
+    """The version a request for ``name`` uses (the repository's own entry: in-flight count,
+    executor)."""
+    _, version = _KITS[id(dataplane)].repository.resolve(name, None)
+    return version
 
 
 def request(name: str, *values: float, **parameters: Any) -> InferRequest:
@@ -54,7 +72,7 @@ def request(name: str, *values: float, **parameters: Any) -> InferRequest:
 
 
 def executor_of(dataplane: DataPlane, name: str) -> ModelExecutor:
-    _, version = dataplane.repository.resolve(name, None)
+    version = version_of(dataplane, name)
     assert isinstance(version.executor, ModelExecutor)
     return version.executor
 
@@ -104,7 +122,7 @@ def test_first_calls_run_in_threads_then_a_fast_model_moves_to_the_loop(tmp_path
         assert threads[0] != loop_thread  # an unknown model never starts on the loop
         assert threads[-1] == loop_thread
         assert executor_of(dataplane, "fast").mode is Mode.INLINE
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -123,7 +141,7 @@ def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
             await dataplane.infer(request("sleepy", 1.0))
         assert threading.current_thread().name not in threads
         assert executor_of(dataplane, "sleepy").mode is Mode.THREADS
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -155,7 +173,7 @@ def test_slow_calls_on_the_loop_send_a_version_back_to_its_threads(tmp_path: Pat
         for _ in range(placement.LEARN_FAST + 5):
             await dataplane.infer(request("moody", 1.0))
         assert executor is not None and executor.mode is Mode.THREADS  # for good
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -186,7 +204,7 @@ def test_one_slow_moment_on_the_loop_is_forgiven(tmp_path: Path) -> None:
         for _ in range(placement.LEARN_FAST + 2):
             await dataplane.infer(request("m", 1.0))
         assert executor is not None and executor.mode is Mode.INLINE
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -213,7 +231,7 @@ def test_a_full_queue_answers_overloaded_at_once(tmp_path: Path) -> None:
         await asyncio.gather(*waiting)
         assert gate.calls == [0.0, 1.0, 2.0]
         assert dataplane.statistics.of("gate", 1).fail.count == 1
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -241,9 +259,9 @@ def test_expired_requests_never_run(tmp_path: Path) -> None:
         await first
         await dataplane.infer(request("gate", 6))
         assert gate.calls == [1.0, 6.0]
-        _, version = dataplane.repository.resolve("gate", None)
+        version = version_of(dataplane, "gate")
         assert version.in_flight == 0
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -257,7 +275,7 @@ def test_a_timeout_bounds_the_queue_not_a_call_that_starts_at_once(tmp_path: Pat
         for _ in range(placement.LEARN_FAST + 2):  # in a thread, then on the loop
             answer = await dataplane.infer(request("m", 1, timeout=1))
             assert answer.outputs[0].data.tolist() == [1.0]
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -269,7 +287,7 @@ def test_a_bad_timeout_parameter_is_a_client_error(tmp_path: Path) -> None:
             with pytest.raises(Exception, match="timeout") as caught:
                 await dataplane.infer(request("m", 1, timeout=bad))
             assert caught.value.code.value == "INVALID_ARGUMENT"  # type: ignore[attr-defined]
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -292,11 +310,11 @@ def test_a_deadline_passing_mid_call_answers_and_raises_the_cancel_flag(tmp_path
             await dataplane.infer(request("patient", 1))
         assert time.perf_counter() - started < WAIT / 2
         await until(lambda: seen == [True], "the model to see its cancel flag")
-        _, version = dataplane.repository.resolve("patient", None)
+        version = version_of(dataplane, "patient")
         assert version.in_flight == 1  # its thread still runs: not idle, whatever the client
         finish.set()
         await until(lambda: version.in_flight == 0, "the thread to return")
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -316,9 +334,9 @@ def test_a_cancelled_request_leaves_the_queue(tmp_path: Path) -> None:
         gate.open.set()
         await first
         assert gate.calls == [1.0]
-        _, version = dataplane.repository.resolve("gate", None)
+        version = version_of(dataplane, "gate")
         assert version.in_flight == 0
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -338,7 +356,7 @@ def test_outputs_are_checked_against_the_metadata(
         dataplane = await serve(tmp_path, model("liar", lambda x: returned))
         with pytest.raises(Internal, match=why):
             await dataplane.infer(request("liar", 1, 2))
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -355,7 +373,7 @@ def test_fixed_output_dimensions_are_checked(tmp_path: Path) -> None:
         dataplane = await serve(tmp_path, fixed)
         with pytest.raises(Internal, match=r"shape \[1, 3\], the metadata says \[-1, 4\]"):
             await dataplane.infer(request("fixed", 1))
-        await dataplane.repository.close()
+        await stop(dataplane)
 
     run(scenario)
 
@@ -393,7 +411,15 @@ def test_statistics_count_rows_and_executions_as_triton(tmp_path: Path) -> None:
         assert stats.success.count == 4
         assert sum(stats.queue_histogram) == 4
         assert stats.batch_reasons == {"queue_drained": 2}
-        await dataplane.repository.close()
+        (typed,) = dataplane.model_statistics("rows", "1")  # what both protocols render
+        (as_json,) = statistics_json((typed,))["model_stats"]
+        (as_proto,) = statistics_message((typed,)).model_stats
+        for shown in (as_json, MessageToDict(as_proto, preserving_proto_field_name=True)):
+            assert int(shown["inference_count"]) == 7
+            assert int(shown["execution_count"]) == 2
+            assert int(shown["inference_stats"]["success"]["count"]) == 4
+            assert [int(b["batch_size"]) for b in shown["batch_stats"]] == [1, 6]
+        await stop(dataplane)
 
     run(scenario)
 
@@ -408,7 +434,7 @@ def test_stuck_calls_delay_neither_other_models_nor_loads(tmp_path: Path) -> Non
             model("other", lambda x: x + 1),
             server="inlineBelowMicroseconds: 0",
         )
-        control = ModelControl(dataplane.repository)
+        control = _KITS[id(dataplane)].control
         for i in range(6):  # more abandoned calls than the loop's default executor has room for
             with pytest.raises(DeadlineExceeded):
                 await dataplane.infer(request("stuck", i), deadline=time.monotonic() + 0.02)
@@ -424,6 +450,37 @@ def test_stuck_calls_delay_neither_other_models_nor_loads(tmp_path: Path) -> Non
         assert not unloading.done()
         gate.open.set()
         await asyncio.wait_for(unloading, WAIT)
-        await dataplane.repository.close()
+        await stop(dataplane)
+
+    run(scenario)
+
+
+def test_live_edits_of_the_server_bounds_apply_to_the_next_request(tmp_path: Path) -> None:
+    """``inlineBelowMicroseconds`` and ``requestTimeoutSeconds`` are live: a serve.yaml edit
+    (ModelControl.apply_plan) reaches a version's executor without a reload."""
+    gate = Gate()
+    gate.open.set()
+
+    async def scenario() -> None:
+        entry = model("gate", gate)  # one entrypoint: the edit leaves the model as it is
+        dataplane = await serve(tmp_path, entry)
+        for _ in range(placement.LEARN_FAST + 1):
+            await dataplane.infer(request("gate", 1))
+        executor = executor_of(dataplane, "gate")
+        assert executor.mode is Mode.INLINE
+        kit = _KITS[id(dataplane)]
+        server = "{inlineBelowMicroseconds: 0, requestTimeoutSeconds: 0.05}"
+        edited = parse_config(f"server: {server}\nmodels:\n{entry}")
+        done = await kit.control.apply_plan(compile_plan(edited, tmp_path))
+        assert done["reloaded"] == []  # the model itself is unchanged
+        assert executor_of(dataplane, "gate") is executor
+        await dataplane.infer(request("gate", 2))
+        assert executor.mode is Mode.THREADS  # 0: every call off the loop, from now on
+        gate.open.clear()
+        with pytest.raises(DeadlineExceeded):
+            await dataplane.infer(request("gate", 3))  # held past the new 50 ms cap
+        gate.open.set()
+        await until(lambda: gate.running == 0, "the held call to return")
+        await stop(dataplane)
 
     run(scenario)

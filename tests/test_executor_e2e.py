@@ -5,9 +5,6 @@
 * a full queue answers 429 with Retry-After / RESOURCE_EXHAUSTED at once;
 * a request whose gRPC deadline passed in the queue never runs;
 * abandoned calls stuck in one model delay neither another model nor a load.
-
-(End-to-end: once the ``slow`` pytest marker exists on main, this module gets
-``pytestmark = pytest.mark.slow``.)
 """
 
 from __future__ import annotations
@@ -28,6 +25,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.slow  # end to end: real server processes and Triton clients
 
 MODELS = """\
 import time

@@ -32,6 +32,8 @@ from servers import start_server
 from app.config.names import find_model
 from app.export.k8s import ExportError, k8s_name
 
+pytestmark = pytest.mark.slow
+
 K8S_VERSION = "1.30.0"
 SERVING_RUNTIME_SPEC = {  # KServe v1alpha1 ServingRuntimeSpec + its inline ServingRuntimePodSpec
     "supportedModelFormats", "multiModel", "disabled", "protocolVersions", "workerSpec",

@@ -20,6 +20,8 @@ from loops import run_in_own_loop
 from servers import ServerProcess
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.slow
+
 ROWS = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
 
 

@@ -17,6 +17,8 @@ import tritonclient.http as httpclient
 from servers import ServerProcess, identity_name
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.slow
+
 Clients = tuple[httpclient.InferenceServerClient, grpcclient.InferenceServerClient]
 
 

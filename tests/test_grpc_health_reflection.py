@@ -19,6 +19,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 from servers import BROKEN_MODELS, start_server
 
+pytestmark = pytest.mark.slow
+
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 

@@ -22,6 +22,8 @@ from onnx import helper
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
+pytestmark = pytest.mark.slow
+
 LIMIT = 65536
 CONFIG = f"""\
 server: {{grpcMaxMessageBytes: {LIMIT}}}

@@ -12,10 +12,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from loops import run_in_own_loop
 from servers import ServerProcess, identity_name
+
+pytestmark = pytest.mark.slow
 
 Request = tuple[str, list[grpcclient.InferInput], str]
 

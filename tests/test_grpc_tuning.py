@@ -17,6 +17,8 @@ from servers import ServerProcess
 
 from app.grpc import tuning
 
+pytestmark = pytest.mark.slow
+
 
 def run_fresh(code: str, env: dict[str, str] | None = None) -> str:
     """Run ``code`` in a new interpreter (bounded) and return what it printed."""

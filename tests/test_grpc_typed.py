@@ -22,6 +22,8 @@ from app.datatypes import lookup
 from app.protos import grpc_service_pb2 as pb
 from app.protos import grpc_service_pb2_grpc as pb_grpc
 
+pytestmark = pytest.mark.slow
+
 TYPED = [d for d in DATATYPES if d in CONTENTS_FIELD]
 
 

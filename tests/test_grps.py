@@ -30,6 +30,8 @@ from servers import ServerProcess, identity_name, running_server
 from app.protos import grps_pb2 as pb
 from app.protos import grps_pb2_grpc as pb_grpc
 
+pytestmark = pytest.mark.slow
+
 # V2 datatype -> (grps dtype, flat field, sample values at the edges of the datatype)
 CARRIED: dict[str, tuple[str, str, list[Any]]] = {
     "BOOL": ("DT_UINT8", "flat_uint8", [0, 1, 1, 0]),

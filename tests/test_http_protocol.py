@@ -14,6 +14,8 @@ import onnxruntime as ort
 import pytest
 from servers import ServerProcess
 
+pytestmark = pytest.mark.slow
+
 HEADER = "Inference-Header-Content-Length"
 
 

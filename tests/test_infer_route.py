@@ -17,6 +17,8 @@ import pytest
 import tritonclient.http as httpclient
 from servers import ServerProcess, running_server
 
+pytestmark = pytest.mark.slow
+
 CONFIG = """
 server: {maxRequestBytes: 1024}
 models:

@@ -23,6 +23,8 @@ from tritonclient.utils import InferenceServerException
 from app.protos import grps_pb2 as grps
 from app.protos import grps_pb2_grpc as grps_grpc
 
+pytestmark = pytest.mark.slow
+
 GRPS_PREDICT = "/grps/v1/infer/predict"
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import httpx
 import numpy as np
+import pytest
 import tritonclient.http as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 from servers import ServerProcess
+
+pytestmark = pytest.mark.slow
 
 
 def _samples(server: ServerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -34,6 +34,8 @@ from app.config.loader import ConfigError
 from app.errors import InvalidArgument, NotFound, ServeError, Unauthenticated
 from app.notebook import RemoteServer, StartError, registry
 
+pytestmark = pytest.mark.slow
+
 X = np.random.default_rng(7).standard_normal((3, 16)).astype(np.float32)
 
 

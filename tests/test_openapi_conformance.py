@@ -50,6 +50,8 @@ from hypothesis import strategies as st
 from schemathesis import checks
 from servers import DATATYPES, ServerProcess, identity_name
 
+pytestmark = pytest.mark.slow
+
 SPEC_COPY = Path(__file__).parent / "specs" / "rest_predict_v2.yaml"
 SPEC_SHARED = Path(__file__).resolve().parents[2] / "shared" / "specs" / "rest_predict_v2.yaml"
 

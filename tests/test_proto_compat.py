@@ -272,6 +272,7 @@ _CHECK = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl", ["upb", "python"])
 @pytest.mark.parametrize("triton_first", [True, False], ids=["triton-first", "ours-first"])
 def test_importable_alongside_tritonclient(triton_first: bool, impl: str) -> None:
@@ -295,6 +296,7 @@ def test_importable_alongside_tritonclient(triton_first: bool, impl: str) -> Non
 # --------------------------------------------------------------------------- drift
 
 
+@pytest.mark.slow
 def test_generated_code_is_up_to_date() -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), "--check"],

@@ -25,6 +25,8 @@ from servers import ServerProcess, start_server
 from app.cli import load_plan
 from app.config.schema import ModelConfig, ModelFormat, TensorOverride
 
+pytestmark = pytest.mark.slow
+
 USER_MODULE = """
 from typing import Annotated, TypedDict
 

@@ -24,6 +24,8 @@ from servers import ServerProcess, start_server
 
 from app.protos import grps_pb2, grps_pb2_grpc
 
+pytestmark = pytest.mark.slow
+
 HEAD = "server: {startupModels: all}\nmodels:\n"
 GOOD = "  - {name: good, modelFormat: {name: onnx}, storageUri: models/good.onnx}\n"
 FLAKY = "  - {name: flaky, modelFormat: {name: onnx}, storageUri: models/flaky.onnx}\n"

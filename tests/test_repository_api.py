@@ -17,6 +17,8 @@ import pytest
 from repo_helpers import Repo, onnx_bytes, unloadable_onnx, write_store
 from servers import ServerProcess, start_server
 
+pytestmark = pytest.mark.slow
+
 RNG = np.random.default_rng(7)
 
 

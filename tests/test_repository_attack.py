@@ -33,6 +33,8 @@ from tritonclient.utils import InferenceServerException
 
 from app.shown_paths import GENERATION
 
+pytestmark = pytest.mark.slow
+
 USER_MODULE = '''
 import pickle
 

@@ -2,30 +2,73 @@
 
 Client threads (tritonclient.http and tritonclient.grpc, one client each) send requests without
 pause to a model that is left alone and to a model being reloaded again and again, from disk and
-with pushed files; every request must succeed. A slow Python model shows that an unload waits
-for the requests it already accepted.
+with pushed files; every request must succeed, and every client must see answers between two
+reloads. A slow Python model, which notes each call it starts and ends in a file, shows that an
+unload waits for the requests it already accepted.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx_builders
 import pytest
 from repo_helpers import Repo, onnx_bytes, write_store
 from servers import ServerProcess, start_server
+from waits import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+SLOW_MODEL = """
+import time
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+CALLS = Path(__file__).with_name("slow_calls.log")
+
+
+def predict(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    with CALLS.open("a") as log:
+        log.write("start\\n")
+    time.sleep(0.4)
+    with CALLS.open("a") as log:
+        log.write("end\\n")
+    return x + 1
+"""
+"""repo_helpers' slow model, noting each call it starts and ends (in serve.yaml's folder); it
+runs with three instances, so three calls run at once."""
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    config = write_store(tmp_path_factory.mktemp("reload"))
-    process = start_server(config, grpc=True)
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("reload")
+    config = write_store(root)
+    (root / "slow_model.py").write_text(SLOW_MODEL)
+    text = config.read_text()
+    slow = "entrypoint: 'slow_model:predict'"
+    assert slow in text
+    config.write_text(text.replace(slow, f"{slow}, instances: 3"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(folder: Path) -> Iterator[ServerProcess]:
+    process = start_server(folder / "serve.yaml", grpc=True)
     yield process
     assert process.stop() == 0, process.log()
+
+
+def calls(folder: Path) -> Counter[str]:
+    """How many calls of the slow model have started and ended."""
+    log = folder / "slow_calls.log"
+    return Counter(log.read_text().split()) if log.exists() else Counter()
 
 
 def _client(server: ServerProcess, transport: str) -> Repo:
@@ -35,7 +78,10 @@ def _client(server: ServerProcess, transport: str) -> Repo:
 
 def test_inference_runs_through_reloads(server: ServerProcess) -> None:
     stop = threading.Event()
-    done: Counter[str] = Counter()
+    keys = [
+        f"{transport}/{model}" for transport in ("http", "grpc") for model in ("mlp", "add_sub")
+    ]
+    done: Counter[str] = Counter(dict.fromkeys(keys, 0))  # every key exists: safe to copy
     failures: list[str] = []
     x = np.ones((1, 16), dtype=np.float32)
     pair = {"INPUT0": np.full((1, 16), 3, np.float32), "INPUT1": np.ones((1, 16), np.float32)}
@@ -63,9 +109,18 @@ def test_inference_runs_through_reloads(server: ServerProcess) -> None:
     ]
     for thread in threads:
         thread.start()
+
+    def traffic_flows() -> None:
+        """Until every client has had two more answers (or a failure, reported below)."""
+        before = Counter(done)
+        wait_until(
+            lambda: failures or all(done[k] >= before[k] + 2 for k in keys),
+            what=f"answers on every client, so far {dict(done)}",
+        )
+
     control = _client(server, "http")
     try:
-        time.sleep(0.3)
+        traffic_flows()
         for round_ in range(6):
             if round_ % 2:
                 control.load("add_sub")  # reload from disk
@@ -75,7 +130,7 @@ def test_inference_runs_through_reloads(server: ServerProcess) -> None:
                     {"backend": "onnxruntime"},
                     {"file:1/model.onnx": onnx_bytes(onnx_builders.add_sub())},
                 )
-            time.sleep(0.1)
+            traffic_flows()
         # A failed reload in the middle of the traffic changes nothing for the clients.
         control.expect_error(
             "INVALID_ARGUMENT",
@@ -84,7 +139,7 @@ def test_inference_runs_through_reloads(server: ServerProcess) -> None:
             {"backend": "onnxruntime"},
             {"file:1/model.onnx": b"broken"},
         )
-        time.sleep(0.3)
+        traffic_flows()
     finally:
         stop.set()
         for thread in threads:
@@ -92,14 +147,16 @@ def test_inference_runs_through_reloads(server: ServerProcess) -> None:
         control.close()
     assert not failures, failures[:5]
     print("requests completed during the reloads:", dict(done))
-    for key in ("http/mlp", "grpc/mlp", "http/add_sub", "grpc/add_sub"):
-        assert done[key] > 10, done
+    for key in keys:
+        assert done[key] >= 16, done  # two per round at least (waited for above)
     server.assert_healthy()
 
 
 @pytest.mark.parametrize("transport", ["http", "grpc"])
 @pytest.mark.parametrize("action", ["unload", "reload"])
-def test_requests_in_flight_complete(server: ServerProcess, transport: str, action: str) -> None:
+def test_requests_in_flight_complete(
+    server: ServerProcess, folder: Path, transport: str, action: str
+) -> None:
     """The slow model takes 0.4 s a request; unload/reload arrives while requests run."""
     results: list[object] = []
 
@@ -114,20 +171,23 @@ def test_requests_in_flight_complete(server: ServerProcess, transport: str, acti
 
     control = _client(server, transport)
     try:
+        before = calls(folder)
         callers = [threading.Thread(target=call) for _ in range(3)]
         for thread in callers:
             thread.start()
-        time.sleep(0.15)
-        started = time.monotonic()
+        # Three instances: every call accepted is inside the model (and noted there).
+        wait_until(
+            lambda: calls(folder)["start"] >= before["start"] + 3, what="all three calls to start"
+        )
         control.unload("slow") if action == "unload" else control.load("slow")
-        waited = time.monotonic() - started
+        after = calls(folder)
+        assert after["end"] == after["start"], f"returned with calls still running: {after}"
         for thread in callers:
             thread.join(30)
         assert len(results) == 3
         for result in results:
             assert isinstance(result, np.ndarray), result
             np.testing.assert_array_equal(result, np.ones(3, np.float32))
-        assert waited > 0.1, "the unload/reload returned before the requests it waited for"
         if action == "unload":
             assert not control.ready("slow")
             control.expect_error(

@@ -32,11 +32,13 @@ from repo_helpers import (
     onnx_bytes,
     snapshot,
     unloadable_onnx,
-    wait_for,
 )
 from servers import ServerProcess, start_server
+from waits import wait_until
 
 from app.shown_paths import GENERATION
+
+pytestmark = pytest.mark.slow
 
 USER_MODULE = """
 import pickle
@@ -439,7 +441,7 @@ def test_unload_of_a_push_over_a_serve_yaml_model_goes_back_to_serve_yaml(
         "reason": "unloaded",
     }
     repo.load("add_sub")  # serve.yaml's files and entry again (6 instances, size 16)
-    wait_for(lambda: repo.ready("add_sub"), what="add_sub")
+    wait_until(lambda: repo.ready("add_sub"), what="add_sub")
     assert [int(d) for d in repo.metadata("add_sub")["inputs"][0]["shape"]] == [-1, 16]
     if repo.transport == "http":
         assert repo.raw.get_model_config("add_sub")["instance_group"][0]["count"] == 6

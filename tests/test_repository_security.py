@@ -18,6 +18,8 @@ import pytest
 from repo_helpers import Repo, onnx_bytes, snapshot, write_store
 from servers import ServerProcess, start_server
 
+pytestmark = pytest.mark.slow
+
 BAD_KEYS = [
     "file:../evil.onnx",
     "file:1/../../evil.onnx",

@@ -94,6 +94,7 @@ def test_discard_never_deletes_what_is_not_ours(tmp_path: Path) -> None:
     assert (user / "model.onnx").read_bytes() == b"user data"
 
 
+@pytest.mark.slow
 def test_clean_removes_leftovers_of_dead_servers_only(tmp_path: Path) -> None:
     root = tmp_path / "storage"
     files = [(PurePosixPath("1/model.onnx"), b"x")]

@@ -33,6 +33,8 @@ from tritonclient.utils import InferenceServerException
 
 import app
 
+pytestmark = pytest.mark.slow
+
 MODEL = "  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}\n"
 
 

@@ -303,6 +303,7 @@ def save(model: onnx.ModelProto, path: Path) -> None:
     onnx.save(model, str(path))
 
 
+@pytest.mark.slow
 def test_a_clash_is_reported_by_the_server_and_the_rest_serves(tmp_path: Path) -> None:
     """``1/`` and ``01/``: that version is UNAVAILABLE with the reason over the wire; the
     model's version 2, a model living beside notebook checkpoints and the server stay up."""

@@ -17,12 +17,15 @@ import httpx
 import numpy as np
 import onnx_builders
 import pytest
-from repo_helpers import Repo, onnx_bytes, wait_for
+from repo_helpers import Repo, onnx_bytes
 from servers import ServerProcess, start_server
+from waits import wait_until
 
 from app.config.overrides import Overrides, load_plan
 from app.server import ServeKit
 from app.services.watch import watch_config
+
+pytestmark = pytest.mark.slow
 
 HEAD = "server: {startupModels: [mlp, added, text]}\nmodels:\n"
 MLP = "  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp}\n"
@@ -104,8 +107,10 @@ def test_edits_apply_live_and_other_models_keep_serving(
     try:
         # Add one model (listed in startupModels), one that is not, and remove add_sub.
         config.write_text(HEAD + MLP + ADDED + LAZY)
-        wait_for(lambda: repo.ready("added"), what="the added model to be READY")
-        wait_for(lambda: "add_sub" not in names(repo), what="the removed model to leave the index")
+        wait_until(lambda: repo.ready("added"), what="the added model to be READY")
+        wait_until(
+            lambda: "add_sub" not in names(repo), what="the removed model to leave the index"
+        )
         assert repo.row("lazy") == {
             "name": "lazy",
             "version": "1",
@@ -120,7 +125,7 @@ def test_edits_apply_live_and_other_models_keep_serving(
             config,
             HEAD + MLP + ADDED + "  - {name: bad, modelFormat: {name: onnx}, storageURI: x}\n",
         )
-        wait_for(
+        wait_until(
             lambda: "serve.yaml:5: models[2].storageURI: unknown key" in server.log(),
             what="the invalid edit to be reported with its line",
         )
@@ -139,7 +144,7 @@ def test_a_changed_entry_reloads(repo: Repo, folder: Path) -> None:
     config = folder / "serve.yaml"
     assert ("mlp", "1") not in repo.states()
     rewrite(config, HEAD + MLP.replace("}\n", ", versionPolicy: {all: {}}}\n") + ADDED + LAZY)
-    wait_for(lambda: repo.states().get(("mlp", "1")) == "READY", what="mlp version 1 to load")
+    wait_until(lambda: repo.states().get(("mlp", "1")) == "READY", what="mlp version 1 to load")
     assert repo.states()[("mlp", "2")] == "READY"
 
 
@@ -149,7 +154,7 @@ def test_a_replaced_model_file_reloads(repo: Repo, folder: Path) -> None:
     temporary = folder / "models" / "added.onnx.tmp"
     temporary.write_bytes(onnx_bytes(onnx_builders.identity("INT32")))
     temporary.replace(folder / "models" / "added.onnx")
-    wait_for(
+    wait_until(
         lambda: repo.metadata("added")["inputs"][0]["datatype"] == "INT32",
         what="the replaced model file to be served",
     )
@@ -162,7 +167,7 @@ def test_a_listener_edit_needs_a_restart(repo: Repo, server: ServerProcess, fold
     text = config.read_text()
     edited = text.replace("server: {", "server: {maxRequestBytes: 5000000, httpPort: 1, ")
     rewrite(config, edited.replace("lazy", "lazy2"))
-    wait_for(lambda: "lazy2" in names(repo), what="the rest of the edit to apply")
+    wait_until(lambda: "lazy2" in names(repo), what="the rest of the edit to apply")
     assert "serve.yaml changed server.maxRequestBytes: restart servekit to apply" in server.log()
     assert "httpPort" not in server.log()
     server.assert_healthy()
@@ -199,8 +204,8 @@ def test_command_line_flags_hold_for_every_edit(tmp_path: Path) -> None:
             + ADD_SUB
             + ADDED,
         )
-        wait_for(lambda: ("mlp", "1") in repo.states(), what="the edit to reload mlp")
-        wait_for(lambda: repo.ready("mlp"), what="mlp to be READY again")
+        wait_until(lambda: ("mlp", "1") in repo.states(), what="the edit to reload mlp")
+        wait_until(lambda: repo.ready("mlp"), what="mlp to be READY again")
         assert repo.states() == {("mlp", "1"): "READY", ("mlp", "2"): "READY"}
         x = np.arange(4, dtype=np.float32).reshape(1, 4)  # the mounted identity, not models/mlp
         response = httpx.post(
@@ -217,7 +222,7 @@ def test_command_line_flags_hold_for_every_edit(tmp_path: Path) -> None:
 
         # An edit that drops the one model --only names cannot be served: the old one stays.
         rewrite(config, "models:\n" + ADD_SUB + ADDED)
-        wait_for(
+        wait_until(
             lambda: "--only 'mlp': no such model (models: add_sub, added)" in server.log(),
             what="the edit without mlp to be refused",
         )

@@ -21,12 +21,20 @@ _LENGTH = struct.Struct("<I")
 Buffer = bytes | bytearray | memoryview
 
 
+MAX_DIMS = 64
+"""Most dimensions a tensor may have (numpy's own limit; ONNX Runtime has none lower)."""
+
+
 def check_shape(name: str, shape: Iterable[int]) -> tuple[int, ...]:
     """A client-given shape as a tuple of non-negative ints, or a clear error."""
     try:
         dims = tuple(shape)
     except TypeError:
         raise InvalidArgument(f"input {name!r}: shape must be a list of integers") from None
+    if len(dims) > MAX_DIMS:
+        raise InvalidArgument(
+            f"input {name!r}: shape has {len(dims)} dimensions, at most {MAX_DIMS} are supported"
+        )
     for dim in dims:
         if type(dim) is not int or dim < 0:
             raise InvalidArgument(

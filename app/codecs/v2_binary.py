@@ -38,7 +38,7 @@ def parse_header_length(value: str | None, body_length: int) -> int | None:
 
 
 def decode_request(
-    body: bytes, header_length: int, model_name: str, model_version: str | None
+    body: bytes | bytearray, header_length: int, model_name: str, model_version: str | None
 ) -> InferRequest:
     """Decode a JSON header plus binary tensor data; inputs become views over ``body``."""
     view = memoryview(body)
@@ -64,7 +64,10 @@ def decode_request(
 
 
 def decode_raw_request(
-    body: bytes, model_name: str, model_version: str | None, inputs: tuple[TensorSpec, ...]
+    body: bytes | bytearray,
+    model_name: str,
+    model_version: str | None,
+    inputs: tuple[TensorSpec, ...],
 ) -> InferRequest:
     """The raw binary request: the body is the only input, its shape inferred from its size.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -20,6 +20,12 @@ from app.codecs.raw import check_shape, datatype_of
 from app.datatypes import DataType, element_count, narrow_floats, narrow_integers, refuse_booleans
 from app.errors import InvalidArgument
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from app.codecs.v2_json_large import Segments
+
+MAX_NESTING = 64
+"""Deepest nesting of lists in ``data`` (a tensor has at most 64 dimensions)."""
 
 # Given (name, datatype, shape, binary_data_size) return the decoded array.
 BinaryResolver = Callable[[str, DataType, tuple[int, ...], int], np.ndarray]
@@ -38,7 +44,7 @@ _KIND_OK = {
 NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def loads(body: bytes | memoryview) -> Any:
+def loads(body: bytes | bytearray | memoryview) -> Any:
     """Parse JSON, turning a syntax error into the client's mistake.
 
     orjson is strict JSON; a body it refuses that holds NaN/Infinity tokens (what tritonclient
@@ -73,14 +79,16 @@ def decode_request(
     model_name: str,
     model_version: str | None,
     binary: BinaryResolver | None = None,
+    segments: Segments | None = None,
 ) -> InferRequest:
-    """Build an InferRequest from a parsed V2 JSON request object."""
+    """Build an InferRequest from a parsed V2 JSON request object (``segments``: the numeric
+    ``data`` arrays :mod:`app.codecs.v2_json_large` cut out of a large body)."""
     if not isinstance(obj, dict):
         raise InvalidArgument("inference request must be a JSON object")
     raw_inputs = obj.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("inference request needs an 'inputs' list")
-    inputs = [_decode_input(item, binary) for item in raw_inputs]
+    inputs = [_decode_input(item, binary, segments) for item in raw_inputs]
     outputs = None
     raw_outputs = obj.get("outputs")
     if raw_outputs is not None:
@@ -107,7 +115,7 @@ def _decode_output(item: object) -> RequestedOutput:
     return RequestedOutput(name, _parameters(f"output {name!r}", item.get("parameters")))
 
 
-def _decode_input(item: object, binary: BinaryResolver | None) -> Tensor:
+def _decode_input(item: object, binary: BinaryResolver | None, segments: Segments | None) -> Tensor:
     if not isinstance(item, dict):
         raise InvalidArgument("each input must be a JSON object")
     name = item.get("name")
@@ -131,7 +139,14 @@ def _decode_input(item: object, binary: BinaryResolver | None) -> Tensor:
     else:
         if "data" not in item:
             raise InvalidArgument(f"input {name!r}: missing 'data'")
-        array = json_data_to_array(name, datatype, shape, item["data"])
+        data = item["data"]
+        if segments is not None and type(data) is dict and len(data) == 1:
+            from app.codecs.v2_json_large import PLACEHOLDER
+
+            if PLACEHOLDER in data:
+                data = segments.array(data[PLACEHOLDER], name, datatype, shape)
+                return Tensor(name, datatype.name, shape, data, parameters)
+        array = json_data_to_array(name, datatype, shape, data)
     return Tensor(name, datatype.name, shape, array, parameters)
 
 
@@ -230,20 +245,24 @@ def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[A
     return out.reshape(shape)
 
 
-def _nested_shape(name: str, data: object) -> tuple[int, ...]:
+def _nested_shape(name: str, data: object, depth: int = 0) -> tuple[int, ...]:
     """Shape of nested lists; lists of unequal lengths (or lists beside scalars) are ragged."""
     if not isinstance(data, list):
         return ()
-    shapes = {_nested_shape(name, item) for item in data}
+    if depth >= MAX_NESTING:
+        raise InvalidArgument(f"input {name!r}: 'data' nested deeper than {MAX_NESTING} lists")
+    shapes = {_nested_shape(name, item, depth + 1) for item in data}
     if len(shapes) > 1:
         raise InvalidArgument(f"input {name!r}: 'data' is ragged")
     return (len(data), *next(iter(shapes), ()))
 
 
-def _flatten(data: list[Any], into: list[Any]) -> None:
+def _flatten(data: list[Any], into: list[Any], depth: int = 0) -> None:
+    if depth >= MAX_NESTING:
+        raise InvalidArgument(f"'data' nested deeper than {MAX_NESTING} lists")
     for item in data:
         if isinstance(item, list):
-            _flatten(item, into)
+            _flatten(item, into, depth + 1)
         else:
             into.append(item)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.codecs.raw import check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
+from app.codecs.raw import MAX_DIMS, check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
 from app.datatypes import (
     DATATYPES,
     DataType,
@@ -87,7 +87,7 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
         name = item.name
         datatype = DATATYPES.get(item.datatype) or datatype_of(name, item.datatype)
         shape = tuple(item.shape)  # int64 on the wire: only the sign needs checking
-        if shape and min(shape) < 0:
+        if shape and (min(shape) < 0 or len(shape) > MAX_DIMS):
             check_shape(name, shape)  # raises with the message
         if raw:
             if item.HasField("contents") and item.contents.ListFields():

@@ -93,6 +93,12 @@ class ServePlan:
     def model(self, name: str) -> ModelPlan | None:
         return next((m for m in self.models if m.name == name), None)
 
+    def loads_at_start(self, name: str) -> bool:
+        """Whether ``server.startupModels`` asks for ``name``: at start, and for a model a
+        serve.yaml edit adds (the one statement of the rule; --only selects its model too)."""
+        choice = self.server.startup_models
+        return choice == "all" or (isinstance(choice, list) and name in choice)
+
     @property
     def model_control(self) -> Literal["none", "explicit"]:
         """``server.modelControl``, or its default: clients may load and unload models when

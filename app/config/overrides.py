@@ -35,6 +35,9 @@ class Overrides:
     """Serve only this model (its serve.yaml name or its Kubernetes name)."""
     storage_uri: str | None = None
     """Read the one served model's files from here (kept as given; made absolute on use)."""
+    flags: bool = True
+    """Whether ``server`` came from command-line flags (a bad value is a ConfigError naming the
+    flag) or from Python keyword arguments (``app.serve``: pydantic's ValidationError)."""
 
 
 def load_plan(path: str | Path, overrides: Overrides | None = None) -> ServePlan:
@@ -43,8 +46,23 @@ def load_plan(path: str | Path, overrides: Overrides | None = None) -> ServePlan
     A file that cannot be served under the overrides (``--only`` naming a model the file no
     longer has) is a ConfigError like any other mistake in it.
     """
-    config = apply_overrides(load_config(path), str(path), overrides or Overrides())
-    file = Path(path).resolve()
+    return plan_config(load_config(path), Path(path), overrides)
+
+
+def plan_config(
+    config: ServeConfig,
+    path: Path | None,
+    overrides: Overrides | None = None,
+    *,
+    base_dir: Path | None = None,
+) -> ServePlan:
+    """The plan of a loaded serve.yaml (``path``; None for a config given as data, whose
+    relative paths resolve from ``base_dir``) under ``overrides``: the one way to a plan."""
+    shown = str(path) if path is not None else "serve.yaml"
+    config = apply_overrides(config, shown, overrides or Overrides())
+    if path is None:
+        return compile_plan(config, base_dir or Path.cwd(), None)
+    file = path.resolve()
     return compile_plan(config, file.parent, file)
 
 
@@ -56,6 +74,8 @@ def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> Ser
         try:
             server = type(config.server).model_validate(settings)
         except ValidationError as exc:
+            if not overrides.flags:
+                raise
             raise ConfigError(path, [_flag_issue(error) for error in exc.errors()]) from None
         config = config.model_copy(update={"server": server})
     if overrides.only is None and overrides.storage_uri is None:

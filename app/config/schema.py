@@ -170,62 +170,135 @@ class Limits(Section):
     """Bytes all pushed model files may take on disk together."""
 
 
-class ServerConfig(Section):
-    """Network and process settings of the one server."""
+LIVE: dict[str, Any] = {"live": True}
+"""``json_schema_extra`` of a server setting an edit of serve.yaml changes while running."""
+RESTART: dict[str, Any] = {"live": False}
+"""``json_schema_extra`` of a server setting a running process keeps until it restarts."""
 
-    name: str = "servekit"
+
+class NetworkLimits(Section):
+    """How long clients may take and how many they may be, on both listeners: what keeps a
+    slow, idle or oversized client from holding the server (slowloris, huge headers, runaway
+    streams). The defaults suit a small machine (2 cores, a 1,024 open-file limit) serving
+    programs, not browsers on slow links; README's "Limits at the edge" explains each."""
+
+    header_timeout_seconds: float = Field(10.0, gt=0, le=3600)
+    """Time a client has to send a request's whole header block, from its first byte (or from
+    connecting); after it the request is answered 408 and the connection closed."""
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    """Longest pause between two reads of a request body (nginx's client_body_timeout): a body
+    announced but not sent gets 408 and the connection closed. A slow but moving upload is
+    not cut."""
+    keep_alive_seconds: float = Field(30.0, gt=0, le=3600)
+    """How long an idle HTTP keep-alive connection stays open between requests."""
+    max_connections: int = Field(1000, ge=1, le=1_000_000)
+    """Open HTTP connections at most. At the cap, a new connection first displaces the oldest
+    one that has no request in progress (idle keep-alive, then one still sending headers);
+    when none can be displaced it gets 503 and is closed at once. Lowered at start to what
+    the process's open-file limit leaves (minus a reserve for models, gRPC and logs), so the
+    server refuses connections instead of running out of file descriptors."""
+    max_requests_in_flight: int = Field(256, ge=1, le=1_000_000)
+    """HTTP requests being read or answered at once, all connections together; beyond it a
+    request gets 503 with Retry-After at once (each in-flight request may hold a body of up to
+    maxRequestBytes in memory)."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Request line plus all header lines, in bytes; larger gets 431 (Envoy allows 60 KiB,
+    nginx 32 KiB)."""
+    max_header_count: int = Field(100, ge=8, le=10_000)
+    """Header lines in one request; more gets 431 (Envoy's default, 100)."""
+    grpc_max_concurrent_streams: int = Field(128, ge=1, le=1_000_000)
+    """gRPC calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)."""
+    grpc_max_metadata_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
+    """Largest gRPC metadata (headers) a call may send."""
+    grpc_keepalive_seconds: float = Field(60.0, ge=1, le=86_400)
+    """The server pings a gRPC connection idle this long, and drops it when the ping is not
+    answered within 20 s; clients may ping at most every 10 s without a call in progress
+    (more often: GOAWAY, grpcio's too_many_pings)."""
+
+
+class ServerConfig(Section):
+    """Network and process settings of the one server.
+
+    Every field says, where it is declared, whether an edit of serve.yaml applies to the running
+    server (``LIVE``) or needs a restart (``RESTART``: listeners, tokens, TLS, the storage
+    folder). ``servekit serve --watch`` and a notebook's ``reload()`` keep the running value of a
+    restart-only field (and report the edit); the JSON Schema shows the mark as ``live``.
+    """
+
+    name: str = Field("servekit", json_schema_extra=LIVE)
     """Server name reported by the V2 server metadata endpoint."""
-    host: str = "127.0.0.1"
+    host: str = Field("127.0.0.1", json_schema_extra=RESTART)
     """Address both HTTP and gRPC listen on: the loopback interface by default, so nothing
     outside this machine reaches the server until you say so (`0.0.0.0` for every IPv4
     interface, `::` for every interface, or one address or host name)."""
-    model_control: Literal["none", "explicit"] | None = None
+    model_control: Literal["none", "explicit"] | None = Field(None, json_schema_extra=RESTART)
     """Whether clients may load and unload models through the repository API (`explicit`) or
     not (`none`: load and unload answer 403 / PERMISSION_DENIED; the index stays readable).
     Default: `explicit` when the server listens only on loopback or a repository token is
     configured, `none` otherwise. Editing serve.yaml under `--watch` works in either mode."""
-    auth: AuthConfig = AuthConfig()
+    auth: AuthConfig = Field(AuthConfig(), json_schema_extra=RESTART)
     """Access tokens by API group (inference, metadata, repository, admin)."""
-    tls: TlsConfig | None = None
+    tls: TlsConfig | None = Field(None, json_schema_extra=RESTART)
     """Serve HTTPS and gRPC over TLS (optionally mutual); default plain HTTP/gRPC."""
-    strict_readiness: bool = True
+    strict_readiness: bool = Field(True, json_schema_extra=LIVE)
     """Readiness (`/v2/health/ready`, gRPC ServerReady, grps ready) is false while a model that
     serve.yaml or startupModels asks for is not READY, as in Triton; false: ready once the
     server is up and start-up loading is done."""
-    limits: Limits = Limits()
+    limits: Limits = Field(Limits(), json_schema_extra=LIVE)
     """Bounds on what clients may push through the repository API."""
-    http_port: int = Field(8000, ge=0, le=65535)
+    network: NetworkLimits = Field(NetworkLimits(), json_schema_extra=RESTART)
+    """Timeouts and connection, header and stream limits of the HTTP and gRPC listeners."""
+    http_port: int = Field(8000, ge=0, le=65535, json_schema_extra=RESTART)
     """REST, dashboard and metrics port; 0 picks a free port."""
-    grpc_port: int | None = Field(8001, ge=0, le=65535)
+    grpc_port: int | None = Field(8001, ge=0, le=65535, json_schema_extra=RESTART)
     """gRPC port; 0 picks a free port; null disables gRPC."""
-    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
     """Largest gRPC message accepted or sent, in bytes."""
-    grpc_poller_nice: int = Field(19, ge=0, le=19)
+    grpc_poller_nice: int = Field(19, ge=0, le=19, json_schema_extra=RESTART)
     """How much lower than the rest of the server grpcio's poller thread runs (Linux nice
     steps; 0 keeps it equal). Lower priority lets the event loop finish its work before the
     poller takes the core, instead of being preempted at every gRPC event: on one core,
     about 20% more gRPC calls per second (docs/performance.md)."""
-    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    """Largest HTTP request body accepted, in bytes."""
-    storage_dir: str | None = None
+    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
+    """Largest HTTP request body accepted, in bytes (binary inference requests, pushed model
+    files); JSON bodies are bounded by maxJsonRequestBytes too."""
+    max_json_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
+    """Largest JSON inference request body (V2, V1, grps), in bytes: 64 MiB, as Triton. JSON
+    tensors cost far more memory and time than their binary form; send large tensors with
+    the binary tensor data extension (Inference-Header-Content-Length) instead."""
+    storage_dir: str | None = Field(None, json_schema_extra=RESTART)
     """Folder for models pushed by clients (repository load with files); default
     `.servekit/storage` beside serve.yaml."""
-    startup_models: Literal["all", "none"] | list[str] = "all"
+    startup_models: Literal["all", "none"] | list[str] = Field("all", json_schema_extra=LIVE)
     """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
-    watch: bool = False
+    watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
-    inline_below_microseconds: int = Field(500, ge=0)
+    inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
     """Models measured faster than this (wall time of a call, measured in the model's worker
     threads first) run on the event loop thread, where a thread hop would cost more than the
     model; all others run in their own worker threads. A version seen slower than this while
     on the loop goes back to its threads, and after a few such moments stays there until it is
-    reloaded. 0 keeps every model off the loop."""
-    request_timeout_seconds: float | None = Field(None, gt=0)
+    reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    request_timeout_seconds: float | None = Field(None, gt=0, json_schema_extra=LIVE)
     """Server-wide cap on how long one inference request may take, queue and compute (a
     client's own deadline or `timeout` parameter may only shorten it); past it the request is
-    answered 504 / DEADLINE_EXCEEDED. Default: no cap."""
-    grps_streaming: GrpsStreaming = GrpsStreaming()
+    answered 504 / DEADLINE_EXCEEDED. Default: no cap. An edit applies to the next request."""
+    grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
     """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
+
+
+def _restart_only() -> frozenset[str]:
+    """ServerConfig fields marked RESTART; every field must carry a mark (checked at import, so
+    a new setting cannot be added without deciding)."""
+    marks = {name: f.json_schema_extra for name, f in ServerConfig.model_fields.items()}
+    unmarked = [n for n, extra in marks.items() if extra not in (LIVE, RESTART)]
+    if unmarked:
+        raise TypeError(f"ServerConfig fields without a LIVE/RESTART mark: {unmarked}")
+    return frozenset(name for name, extra in marks.items() if extra == RESTART)
+
+
+RESTART_ONLY: frozenset[str] = _restart_only()
+"""ServerConfig attribute names whose edits need a restart (the rest apply live)."""
 
 
 class ModelFormat(Section):

@@ -3,8 +3,9 @@
 ``routes()`` is what the server hands to ``app.rest.app.create_app(extra_routes=...)``: the page
 and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
 internet). How the dashboard works when tokens are configured: :mod:`app.dashboard.viewer`.
-Views read only the DataPlane, its repository and statistics, so the dashboard and
-the API can never disagree.
+Handlers are given the DataPlane and ModelControl like every HTTP handler
+(app/rest/inject.py) and views read only their methods, so the dashboard and the API can never
+disagree.
 """
 
 from __future__ import annotations

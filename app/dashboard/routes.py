@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request, Response, get
-from litestar.datastructures import State
 from litestar.params import FromPath
 
 from app.config.auth import ApiGroup
@@ -26,6 +25,7 @@ from app.dashboard.headers import DASHBOARD_HEADERS, add_headers
 from app.dashboard.render import render
 from app.dashboard.viewer import Viewer, hide_admin_data, viewer
 from app.errors import NotFound
+from app.rest.inject import Control, Dataplane
 from app.services.dataplane import DataPlane
 
 HTML = "text/html"
@@ -42,32 +42,18 @@ JSON: dict[str, Any] = {**PAGE, "opt": {"api_group": ApiGroup.METADATA}}
 AnyRequest = Request[Any, Any, Any]
 
 
-def sources(state: State) -> views.Sources:
-    """What the views read, from application state (ServeKit adds addresses and control)."""
-    dataplane: DataPlane = state.dataplane
-    kit = state.get("servekit")
-    addresses = getattr(kit, "addresses", None)
-    return views.Sources(
-        dataplane,
-        http_url=getattr(addresses, "http_url", None),
-        grpc_target=getattr(addresses, "grpc_target", None),
-        control=getattr(kit, "control", None) or state.get("control"),
-    )
-
-
-def who(state: State, request: AnyRequest) -> Viewer:
+def who(dataplane: DataPlane, request: AnyRequest) -> Viewer:
     """What this request may see, from its Authorization header and the tokens in force."""
-    dataplane: DataPlane = state.dataplane
-    return viewer(dataplane.repository.plan, request.headers.get("authorization"))
+    return viewer(dataplane.access, request.headers.get("authorization"))
 
 
-def json_viewer(state: State, request: AnyRequest) -> Viewer:
+def json_viewer(dataplane: DataPlane, request: AnyRequest) -> Viewer:
     """The viewer of a JSON request; Unauthenticated (401) when metadata is closed to it.
 
     The HTTP access check refuses such a request before it gets here; checking again costs
     nothing and keeps the JSON closed even if a route lost its ``opt``.
     """
-    seen = who(state, request)
+    seen = who(dataplane, request)
     if seen.locked:
         client = request.client.host if request.client else "unknown"
         seen.policy.check(ApiGroup.METADATA, request.headers.get("authorization"), client)
@@ -99,24 +85,24 @@ def _not_found(src: views.Sources, message: str) -> Response[str]:
 
 
 @get("/", **PAGE)
-def home(state: State, request: AnyRequest) -> Response[str]:
-    seen = who(state, request)
+def home(dataplane: Dataplane, control: Control, request: AnyRequest) -> Response[str]:
+    seen = who(dataplane, request)
     if seen.locked:
         return _locked()
-    return _page("home.html", page="home", server=views.overview(sources(state)))
+    return _page("home.html", page="home", server=views.overview(views.Sources(dataplane, control)))
 
 
 @get("/models", **PAGE)
-def models(state: State, request: AnyRequest) -> Response[str]:
-    seen = who(state, request)
+def models(dataplane: Dataplane, control: Control, request: AnyRequest) -> Response[str]:
+    seen = who(dataplane, request)
     if seen.locked:
         return _locked()
     # Read by hand: "state" is a reserved handler argument in Litestar.
     text = request.query_params.get("q", "")
     wanted_state = request.query_params.get("state", "")
-    src = sources(state)
+    src = views.Sources(dataplane, control)
     server = views.overview(src)
-    rows = views.index_rows(src)
+    rows = views.index_rows(dataplane)
     controls = server["modelControl"] == "explicit" and server["protected"]["repository"]
     return _page(
         "models.html",
@@ -131,14 +117,13 @@ def models(state: State, request: AnyRequest) -> Response[str]:
     )
 
 
-def _model_view(state: State, request: AnyRequest, name: str, template: str) -> Response[str]:
+def _model_view(src: views.Sources, request: AnyRequest, name: str, template: str) -> Response[str]:
     """A page about one model (its details, or its try-it-out form); 404 page if unknown."""
-    seen = who(state, request)
+    seen = who(src.dataplane, request)
     if seen.locked:
         return _locked()
-    src = sources(state)
     try:
-        model = views.model_detail(src, name)
+        model = views.model_detail(src.dataplane, name)
     except NotFound as exc:
         return _not_found(src, exc.message)
     server = views.overview(src)
@@ -154,31 +139,39 @@ def _model_view(state: State, request: AnyRequest, name: str, template: str) -> 
 
 
 @get("/models/{name:str}", **PAGE)
-def model_page(state: State, request: AnyRequest, name: FromPath[str]) -> Response[str]:
-    return _model_view(state, request, name, "model.html")
+def model_page(
+    dataplane: Dataplane, control: Control, request: AnyRequest, name: FromPath[str]
+) -> Response[str]:
+    return _model_view(views.Sources(dataplane, control), request, name, "model.html")
 
 
 @get("/models/{name:str}/try", **PAGE)
-def try_page(state: State, request: AnyRequest, name: FromPath[str]) -> Response[str]:
-    return _model_view(state, request, name, "try.html")
+def try_page(
+    dataplane: Dataplane, control: Control, request: AnyRequest, name: FromPath[str]
+) -> Response[str]:
+    return _model_view(views.Sources(dataplane, control), request, name, "try.html")
 
 
 @get("/dashboard/api/overview", **JSON)
-def overview_json(state: State, request: AnyRequest) -> Response[dict[str, Any]]:
-    json_viewer(state, request)
-    return Response(views.overview(sources(state)), headers=NO_STORE)
+def overview_json(
+    dataplane: Dataplane, control: Control, request: AnyRequest
+) -> Response[dict[str, Any]]:
+    json_viewer(dataplane, request)
+    return Response(views.overview(views.Sources(dataplane, control)), headers=NO_STORE)
 
 
 @get("/dashboard/api/models", **JSON)
-def models_json(state: State, request: AnyRequest) -> Response[list[dict[str, Any]]]:
-    json_viewer(state, request)
-    return Response(views.index_rows(sources(state)), headers=NO_STORE)
+def models_json(dataplane: Dataplane, request: AnyRequest) -> Response[list[dict[str, Any]]]:
+    json_viewer(dataplane, request)
+    return Response(views.index_rows(dataplane), headers=NO_STORE)
 
 
 @get("/dashboard/api/models/{name:str}", **JSON)
-def model_json(state: State, request: AnyRequest, name: FromPath[str]) -> Response[dict[str, Any]]:
-    seen = json_viewer(state, request)
-    model = views.model_detail(sources(state), name)
+def model_json(
+    dataplane: Dataplane, request: AnyRequest, name: FromPath[str]
+) -> Response[dict[str, Any]]:
+    seen = json_viewer(dataplane, request)
+    model = views.model_detail(dataplane, name)
     return Response(model if seen.may(ApiGroup.ADMIN) else hide_admin_data(model), headers=NO_STORE)
 
 

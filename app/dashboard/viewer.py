@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config.auth import AccessPolicy, ApiGroup
-from app.config.compiler import ServePlan
 
 
 @dataclass(frozen=True)
@@ -48,9 +47,8 @@ class Viewer:
         return not self.may(ApiGroup.METADATA)
 
 
-def viewer(plan: ServePlan, authorization: str | None) -> Viewer:
+def viewer(policy: AccessPolicy, authorization: str | None) -> Viewer:
     """Which groups a request with this ``Authorization`` value opens."""
-    policy = plan.access
     opened = frozenset(g for g in ApiGroup if policy.allows(g, authorization))
     return Viewer(policy, opened)
 

@@ -1,9 +1,9 @@
 """View models of the dashboard: plain dicts built from the live server objects.
 
-Every number on every page comes from here, and here reads only the DataPlane (and through it
-the ModelRepository and the Statistics), the server's bound addresses and, when it exists, the
-model control's error log. Nothing is cached or copied, so the dashboard can never disagree with
-what the V2 API answers. The same dicts feed the Jinja templates and the JSON the page polls.
+Every number on every page comes from here, and here reads only the DataPlane's declared methods
+(models, statistics, configuration, addresses, recent errors) and the ModelControl's mode.
+Nothing is cached or copied, so the dashboard can never disagree with what the V2 API answers.
+The same dicts feed the Jinja templates and the JSON the page polls.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from app.config.auth import GROUP_FIELDS, ApiGroup
 from app.config.schema import ModelConfig
 from app.errors import ServeError
 from app.models.repository import ModelEntry, State, VersionEntry
+from app.rest.triton_json import model_config_json
 from app.services.dataplane import DataPlane
-from app.services.model_config import model_config_for
-from app.services.stats import Duration, VersionStats
+from app.services.model_control import ModelControl
+from app.services.stats import Duration
 from app.shown_paths import shown_storage_uri
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
@@ -30,14 +31,10 @@ _QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not fail
 
 @dataclass(frozen=True)
 class Sources:
-    """What the dashboard reads: the dataplane plus, when served by ServeKit, its extras."""
+    """What the dashboard pages read: the services the HTTP handlers are given."""
 
     dataplane: DataPlane
-    http_url: str | None = None
-    grpc_target: str | None = None
-    control: Any = (
-        None  # app.services.model_control.ModelControl once it exists (duck-typed on purpose)
-    )
+    control: ModelControl
 
 
 def overview(src: Sources) -> dict[str, Any]:
@@ -46,8 +43,9 @@ def overview(src: Sources) -> dict[str, Any]:
     token (booleans: tokens never leave the server)."""
     dp = src.dataplane
     meta = dp.server_metadata()
-    entries = dp.repository.entries()
-    plan = dp.repository.plan
+    entries = dp.models()
+    listening = dp.listening
+    access = dp.access
     return {
         "name": meta["name"],
         "version": meta["version"],
@@ -56,15 +54,15 @@ def overview(src: Sources) -> dict[str, Any]:
         "ready": dp.ready(),
         "started_at": dp.started_at,
         "uptime_s": max(0.0, time.time() - dp.started_at),
-        "http_url": src.http_url,
-        "grpc_target": src.grpc_target,
+        "http_url": listening.http_url if listening is not None else None,
+        "grpc_target": listening.grpc_target if listening is not None else None,
         "models_by_state": _count(model_state(e) for e in entries),
         "versions_by_state": _count(v.state.value for e in entries for v in e.versions.values()),
         "model_count": len(entries),
-        "problems": problems(src),
-        "errors": recent_errors(src),
-        "modelControl": plan.model_control,
-        "protected": {name: plan.access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
+        "problems": problems(dp),
+        "errors": recent_errors(dp),
+        "modelControl": src.control.mode,
+        "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
     }
 
 
@@ -90,10 +88,10 @@ def model_failed(entry: ModelEntry) -> bool:
     return any(reason not in _QUIET_REASONS for reason in reasons)
 
 
-def problems(src: Sources) -> list[dict[str, Any]]:
+def problems(dataplane: DataPlane) -> list[dict[str, Any]]:
     """Model versions failing right now (a failed load, or a failed reload still serving)."""
     found: list[dict[str, Any]] = []
-    for entry in sorted(src.dataplane.repository.entries(), key=lambda e: e.plan.name):
+    for entry in dataplane.models():
         if not entry.versions and entry.plan.problem:
             found.append({"model": entry.plan.name, "version": "", "message": entry.plan.problem})
         for number, version in sorted(entry.versions.items()):
@@ -104,32 +102,25 @@ def problems(src: Sources) -> list[dict[str, Any]]:
     return found
 
 
-def recent_errors(src: Sources, limit: int = 20) -> list[dict[str, Any]]:
-    """The model control's error log (failed loads, rejected serve.yaml edits), newest first."""
-    log = getattr(src.control, "recent_errors", None)
-    if log is None:  # served without model control: the repository keeps the same log
-        log = getattr(src.dataplane.repository, "recent_errors", None)
-    return [_logged_error(item) for item in list(log or [])[::-1][:limit]]
+def recent_errors(dataplane: DataPlane, limit: int = 20) -> list[dict[str, Any]]:
+    """Failed loads and rejected serve.yaml edits, newest first."""
+    return [_logged_error(item) for item in dataplane.recent_errors()[::-1][:limit]]
 
 
-def _logged_error(item: Any) -> dict[str, Any]:
-    """One log entry as the templates want it (the log holds dicts; be lenient anyway)."""
-    fields: dict[str, Any] = (
-        item if isinstance(item, dict) else vars(item) if hasattr(item, "__dict__") else {}
-    )
-    when = fields.get("time")
+def _logged_error(item: dict[str, Any]) -> dict[str, Any]:
+    """One log entry as the templates want it."""
+    when = item.get("time")
     return {
         "time": float(when) if isinstance(when, int | float) else None,
-        "source": str(fields.get("source") or "server"),
-        "model": fields.get("model"),
-        "message": str(fields.get("message") or item),
+        "source": str(item.get("source") or "server"),
+        "model": item.get("model"),
+        "message": str(item.get("message") or ""),
     }
 
 
-def index_rows(src: Sources) -> list[dict[str, Any]]:
+def index_rows(dataplane: DataPlane) -> list[dict[str, Any]]:
     """Repository index: one row per model version (one per model if it has none)."""
-    entries = sorted(src.dataplane.repository.entries(), key=lambda e: e.plan.name)
-    return [row for entry in entries for row in index_rows_of(entry)]
+    return [row for entry in dataplane.models() for row in index_rows_of(entry)]
 
 
 def index_rows_of(entry: ModelEntry) -> list[dict[str, Any]]:
@@ -176,9 +167,9 @@ def filter_rows(rows: list[dict[str, Any]], text: str, state: str) -> list[dict[
     return [r for r in rows if text in r["name"].lower() and (not state or r["state"] == state)]
 
 
-def version_stats(src: Sources, name: str, number: int) -> dict[str, Any]:
+def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any]:
     """Counts and average latencies (ms) of one version, from the shared Statistics."""
-    stats = src.dataplane.statistics.find(name, number) or VersionStats()
+    stats = dataplane.version_stats(name, number)
     return {
         "success": stats.success.count,
         "fail": stats.fail.count,
@@ -204,25 +195,25 @@ def _avg_ms(duration: Duration) -> float | None:
     return round(duration.ns / duration.count / 1e6, 4) if duration.count else None
 
 
-def model_detail(src: Sources, name: str) -> dict[str, Any]:
+def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
     """Model page: plan, versions with state and statistics, metadata per ready version."""
-    entry = src.dataplane.repository.get(name)  # NotFound for an unknown name
+    entry = dataplane.model(name)  # NotFound for an unknown name
     plan = entry.plan
     versions = []
     for row in index_rows_of(entry):
         number = row["version"]
-        row["stats"] = version_stats(src, name, int(number)) if number else None
+        row["stats"] = version_stats(dataplane, name, int(number)) if number else None
         versions.append(row)
     metadata: dict[str, Any] = {}
     for number in entry.ready_versions():
         try:
-            metadata[str(number)] = src.dataplane.model_metadata(name, str(number)).as_dict()
+            metadata[str(number)] = dataplane.model_metadata(name, str(number)).as_dict()
         except ServeError:  # unloaded between the two calls: simply not offered
             continue
     batching = plan.config.dynamic_batching if plan.config is not None else None
     config = plan.config
     if config is not None:  # no absolute path on the page: pushed ones say so, others relative
-        uri = shown_storage_uri(config.storage_uri, src.dataplane.repository.plan.base_dir)
+        uri = shown_storage_uri(config.storage_uri, dataplane.plan.base_dir)
         config = config.model_copy(update={"storage_uri": uri})
     return {
         "name": name,
@@ -240,7 +231,7 @@ def model_detail(src: Sources, name: str) -> dict[str, Any]:
         "versions": versions,
         "metadata": metadata,
         "signatures": _signatures(metadata),
-        "config": model_config(src, name),
+        "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
     }
 
@@ -268,9 +259,9 @@ def _yaml_entry(config: ModelConfig | None) -> str:
     return str(yaml.safe_dump([data], sort_keys=False, default_flow_style=None)).strip()
 
 
-def model_config(src: Sources, name: str) -> dict[str, Any] | None:
-    """What ``GET /v2/models/{name}/config`` answers (the same core function), or None."""
+def model_config(dataplane: DataPlane, name: str) -> dict[str, Any] | None:
+    """What ``GET /v2/models/{name}/config`` answers (the same core method), or None."""
     try:
-        return model_config_for(src.dataplane, name)
+        return model_config_json(dataplane.model_config(name))
     except ServeError:  # no version loaded: the configuration is not known yet
         return None

@@ -50,12 +50,12 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
 
     @guarded
     async def Online(self, request: Message, context: Context) -> Message:
-        self._dataplane.online = True
+        self._dataplane.set_online(True)
         return grps_reply.ok()
 
     @guarded
     async def Offline(self, request: Message, context: Context) -> Message:
-        self._dataplane.online = False
+        self._dataplane.set_online(False)
         return grps_reply.ok()
 
     @guarded
@@ -82,7 +82,7 @@ def registrar(dataplane: DataPlane) -> Callable[[grpc.aio.Server], list[str]]:
 
     def register(server: grpc.aio.Server) -> list[str]:
         grps = GrpsServicer(dataplane)
-        protect(grps, SERVICE_NAME, dataplane.repository.plan.access)
+        protect(grps, SERVICE_NAME, dataplane.access)
         pb_grpc.add_GrpsServiceServicer_to_server(grps, server)  # type: ignore[no-untyped-call]
         return [SERVICE_NAME]
 

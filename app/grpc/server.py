@@ -21,10 +21,12 @@ from app.config.schema import ServerConfig
 from app.config.tls import TlsFiles
 from app.grpc import health, servicer, tuning
 from app.grpc.access import protect
+from app.grpc.undecodable import SafeRegistration
 from app.listen import PORT_ATTEMPTS, url_host
 from app.protos import POOL
 from app.protos import grpc_service_pb2_grpc as pb_grpc
 from app.services.dataplane import DataPlane
+from app.services.model_control import ModelControl
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""
@@ -34,7 +36,7 @@ async def start_grpc_server(
     dataplane: DataPlane,
     server: ServerConfig,
     *,
-    control: Any = None,
+    control: ModelControl | None = None,
     services: Sequence[Registrar] = (),
     hosts: Sequence[str] | None = None,
     tls: TlsFiles | None = None,
@@ -43,7 +45,8 @@ async def start_grpc_server(
 
     ``hosts`` are the IP addresses to listen on (what the HTTP listener bound, so both agree;
     default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a
-    client certificate when it has client CAs (mutual TLS).
+    client certificate when it has client CAs (mutual TLS). ``control`` enables the
+    repository RPCs. ``server.grpcPollerNice`` is applied here, once (it is restart-only).
     """
     addresses = list(hosts) if hosts else [server.host]
     credentials = None
@@ -71,30 +74,58 @@ async def start_grpc_server(
 
 
 def _build(
-    dataplane: DataPlane, server: ServerConfig, control: Any, services: Sequence[Registrar]
+    dataplane: DataPlane,
+    server: ServerConfig,
+    control: ModelControl | None,
+    services: Sequence[Registrar],
 ) -> tuple[grpc.aio.Server, health.HealthServicer]:
     """The server with every service registered, not yet bound."""
-    limit = server.grpc_max_message_bytes
-    access = dataplane.repository.plan.access
-    aio_server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-            ("grpc.so_reuseport", 0),
-        ],
-    )
+    access = dataplane.access
+    aio_server = grpc.aio.server(options=server_options(server))
+    # Every service registers through this stand-in, which makes undecodable requests
+    # INVALID_ARGUMENT instead of grpcio's UNKNOWN plus an ERROR traceback per call.
+    registry = SafeRegistration(aio_server)
     inference = servicer.InferenceServicer(dataplane, control)
     protect(inference, servicer.SERVICE_NAME, access)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, aio_server)  # type: ignore[no-untyped-call]
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, registry)  # type: ignore[no-untyped-call]
     names = [servicer.SERVICE_NAME]
     for register in services:
-        names.extend(register(aio_server))
+        names.extend(register(registry))
     health_servicer = health.HealthServicer(dataplane, names)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, aio_server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, registry)
     names.append(health.SERVICE_NAME)
     _register_descriptors()
-    reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], aio_server, pool=POOL)
+    reflection.enable_server_reflection([*names, reflection.SERVICE_NAME], registry, pool=POOL)
     return aio_server, health_servicer
+
+
+KEEPALIVE_TIMEOUT_MS = 20_000
+"""How long a keepalive ping may go unanswered before the connection is dropped."""
+MIN_CLIENT_PING_MS = 10_000
+"""Clients pinging more often than this without a call in progress get GOAWAY."""
+
+
+def server_options(server: ServerConfig) -> list[tuple[str, int]]:
+    """grpc core's channel arguments, every limit set explicitly (``server.network``) rather
+    than left to grpcio's defaults, which change between releases."""
+    limit = server.grpc_max_message_bytes
+    network = server.network
+    metadata = network.grpc_max_metadata_bytes
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_concurrent_streams", network.grpc_max_concurrent_streams),
+        # Soft and hard metadata limits: grpc core refuses larger headers with
+        # RESOURCE_EXHAUSTED before any handler runs.
+        ("grpc.max_metadata_size", metadata),
+        ("grpc.absolute_max_metadata_size", metadata),
+        ("grpc.keepalive_time_ms", round(network.grpc_keepalive_seconds * 1000)),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
 
 
 def _add_ports(

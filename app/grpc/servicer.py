@@ -1,42 +1,32 @@
 """``inference.GRPCInferenceService``: the Triton / KServe V2 gRPC surface over the DataPlane.
 
-Handlers are thin: decode with :mod:`app.codecs.v2_proto`, call the DataPlane (or the core
-config and statistics functions), encode. Errors go through the one table in
-:mod:`app.grpc.status`. ModelStreamInfer pipelines a window of requests but answers strictly in
-order, and a failing request yields its ``error_message`` without closing the stream. The
-repository RPCs are delegated to :mod:`app.grpc.repository` when that module and a model control
-object are available; every RPC servekit does not offer answers UNIMPLEMENTED with the reason.
+Handlers are thin: decode with :mod:`app.codecs.v2_proto`, call the DataPlane (given to the
+servicer at construction), encode (configuration and statistics: :mod:`app.grpc.triton_proto`).
+Errors go through the one table in :mod:`app.grpc.status`. ModelStreamInfer pipelines a window
+of requests but answers strictly in order, and a failing request yields its ``error_message``
+without closing the stream. The repository RPCs are delegated to :mod:`app.grpc.repository` when
+the servicer is given a ModelControl; every RPC servekit does not offer answers UNIMPLEMENTED
+with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-import importlib.util
 import time
 from collections.abc import AsyncIterator
-from types import ModuleType
 from typing import Any, TypeAlias
 
 import grpc
-from google.protobuf import json_format
 
 from app.codecs import v2_proto
 from app.errors import NotFound
+from app.grpc import repository as repository_rpcs
 from app.grpc.status import guarded, status_of
+from app.grpc.triton_proto import model_config_message, statistics_message
 from app.protos import grpc_service_pb2 as pb
 from app.protos import grpc_service_pb2_grpc as pb_grpc
-from app.protos import model_config_pb2
 from app.services.dataplane import DataPlane
-from app.services.model_config import model_config_for
-from app.services.model_stats import model_statistics
-
-# Built by the model-control feature; while absent, the repository RPCs are UNIMPLEMENTED.
-repository_rpcs: ModuleType | None = (
-    importlib.import_module("app.grpc.repository")
-    if importlib.util.find_spec("app.grpc.repository") is not None
-    else None
-)
+from app.services.model_control import ModelControl
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64
@@ -48,7 +38,7 @@ Context: TypeAlias = grpc.aio.ServicerContext
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """The V2 inference service of one DataPlane (and optionally its model control)."""
 
-    def __init__(self, dataplane: DataPlane, control: Any = None) -> None:
+    def __init__(self, dataplane: DataPlane, control: ModelControl | None = None) -> None:
         self._dataplane = dataplane
         self._control = control
 
@@ -137,48 +127,42 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # -- model configuration and statistics extensions ----------------------------------------
     @guarded
     async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> Any:
-        config = model_config_for(self._dataplane, request.name, request.version or None)
-        # ignore_unknown_fields: the JSON shape may grow keys that Triton's proto lacks.
-        message = json_format.ParseDict(
-            config, model_config_pb2.ModelConfig(), ignore_unknown_fields=True
-        )
-        return pb.ModelConfigResponse(config=message)
+        config = self._dataplane.model_config(request.name, request.version or None)
+        return pb.ModelConfigResponse(config=model_config_message(config))
 
     @guarded
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> Any:
-        stats = model_statistics(self._dataplane, request.name or None, request.version or None)
-        return json_format.ParseDict(
-            stats, pb.ModelStatisticsResponse(), ignore_unknown_fields=True
-        )
+        rows = self._dataplane.model_statistics(request.name or None, request.version or None)
+        return statistics_message(rows)
 
     # -- model repository extension (delegated) -----------------------------------------------
     @guarded
     async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> Any:
-        rpcs = await self._repository(context, "RepositoryIndex")
-        return await rpcs.repository_index(self._control, request, context)
+        control = await self._repository(context, "RepositoryIndex")
+        return await repository_rpcs.repository_index(control, request, context)
 
     @guarded
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: Context
     ) -> Any:
-        rpcs = await self._repository(context, "RepositoryModelLoad")
-        return await rpcs.repository_model_load(self._control, request, context)
+        control = await self._repository(context, "RepositoryModelLoad")
+        return await repository_rpcs.repository_model_load(control, request, context)
 
     @guarded
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: Context
     ) -> Any:
-        rpcs = await self._repository(context, "RepositoryModelUnload")
-        return await rpcs.repository_model_unload(self._control, request, context)
+        control = await self._repository(context, "RepositoryModelUnload")
+        return await repository_rpcs.repository_model_unload(control, request, context)
 
-    async def _repository(self, context: Context, method: str) -> ModuleType:
-        if repository_rpcs is None or self._control is None:
+    async def _repository(self, context: Context, method: str) -> ModelControl:
+        if self._control is None:
             await context.abort(
                 grpc.StatusCode.UNIMPLEMENTED,
                 f"{method}: the model repository extension is not enabled on this server",
             )
-        assert repository_rpcs is not None
-        return repository_rpcs
+        assert self._control is not None
+        return self._control
 
 
 _FEATURES = {

@@ -13,11 +13,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any, Protocol
 
-from app.config.compiler import ModelPlan, ServePlan
+from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
-from app.errors import NotFound, Unavailable
+from app.errors import NotFound, Unavailable, shown_name
 from app.runtimes import load_runtime
 from app.runtimes.base import LoadError, ModelRuntime
 from app.shown_paths import hide_paths
@@ -103,22 +104,24 @@ class ModelEntry:
 class ModelRepository:
     """Every model the server knows, loaded or not."""
 
-    def __init__(self, plan: ServePlan) -> None:
-        self.plan = plan
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = base_dir
+        """serve.yaml's folder (fixed for a server's life): paths under it are shown relative
+        in reasons and errors, others hidden (app/shown_paths.py)."""
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self.startup_done = False
         self.requested: set[str] = set()
         """Models the server is asked to serve: the start-up set, models a serve.yaml edit adds
         that ``startupModels`` selects, and successful client loads, minus client unloads and
-        models removed from serve.yaml. Strict readiness waits for these (DataPlane.ready)."""
+        models removed from serve.yaml (ModelControl keeps it). Strict readiness waits for
+        these (DataPlane.ready)."""
         self.recent_errors: list[dict[str, Any]] = []
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
 
     def record_error(self, source: str, message: str, model: str | None = None) -> None:
         """Remember a failure for the dashboard (bounded, without absolute paths) and log it."""
         log.warning("%s: %s", source, message)
-        shown = hide_paths(message, self.plan.base_dir)
+        shown = hide_paths(message, self.base_dir)
         self.recent_errors.append(
             {"time": time.time(), "source": source, "model": model, "message": shown}
         )
@@ -129,7 +132,7 @@ class ModelRepository:
         """The entry serving ``name`` at ``version`` (None: default or highest ready)."""
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {name!r}")
+            raise NotFound(f"unknown model {shown_name(name)}")
         if version is None or version == "":
             default = entry.plan.default_version
             if default is not None:
@@ -141,11 +144,11 @@ class ModelRepository:
                 number = ready[-1]
         else:
             if not version.isdigit():
-                raise NotFound(f"model {name!r} has no version {version!r}")
+                raise NotFound(f"model {shown_name(name)} has no version {shown_name(version)}")
             number = int(version)
         found = entry.versions.get(number)
         if found is None:
-            raise NotFound(f"model {name!r} has no version {number}")
+            raise NotFound(f"model {shown_name(name)} has no version {number}")
         if found.state is not State.READY:
             why = f": {found.reason}" if found.reason else ""
             raise Unavailable(
@@ -156,7 +159,7 @@ class ModelRepository:
     def get(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {name!r}")
+            raise NotFound(f"unknown model {shown_name(name)}")
         return entry
 
     def names(self) -> list[str]:
@@ -166,17 +169,6 @@ class ModelRepository:
         return list(self._models.values())
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def start(self) -> None:
-        """Register every planned model and load those chosen by ``startupModels``."""
-        choice = self.plan.server.startup_models
-        for model in self.plan.models:
-            self._models[model.name] = ModelEntry(model, _unloaded(model, "not loaded"))
-        for model in self.plan.models:
-            if choice == "all" or (isinstance(choice, list) and model.name in choice):
-                self.requested.add(model.name)
-                await self.load(model)
-        self.startup_done = True
-
     async def load(self, plan: ModelPlan) -> ModelEntry:
         """Load (or reload) a model; the previous versions keep serving until the swap.
 
@@ -194,7 +186,7 @@ class ModelRepository:
             versions = {}
             for source in plan.versions:
                 loaded = await asyncio.to_thread(_load_version, plan, source)
-                shown = hide_paths(loaded.reason, self.plan.base_dir)  # clients read reasons
+                shown = hide_paths(loaded.reason, self.base_dir)  # clients read reasons
                 if shown != loaded.reason:
                     log.info("%s version %s: %s", plan.name, source.version, loaded.reason)
                     loaded.reason = shown
@@ -216,7 +208,7 @@ class ModelRepository:
             return entry
 
     def register(self, plan: ModelPlan, reason: str = "not loaded") -> None:
-        """Know a model without loading it (startupModels, or a changed plan not loaded)."""
+        """Know a model without loading it (start-up, or a changed plan not loaded)."""
         current = self._models.get(plan.name)
         if current is not None and current.is_loaded():
             raise ValueError(f"model {plan.name!r} is loaded; reload or unload it instead")

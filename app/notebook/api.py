@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.config.compiler import ServePlan, compile_plan, is_loopback
-from app.config.loader import load_config
+from app.config.compiler import ServePlan, is_loopback
+from app.config.overrides import Overrides, load_plan, plan_config
 from app.config.schema import ServeConfig
 from app.notebook import registry
 from app.notebook.handle import Server
@@ -98,7 +98,7 @@ def serve(
         problems = {
             f"{row['name']}:{row['version']}" if row["version"] else row["name"]: row["reason"]
             for row in server.models
-            if row["state"] != "READY" and _loads_at_start(plan, row["name"])
+            if row["state"] != "READY" and plan.loads_at_start(row["name"])
         }
         if problems:
             server.stop(grace=1.0)
@@ -135,22 +135,15 @@ def _start(
     )
 
 
-def _loads_at_start(plan: ServePlan, model: str) -> bool:
-    choice = plan.server.startup_models
-    return choice == "all" or (isinstance(choice, list) and model in choice)
-
-
 def _planner(config: ConfigSource, overrides: dict[str, Any]) -> Callable[[], ServePlan]:
-    """A function compiling the current ``config`` with ``overrides`` (re-run by reload)."""
-
-    def with_overrides(loaded: ServeConfig) -> ServeConfig:
-        # Validated, so a misspelled option or a bad port fails here with pydantic's message.
-        server = type(loaded.server).model_validate({**loaded.server.model_dump(), **overrides})
-        return loaded.model_copy(update={"server": server})
-
+    """A function compiling the current ``config`` with ``overrides`` (re-run by reload),
+    through the same rule as ``servekit serve`` (app/config/overrides.py)."""
+    # Keyword arguments, not flags: a misspelled option or a bad port raises pydantic's own
+    # ValidationError naming the argument.
+    arguments = Overrides(server=overrides, flags=False)
     if config is None or isinstance(config, Mapping | ServeConfig):
         loaded = config if isinstance(config, ServeConfig) else ServeConfig(**(config or {}))
         base = Path.cwd()
-        return lambda: compile_plan(with_overrides(loaded), base, None)
+        return lambda: plan_config(loaded, None, arguments, base_dir=base)
     path = Path(os.fspath(config)).expanduser().resolve()
-    return lambda: compile_plan(with_overrides(load_config(path)), path.parent, path)
+    return lambda: load_plan(path, arguments)

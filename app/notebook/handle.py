@@ -29,6 +29,7 @@ from app.notebook import html, registry, sources, wire
 from app.notebook.launcher import ServerThread
 from app.notebook.remote import RemoteServer
 from app.server import ServeKit
+from app.services.dataplane import DataPlane
 from app.services.model_control import ModelControl
 from app.types import InferRequest, RequestedOutput, Tensor
 
@@ -92,8 +93,8 @@ class Server(RemoteServer):
 
     @property
     def plan(self) -> ServePlan:
-        """The compiled serve.yaml the server runs."""
-        return self._servekit().repository.plan
+        """The compiled serve.yaml the server runs (the plan in force: ``reload`` replaces it)."""
+        return self._dataplane().plan
 
     def _servekit(self) -> ServeKit:
         if not self.running or self._thread.servekit is None:
@@ -106,14 +107,18 @@ class Server(RemoteServer):
         """The server's model control (load, add, remove, apply an edited serve.yaml)."""
         return self._servekit().control
 
+    def _dataplane(self) -> DataPlane:
+        """The server's DataPlane (inference, the index, the plan in force)."""
+        return self._servekit().dataplane
+
     # -- models -------------------------------------------------------------------------------
     @property
     def models(self) -> html.ModelTable:
         """Every model version with its state (READY, LOADING, UNAVAILABLE + reason, ...)."""
-        servekit = self._servekit()
+        dataplane = self._dataplane()
 
         async def index() -> list[dict[str, Any]]:
-            return servekit.repository.index()
+            return dataplane.index()
 
         return html.ModelTable(self._thread.run(index()))
 
@@ -191,7 +196,7 @@ class Server(RemoteServer):
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
         HTTP and gRPC requests, without encoding anything.
         """
-        dataplane = self._servekit().dataplane
+        dataplane = self._dataplane()
         wanted = [RequestedOutput(n) for n in outputs] if outputs else None
         label = None if version is None else str(version)
 

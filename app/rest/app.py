@@ -1,8 +1,14 @@
 """The Litestar application factory: every HTTP surface on one port.
 
 Route modules contribute ``ROUTES`` lists; the factory wires them with the error table and the
-DataPlane in application state. Other features (repository, dashboard, metrics) add their own
-route lists through ``extra_routes`` so this file stays the one place HTTP is assembled.
+services. Handlers receive the services they call as Litestar dependencies, by parameter name:
+``dataplane`` (:class:`~app.services.dataplane.DataPlane`) and ``control``
+(:class:`~app.services.model_control.ModelControl`), see app/rest/inject.py; that is the whole
+API an HTTP handler sees. The inference fast path (app/rest/infer.py) answers before Litestar
+resolves dependencies, so it reads the DataPlane from application state instead (one attribute
+read).
+Other features (repository, dashboard, metrics) add their own route lists through
+``extra_routes`` so this file stays the one place HTTP is assembled.
 """
 
 from __future__ import annotations
@@ -21,33 +27,38 @@ from app.config.auth import ApiGroup
 from app.rest import metrics, v1, v2
 from app.rest.access import group_opt, token_guard
 from app.rest.errors import EXCEPTION_HANDLERS
+from app.rest.inject import dependencies
 from app.services.dataplane import DataPlane
 from app.services.metrics import make_registry
+from app.services.model_control import ModelControl
 
 
 def create_app(
     dataplane: DataPlane,
+    control: ModelControl,
     *,
     extra_routes: Sequence[Any] = (),
     max_request_bytes: int | None = None,
-    state: dict[str, Any] | None = None,
 ) -> Litestar:
-    """Build the HTTP application for ``dataplane``.
+    """Build the HTTP application over ``dataplane`` and ``control``.
 
     Tokens (``server.auth``) are checked by one application guard, installed only when a group
     has a token (app/rest/access.py); the inference fast path reads the same policy."""
-    plan = dataplane.repository.plan
-    limit = max_request_bytes or plan.server.max_request_bytes
+    access = dataplane.access
+    limit = max_request_bytes or dataplane.plan.server.max_request_bytes
     config = AppConfig(
         route_handlers=[*v2.ROUTES, *v1.ROUTES, *metrics.ROUTES, *extra_routes],
-        guards=[token_guard] if plan.access.enabled else [],
+        dependencies=dependencies(dataplane, control),
+        guards=[token_guard] if access.enabled else [],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         state=State(
             {
+                # Read by the two handlers Litestar's dependency injection does not reach:
+                # the inference fast path and the token guard.
                 "dataplane": dataplane,
+                "access": access,
                 "metrics_registry": make_registry(dataplane),
-                "access": plan.access,
-                **(state or {}),
+                "max_json_request_bytes": dataplane.plan.server.max_json_request_bytes,
             }
         ),
         request_max_body_size=limit,

@@ -2,9 +2,9 @@
 
 ``GET /v2/models/{m}[/versions/{v}]/config`` answers the ModelConfig JSON Triton clients expect
 (tritonclient.http's ``get_model_config``); ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answers
-``{"model_stats": [...]}`` (``get_inference_statistics``). Both are computed by the core
-(app/services/model_config.py, app/services/model_stats.py), so the gRPC RPCs answer the very same
-content.
+``{"model_stats": [...]}`` (``get_inference_statistics``). Both are typed values computed by
+the DataPlane (app/services/model_config.py, app/services/model_stats.py) and written as JSON
+by app/rest/triton_json.py, so the gRPC RPCs answer the very same content.
 """
 
 from __future__ import annotations
@@ -12,31 +12,20 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import get
-from litestar.datastructures import State
 from litestar.params import FromPath
 
 from app.config.auth import ApiGroup
 from app.rest.access import group_opt
-from app.services.dataplane import DataPlane
-from app.services.model_config import model_config_for
-from app.services.model_stats import model_statistics
-
-NAMES: tuple[str, ...] = ("model_configuration", "statistics")
-"""Extension names reported by server metadata once these surfaces are registered."""
-
-
-def _dataplane(state: State) -> DataPlane:
-    dataplane: DataPlane = state.dataplane
-    return dataplane
-
+from app.rest.inject import Dataplane
+from app.rest.triton_json import model_config_json, statistics_json
 
 # Versioned and unversioned paths get a handler each: Litestar would read an optional
 # `version` on the unversioned path as a query parameter.
 
 
 @get("/v2/models/{model:str}/config", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
-def model_config(state: State, model: FromPath[str]) -> dict[str, Any]:
-    return model_config_for(_dataplane(state), model, None)
+def model_config(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
+    return model_config_json(dataplane.model_config(model, None))
 
 
 @get(
@@ -45,21 +34,21 @@ def model_config(state: State, model: FromPath[str]) -> dict[str, Any]:
     sync_to_thread=False,
 )
 def model_version_config(
-    state: State, model: FromPath[str], version: FromPath[str]
+    dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:
-    return model_config_for(_dataplane(state), model, version)
+    return model_config_json(dataplane.model_config(model, version))
 
 
 @get("/v2/models/stats", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
-def all_model_stats(state: State) -> dict[str, Any]:
+def all_model_stats(dataplane: Dataplane) -> dict[str, Any]:
     # A handler of its own: OpenAPI operation ids ignore path parameters, so sharing the handler
     # with /v2/models/{model}/stats would give two operations the same id.
-    return model_statistics(_dataplane(state))
+    return statistics_json(dataplane.model_statistics())
 
 
 @get("/v2/models/{model:str}/stats", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
-def model_stats(state: State, model: FromPath[str]) -> dict[str, Any]:
-    return model_statistics(_dataplane(state), model, None)
+def model_stats(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
+    return statistics_json(dataplane.model_statistics(model, None))
 
 
 @get(
@@ -68,9 +57,9 @@ def model_stats(state: State, model: FromPath[str]) -> dict[str, Any]:
     sync_to_thread=False,
 )
 def model_version_stats(
-    state: State, model: FromPath[str], version: FromPath[str]
+    dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:
-    return model_statistics(_dataplane(state), model, version)
+    return statistics_json(dataplane.model_statistics(model, version))
 
 
 ROUTES = [
@@ -80,11 +69,5 @@ ROUTES = [
     model_stats,
     model_version_stats,
 ]
-
-
-def register(dataplane: DataPlane) -> list[Any]:
-    """Announce the extensions on ``dataplane`` and return the routes to mount."""
-    for name in NAMES:
-        if name not in dataplane.extensions:
-            dataplane.extensions.append(name)
-    return list(ROUTES)
+"""Mounted by the server, which names the extensions in server metadata
+(app.services.dataplane.CONFIG_AND_STATISTICS)."""

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from litestar import HttpMethod, Request, Response, route
-from litestar.datastructures import State
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
@@ -35,19 +34,14 @@ from app.errors import InvalidArgument, ServeError, internal_error
 from app.protos import grps_pb2 as pb
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
+from app.rest.inject import Dataplane
 from app.services import grps as grps_reply
-from app.services.dataplane import DataPlane
 
 log = logging.getLogger("servekit.grps")
 JSON = "application/json"
 OCTETS = "application/octet-stream"
 BOTH = [HttpMethod.GET, HttpMethod.POST]
 AnyRequest = Request[Any, Any, Any]
-
-
-def _dataplane(state: State) -> DataPlane:
-    dataplane: DataPlane = state.dataplane
-    return dataplane
 
 
 def _json(message: pb.GrpsMessage, extra: dict[str, Any] | None = None) -> Response[bytes]:
@@ -103,8 +97,8 @@ def _flag(value: str | None) -> bool:
     status_code=200,
     sync_to_thread=False,
 )
-def online(state: State) -> Response[bytes]:
-    _dataplane(state).online = True
+def online(dataplane: Dataplane) -> Response[bytes]:
+    dataplane.set_online(True)
     return _json(grps_reply.ok())
 
 
@@ -116,8 +110,8 @@ def online(state: State) -> Response[bytes]:
     status_code=200,
     sync_to_thread=False,
 )
-def offline(state: State) -> Response[bytes]:
-    _dataplane(state).online = False
+def offline(dataplane: Dataplane) -> Response[bytes]:
+    dataplane.set_online(False)
     return _json(grps_reply.ok())
 
 
@@ -128,7 +122,7 @@ def offline(state: State) -> Response[bytes]:
     status_code=200,
     sync_to_thread=False,
 )
-def live(state: State) -> Response[bytes]:
+def live() -> Response[bytes]:
     return _json(grps_reply.ok())
 
 
@@ -139,8 +133,8 @@ def live(state: State) -> Response[bytes]:
     status_code=200,
     sync_to_thread=False,
 )
-def ready(state: State) -> Response[bytes]:
-    return _json(grps_reply.readiness(_dataplane(state)))
+def ready(dataplane: Dataplane) -> Response[bytes]:
+    return _json(grps_reply.readiness(dataplane))
 
 
 # -- inference ----------------------------------------------------------------------------------
@@ -150,13 +144,13 @@ def ready(state: State) -> Response[bytes]:
     http_method=[HttpMethod.POST],
     status_code=200,
 )
-async def predict(request: AnyRequest, state: State) -> Response[Any]:
+async def predict(request: AnyRequest, dataplane: Dataplane) -> Response[Any]:
     query = request.query_params
-    control = _dataplane(state).repository.plan.server.grps_streaming
+    control = dataplane.grps_streaming()
     try:
         message, ndarray, streaming = await _read(request, control)
         kind, response = await grps_reply.predict(
-            _dataplane(state), message, query_model=query.get("model") or "", ndarray=ndarray
+            dataplane, message, query_model=query.get("model") or "", ndarray=ndarray
         )
         if _flag(query.get("return-ndarray")):
             array = grps_reply.ndarray_output(response)
@@ -192,27 +186,23 @@ async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
     status_code=200,
     sync_to_thread=False,
 )
-def server_metadata(state: State) -> Response[bytes]:
-    return _json(grps_reply.ok(str_data=grps_reply.server_metadata(_dataplane(state))))
+def server_metadata(dataplane: Dataplane) -> Response[bytes]:
+    return _json(grps_reply.ok(str_data=grps_reply.server_metadata(dataplane)))
 
 
 @route(
     "/grps/v1/metadata/model", opt=group_opt(ApiGroup.METADATA), http_method=BOTH, status_code=200
 )
-async def model_metadata(request: AnyRequest, state: State) -> Response[bytes]:
+async def model_metadata(request: AnyRequest, dataplane: Dataplane) -> Response[bytes]:
     """The request's str_data names the model (else its model field, ?model=, the default)."""
     try:
         message, _, _ = await _read(request)
         selector = message.str_data or message.model or request.query_params.get("model") or ""
-        text = grps_reply.model_metadata(_dataplane(state), selector)
+        text = grps_reply.model_metadata(dataplane, selector)
     except Exception as exc:
         return _failure(exc)
     return _json(grps_reply.ok(str_data=text))
 
 
 ROUTES = [online, offline, live, ready, predict, server_metadata, model_metadata]
-
-
-def register(dataplane: DataPlane) -> list[Any]:
-    """The routes to mount (grps adds no V2 protocol extension to server metadata)."""
-    return list(ROUTES)
+"""grps adds no V2 protocol extension to server metadata."""

@@ -35,6 +35,8 @@ from litestar.types import (
 
 from app.codecs import v2_binary, v2_json
 from app.config.auth import AccessPolicy, ApiGroup
+from app.errors import ResourceExhausted
+from app.rest import large
 from app.rest.access import client_of, group_opt
 from app.services.dataplane import DataPlane
 
@@ -63,17 +65,27 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     # Litestar's guards do not run on this fast path (see app/rest/access.py).
     if access.enabled and not access.allows(ApiGroup.INFERENCE, authorization):
         access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
-    body = await read_body(scope, receive)
+    json_limit: int | None = state.max_json_request_bytes if raw_length is None else None
+    body = await read_body(scope, receive, json_limit)
     header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
-        infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
+        if len(body) < large.OFF_LOOP_BYTES:
+            infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
+        else:
+            infer_request = await large.decode_json(body, model, version)
     elif header_length == 0:
         signature = dataplane.signature_of(model, version)
         infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
     else:
         infer_request = v2_binary.decode_request(body, header_length, model, version)
     response = await dataplane.infer(infer_request)
-    content, json_length = v2_binary.encode_response(infer_request, response)
+    is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
+    if not is_large:
+        content, json_length = v2_binary.encode_response(infer_request, response)
+    else:
+        del body
+        content, json_length = await large.encode(infer_request, response)
+        del infer_request, response
     size = (_CONTENT_LENGTH, str(len(content)).encode())
     headers = [_JSON_TYPE, size]
     if json_length is not None:
@@ -90,16 +102,31 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         "more_body": False,
     }
     await send(reply)
+    if is_large:
+        del content, reply
+        await large.release()
 
 
-async def read_body(scope: Scope, receive: Receive) -> bytes:
+async def read_body(
+    scope: Scope, receive: Receive, json_limit: int | None = None
+) -> bytes | bytearray:
     """The whole request body, refused as Litestar's ``Request.body()`` would refuse it.
 
-    The route's ``request_max_body_size`` bounds both the announced Content-Length (checked
-    before anything is read) and the bytes actually received.
+    The route's ``request_max_body_size`` (and ``json_limit``, for a JSON request) bounds both
+    the announced Content-Length (checked before anything is read) and the bytes actually
+    received. A large announced body is read into one buffer of its size (no second copy when
+    the chunks are joined).
     """
     handler = cast("HTTPRouteHandler", scope["route_handler"])
     limit = handler.resolve_request_max_body_size() or math.inf
+    too_large: Exception = RequestEntityTooLarge()
+    if json_limit is not None and json_limit < limit:
+        limit = json_limit
+        too_large = ResourceExhausted(
+            f"JSON request body over {json_limit} bytes (server.maxJsonRequestBytes); send "
+            "large tensors with the binary tensor data extension (Inference-Header-Content-Length)"
+        )
+    announced = -1
     for key, value in scope["headers"]:
         if key == _CONTENT_LENGTH:
             try:
@@ -109,8 +136,10 @@ async def read_body(scope: Scope, receive: Receive) -> bytes:
                     f"Invalid content-length: {value.decode('latin-1')!r}"
                 ) from None
             if announced > limit:
-                raise RequestEntityTooLarge
+                raise too_large
             break
+    if announced >= large.OFF_LOOP_BYTES:
+        return await large.read_into_buffer(receive, announced)
     chunks: list[bytes] = []
     received = 0
     while True:
@@ -120,7 +149,7 @@ async def read_body(scope: Scope, receive: Receive) -> bytes:
             if chunk:
                 received += len(chunk)
                 if received > limit:
-                    raise RequestEntityTooLarge
+                    raise too_large
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 break

@@ -14,27 +14,18 @@ listener binding, so a client never reads "disabled" for a port that is about to
 
 from __future__ import annotations
 
-from typing import Any
-
 from litestar import get
-from litestar.datastructures import State
 
 from app.config.auth import ApiGroup
-from app.errors import Unavailable
 from app.rest.access import group_opt
+from app.rest.inject import Dataplane
 
 
 @get("/servekit/v1/ports", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
-def ports(state: State) -> dict[str, int | None]:
+def ports(dataplane: Dataplane) -> dict[str, int | None]:
     """The bound HTTP and gRPC ports (gRPC null when disabled)."""
-    kit: Any = state.get("servekit")
-    addresses = getattr(kit, "addresses", None)
-    if addresses is None:
-        raise Unavailable("the server's addresses are not known yet")
-    grpc_port: int | None = addresses.grpc_port
-    if grpc_port is None and kit.plan.server.grpc_port is not None:
-        raise Unavailable("the gRPC listener is still starting")
-    return {"httpPort": addresses.http_port, "grpcPort": grpc_port}
+    bound = dataplane.ports()  # Unavailable (503) while they are not known yet
+    return {"httpPort": bound.http_port, "grpcPort": bound.grpc_port}
 
 
 ROUTES = [ports]

@@ -14,23 +14,13 @@ from typing import Any
 
 import orjson
 from litestar import Request, Response, post
-from litestar.datastructures import State
 from litestar.params import FromPath
 
 from app.config.auth import ApiGroup
 from app.errors import InvalidArgument
 from app.models.storage import FILE_PREFIX
 from app.rest.access import cross_site_guard, group_opt
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
-
-NAMES: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
-"""Extension names reported by server metadata once these routes are registered."""
-
-
-def _control(state: State) -> ModelControl:
-    control: ModelControl = state.servekit.control
-    return control
+from app.rest.inject import Control
 
 
 async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -65,11 +55,13 @@ def _parameters(body: dict[str, Any]) -> dict[str, object]:
 
 
 @post("/v2/repository/index", opt=group_opt(ApiGroup.REPOSITORY), status_code=200)
-async def repository_index(request: Request[Any, Any, Any], state: State) -> list[dict[str, Any]]:
+async def repository_index(
+    request: Request[Any, Any, Any], control: Control
+) -> list[dict[str, Any]]:
     ready = (await _body(request)).get("ready", False)
     if not isinstance(ready, bool):
         raise InvalidArgument("'ready' must be true or false")
-    return _control(state).index(ready_only=ready)
+    return control.index(ready_only=ready)
 
 
 @post(
@@ -79,9 +71,9 @@ async def repository_index(request: Request[Any, Any, Any], state: State) -> lis
     status_code=200,
 )
 async def repository_load(
-    request: Request[Any, Any, Any], state: State, model: FromPath[str]
+    request: Request[Any, Any, Any], control: Control, model: FromPath[str]
 ) -> Response[dict[str, Any]]:
-    await _control(state).load(model, _parameters(await _body(request)))
+    await control.load(model, _parameters(await _body(request)))
     return Response({}, status_code=200)
 
 
@@ -92,22 +84,16 @@ async def repository_load(
     status_code=200,
 )
 async def repository_unload(
-    request: Request[Any, Any, Any], state: State, model: FromPath[str]
+    request: Request[Any, Any, Any], control: Control, model: FromPath[str]
 ) -> Response[dict[str, Any]]:
     params = _parameters(await _body(request))
     dependents = params.get("unload_dependents", False)
     if not isinstance(dependents, bool):
         raise InvalidArgument("'unload_dependents' must be true or false")
-    await _control(state).unload(model, unload_dependents=dependents)
+    await control.unload(model, unload_dependents=dependents)
     return Response({}, status_code=200)
 
 
 ROUTES = [repository_index, repository_load, repository_unload]
-
-
-def register(dataplane: DataPlane) -> list[Any]:
-    """Announce the extension on ``dataplane`` and return the routes to mount."""
-    for name in NAMES:
-        if name not in dataplane.extensions:
-            dataplane.extensions.append(name)
-    return list(ROUTES)
+"""Mounted by the server, which names the extension in server metadata
+(app.services.dataplane.REPOSITORY); the handlers get ModelControl injected (``control``)."""

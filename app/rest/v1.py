@@ -10,40 +10,38 @@ from typing import Any
 
 import numpy as np
 from litestar import Request, get, post
-from litestar.datastructures import State
 from litestar.params import FromPath
 
 from app.codecs import v2_json
 from app.codecs.v2_json import json_data_to_array
 from app.config.auth import ApiGroup
 from app.datatypes import lookup
-from app.errors import InvalidArgument, NotFound
+from app.errors import InvalidArgument, NotFound, shown_name
 from app.rest.access import group_opt
-from app.services.dataplane import DataPlane
+from app.rest.infer import read_body
+from app.rest.inject import Dataplane
 from app.types import InferRequest, Tensor
 
 
 @get("/v1/models", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
-def list_models(state: State) -> dict[str, list[str]]:
-    dataplane: DataPlane = state.dataplane
-    return {"models": dataplane.repository.names()}
+def list_models(dataplane: Dataplane) -> dict[str, list[str]]:
+    return {"models": dataplane.model_names()}
 
 
 @get("/v1/models/{model:str}", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
-def model_status(state: State, model: FromPath[str]) -> dict[str, Any]:
-    dataplane: DataPlane = state.dataplane
+def model_status(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
     return {"name": model, "ready": dataplane.model_ready(model)}
 
 
 @post("/v1/models/{target:str}", opt=group_opt(ApiGroup.INFERENCE), status_code=200)
 async def predict(
-    request: Request[Any, Any, Any], state: State, target: FromPath[str]
+    request: Request[Any, Any, Any], dataplane: Dataplane, target: FromPath[str]
 ) -> dict[str, Any]:
     model, _, verb = target.rpartition(":")
     if verb != "predict" or not model:
-        raise NotFound(f"unknown V1 endpoint {target!r}; use /v1/models/<name>:predict")
-    dataplane: DataPlane = state.dataplane
-    body = v2_json.loads(await request.body())
+        raise NotFound(f"unknown V1 endpoint {shown_name(target)}; use /v1/models/<name>:predict")
+    limit = dataplane.plan.server.max_json_request_bytes
+    body = v2_json.loads(await read_body(request.scope, request.receive, limit))
     if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
         raise InvalidArgument("a V1 predict request is a JSON object with an 'instances' list")
     instances: list[Any] = body["instances"]

@@ -1,6 +1,7 @@
 """Open Inference Protocol (V2) REST routes: health, metadata and inference.
 
-Handlers are thin: they read the path, call the DataPlane and answer. Inference, the hot path,
+Handlers are thin: they read the path, call the DataPlane (injected: ``dataplane``, see
+app/rest/app.py) and answer. Inference, the hot path,
 lives in :mod:`app.rest.infer` (bodies read as raw bytes and answered as bytes).
 """
 
@@ -9,33 +10,28 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Response, get
-from litestar.datastructures import State
 from litestar.params import FromPath
 
 from app.config.auth import ApiGroup
 from app.rest.access import group_opt
 from app.rest.infer import infer, infer_version  # the hot path has a module of its own
+from app.rest.inject import Dataplane
 from app.services.dataplane import DataPlane
 
 
-def _dataplane(state: State) -> DataPlane:
-    dataplane: DataPlane = state.dataplane
-    return dataplane
-
-
 @get("/v2", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
-def server_metadata(state: State) -> dict[str, Any]:
-    return _dataplane(state).server_metadata()
+def server_metadata(dataplane: Dataplane) -> dict[str, Any]:
+    return dataplane.server_metadata()
 
 
 @get("/v2/health/live", opt=group_opt(ApiGroup.OPEN), sync_to_thread=False)
-def server_live(state: State) -> dict[str, bool]:
-    return {"live": _dataplane(state).live()}
+def server_live(dataplane: Dataplane) -> dict[str, bool]:
+    return {"live": dataplane.live()}
 
 
 @get("/v2/health/ready", opt=group_opt(ApiGroup.OPEN), sync_to_thread=False)
-def server_ready(state: State) -> Response[dict[str, bool]]:
-    ready = _dataplane(state).ready()
+def server_ready(dataplane: Dataplane) -> Response[dict[str, bool]]:
+    ready = dataplane.ready()
     return Response({"ready": ready}, status_code=200 if ready else 503)
 
 
@@ -43,8 +39,8 @@ def server_ready(state: State) -> Response[dict[str, bool]]:
 # body: Litestar would read an optional `version` on the unversioned path as a query parameter.
 
 
-def _model_ready(state: State, model: str, version: str | None) -> Response[dict[str, Any]]:
-    ready = _dataplane(state).model_ready(model, version)
+def _model_ready(dataplane: DataPlane, model: str, version: str | None) -> Response[dict[str, Any]]:
+    ready = dataplane.model_ready(model, version)
     body: dict[str, Any] = {"name": model, "ready": ready}
     if version is not None:
         body["version"] = version
@@ -52,8 +48,8 @@ def _model_ready(state: State, model: str, version: str | None) -> Response[dict
 
 
 @get("/v2/models/{model:str}/ready", opt=group_opt(ApiGroup.OPEN), sync_to_thread=False)
-def model_ready(state: State, model: FromPath[str]) -> Response[dict[str, Any]]:
-    return _model_ready(state, model, None)
+def model_ready(dataplane: Dataplane, model: FromPath[str]) -> Response[dict[str, Any]]:
+    return _model_ready(dataplane, model, None)
 
 
 @get(
@@ -62,14 +58,14 @@ def model_ready(state: State, model: FromPath[str]) -> Response[dict[str, Any]]:
     sync_to_thread=False,
 )
 def model_version_ready(
-    state: State, model: FromPath[str], version: FromPath[str]
+    dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
 ) -> Response[dict[str, Any]]:
-    return _model_ready(state, model, version)
+    return _model_ready(dataplane, model, version)
 
 
 @get("/v2/models/{model:str}", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
-def model_metadata(state: State, model: FromPath[str]) -> dict[str, Any]:
-    return _dataplane(state).model_metadata(model, None).as_dict()
+def model_metadata(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
+    return dataplane.model_metadata(model, None).as_dict()
 
 
 @get(
@@ -78,9 +74,9 @@ def model_metadata(state: State, model: FromPath[str]) -> dict[str, Any]:
     sync_to_thread=False,
 )
 def model_version_metadata(
-    state: State, model: FromPath[str], version: FromPath[str]
+    dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
 ) -> dict[str, Any]:
-    return _dataplane(state).model_metadata(model, version).as_dict()
+    return dataplane.model_metadata(model, version).as_dict()
 
 
 ROUTES = [

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from app import __version__
-from app.config.compiler import ModelPlan
+from app.config.auth import AccessPolicy
+from app.config.compiler import ModelPlan, ServePlan
+from app.config.schema import GrpsStreaming
 from app.errors import (
     DeadlineExceeded,
     Internal,
@@ -23,10 +26,13 @@ from app.errors import (
     Unimplemented,
     internal_error,
 )
-from app.models.repository import ModelRepository, State, VersionEntry
+from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from app.runtimes.base import ModelRuntime
 from app.services.executor import ModelExecutor
 from app.services.jobs import ExecutorSettings
+from app.services.model_config import ModelConfiguration, model_configuration
+from app.services.model_stats import VersionStatistics, model_statistics
+from app.services.state import Listening, ServerState
 from app.services.stats import Statistics, VersionStats
 from app.types import (
     InferRequest,
@@ -39,22 +45,81 @@ from app.types import (
 
 log = logging.getLogger("servekit.dataplane")
 
-EXTENSIONS: list[str] = ["binary_tensor_data"]
-"""Protocol extensions this server implements; adapters append theirs when registered."""
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data",)
+"""The protocol extension every DataPlane implements (its codecs do)."""
+CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
+"""Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
+REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
+"""Triton's model repository extension (index, load, unload)."""
+
+
+def server_extensions(*, config_and_statistics: bool, repository: bool) -> tuple[str, ...]:
+    """The extensions server metadata names for what the composition root enables."""
+    return (
+        *BINARY_DATA,
+        *(CONFIG_AND_STATISTICS if config_and_statistics else ()),
+        *(REPOSITORY if repository else ()),
+    )
 
 
 class DataPlane:
-    """Health, metadata and inference over the model repository."""
+    """Health, metadata, inference, configuration and statistics over the model repository:
+    the API every adapter is given (it never reaches past it into the repository or the plan).
+    """
 
-    def __init__(self, repository: ModelRepository, statistics: Statistics | None = None) -> None:
-        self.repository = repository
+    def __init__(
+        self,
+        state: ServerState,
+        repository: ModelRepository,
+        statistics: Statistics | None = None,
+        extensions: Sequence[str] = BINARY_DATA,
+    ) -> None:
+        self._state = state
+        self._repository = repository
         self.statistics = statistics or Statistics()
-        self.extensions: list[str] = list(EXTENSIONS)
-        self.started_at = time.time()
-        self.online = True
-        """False after grps Offline: readiness answers false (on every surface) so a load
+        self._extensions = tuple(extensions)
+
+    # -- the server ---------------------------------------------------------------------------
+    @property
+    def plan(self) -> ServePlan:
+        """The plan in force (from ServerState: read on use, never kept)."""
+        return self._state.plan
+
+    @property
+    def access(self) -> AccessPolicy:
+        """The tokens in force (``server.auth``; restart-only, so fixed while running)."""
+        return self._state.plan.access
+
+    @property
+    def started_at(self) -> float:
+        return self._state.started_at
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        return self._extensions
+
+    @property
+    def online(self) -> bool:
+        """False after grps Offline (see ``set_online``)."""
+        return self._state.online
+
+    def set_online(self, online: bool) -> None:
+        """grps Online/Offline: offline, readiness answers false on every surface so a load
         balancer drains this server, while requests that still arrive are served."""
-        self._timeout_s = repository.plan.server.request_timeout_seconds
+        self._state.online = online
+
+    def ports(self) -> Listening:
+        """The bound HTTP and gRPC ports (Unavailable until they are known)."""
+        return self._state.ports()
+
+    @property
+    def listening(self) -> Listening | None:
+        """Where the server listens, or None before the listeners are up."""
+        return self._state.listening
+
+    def grps_streaming(self) -> GrpsStreaming:
+        """How grps HTTP predict requests ask for streaming (``server.grpsStreaming``)."""
+        return self._state.plan.server.grps_streaming
 
     # -- health and metadata ------------------------------------------------------------------
     def live(self) -> bool:
@@ -69,9 +134,9 @@ class DataPlane:
     def not_ready_reason(self) -> str | None:
         """Why the server is not ready, or None when it is. Says how many models are missing,
         not which: readiness is open to unauthenticated probes, model names are not."""
-        if not self.online:
+        if not self._state.online:
             return "the server is offline (draining); Online brings it back"
-        if not self.repository.startup_done:
+        if not self._state.startup_done:
             return "models are still loading"
         waiting = self.models_not_ready()
         if waiting:
@@ -84,8 +149,8 @@ class DataPlane:
     def models_not_ready(self) -> list[str]:
         """Models asked for (``ModelRepository.requested``) with a version that is not READY,
         or with no version at all; always empty when ``server.strictReadiness`` is false."""
-        repository = self.repository
-        if not repository.plan.server.strict_readiness:
+        repository = self._repository
+        if not self._state.plan.server.strict_readiness:
             return []
         waiting = []
         for name in sorted(repository.requested):
@@ -97,19 +162,64 @@ class DataPlane:
                 waiting.append(name)
         return waiting
 
+    # -- the models, as the index and the dashboard show them ----------------------------------
+    def model_names(self) -> list[str]:
+        """Every model the server knows, loaded or not (V1 list, grps selection)."""
+        return self._repository.names()
+
+    def default_model(self) -> str | None:
+        """The model a request naming none uses (grps): serve.yaml's first, if any."""
+        models = self._state.plan.models
+        return models[0].name if models else None
+
+    def models(self) -> list[ModelEntry]:
+        """Every model with its versions, states and reasons, sorted by name (read-only)."""
+        return sorted(self._repository.entries(), key=lambda e: e.plan.name)
+
+    def model(self, name: str) -> ModelEntry:
+        """One model with its versions (NotFound for an unknown name; read-only)."""
+        return self._repository.get(name)
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index: one row per model version (name, version, state,
+        reason), ready ones only if asked."""
+        rows = self._repository.index()
+        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+
+    def recent_errors(self) -> list[dict[str, Any]]:
+        """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
+        return list(self._repository.recent_errors)
+
+    def version_stats(self, name: str, version: int) -> VersionStats:
+        """The statistics of one version (zeros if it has served nothing)."""
+        return self.statistics.find(name, version) or VersionStats()
+
+    def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
+        """Triton's model configuration of ``name`` as served at ``version``."""
+        entry, found = self._repository.resolve(name, version)
+        runtime = found.runtime
+        platform = runtime.platform if runtime is not None else entry.plan.format_name
+        return model_configuration(entry.plan, _signature(found), platform)
+
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> tuple[VersionStatistics, ...]:
+        """Triton's statistics of the versions a request names (see model_stats.py)."""
+        return model_statistics(self._repository, self.statistics, name, version)
+
     def server_metadata(self) -> dict[str, Any]:
         return {
-            "name": self.repository.plan.server.name,
+            "name": self._state.plan.server.name,
             "version": __version__,
-            "extensions": list(self.extensions),
+            "extensions": list(self._extensions),
         }
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
-        entry = self.repository.get(name)
+        entry = self._repository.get(name)
         if version is None or version == "":
             return bool(entry.ready_versions())
         try:
-            self.repository.resolve(name, version)
+            self._repository.resolve(name, version)
         except ServeError as exc:
             if exc.code.value == "NOT_FOUND":
                 raise
@@ -117,7 +227,7 @@ class DataPlane:
         return True
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
-        entry, found = self.repository.resolve(name, version)
+        entry, found = self._repository.resolve(name, version)
         signature = _signature(found)
         versions = tuple(str(v) for v in entry.ready_versions())
         runtime = found.runtime
@@ -136,7 +246,7 @@ class DataPlane:
         version's executor's call.
         """
         started = time.perf_counter_ns()
-        entry, version = self.repository.resolve(request.model_name, request.model_version)
+        entry, version = self._repository.resolve(request.model_name, request.model_version)
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
         try:
@@ -147,11 +257,14 @@ class DataPlane:
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
             wanted = requested_outputs(request, signature)
             queue_by = None
-            if request.parameters or deadline is not None or self._timeout_s is not None:
+            state = self._state
+            if request.parameters or deadline is not None or state.request_timeout_s is not None:
                 deadline, queue_by = self._deadlines(request, deadline)
             executor = version.executor
             if not isinstance(executor, ModelExecutor):
                 executor = self._executor(entry.plan, version, runtime, stats)
+            elif executor.placement.threshold_ns != state.inline_below_ns:  # a live edit
+                executor.placement.retune(state.inline_below_ns)
             input_done = time.perf_counter_ns()
             names = [s.name for s in wanted]
             rows = _batch_size(request, entry.plan.max_batch_size)
@@ -198,8 +311,9 @@ class DataPlane:
         bounds the wait in the model's queue; a request that starts at once never expires by it.
         """
         now = time.monotonic()
-        if self._timeout_s is not None:
-            cap = now + self._timeout_s
+        cap_s = self._state.request_timeout_s
+        if cap_s is not None:
+            cap = now + cap_s
             deadline = cap if deadline is None else min(deadline, cap)
         if deadline is not None and deadline <= now:
             raise DeadlineExceeded(
@@ -218,14 +332,14 @@ class DataPlane:
         self, plan: ModelPlan, version: VersionEntry, runtime: ModelRuntime, stats: VersionStats
     ) -> ModelExecutor:
         """The executor of a loaded version (made on first use, closed when it is retired)."""
-        settings = ExecutorSettings.of(plan, self.repository.plan.server)
+        settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
         executor = ModelExecutor(plan.name, version, runtime, stats, settings)
         version.executor = executor
         return executor
 
     def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
         """The signature of the version a request for (name, version) would use."""
-        _, found = self.repository.resolve(name, version)
+        _, found = self._repository.resolve(name, version)
         return _signature(found)
 
 

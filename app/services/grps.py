@@ -17,8 +17,7 @@ from numpy.typing import NDArray
 
 from app.codecs.grps import CARRIER, KINDS, decode_request, request_kind
 from app.datatypes import as_bytes_array
-from app.errors import InvalidArgument, NotFound, Unimplemented
-from app.models.repository import ModelRepository
+from app.errors import InvalidArgument, NotFound, Unimplemented, shown_name
 from app.protos import grps_pb2 as pb
 from app.services.dataplane import DataPlane
 from app.types import InferResponse, Tensor
@@ -59,7 +58,7 @@ async def predict(
     dataplane: DataPlane, message: pb.GrpsMessage, *, query_model: str = "", ndarray: object = None
 ) -> tuple[str, InferResponse]:
     """Run one grps request; return the kind of its data and the model's response."""
-    name, version = select_model(dataplane.repository, message.model or query_model)
+    name, version = select_model(dataplane, message.model or query_model)
     kind = request_kind(message, ndarray)
     specs = dataplane.signature_of(name, version).inputs
     request = decode_request(message, name, version, specs, ndarray)
@@ -151,35 +150,37 @@ def ndarray_output(response: InferResponse) -> NDArray[Any]:
 
 # -- metadata (YAML text in str_data, as grps answers it) ---------------------------------------
 def server_metadata(dataplane: DataPlane) -> str:
-    plan_models = dataplane.repository.plan.models
     meta: dict[str, Any] = {
         **dataplane.server_metadata(),
         "live": dataplane.live(),
         "ready": dataplane.ready(),
         "online": dataplane.online,
-        "default_model": plan_models[0].name if plan_models else None,
-        "models": dataplane.repository.index(),
+        "default_model": dataplane.default_model(),
+        "models": dataplane.index(),
     }
     return str(yaml.safe_dump(meta, sort_keys=False))
 
 
 def model_metadata(dataplane: DataPlane, selector: str) -> str:
     """``selector`` is name or name-version (empty: the default model)."""
-    name, version = select_model(dataplane.repository, selector)
+    name, version = select_model(dataplane, selector)
     return str(yaml.safe_dump(dataplane.model_metadata(name, version).as_dict(), sort_keys=False))
 
 
 # -- model selection ----------------------------------------------------------------------------
-def select_model(repository: ModelRepository, model: str) -> tuple[str, str | None]:
+def select_model(dataplane: DataPlane, model: str) -> tuple[str, str | None]:
     """``name`` or ``name-version`` -> (name, version); empty -> the first model of serve.yaml."""
     if not model:
-        if not repository.plan.models:
+        default = dataplane.default_model()
+        if default is None:
             raise NotFound("serve.yaml lists no model to use by default; name one as name-version")
-        return repository.plan.models[0].name, None
-    names = repository.names()
+        return default, None
+    names = dataplane.model_names()
     if model in names:  # a name that itself contains '-' wins over a name-version split
         return model, None
     name, dash, version = model.rpartition("-")
     if dash and name in names:
         return name, version or None
-    raise NotFound(f"unknown model {model!r} (expected name or name-version of {', '.join(names)})")
+    raise NotFound(
+        f"unknown model {shown_name(model)} (expected name or name-version of {', '.join(names)})"
+    )

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from enum import Enum
 
 from app.config.compiler import ModelPlan
-from app.config.schema import ServerConfig
 from app.runtimes.base import Arrays
 from app.services import batching
 
@@ -34,12 +33,14 @@ class ExecutorSettings:
     preferred: frozenset[int]
 
     @classmethod
-    def of(cls, plan: ModelPlan, server: ServerConfig) -> ExecutorSettings:
+    def of(cls, plan: ModelPlan, inline_below_ns: int) -> ExecutorSettings:
+        """The settings of ``plan``'s executor; ``inline_below_ns`` is the server's bound in
+        force (ServerState.inline_below_ns), which the DataPlane keeps current afterwards."""
         config = plan.config
         dynamic = config.dynamic_batching if config is not None else None
         return cls(
             instances=max(1, plan.instances),
-            inline_below_ns=server.inline_below_microseconds * 1000,
+            inline_below_ns=inline_below_ns,
             max_queue_size=config.max_queue_size if config is not None else 0,
             queue_timeout_s=(config.queue_timeout_microseconds / 1e6) if config else 0.0,
             batch_rows=plan.max_batch_size if dynamic is not None else 0,

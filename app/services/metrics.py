@@ -70,8 +70,7 @@ class DataPlaneCollector(Collector):
             "waiting requests had other dimensions)",
             labels=[*labels, "reason"],
         )
-        repository = self._dataplane.repository
-        for entry in repository.entries():
+        for entry in self._dataplane.models():
             name = entry.plan.name
             for number, version in entry.versions.items():
                 key = [name, str(number)]

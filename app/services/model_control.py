@@ -1,7 +1,8 @@
 """Model control: what the repository extension, hot reload and the notebook API ask for.
 
-Transport-neutral (REST and gRPC adapters are a few lines over it). It keeps the serve.yaml plan
-in force, models pushed by clients (their files live in one folder each under the storage dir,
+Transport-neutral (REST and gRPC adapters are a few lines over it). It is the one writer of the
+plan in force (held by :class:`~app.services.state.ServerState`), and keeps models pushed by
+clients (their files live in one folder each under the storage dir,
 see app/models/storage.py) and in-memory Python objects, and turns requests into repository loads:
 
 * ``load`` with no parameters (re)loads a model as it is known; with ``config`` (Triton's
@@ -12,8 +13,11 @@ see app/models/storage.py) and in-memory Python objects, and turns requests into
   pushed leaves the index (a later load without config answers NOT_FOUND, as Triton does for a
   model that is not in its repository), and a serve.yaml model whose files were replaced by a
   push goes back to its serve.yaml entry, unloaded (a load without config loads that again).
+* ``start`` registers serve.yaml's models and loads those ``startupModels`` asks for.
 * ``apply_plan`` applies an edited serve.yaml: added models load (as ``startupModels`` says),
-  removed ones unload and leave the index, changed ones (entry, runtime or model files) reload.
+  removed ones unload and leave the index, changed ones (entry, runtime or model files) reload;
+  a model whose reload failed is not tried again until its entry or files change again.
+  Restart-only server settings keep their running values (ServerState.replace_plan).
 * ``add`` serves a ModelConfig (and optionally a Python object) from inside the process.
 
 A load request is a client's data and may not become code or reach files of its choosing,
@@ -32,7 +36,7 @@ import asyncio
 import sys
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from app.config.compiler import (
     ModelPlan,
@@ -43,12 +47,13 @@ from app.config.compiler import (
     resolve_options,
 )
 from app.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
-from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, shown_name
 from app.models import storage
 from app.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from app.models.repository import ModelEntry, ModelRepository, State
 from app.runtimes import onnx_files
 from app.runtimes.python import forget_object, register_object
+from app.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
 
@@ -62,30 +67,61 @@ class ModelControl:
     at a time too, each model's change under that model's lock.
     """
 
-    def __init__(self, repository: ModelRepository) -> None:
-        self.repository = repository
-        self.plan: ServePlan = repository.plan
+    def __init__(self, state: ServerState, repository: ModelRepository) -> None:
+        self._state = state
+        self._repository = repository
         self._locks: dict[str, asyncio.Lock] = {}
         self._plan_lock = asyncio.Lock()
         self._staged: dict[str, Path] = {}  # pushed folders written, their load not yet done
         self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
-        self._fingerprints = {m.name: fingerprint(m) for m in self.plan.models}
-        _import_root(self.plan.base_dir)
+        plan = state.plan
+        self._fingerprints = {m.name: fingerprint(m) for m in plan.models}
+        _import_root(plan.base_dir)
         storage.clean(self.storage_dir)
 
     @property
+    def plan(self) -> ServePlan:
+        """The plan in force (held by ServerState; replaced only by ``apply_plan``)."""
+        return self._state.plan
+
+    @property
+    def mode(self) -> Literal["none", "explicit"]:
+        """``server.modelControl`` in force: whether clients may load and unload models."""
+        return self._state.plan.model_control
+
+    @property
     def storage_dir(self) -> Path:
-        return storage.default_storage_dir(self.plan.base_dir, self.plan.server.storage_dir)
+        plan = self._state.plan
+        return storage.default_storage_dir(plan.base_dir, plan.server.storage_dir)
 
     @property
     def recent_errors(self) -> list[dict[str, Any]]:
         """Failed loads and rejected serve.yaml edits, newest last."""
-        return self.repository.recent_errors
+        return self._repository.recent_errors
+
+    def record_error(self, source: str, message: str) -> None:
+        """Log a problem with serve.yaml (a rejected edit, a setting that needs a restart) where
+        the dashboard shows it."""
+        self._repository.record_error(source, message)
 
     def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
         """One row per model version: name, version, state, reason (ready ones only if asked)."""
-        rows = self.repository.index()
+        rows = self._repository.index()
         return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+
+    async def start(self) -> None:
+        """Register every planned model and load those ``startupModels`` asks for; readiness
+        waits for this (ServerState.startup_done)."""
+        plan = self._state.plan
+        # Not under the lock: clients may load and unload while start-up models load (the
+        # repository serialises loads per model), as the watcher waits for this to finish.
+        for model in plan.models:
+            self._repository.register(model)
+        for model in plan.models:
+            if plan.loads_at_start(model.name):
+                self._repository.requested.add(model.name)
+                await self._repository.load(model)
+        self._state.startup_done = True
 
     # -- repository extension ---------------------------------------------------------------
     async def load(self, name: str, parameters: dict[str, object] | None = None) -> None:
@@ -107,7 +143,9 @@ class ModelControl:
             current = self._current(name)
             if config_text is None:
                 if current is None:
-                    raise NotFound(f"unknown model {name!r}; push it with a config parameter")
+                    raise NotFound(
+                        f"unknown model {shown_name(name)}; push it with a config parameter"
+                    )
                 await self._load(self._recompile(current), None)
                 return
             base = current.config if current is not None else None
@@ -164,24 +202,24 @@ class ModelControl:
         self._check_client_control("unload")
         _check_name(name)
         async with self._lock(name):
-            plan = self.repository.get(name).plan
+            plan = self._repository.get(name).plan
             if not self._is_pushed(name, plan):
-                await self.repository.unload(name)
+                await self._repository.unload(name)
                 return
             declared = self.plan.model(name)
             if declared is None:
                 await self._forget(name)
                 return
-            await self.repository.unload(name)
+            await self._repository.unload(name)
             self._release_push(name, declared)
-            self.repository.register(declared, "unloaded")
+            self._repository.register(declared, "unloaded")
             self._fingerprints[name] = fingerprint(declared)
 
     async def remove(self, name: str) -> None:
         """Unload ``name`` and forget it: it leaves the index and its pushed files are deleted."""
         _check_name(name)
         async with self._lock(name):
-            self.repository.get(name)
+            self._repository.get(name)
             await self._forget(name)
 
     async def add(self, model: ModelConfig, python_object: object | None = None) -> None:
@@ -202,8 +240,8 @@ class ModelControl:
         """Apply an edited serve.yaml; returns the names added, removed, reloaded and failed."""
         done: dict[str, list[str]] = {"added": [], "removed": [], "reloaded": [], "failed": []}
         async with self._plan_lock:
-            old, self.plan = self.plan, new_plan
-            self.repository.plan = new_plan
+            old = self._state.plan
+            new_plan = self._state.replace_plan(new_plan)
             _import_root(new_plan.base_dir)
             wanted = {m.name: m for m in new_plan.models}
             for model in old.models:
@@ -232,26 +270,29 @@ class ModelControl:
             return
         entry = self._entry(plan.name)
         loaded = entry is not None and entry.is_loaded()
-        if before is None and _selected(new_plan, plan.name):
-            self.repository.requested.add(plan.name)
+        if before is None and new_plan.loads_at_start(plan.name):
+            self._repository.requested.add(plan.name)
         # A model asked for loads again when its entry changes (a failed one may be fixed)
-        should_load = loaded or plan.name in self.repository.requested
+        should_load = loaded or plan.name in self._repository.requested
         done["added" if before is None else "reloaded"].append(plan.name)
         if not should_load:
             self._release_push(plan.name, plan)
-            self.repository.register(plan)
+            self._repository.register(plan)
             self._fingerprints[plan.name] = fingerprint(plan)
             return
         try:
             await self._load(plan, None)
         except InvalidArgument:
             done["failed"].append(plan.name)  # the repository recorded why
+            # Tried as it stands: an unrelated edit must not retry it (and report it
+            # "reloaded" again); an edit of its entry or files will.
+            self._fingerprints[plan.name] = fingerprint(plan)
 
     # -- helpers ------------------------------------------------------------------------------
     @property
     def client_control(self) -> bool:
         """Whether clients may load and unload models (``server.modelControl`` in force)."""
-        return self.plan.model_control == "explicit"
+        return self.mode == "explicit"
 
     def _lock(self, name: str) -> asyncio.Lock:
         """The lock of one model name (kept: a handful of bytes per name ever used)."""
@@ -271,7 +312,7 @@ class ModelControl:
     def compile_model(self, model: ModelConfig) -> ModelPlan:
         """Plan one model against the runtimes of the plan in force."""
         runtime = self._runtime_for(model)
-        total = sum(e.plan.instances for e in self.repository.entries()) + model.instances
+        total = sum(e.plan.instances for e in self._repository.entries()) + model.instances
         options = resolve_options(runtime.options, model.runtime_options, available_cores(), total)
         return plan_model(model, runtime, options, self.plan.base_dir)
 
@@ -283,7 +324,7 @@ class ModelControl:
 
     def _entry(self, name: str) -> ModelEntry | None:
         try:
-            return self.repository.get(name)
+            return self._repository.get(name)
         except NotFound:
             return None
 
@@ -298,7 +339,7 @@ class ModelControl:
     async def _load(self, plan: ModelPlan, folder: Path | None) -> None:
         before = self._current(plan.name)
         try:
-            entry = await self.repository.load(plan)
+            entry = await self._repository.load(plan)
         except BaseException:
             storage.discard(self.storage_dir, folder)
             raise
@@ -306,7 +347,7 @@ class ModelControl:
             storage.discard(self.storage_dir, folder)
             raise InvalidArgument(f"failed to load {plan.name!r}: {entry.reason()}")
         self._fingerprints[plan.name] = fingerprint(plan)
-        self.repository.requested.add(plan.name)  # loaded on request: now asked for
+        self._repository.requested.add(plan.name)  # loaded on request: now asked for
         self._release_push(plan.name, plan)
         if folder is not None:
             self._pushed[plan.name] = folder
@@ -329,7 +370,7 @@ class ModelControl:
 
     async def _forget(self, name: str) -> None:
         plan = self._current(name)
-        await self.repository.remove(name)
+        await self._repository.remove(name)
         storage.discard(self.storage_dir, self._pushed.pop(name, None))
         self._fingerprints.pop(name, None)
         if plan is not None and plan.config is not None:
@@ -352,12 +393,6 @@ def _check_name(name: str) -> None:
             f"invalid model name {str(name)[:200]!r}: use letters, digits, '_', '.', '-' "
             "(starting with a letter or digit, at most 128 characters)"
         )
-
-
-def _selected(plan: ServePlan, name: str) -> bool:
-    """Whether ``startupModels`` loads ``name`` (for models added by a serve.yaml edit too)."""
-    choice = plan.server.startup_models
-    return choice == "all" or (isinstance(choice, list) and name in choice)
 
 
 def _import_root(base_dir: Path) -> None:

@@ -41,12 +41,28 @@ class Mode(Enum):
 class Placement:
     """The loop-or-threads decision of one loaded version (see the module docstring)."""
 
-    __slots__ = ("_calm", "_fast", "_slow", "_suspect", "mode", "name", "strikes", "threshold_ns")
+    __slots__ = (
+        "_calm",
+        "_fast",
+        "_may_inline",
+        "_slow",
+        "_suspect",
+        "mode",
+        "name",
+        "strikes",
+        "threshold_ns",
+    )
 
     def __init__(self, name: str, threshold_ns: int, may_inline: bool) -> None:
         self.name = name
+        self._may_inline = may_inline
+        self.retune(threshold_ns)
+
+    def retune(self, threshold_ns: int) -> None:
+        """Start over with a new bound (``server.inlineBelowMicroseconds`` edited while the
+        server runs): what was learnt against the old one says nothing about the new one."""
         self.threshold_ns = threshold_ns
-        self.mode = Mode.LEARNING if threshold_ns > 0 and may_inline else Mode.THREADS
+        self.mode = Mode.LEARNING if threshold_ns > 0 and self._may_inline else Mode.THREADS
         self.strikes = 0
         self._fast = self._slow = self._calm = 0
         self._suspect = False

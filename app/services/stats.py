@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any
 
 QUEUE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
@@ -42,9 +41,6 @@ class Duration:
     def add(self, ns: int, count: int = 1) -> None:
         self.count += count
         self.ns += ns
-
-    def as_dict(self) -> dict[str, int]:
-        return {"count": self.count, "ns": self.ns}
 
 
 @dataclass(slots=True)
@@ -102,35 +98,6 @@ class VersionStats:
     def record_failure(self, ns: int) -> None:
         self.fail.add(ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
-
-    def as_dict(self, name: str, version: str) -> dict[str, Any]:
-        """Triton's JSON statistics entry for this version."""
-        return {
-            "name": name,
-            "version": version,
-            "last_inference": self.last_inference_ms,
-            "inference_count": self.inference_count,
-            "execution_count": self.execution_count,
-            "inference_stats": {
-                "success": self.success.as_dict(),
-                "fail": self.fail.as_dict(),
-                "queue": self.queue.as_dict(),
-                "compute_input": self.compute_input.as_dict(),
-                "compute_infer": self.compute_infer.as_dict(),
-                "compute_output": self.compute_output.as_dict(),
-                "cache_hit": {"count": 0, "ns": 0},
-                "cache_miss": {"count": 0, "ns": 0},
-            },
-            "batch_stats": [
-                {
-                    "batch_size": size,
-                    "compute_input": {"count": d.count, "ns": 0},
-                    "compute_infer": d.as_dict(),
-                    "compute_output": {"count": d.count, "ns": 0},
-                }
-                for size, d in sorted(self.batch_sizes.items())
-            ],
-        }
 
 
 class Statistics:

@@ -6,8 +6,10 @@ ConfigMap-style symlink swaps), re-reads the file. A valid edit becomes a new pl
 :meth:`ModelControl.apply_plan` applies (added models load, removed unload, changed reload,
 models whose files changed on disk reload). An invalid edit is logged and recorded in
 ``control.recent_errors`` with its YAML location, and the running configuration stays as it was.
-Listener settings (host, ports, size limits, storage dir) cannot change in a running process:
-an edit of them is reported and needs a restart. Every re-read goes through
+Each server setting is marked live or restart-only where it is declared (app/config/schema.py,
+``RESTART_ONLY``): live ones take effect with the new plan; an edit of a restart-only one
+(listeners, tokens, TLS, storage dir) is reported as needing a restart, and the running value
+stays in force (ServerState.replace_plan). Every re-read goes through
 :func:`app.config.overrides.load_plan` with the command line's
 :class:`~app.config.overrides.Overrides`, so
 ``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
@@ -17,7 +19,6 @@ an edit of them is reported and needs a restart. Every re-read goes through
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from pathlib import Path
 from typing import Protocol
@@ -29,35 +30,20 @@ from app.config.compiler import ServePlan
 from app.config.loader import ConfigError
 from app.config.overrides import Overrides, load_plan
 from app.config.schema import ServerConfig
-from app.models.repository import ModelRepository
 from app.services.model_control import ModelControl
+from app.services.state import restart_only_edits
 
 
 class ServeKit(Protocol):
     """What the watcher needs of the server it reloads (app.server.ServeKit is one)."""
 
-    plan: ServePlan
-    control: ModelControl
-    repository: ModelRepository
+    @property
+    def control(self) -> ModelControl: ...
 
     async def wait_until_loaded(self) -> None: ...
 
 
 log = logging.getLogger("servekit.watch")
-
-NOT_LIVE = (
-    "host",
-    "http_port",
-    "grpc_port",
-    "grpc_max_message_bytes",
-    "max_request_bytes",
-    "storage_dir",
-    "watch",
-    "model_control",
-    "auth",
-    "tls",
-)
-"""Server settings a running process keeps; the rest apply live."""
 
 
 class _Watcher:
@@ -67,11 +53,10 @@ class _Watcher:
         self.server = server
         self.path = path
         self.overrides = overrides
-        self.running: ServerConfig = server.plan.server
         # Not read here: the file may have been edited since the start plan was loaded from
         # it, so the first check compiles it once more (an unchanged file applies no change).
         self.applied: bytes | None = None
-        self.effective: ServerConfig = server.plan.server
+        self.effective: ServerConfig = server.control.plan.server
         """Server settings of the last plan read (file, environment and flags), to tell edits."""
         self.roots: set[Path] = set()
 
@@ -113,31 +98,27 @@ class _Watcher:
         try:
             plan = await asyncio.to_thread(self._compile)
         except ConfigError as exc:
-            self.server.repository.record_error(
+            self.server.control.record_error(
                 "watch",
                 f"serve.yaml edit rejected; still serving the previous configuration:\n{exc}",
             )
             return
         done = await self.server.control.apply_plan(plan)
-        self.server.plan = plan
         changes = {k: v for k, v in done.items() if v}
         if changes:
             log.info("serve.yaml applied: %s", changes)
 
     def _compile(self) -> ServePlan:
         plan = load_plan(self.path, self.overrides)  # the same rule as at start
-        edited = [
-            to_camel(k) for k in NOT_LIVE if getattr(plan.server, k) != getattr(self.effective, k)
-        ]
+        edited = [to_camel(k) for k in restart_only_edits(plan.server, self.effective)]
         if edited:
-            self.server.repository.record_error(
+            self.server.control.record_error(
                 "watch",
                 f"serve.yaml changed server.{', server.'.join(edited)}: "
                 "restart servekit to apply (the rest of the edit is applied)",
             )
         self.effective = plan.server
-        fixed = {k: getattr(self.running, k) for k in NOT_LIVE}
-        return dataclasses.replace(plan, server=plan.server.model_copy(update=fixed))
+        return plan  # apply_plan keeps the restart-only settings as they run
 
 
 def _read(path: Path) -> bytes | None:
@@ -152,7 +133,7 @@ async def watch_config(
 ) -> None:
     """Apply serve.yaml edits to ``server`` until cancelled; ``overrides`` must be those the
     server's plan was loaded with (the command line), so that every reload applies them too."""
-    path = server.plan.config_path
+    path = server.control.plan.config_path
     if path is None:
         log.warning("--watch: this server has no serve.yaml file to watch")
         return

@@ -11,6 +11,8 @@ from servers import BROKEN_MODELS, ServerProcess, identity_name
 from .adapter import Client
 from .tensors import assert_same, sample
 
+pytestmark = pytest.mark.slow
+
 MLP_ROWS = np.zeros((2, 16), dtype=np.float32)
 
 

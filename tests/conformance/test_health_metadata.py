@@ -7,6 +7,8 @@ from servers import BROKEN_MODELS, DATATYPES, identity_name
 
 from .adapter import Client
 
+pytestmark = pytest.mark.slow
+
 PLATFORM = "onnxruntime_onnx"
 
 

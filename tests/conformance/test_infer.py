@@ -12,6 +12,8 @@ from servers import DATATYPES, ServerProcess, identity_name
 from .adapter import Client
 from .tensors import TEXTS, assert_same, sample
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("datatype", DATATYPES)
 def test_identity_round_trip_is_exact(encoded_client: Client, datatype: str) -> None:

@@ -1,0 +1,106 @@
+"""The typed model configuration and statistics of the core as Triton's protobuf messages.
+
+Built field by field (no JSON detour, no ``ignore_unknown_fields``): a field the core adds is a
+type error here until the message carries it, instead of vanishing on the wire.
+"""
+
+from __future__ import annotations
+
+from app.protos import grpc_service_pb2 as pb
+from app.protos import model_config_pb2 as mc
+from app.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from app.services.model_stats import DurationStat, VersionStatistics
+
+
+def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
+    """``inference.ModelConfig``."""
+    message = mc.ModelConfig(
+        name=config.name,
+        platform=config.platform,
+        backend=config.backend,
+        version_policy=_policy(config.version_policy),
+        max_batch_size=config.max_batch_size,
+        input=[_input(t) for t in config.inputs],
+        output=[_output(t) for t in config.outputs],
+        instance_group=[
+            mc.ModelInstanceGroup(
+                name=g.name, kind=mc.ModelInstanceGroup.Kind.Value(g.kind), count=g.count
+            )
+            for g in config.instance_groups
+        ],
+        parameters={k: mc.ModelParameter(string_value=v) for k, v in config.parameters.items()},
+    )
+    batching = config.dynamic_batching
+    if batching is not None:
+        message.dynamic_batching.CopyFrom(
+            mc.ModelDynamicBatching(
+                preferred_batch_size=batching.preferred_batch_size,
+                max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+            )
+        )
+    if config.default_model_filename is not None:
+        message.default_model_filename = config.default_model_filename
+    return message
+
+
+def _policy(policy: VersionPolicyConfig) -> mc.ModelVersionPolicy:
+    if policy.kind == "latest":
+        latest = mc.ModelVersionPolicy.Latest(num_versions=policy.num_versions)
+        return mc.ModelVersionPolicy(latest=latest)
+    if policy.kind == "all":
+        return mc.ModelVersionPolicy(all=mc.ModelVersionPolicy.All())
+    specific = mc.ModelVersionPolicy.Specific(versions=policy.versions)
+    return mc.ModelVersionPolicy(specific=specific)
+
+
+def _input(tensor: TensorConfig) -> mc.ModelInput:
+    return mc.ModelInput(
+        name=tensor.name,
+        data_type=mc.DataType.Value(tensor.data_type),
+        format=mc.ModelInput.Format.Value(tensor.format or "FORMAT_NONE"),
+        dims=tensor.dims,
+    )
+
+
+def _output(tensor: TensorConfig) -> mc.ModelOutput:
+    return mc.ModelOutput(
+        name=tensor.name, data_type=mc.DataType.Value(tensor.data_type), dims=tensor.dims
+    )
+
+
+def statistics_message(rows: tuple[VersionStatistics, ...]) -> pb.ModelStatisticsResponse:
+    """``inference.ModelStatisticsResponse``."""
+    return pb.ModelStatisticsResponse(model_stats=[_version(row) for row in rows])
+
+
+def _version(row: VersionStatistics) -> pb.ModelStatistics:
+    return pb.ModelStatistics(
+        name=row.name,
+        version=row.version,
+        last_inference=row.last_inference,
+        inference_count=row.inference_count,
+        execution_count=row.execution_count,
+        inference_stats=pb.InferStatistics(
+            success=_duration(row.success),
+            fail=_duration(row.fail),
+            queue=_duration(row.queue),
+            compute_input=_duration(row.compute_input),
+            compute_infer=_duration(row.compute_infer),
+            compute_output=_duration(row.compute_output),
+            cache_hit=_duration(row.cache_hit),
+            cache_miss=_duration(row.cache_miss),
+        ),
+        batch_stats=[
+            pb.InferBatchStatistics(
+                batch_size=batch.batch_size,
+                compute_input=_duration(batch.compute_input),
+                compute_infer=_duration(batch.compute_infer),
+                compute_output=_duration(batch.compute_output),
+            )
+            for batch in row.batch_stats
+        ],
+    )
+
+
+def _duration(duration: DurationStat) -> pb.StatisticDuration:
+    return pb.StatisticDuration(count=duration.count, ns=duration.ns)

@@ -1,0 +1,94 @@
+"""Triton's JSON for the typed model configuration and statistics of the core.
+
+``GET /v2/models/{m}/config`` and ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answer these
+shapes (what tritonclient.http's ``get_model_config`` and ``get_inference_statistics`` read);
+the dashboard shows the same configuration. Keys are protobuf field names, in the order the
+proto declares them, as Triton's HTTP endpoint writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from app.services.model_stats import DurationStat, VersionStatistics
+
+
+def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
+    """Triton's ModelConfig JSON."""
+    out: dict[str, Any] = {
+        "name": config.name,
+        "platform": config.platform,
+        "backend": config.backend,
+        "version_policy": _policy(config.version_policy),
+        "max_batch_size": config.max_batch_size,
+        "input": [_tensor(t) for t in config.inputs],
+        "output": [_tensor(t) for t in config.outputs],
+        "instance_group": [
+            {"name": g.name, "kind": g.kind, "count": g.count} for g in config.instance_groups
+        ],
+        "parameters": {key: {"string_value": value} for key, value in config.parameters.items()},
+    }
+    batching = config.dynamic_batching
+    if batching is not None:
+        out["dynamic_batching"] = {
+            "preferred_batch_size": list(batching.preferred_batch_size),
+            "max_queue_delay_microseconds": batching.max_queue_delay_microseconds,
+        }
+    if config.default_model_filename is not None:
+        out["default_model_filename"] = config.default_model_filename
+    return out
+
+
+def _policy(policy: VersionPolicyConfig) -> dict[str, Any]:
+    if policy.kind == "latest":
+        return {"latest": {"num_versions": policy.num_versions}}
+    if policy.kind == "all":
+        return {"all": {}}
+    return {"specific": {"versions": list(policy.versions)}}
+
+
+def _tensor(tensor: TensorConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tensor.name, "data_type": tensor.data_type}
+    if tensor.format is not None:
+        out["format"] = tensor.format
+    out["dims"] = list(tensor.dims)
+    return out
+
+
+def statistics_json(rows: tuple[VersionStatistics, ...]) -> dict[str, Any]:
+    """Triton's ``{"model_stats": [...]}``."""
+    return {"model_stats": [_version(row) for row in rows]}
+
+
+def _version(row: VersionStatistics) -> dict[str, Any]:
+    return {
+        "name": row.name,
+        "version": row.version,
+        "last_inference": row.last_inference,
+        "inference_count": row.inference_count,
+        "execution_count": row.execution_count,
+        "inference_stats": {
+            "success": _duration(row.success),
+            "fail": _duration(row.fail),
+            "queue": _duration(row.queue),
+            "compute_input": _duration(row.compute_input),
+            "compute_infer": _duration(row.compute_infer),
+            "compute_output": _duration(row.compute_output),
+            "cache_hit": _duration(row.cache_hit),
+            "cache_miss": _duration(row.cache_miss),
+        },
+        "batch_stats": [
+            {
+                "batch_size": batch.batch_size,
+                "compute_input": _duration(batch.compute_input),
+                "compute_infer": _duration(batch.compute_infer),
+                "compute_output": _duration(batch.compute_output),
+            }
+            for batch in row.batch_stats
+        ],
+    }
+
+
+def _duration(duration: DurationStat) -> dict[str, int]:
+    return {"count": duration.count, "ns": duration.ns}

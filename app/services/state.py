@@ -1,0 +1,104 @@
+"""The server's own state: the plan in force and the switches every surface reads.
+
+``ServerState`` is the one place the compiled serve.yaml in force is held. ModelControl
+replaces it (``apply_plan``: a ``--watch`` edit or a notebook ``reload()``); everything else
+(DataPlane, ModelControl itself, the watcher, the adapters through the services) reads it from
+here on use, so no component can go on serving a stale copy. Settings marked restart-only in
+app/config/schema.py (``RESTART_ONLY``) keep their running values in every replacement, together
+with what the plan derived from them (tokens, TLS material): the listeners and guards built at
+start are never out of step with the plan they are read from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from app.config.compiler import ServePlan
+from app.config.schema import RESTART_ONLY, ServerConfig
+from app.errors import Unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """Where the server listens once bound (set by the composition root, read by adapters)."""
+
+    http_port: int
+    grpc_port: int | None
+    """None while gRPC is disabled or still starting (see ``ServerState.ports``)."""
+    http_url: str
+    """Base URL for a client on this machine."""
+    grpc_target: str | None
+    """``host:port`` for a gRPC client on this machine; None when gRPC is not listening."""
+
+
+class ServerState:
+    """The plan in force, online/offline, start-up progress and the bound addresses."""
+
+    __slots__ = (
+        "_plan",
+        "inline_below_ns",
+        "listening",
+        "online",
+        "request_timeout_s",
+        "started_at",
+        "startup_done",
+    )
+
+    def __init__(self, plan: ServePlan) -> None:
+        self._plan = plan
+        self.inline_below_ns = plan.server.inline_below_microseconds * 1000
+        """``server.inlineBelowMicroseconds`` in ns, derived with each plan (the inference hot
+        path reads one attribute, and an edit takes effect on the next request)."""
+        self.request_timeout_s = plan.server.request_timeout_seconds
+        """``server.requestTimeoutSeconds`` (None: no cap), derived likewise."""
+        self.online = True
+        """False after grps Offline: readiness answers false (on every surface) so a load
+        balancer drains this server, while requests that still arrive are served."""
+        self.startup_done = False
+        """Start-up loading (``startupModels``) has finished."""
+        self.started_at = time.time()
+        self.listening: Listening | None = None
+
+    @property
+    def plan(self) -> ServePlan:
+        """The compiled serve.yaml in force (read it on use; never keep it)."""
+        return self._plan
+
+    def replace_plan(self, plan: ServePlan) -> ServePlan:
+        """Put ``plan`` in force, keeping restart-only settings as they run; returns the plan
+        now in force. Only ModelControl.apply_plan calls this (it also applies the models)."""
+        self._plan = keep_restart_only(plan, self._plan)
+        self.inline_below_ns = self._plan.server.inline_below_microseconds * 1000
+        self.request_timeout_s = self._plan.server.request_timeout_seconds
+        return self._plan
+
+    def ports(self) -> Listening:
+        """The bound ports; Unavailable before the listeners are up, and in the moment between
+        the HTTP listener opening and the gRPC listener binding (so a client never reads
+        "gRPC disabled" for a port that is about to exist)."""
+        listening = self.listening
+        if listening is None:
+            raise Unavailable("the server's addresses are not known yet")
+        if listening.grpc_port is None and self._plan.server.grpc_port is not None:
+            raise Unavailable("the gRPC listener is still starting")
+        return listening
+
+
+def keep_restart_only(new: ServePlan, running: ServePlan) -> ServePlan:
+    """``new`` with the restart-only server settings (and the tokens and TLS material read from
+    them) of ``running``."""
+    fixed = {name: getattr(running.server, name) for name in RESTART_ONLY}
+    server = new.server.model_copy(update=fixed)
+    return dataclasses.replace(new, server=server, access=running.access, tls=running.tls)
+
+
+def restart_only_edits(new: ServerConfig, old: ServerConfig) -> list[str]:
+    """Attribute names of restart-only settings that differ between two server sections (in
+    the order serve.yaml's schema declares them)."""
+    return [
+        name
+        for name in ServerConfig.model_fields
+        if name in RESTART_ONLY and getattr(new, name) != getattr(old, name)
+    ]
