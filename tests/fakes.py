@@ -44,9 +44,8 @@ class Slow:
     """Blocks in ``predict`` until ``release()``: its requests are provably in flight.
 
     ``entered`` counts the calls that have started; the gate starts open so a warm-up call
-    can pass, after which ``hold()`` closes it. Serve it with ``inlineBelowMicroseconds: 0``
-    so that every call runs in the model's own worker thread (app/services/executor.py), never
-    on the event loop the test waits on.
+    can teach the DataPlane that this model is slow to schedule (it then runs in a worker
+    thread, see DataPlane.infer), after which ``hold()`` closes it.
     """
 
     def __init__(self) -> None:
