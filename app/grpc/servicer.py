@@ -12,6 +12,7 @@ with the reason.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
@@ -81,7 +82,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @guarded
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> Any:
         infer_request = v2_proto.decode_request(request)
-        response = await self._dataplane.infer(infer_request)
+        remaining = context.time_remaining()  # the client's deadline, None when it set none
+        deadline = None if remaining is None else time.monotonic() + remaining
+        response = await self._dataplane.infer(infer_request, deadline)
         return v2_proto.encode_response(infer_request, response)
 
     async def ModelStreamInfer(

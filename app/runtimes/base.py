@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -35,6 +36,23 @@ class ModelRuntime(Protocol):
 
     def close(self) -> None:
         """Release the model's resources."""
+        ...
+
+
+Predict = Callable[[Arrays, list[str]], Arrays]
+
+
+@runtime_checkable
+class PerInstance(Protocol):
+    """A runtime with ``instances`` sessions (or objects) that a caller may use one each.
+
+    The executor gives each of a model's worker threads its own instance through
+    ``predictor(index)``, so threads never wait for one another's session; ``predict`` stays
+    for callers that do not care which instance runs (the event loop's inline calls).
+    """
+
+    def predictor(self, index: int) -> Predict:
+        """The predict function of instance ``index`` (0 <= index < instances)."""
         ...
 
 

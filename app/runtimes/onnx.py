@@ -21,7 +21,7 @@ from app.config.compiler import ModelPlan, ResolvedOptions
 from app.config.versions import VersionSource
 from app.errors import Internal, InvalidArgument
 from app.runtimes import onnx_files
-from app.runtimes.base import Arrays, LoadError, apply_overrides
+from app.runtimes.base import Arrays, LoadError, Predict, apply_overrides
 from app.shown_paths import hide_paths
 from app.types import ModelSignature, TensorSpec
 
@@ -98,13 +98,21 @@ class OnnxModel:
         self._string_outputs = {s.name for s in signature.outputs if s.datatype == "BYTES"}
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+        return self._run(self._next(), inputs, outputs)
+
+    def predictor(self, index: int) -> Predict:
+        """Instance ``index``'s session alone (one worker thread each, see PerInstance)."""
+        session = self._sessions[index]
+        return lambda inputs, outputs: self._run(session, inputs, outputs)
+
+    def _run(self, session: ort.InferenceSession, inputs: Arrays, outputs: list[str]) -> Arrays:
         feed = inputs
         if self._string_inputs:
             feed = dict(inputs)
             for name in self._string_inputs:
                 feed[name] = _bytes_to_str(name, inputs[name])
         try:
-            results = self._next().run(outputs, feed)
+            results = session.run(outputs, feed)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
             why = hide_paths(str(exc))
             raise InvalidArgument(f"onnxruntime rejected the input: {why}") from None

@@ -19,6 +19,13 @@ absolute paths cut to their last part and at most 1000 characters; the traceback
 goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the model
 raises on purpose (e.g. InvalidArgument) passes through with its own code.
 
+Each instance runs in its own worker thread (never two requests at once on one instance). A
+model that waits (sleeps, does I/O, polls a device) can stop early when its request is
+abandoned (client gone, deadline passed): see app/runtimes/cancel.py (``cancelled()``,
+``cancel_event()``). Outputs are checked against the declared metadata after the call: ``None``
+or a wrong shape is a 500 naming the output, never a 200 with made-up values (an output whose
+shape is declared nowhere, a bare ``NDArray`` return hint, has only its datatype checked).
+
 What a model imports and the keyword arguments its ``load()`` receives (``parameters``) come
 from serve.yaml or the notebook API only: a repository load request cannot change them
 (app/models/pushed_config.py).
@@ -42,8 +49,8 @@ from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, ServeError, logged_reference
-from app.runtimes.base import Arrays, LoadError
-from app.runtimes.python_hints import signature_of
+from app.runtimes.base import Arrays, LoadError, Predict
+from app.runtimes.python_hints import guessed_output_shapes, signature_of
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
 
@@ -144,18 +151,30 @@ class PythonModel:
         for instance in instances:
             self._free.put(_predict_of(instance))
         self._outputs = {s.name: s for s in signature.outputs}
+        self.loose_outputs: frozenset[str] = frozenset()
+        """Outputs whose shape was never declared (a bare NDArray hint): only their datatype
+        is checked against the metadata (app/services/outputs.py)."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
-        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         call = self._free.get()
+        try:
+            return self._run(call, inputs, outputs)
+        finally:
+            self._free.put(call)
+
+    def predictor(self, index: int) -> Predict:
+        """Instance ``index`` alone, for its own worker thread (see PerInstance)."""
+        call = _predict_of(self._instances[index])
+        return lambda inputs, outputs: self._run(call, inputs, outputs)
+
+    def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
+        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         try:
             result = call(**feed) if self._by_name else call(feed)
         except ServeError:
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
-        finally:
-            self._free.put(call)
         return self._convert(result, outputs)
 
     def _convert(self, result: object, wanted: list[str]) -> Arrays:
@@ -176,6 +195,8 @@ class PythonModel:
                 raise Internal(f"the model did not return output {name!r}")
             datatype = self._outputs[name].datatype
             value = produced[name]
+            if value is None:  # np.asarray(None, float) would answer 200 with "NaN"
+                raise Internal(f"the model returned None for output {name!r}")
             try:
                 if datatype == "BYTES":
                     out[name] = as_bytes_array(np.asarray(value, dtype=object))
@@ -209,5 +230,8 @@ def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
     """Import (or take) the model, build its instances and read its metadata."""
     target = resolve_entrypoint(plan.entrypoint)
     instances = [_instantiate(target, dict(plan.parameters)) for _ in range(plan.instances)]
-    signature, by_name = signature_of(_predict_of(instances[0]), plan.inputs, plan.outputs)
-    return PythonModel(instances, signature, by_name)
+    predict = _predict_of(instances[0])
+    signature, by_name = signature_of(predict, plan.inputs, plan.outputs)
+    model = PythonModel(instances, signature, by_name)
+    model.loose_outputs = guessed_output_shapes(predict, plan.outputs)
+    return model

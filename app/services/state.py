@@ -36,13 +36,23 @@ class Listening:
 class ServerState:
     """The plan in force, online/offline, start-up progress and the bound addresses."""
 
-    __slots__ = ("_plan", "inline_below_ns", "listening", "online", "started_at", "startup_done")
+    __slots__ = (
+        "_plan",
+        "inline_below_ns",
+        "listening",
+        "online",
+        "request_timeout_s",
+        "started_at",
+        "startup_done",
+    )
 
     def __init__(self, plan: ServePlan) -> None:
         self._plan = plan
         self.inline_below_ns = plan.server.inline_below_microseconds * 1000
         """``server.inlineBelowMicroseconds`` in ns, derived with each plan (the inference hot
         path reads one attribute, and an edit takes effect on the next request)."""
+        self.request_timeout_s = plan.server.request_timeout_seconds
+        """``server.requestTimeoutSeconds`` (None: no cap), derived likewise."""
         self.online = True
         """False after grps Offline: readiness answers false (on every surface) so a load
         balancer drains this server, while requests that still arrive are served."""
@@ -61,6 +71,7 @@ class ServerState:
         now in force. Only ModelControl.apply_plan calls this (it also applies the models)."""
         self._plan = keep_restart_only(plan, self._plan)
         self.inline_below_ns = self._plan.server.inline_below_microseconds * 1000
+        self.request_timeout_s = self._plan.server.request_timeout_seconds
         return self._plan
 
     def ports(self) -> Listening:
