@@ -484,3 +484,68 @@ def test_live_edits_of_the_server_bounds_apply_to_the_next_request(tmp_path: Pat
         await stop(dataplane)
 
     run(scenario)
+
+
+def test_a_fast_model_reaches_the_loop_while_the_loop_is_busy(tmp_path: Path) -> None:
+    """A learning call is timed while the loop waits for it with the GIL released: timed
+    while the loop ran other work, a fast model's call in a thread waited for the GIL (up to
+    the 5 ms switch interval), looked slow, and a busy server never moved it onto the loop."""
+
+    async def scenario() -> None:
+        def fast(x: Any) -> Any:
+            time.sleep(0)  # lets go of the GIL mid-call, as onnxruntime does
+            return x * 2
+
+        dataplane = await serve(tmp_path, model("fast", fast))
+        stop_spinning = False
+
+        async def spin() -> None:  # other requests keeping the loop busy
+            while not stop_spinning:
+                until = time.perf_counter() + 0.002
+                while time.perf_counter() < until:
+                    pass
+                await asyncio.sleep(0)
+
+        spinner = asyncio.create_task(spin())
+        try:
+            executor = None
+            for _ in range(placement.LEARN_SLOW * 2):  # a noisy machine may cost some samples
+                await dataplane.infer(request("fast", 1.0))
+                executor = executor_of(dataplane, "fast")
+                if executor.mode is Mode.INLINE:
+                    break
+            assert executor is not None and executor.mode is Mode.INLINE
+        finally:
+            stop_spinning = True
+            await spinner
+        await stop(dataplane)
+
+    run(scenario)
+
+
+def test_onnx_outputs_are_trusted_unless_overridden(tmp_path: Path) -> None:
+    """onnxruntime returns the graph's own types: without output overrides the hot path does
+    not re-check them; an override makes the metadata ours, so it is checked."""
+    import onnx
+    from onnx_builders import mlp
+
+    onnx.save(mlp(16, 8, 4), tmp_path / "m.onnx")
+    plain = "  - name: plain\n    modelFormat: {name: onnx}\n    storageUri: ./m.onnx\n"
+    renamed = (
+        "  - name: typed\n    modelFormat: {name: onnx}\n    storageUri: ./m.onnx\n"
+        "    outputs: [{name: output, datatype: FP32, shape: [-1, 4]}]\n"
+    )
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, plain, renamed)
+        x = np.ones((1, 16), np.float32)
+        for name in ("plain", "typed"):
+            response = await dataplane.infer(
+                InferRequest(name, [Tensor("input", "FP32", x.shape, x)])
+            )
+            assert response.outputs[0].shape == (1, 4)
+        assert executor_of(dataplane, "plain").check.trusted
+        assert not executor_of(dataplane, "typed").check.trusted
+        await stop(dataplane)
+
+    run(scenario)

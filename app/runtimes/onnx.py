@@ -90,8 +90,17 @@ class OnnxModel:
 
     platform = PLATFORM
 
-    def __init__(self, sessions: list[ort.InferenceSession], signature: ModelSignature) -> None:
+    def __init__(
+        self,
+        sessions: list[ort.InferenceSession],
+        signature: ModelSignature,
+        outputs_overridden: bool = False,
+    ) -> None:
         self._sessions = sessions
+        self.outputs_trusted = not outputs_overridden
+        """onnxruntime returns the graph's own output types and ranks; only serve.yaml output
+        overrides can make the metadata differ, so without them outputs are not re-checked
+        (app/services/outputs.py) on the hot path."""
         self._next = itertools.cycle(sessions).__next__
         self.signature = signature
         self._string_inputs = {s.name for s in signature.inputs if s.datatype == "BYTES"}
@@ -180,4 +189,4 @@ def load(plan: ModelPlan, version: VersionSource) -> OnnxModel:
         )
     except InvalidArgument as exc:
         raise LoadError(exc.message) from None
-    return OnnxModel(sessions, ModelSignature(inputs, outputs))
+    return OnnxModel(sessions, ModelSignature(inputs, outputs), bool(plan.outputs))

@@ -62,7 +62,8 @@ class ModelExecutor:
         self.name = name
         self.settings = settings
         loose: frozenset[str] = getattr(runtime, "loose_outputs", frozenset())
-        self.check = OutputCheck(name, runtime.signature, loose)
+        trusted: bool = getattr(runtime, "outputs_trusted", False)
+        self.check = OutputCheck(name, runtime.signature, loose, trusted)
         self._version = version
         self._runtime = runtime
         self._stats = stats
@@ -77,6 +78,7 @@ class ModelExecutor:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._soon: asyncio.Handle | None = None
+        self._probing = False
 
     # -- on the loop --------------------------------------------------------------------------
     @property
@@ -146,6 +148,8 @@ class ModelExecutor:
             if self.settings.batch_rows:  # requests decoded in this same loop pass may join
                 if self._soon is None:
                     self._soon = loop.call_soon(self._dispatch)
+            elif self.placement.mode is Mode.LEARNING and self._idle == self.settings.instances:
+                self._probe(job)
             else:
                 self._dispatch(fresh=job)
         try:
@@ -153,6 +157,22 @@ class ModelExecutor:
         except asyncio.CancelledError:
             self._abandon(job)
             raise
+
+    def _probe(self, job: Job) -> None:
+        """Start a learning version's call and wait for it, at most the inline bound, with the
+        GIL released. The worker thread then times the model alone: while the loop runs, a
+        call in a thread also waits for the GIL (up to the 5 ms switch interval), so under load
+        a fast model timed that way always looked slow and never reached the loop. Waiting
+        here blocks the loop no longer than an inline call may take; a call that takes longer
+        goes on in its thread and answers as any other."""
+        self._probing = True
+        try:
+            self._dispatch(fresh=job)
+        finally:
+            self._probing = False
+        work = job.work
+        if work is not None and work.probe is not None:
+            work.probe.wait(self.placement.threshold_ns / 1e9)
 
     def close(self) -> None:
         """Stop the worker threads (each after its current call) and refuse what is queued."""
@@ -191,6 +211,8 @@ class ModelExecutor:
     def _start(self, jobs: list[Job]) -> None:
         feed, outputs = batching.stack(jobs)
         work = Work(jobs, feed, outputs)
+        if self._probing:
+            work.probe = threading.Event()
         for job in jobs:
             job.state = JobState.RUNNING
             job.work = work
@@ -316,6 +338,8 @@ class ModelExecutor:
             finally:
                 cancel.restore(token)
             work.spent_ns = time.perf_counter_ns() - started
+            if work.probe is not None:
+                work.probe.set()
             try:
                 loop.call_soon_threadsafe(self._finished, work)
             except RuntimeError:  # the loop is closed: nobody is waiting for this answer

@@ -93,7 +93,17 @@ class Job:
 class Work:
     """One model call handed to a worker thread: its requests, their stacked feed, the result."""
 
-    __slots__ = ("cancel", "error", "feed", "jobs", "outputs", "results", "spent_ns", "started_ns")
+    __slots__ = (
+        "cancel",
+        "error",
+        "feed",
+        "jobs",
+        "outputs",
+        "probe",
+        "results",
+        "spent_ns",
+        "started_ns",
+    )
 
     def __init__(self, jobs: list[Job], feed: Arrays, outputs: list[str]) -> None:
         self.jobs = jobs
@@ -104,3 +114,6 @@ class Work:
         self.results: Arrays | None = None
         self.error: BaseException | None = None
         self.spent_ns = 0
+        self.probe: threading.Event | None = None
+        """Set by the worker thread when the call is done, for a call the loop waits for
+        (a learning version's timed call: see ModelExecutor.submit)."""

@@ -6,10 +6,16 @@ metadata never announced, and clients learned of the bug from wrong numbers. Her
 must have the declared datatype, rank and fixed dimensions, or the request fails with a 500
 naming the output and what was wrong (the model author's bug, not the client's).
 
-The checks are precomputed per loaded version, so a request pays a few comparisons per output.
+The checks are precomputed per loaded version (one tuple per output: expected numpy dtype,
+rank, fixed dimensions), so a request pays an identity test and a length compare per output.
+A runtime whose outputs are known to match the metadata (an ONNX model without output
+overrides: onnxruntime returns the graph's own types) is trusted, and its outputs are only
+wrapped: the tiny-model hot path must not pay for checks that cannot fail.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -18,50 +24,76 @@ from app.errors import Internal
 from app.runtimes.base import Arrays
 from app.types import ModelSignature, Tensor, TensorSpec
 
+_Rule = tuple[Any, int, tuple[tuple[int, int], ...], bool]
+"""(expected numpy dtype, rank, (index, size) of fixed dimensions, shape checked at all)."""
+
 
 class OutputCheck:
     """The output checks of one loaded model version."""
 
+    __slots__ = ("_model", "_rules", "trusted")
+
     def __init__(
-        self, model: str, signature: ModelSignature, loose: frozenset[str] = frozenset()
+        self,
+        model: str,
+        signature: ModelSignature,
+        loose: frozenset[str] = frozenset(),
+        trusted: bool = False,
     ) -> None:
-        """``loose``: outputs whose shape the metadata only guessed (see PythonModel)."""
+        """``loose``: outputs whose shape the metadata only guessed (see PythonModel);
+        ``trusted``: the runtime's outputs always match the metadata (nothing is checked)."""
         self._model = model
-        self._dtypes = {s.name: DATATYPES[s.datatype].dtype for s in signature.outputs}
-        self._fixed = {
-            s.name: tuple((i, d) for i, d in enumerate(s.shape) if d >= 0)
+        self.trusted = trusted
+        self._rules: dict[str, _Rule] = {
+            s.name: (
+                DATATYPES[s.datatype].dtype,
+                len(s.shape),
+                tuple((i, d) for i, d in enumerate(s.shape) if d >= 0),
+                s.name not in loose,
+            )
             for s in signature.outputs
         }
-        self._loose = loose
 
     def tensors(self, results: Arrays, wanted: list[TensorSpec]) -> list[Tensor]:
         """The wanted outputs as Tensors; Internal naming the first output that is wrong."""
+        if self.trusted:
+            return [Tensor(s.name, s.datatype, (a := results[s.name]).shape, a) for s in wanted]
         out = []
+        rules = self._rules
         for spec in wanted:
-            array = results.get(spec.name)
-            if not isinstance(array, np.ndarray):
-                raise Internal(self._wrong(spec, "is missing" if array is None else "not an array"))
-            shape = array.shape
-            if array.dtype != self._dtypes[spec.name] and not (
-                spec.datatype == "BYTES" and array.dtype.kind == "O"
-            ):
-                raise Internal(self._wrong(spec, f"has numpy type {array.dtype}"))
-            wrong = len(shape) != len(spec.shape) and spec.name not in self._loose
-            if not wrong and spec.name not in self._loose:
-                for index, size in self._fixed[spec.name]:
-                    if shape[index] != size:
-                        wrong = True
-                        break
-            if wrong:
+            array: Any = results.get(spec.name)
+            dtype, rank, fixed, shaped = rules[spec.name]
+            try:
+                if array.dtype is not dtype and array.dtype != dtype:
+                    self._check_dtype(spec, array)
+                shape = array.shape
+            except AttributeError:  # None, a list, a number: not an array at all
                 raise Internal(
-                    self._wrong(
-                        spec,
-                        f"has shape {list(shape)}, the metadata says "
-                        f"{list(spec.shape)} (-1 is any size)",
+                    self._wrong(spec, "is missing" if array is None else "not an array")
+                ) from None
+            if shaped:
+                wrong = len(shape) != rank
+                if not wrong:
+                    for index, size in fixed:
+                        if shape[index] != size:
+                            wrong = True
+                            break
+                if wrong:
+                    raise Internal(
+                        self._wrong(
+                            spec,
+                            f"has shape {list(shape)}, the metadata says "
+                            f"{list(spec.shape)} (-1 is any size)",
+                        )
                     )
-                )
             out.append(Tensor(spec.name, spec.datatype, shape, array))
         return out
+
+    def _check_dtype(self, spec: TensorSpec, array: Any) -> None:
+        if not isinstance(array, np.ndarray):
+            raise Internal(self._wrong(spec, "not an array"))
+        if not (spec.datatype == "BYTES" and array.dtype.kind == "O"):
+            raise Internal(self._wrong(spec, f"has numpy type {array.dtype}"))
 
     def _wrong(self, spec: TensorSpec, what: str) -> str:
         return f"model {self._model!r} output {spec.name!r} ({spec.datatype}) {what}"
