@@ -279,6 +279,11 @@ class ServerConfig(Section):
     model; all others run in their own worker threads. A version seen slower than this while
     on the loop goes back to its threads, and after a few such moments stays there until it is
     reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
+    """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
+    inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones
+    finish for up to this many seconds (as Triton's `--exit-timeout-secs`); then keep-alive
+    connections close after their current response and the listeners close."""
     request_timeout_seconds: float | None = Field(None, gt=0, json_schema_extra=LIVE)
     """Server-wide cap on how long one inference request may take, queue and compute (a
     client's own deadline or `timeout` parameter may only shorten it); past it the request is

@@ -23,6 +23,7 @@ from app.errors import (
     InvalidArgument,
     NotFound,
     ServeError,
+    Unavailable,
     Unimplemented,
     internal_error,
 )
@@ -134,6 +135,8 @@ class DataPlane:
     def not_ready_reason(self) -> str | None:
         """Why the server is not ready, or None when it is. Says how many models are missing,
         not which: readiness is open to unauthenticated probes, model names are not."""
+        if self._state.draining:
+            return "the server is stopping (requests already accepted finish first)"
         if not self._state.online:
             return "the server is offline (draining); Online brings it back"
         if not self._state.startup_done:
@@ -246,6 +249,8 @@ class DataPlane:
         version's executor's call.
         """
         started = time.perf_counter_ns()
+        if self._state.draining:
+            raise Unavailable("the server is stopping; send the request to another replica")
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
@@ -336,6 +341,15 @@ class DataPlane:
         executor = ModelExecutor(plan.name, version, runtime, stats, settings)
         version.executor = executor
         return executor
+
+    def in_flight(self) -> int:
+        """Inference requests accepted and not yet finished, queued or running, over every
+        model (a graceful stop waits for this to reach 0)."""
+        return sum(
+            version.in_flight
+            for entry in self._repository.entries()
+            for version in entry.versions.values()
+        )
 
     def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
         """The signature of the version a request for (name, version) would use."""

@@ -38,6 +38,7 @@ class ServerState:
 
     __slots__ = (
         "_plan",
+        "draining",
         "inline_below_ns",
         "listening",
         "online",
@@ -53,6 +54,9 @@ class ServerState:
         path reads one attribute, and an edit takes effect on the next request)."""
         self.request_timeout_s = plan.server.request_timeout_seconds
         """``server.requestTimeoutSeconds`` (None: no cap), derived likewise."""
+        self.draining = False
+        """True once a graceful stop began (ServeKit.stop): readiness is false and new
+        inference requests are refused, while those already accepted finish."""
         self.online = True
         """False after grps Offline: readiness answers false (on every surface) so a load
         balancer drains this server, while requests that still arrive are served."""
