@@ -54,7 +54,7 @@ def count(tree: Path, config: Path, body: bytes, header_length: int | None, requ
         if header_length is not None:
             headers = {"Content-Type": "application/octet-stream",
                        "Inference-Header-Content-Length": str(header_length)}  # fmt: skip
-        wait_ready(f"http://127.0.0.1:{port}/v2/models/mlp/ready")
+        wait_ready(f"http://127.0.0.1:{port}/v2/models/mlp/ready", timeout=300)
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         _send(conn, body, headers, 200)  # warm-up: first calls, caches, lazy imports
         _control(prefix, proc.pid, "on")
