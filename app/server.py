@@ -26,6 +26,7 @@ from app.listen import Addresses, bind_http, bound_address
 from app.models.repository import ModelRepository
 from app.rest import create_app
 from app.rest import extensions as rest_extensions
+from app.rest import generate as rest_generate
 from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
@@ -58,8 +59,12 @@ class ServeKit:
         self.statistics = statistics or Statistics()
         self.repository = ModelRepository(plan.base_dir)
         # Every HTTP and gRPC surface below offers the configuration, statistics and
-        # repository extensions, so server metadata names them.
-        extensions = server_extensions(config_and_statistics=True, repository=True)
+        # repository extensions and Triton's generate extension (app/rest/generate.py), so
+        # server metadata names them.
+        extensions = (
+            *server_extensions(config_and_statistics=True, repository=True),
+            *rest_generate.GENERATE,
+        )
         self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
         self.control = ModelControl(self.state, self.repository)
         self.addresses: Addresses | None = None
@@ -136,6 +141,7 @@ class ServeKit:
             self.control,
             extra_routes=[
                 *rest_extensions.ROUTES,
+                *rest_generate.ROUTES,
                 *dashboard.routes(),
                 *rest_repository.ROUTES,
                 *rest_grps.ROUTES,
