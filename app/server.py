@@ -86,6 +86,7 @@ class ServeKit:
 
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
         """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
+        self.state.stopping = False
         server = self.plan.server
         tls = self.plan.tls
         sockets = bind_http(server.host, server.http_port)
@@ -154,7 +155,9 @@ class ServeKit:
             await self._loading
 
     async def stop(self, grace: float = 10.0) -> None:
-        """Stop accepting, let in-flight requests finish (up to ``grace`` s), release models."""
+        """Stop accepting, let in-flight requests finish (up to ``grace`` s), release models.
+        Streams of decoupled models (which may never finish) end at their next response."""
+        self.state.stopping = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

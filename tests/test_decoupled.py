@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
+import signal
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -544,3 +546,26 @@ def test_statistics_count_a_stream_once(http: httpx.Client) -> None:
     assert after["inference_count"] == before["inference_count"] + 1
     success = after["inference_stats"]["success"]["count"]
     assert success == before["inference_stats"]["success"]["count"] + 1
+
+
+def test_stopping_the_server_ends_open_streams(folder: Path) -> None:
+    """SIGTERM does not wait out its grace for a stream that never ends: the stream's last
+    event says the server is shutting down, and the server exits cleanly."""
+    process = start_server(folder / "serve.yaml", grpc=False)
+    try:
+        with (
+            process.http_client(timeout=20) as client,
+            client.stream(
+                "POST", "/v2/models/endless/generate_stream", json={"text_input": "stop"}
+            ) as response,
+        ):
+            lines = response.iter_lines()
+            assert sse_events(lines, stop_after=1)[0]["text_output"] == "stop"
+            started = time.monotonic()
+            process.process.send_signal(signal.SIGTERM)
+            events = sse_events(lines)
+        assert events[-1] == {"error": "the server is shutting down; the stream ends here"}
+        assert process.process.wait(timeout=20) == 0, process.log()
+        assert time.monotonic() - started < 8, "the stream held the shutdown"
+    finally:
+        process.stop()

@@ -25,6 +25,7 @@ from app.errors import (
     InvalidArgument,
     NotFound,
     ServeError,
+    Unavailable,
     Unimplemented,
     internal_error,
 )
@@ -313,7 +314,8 @@ class DataPlane:
         A model that is not decoupled answers through :meth:`infer`: one response. A decoupled
         one (a Python ``predict`` that yields) answers one response per result. Adapters close
         this iterator when their client leaves (or their task is cancelled): that closes the
-        model's generator and frees its instance. Statistics count the request once, as Triton
+        model's generator and frees its instance; a server that is stopping ends it after the
+        next response (Unavailable). Statistics count the request once, as Triton
         does for a decoupled model: a success timed from the first step to the last response,
         or a failure; a stream its client abandons is neither.
         """
@@ -342,6 +344,8 @@ class DataPlane:
                         ],
                         id=request.id,
                     )
+                    if self._state.stopping:
+                        raise Unavailable("the server is shutting down; the stream ends here")
             spent = time.perf_counter_ns() - input_done
             stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
         except ServeError:
