@@ -5,11 +5,13 @@ Declared values win; a hint fills what the declaration leaves out. Inputs are pa
 one dict when the function takes a single argument. Datatypes come from
 ``NDArray[np.float32]``-style hints (or ``str``/``bytes``/``float``/``int``/``bool`` and lists of
 them), shapes from ``Annotated[..., (-1, 4)]`` (default ``[-1]``), several outputs from a
-``TypedDict`` return type.
+``TypedDict`` return type. A generator's return hint (``Iterator[str]``,
+``AsyncIterator[Out]``, ...) describes each item it yields.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import typing
 from collections.abc import Callable
@@ -21,9 +23,18 @@ from app.config.schema import TensorOverride
 from app.datatypes import DATATYPES, from_numpy
 from app.errors import InvalidArgument
 from app.runtimes.base import LoadError
+from app.runtimes.python_stream import is_generator_function
 from app.types import ModelSignature, TensorSpec
 
 DEFAULT_SHAPE: tuple[int, ...] = (-1,)
+_STREAMS = (
+    collections.abc.Iterator,
+    collections.abc.Iterable,
+    collections.abc.Generator,
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+)
 _SCALARS: dict[Any, str] = {float: "FP64", int: "INT64", bool: "BOOL", str: "BYTES", bytes: "BYTES"}
 Hint = tuple[str | None, tuple[int, ...] | None]
 
@@ -123,7 +134,18 @@ def signature_of(
             raise LoadError("predict takes no arguments: it needs at least one input")
         by_name = True
         in_specs = [_spec(n, "input", None, hint_of(hints.get(n))) for n in names]
-    return ModelSignature(tuple(in_specs), _outputs(hints.get("return"), outputs)), by_name
+    returns = hints.get("return")
+    if is_generator_function(func):
+        returns = _yielded(returns)
+    return ModelSignature(tuple(in_specs), _outputs(returns, outputs)), by_name
+
+
+def _yielded(annotation: Any) -> Any:
+    """What each item of ``Iterator[X]`` (or Generator, AsyncIterator, ...) is: X."""
+    if typing.get_origin(annotation) in _STREAMS:
+        args = typing.get_args(annotation)
+        return args[0] if args else None
+    return annotation
 
 
 def _outputs(returns: Any, declared: tuple[TensorOverride, ...] | None) -> tuple[TensorSpec, ...]:
