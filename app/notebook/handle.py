@@ -20,12 +20,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-
 from app.config.auth import ApiGroup
 from app.config.compiler import ServePlan
 from app.datatypes import from_numpy
-from app.notebook import html, registry, sources, wire
+from app.errors import ServeError
+from app.notebook import convert, html, registry, sources, wire
 from app.notebook.launcher import ServerThread
 from app.notebook.remote import RemoteServer
 from app.server import ServeKit
@@ -131,16 +130,20 @@ class Server(RemoteServer):
         model_format: str | None = None,
         inputs: sources.TensorsSpec | None = None,
         outputs: sources.TensorsSpec | None = None,
+        example: Any = None,
         **config: Any,
     ) -> html.ModelTable:
-        """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto`` (sent through
-        the repository load API), or a Python function or class (served from memory).
+        """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto``, a fitted
+        scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
+        an ``example`` input (exported by ``torch.onnx.export``) -- all sent through the
+        repository load API -- or a Python function or class (served from memory).
 
         A function takes the inputs as keyword numpy arrays and returns a dict of arrays; a
         class is instantiated once and its ``predict`` is called the same way. Python models
         declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
         Returns the model's index rows; a model that fails to load raises with the reason.
         """
+        source = convert.to_onnx_source(source, example)
         if sources.is_file_source(source):
             return super().add_model(
                 name,
@@ -201,14 +204,16 @@ class Server(RemoteServer):
         label = None if version is None else str(version)
 
         async def run() -> dict[str, Any]:
-            declared: dict[str, str] = {}
-            if any(not isinstance(v, np.ndarray) for v in inputs.values()):
+            try:
                 signature = dataplane.signature_of(model, label)
                 declared = {s.name: s.datatype for s in signature.inputs}
-            tensors = []
-            for key, value in inputs.items():
-                array = wire.to_array(key, value, declared.get(key))
-                tensors.append(Tensor(key, from_numpy(array.dtype).name, array.shape, array))
+            except ServeError:  # not servable: the request itself fails with the right error
+                declared = {}
+            arrays = wire.to_arrays(model, inputs, declared, self._casts)
+            tensors = [
+                Tensor(key, from_numpy(array.dtype).name, array.shape, array)
+                for key, array in arrays.items()
+            ]
             request = InferRequest(model, tensors, model_version=label, outputs=wanted)
             response = await dataplane.infer(request)
             return {t.name: t.data for t in response.outputs}

@@ -20,11 +20,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import numpy as np
-
 from app.config.auth import ApiGroup
 from app.errors import Unauthenticated
-from app.notebook import html, sources, wire
+from app.notebook import convert, html, sources, wire
 from app.notebook.transport import Reply, Transport, check
 
 TOKEN_ENV = "SERVEKIT_TOKEN"
@@ -64,6 +62,7 @@ class RemoteServer:
         self._grpc_target = grpc_target
         self._token = None if token is None else valid_token(token, "token")
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
+        self._casts: set[tuple[str, str, str]] = set()  # (model, input, cast) warned about
 
     # -- tokens -------------------------------------------------------------------------------
     @property
@@ -164,15 +163,20 @@ class RemoteServer:
         model_format: str = "onnx",
         inputs: sources.TensorsSpec | None = None,
         outputs: sources.TensorsSpec | None = None,
+        example: Any = None,
         **config: Any,
     ) -> html.ModelTable:
         """Serve ``source`` as model ``name`` (replacing a model of that name).
 
         ``source`` is a path (a model file, or a folder of numbered version folders), ONNX bytes,
-        or an ``onnx.ModelProto``; ``config`` takes any serve.yaml model field in snake_case
+        an ``onnx.ModelProto``, a fitted scikit-learn estimator or pipeline (converted with
+        skl2onnx: input ``X`` FP32, outputs ``label`` and ``probabilities`` for a classifier,
+        ``variable`` for a regressor), or a ``torch.nn.Module`` exported with ``example`` as
+        its input; ``config`` takes any serve.yaml model field in snake_case
         (``max_batch_size=8``, ``instances=2``, ...). Returns the new model's index rows; a
         model that fails to load raises with the server's reason.
         """
+        source = convert.to_onnx_source(source, example)
         if not sources.is_file_source(source):
             raise TypeError(
                 "a Python function or class can only be served by a server started in this "
@@ -225,13 +229,11 @@ class RemoteServer:
     def _arrays(
         self, model: str, inputs: Mapping[str, Any], version: int | str | None
     ) -> dict[str, Any]:
-        declared: dict[str, str] = {}
-        if any(not isinstance(v, np.ndarray) for v in inputs.values()):
-            key = (model, None if version is None else str(version))
-            if key not in self._metadata:
-                self._metadata[key] = self.metadata(model, version)
-            declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
-        return {n: wire.to_array(n, v, declared.get(n)) for n, v in inputs.items()}
+        key = (model, None if version is None else str(version))
+        if key not in self._metadata:
+            self._metadata[key] = self.metadata(model, version)
+        declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
+        return wire.to_arrays(model, inputs, declared, self._casts)
 
     def _forget(self, name: str) -> None:
         for key in [k for k in self._metadata if k[0] == name]:
