@@ -14,6 +14,7 @@ the notebook holding the handle started the server.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,7 @@ from app.errors import ServeError
 from app.notebook import convert, html, registry, sources, wire
 from app.notebook.launcher import ServerThread
 from app.notebook.remote import RemoteServer
+from app.project import save as saving
 from app.server import ServeKit
 from app.services.dataplane import DataPlane
 from app.services.model_control import ModelControl
@@ -185,6 +187,16 @@ class Server(RemoteServer):
         done = self._thread.run(control.apply_plan(plan), timeout=self._load_timeout)
         self._metadata.clear()
         return done
+
+    # -- projects -----------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """Write the models this server serves as a project in ``folder``: serve.yaml, the model
+        files, Python models as source (``notebook_models.py``), requirements.txt and a
+        Dockerfile. ``servekit serve folder/serve.yaml`` serves the same models with the same
+        outputs anywhere; ``servekit build folder`` makes its image. A model whose source cannot
+        be written (a lambda, a closure, ...) raises SaveError naming it; nothing is written."""
+        plans = self._control().served_plans()
+        return saving.from_plans(plans).write(os.fspath(folder))
 
     # -- inference ----------------------------------------------------------------------------
     def infer(

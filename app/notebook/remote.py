@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -24,6 +25,7 @@ from app.config.auth import ApiGroup
 from app.errors import Unauthenticated
 from app.notebook import convert, html, sources, wire
 from app.notebook.transport import Reply, Transport, check
+from app.project import save as saving
 
 TOKEN_ENV = "SERVEKIT_TOKEN"
 """Where ``app.connect`` looks for a token when none is given."""
@@ -63,6 +65,8 @@ class RemoteServer:
         self._token = None if token is None else valid_token(token, "token")
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
         self._casts: set[tuple[str, str, str]] = set()  # (model, input, cast) warned about
+        self.missing: list[str] = []
+        """What the last ``save`` could not fetch from the server (empty: nothing)."""
 
     # -- tokens -------------------------------------------------------------------------------
     @property
@@ -198,6 +202,23 @@ class RemoteServer:
         self._call(ApiGroup.REPOSITORY, "POST", path, {})
         self._forget(name)
 
+    # -- projects -----------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """Write what this server tells of its models as a project in ``folder`` (serve.yaml,
+        requirements.txt, Dockerfile). The V2 API does not hand out model files or code: each
+        model gets a placeholder ``storageUri`` and a note (``serve.yaml`` comments,
+        ``missing``) says what to copy there. Save from the notebook that serves the models
+        (``server.save``) to get everything."""
+        project = saving.Project()
+        for name in sorted({row["name"] for row in self.models}):
+            config = self._call(ApiGroup.METADATA, "GET", _path("v2", "models", name, "config"))
+            entry, note = _entry_from_config(name, config or {})
+            project.models.append(entry)
+            project.notes.append(note)
+        root = project.write(os.fspath(folder))
+        self.missing = list(project.notes)
+        return root
+
     # -- inference ----------------------------------------------------------------------------
     def infer(
         self,
@@ -277,6 +298,28 @@ class RemoteServer:
     def close(self) -> None:
         """Close this handle's connection (the server keeps running)."""
         self._http.close()
+
+
+def _entry_from_config(name: str, config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A serve.yaml entry from a model's Triton configuration, and what it lacks."""
+    python = config.get("backend") == "python"
+    entry: dict[str, Any] = {"name": name, "modelFormat": {"name": "python" if python else "onnx"}}
+    batch = config.get("max_batch_size")
+    if isinstance(batch, int) and batch > 0:
+        entry["maxBatchSize"] = batch
+    if python:
+        entry["entrypoint"] = "MODULE:ATTRIBUTE"
+        note = (
+            f"model {name!r}: the server does not hand out Python code; put its module beside "
+            "serve.yaml and set its entrypoint (module:attribute)"
+        )
+    else:
+        entry["storageUri"] = f"models/{name}"
+        note = (
+            f"model {name!r}: the server does not hand out model files; copy them to "
+            f"models/{name}/<version>/model.onnx"
+        )
+    return entry, note
 
 
 def connect(
