@@ -14,8 +14,8 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
-import sys
 import re
+import sys
 import textwrap
 import types
 import typing
