@@ -202,6 +202,21 @@ class RemoteServer:
         self._call(ApiGroup.REPOSITORY, "POST", path, {})
         self._forget(name)
 
+    # -- benchmark ----------------------------------------------------------------------------
+    def benchmark(
+        self,
+        model: str,
+        concurrency: Sequence[int] = (1, 16, 64),
+        seconds: float = 5.0,
+        protocols: Sequence[str] = ("http", "grpc"),
+    ) -> Any:
+        """Drive ``model`` over HTTP and gRPC with generated inputs, ``seconds`` per protocol
+        and concurrency; returns a table (requests/s, p50/p90/p99 ms) that shows a chart in a
+        notebook. Short runs on a shared machine are noisy: compare, do not quote."""
+        from app.notebook.bench import run_benchmark
+
+        return run_benchmark(self, model, concurrency, seconds, protocols)
+
     # -- projects -----------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:
         """Write what this server tells of its models as a project in ``folder`` (serve.yaml,

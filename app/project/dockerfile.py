@@ -24,14 +24,15 @@ PROJECT_DOCKERFILE = f"""\
 ARG SERVEKIT_IMAGE={BASE_IMAGE}
 FROM ${{SERVEKIT_IMAGE}}
 USER root
-# The packages the models import (the base image has servekit and its dependencies).
-COPY requirements.txt /tmp/project-requirements.txt
-RUN pip install --no-cache-dir -r /tmp/project-requirements.txt \\
-    && rm /tmp/project-requirements.txt
 # serve.yaml, the Python modules beside it and the model files, root-owned and read-only to
-# the server; the base image's own example project is replaced.
+# the server (the base image's own example project is replaced); then the packages the models
+# import, from requirements.txt when the folder has one (servekit and its dependencies are in
+# the base image).
 RUN rm -rf /srv/models /srv/*.py /srv/serve.yaml
 COPY --chown=root:root . /srv/
+RUN if [ -f /srv/requirements.txt ]; then \
+        pip install --no-cache-dir -r /srv/requirements.txt; \
+    fi
 USER 10001:10001
 """
 
