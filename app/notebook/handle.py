@@ -215,13 +215,17 @@ class Server(RemoteServer):
         wanted = [RequestedOutput(n) for n in outputs] if outputs else None
         label = None if version is None else str(version)
 
-        async def run() -> dict[str, Any]:
+        async def declared() -> dict[str, str]:
             try:
                 signature = dataplane.signature_of(model, label)
-                declared = {s.name: s.datatype for s in signature.inputs}
             except ServeError:  # not servable: the request itself fails with the right error
-                declared = {}
-            arrays = wire.to_arrays(model, inputs, declared, self._casts)
+                return {}
+            return {s.name: s.datatype for s in signature.inputs}
+
+        # Cast here, in the caller's thread, so a cast warning points at the caller's line.
+        arrays = wire.to_arrays(model, inputs, self._thread.run(declared()), self._casts)
+
+        async def run() -> dict[str, Any]:
             tensors = [
                 Tensor(key, from_numpy(array.dtype).name, array.shape, array)
                 for key, array in arrays.items()

@@ -269,7 +269,7 @@ class RemoteServer:
         if key not in self._metadata:
             self._metadata[key] = self.metadata(model, version)
         declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
-        return wire.to_arrays(model, inputs, declared, self._casts)
+        return wire.to_arrays(model, inputs, declared, self._casts, stacklevel=4)
 
     def _forget(self, name: str) -> None:
         for key in [k for k in self._metadata if k[0] == name]:

@@ -45,6 +45,7 @@ def to_arrays(
     inputs: Mapping[str, Any],
     declared: Mapping[str, str],
     warned: MutableSet[tuple[str, str, str]],
+    stacklevel: int = 3,
 ) -> dict[str, Array]:
     """Every input as an array of the model's declared datatype: lists take it, numpy arrays are
     cast to it when their values survive (app/notebook/casting.py). Each cast of a model's input
@@ -63,7 +64,7 @@ def to_arrays(
                         f"{model}: input {name!r} cast from {from_numpy(array.dtype).name} to "
                         f"{datatype}, the model's datatype (the values fit; said once)",
                         CastWarning,
-                        stacklevel=3,
+                        stacklevel=stacklevel,
                     )
                 array = cast
         arrays[name] = array
