@@ -23,7 +23,7 @@ PROJECT_DOCKERFILE = f"""\
 # Run it:   podman run --rm -p 8000:8000 -p 8001:8001 my-models
 ARG SERVEKIT_IMAGE={BASE_IMAGE}
 FROM ${{SERVEKIT_IMAGE}}
-USER root
+USER 0:0
 # serve.yaml, the Python modules beside it and the model files, root-owned and read-only to
 # the server (the base image's own example project is replaced); then the packages the models
 # import, from requirements.txt when the folder has one (servekit and its dependencies are in
