@@ -19,7 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 from test_container import (
     BASE,
-    BASE_SCRIPT,
+    BASE_COMMAND,
     HARDENED,
     host_port,
     podman,
@@ -44,7 +44,7 @@ def test_build_saved_project_and_answer_tritonclient(
 
     if subprocess.run(["podman", "image", "exists", BASE], env=podman_env).returncode != 0:
         assert shutil.which("mmdebstrap"), "apt-get install mmdebstrap to make the base image"
-        subprocess.run(["bash", "-c", BASE_SCRIPT], env=podman_env, check=True, timeout=900)
+        subprocess.run(BASE_COMMAND, env=podman_env, check=True, timeout=900)
     rng = np.random.default_rng(1)
     X = rng.standard_normal((50, 4))
     pipe = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, X[:, 0] > 0)
