@@ -178,3 +178,43 @@ def test_project_dockerfile_lints_clean(tmp_path: Path) -> None:
     path.write_text(dockerfile.PROJECT_DOCKERFILE)
     result = subprocess.run([hadolint, str(path)], capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+# -- a serve.yaml project saved ---------------------------------------------------------------
+def test_saved_project_keeps_declared_runtimes_and_served_versions(tmp_path: Path) -> None:
+    import onnx
+    import onnx_builders
+    import yaml
+
+    from app.config.compiler import compile_plan
+    from app.config.schema import ServeConfig
+    from app.project.save import from_plans
+
+    for version in (1, 2, 3):
+        folder = tmp_path / "mlp" / str(version)
+        folder.mkdir(parents=True)
+        onnx.save(onnx_builders.mlp(seed=version), str(folder / "model.onnx"))
+    config = ServeConfig.model_validate(
+        {
+            "runtimes": [
+                {"name": "fast-ort", "implementation": "onnxruntime",
+                 "supportedModelFormats": [{"name": "onnx"}],
+                 "options": {"intraOpThreads": 1}},
+            ],
+            "models": [
+                {"name": "mlp", "modelFormat": {"name": "onnx"}, "runtime": "fast-ort",
+                 "storageUri": "mlp", "versionPolicy": {"latest": {"numVersions": 2}},
+                 "maxBatchSize": 8},
+            ],
+        }
+    )  # fmt: skip
+    plan = compile_plan(config, tmp_path)
+    project = from_plans(list(plan.models), plan.runtimes)
+    saved = yaml.safe_load(project.serve_yaml())
+    assert [r["name"] for r in saved["runtimes"]] == ["fast-ort"]
+    (model,) = saved["models"]
+    assert model["runtime"] == "fast-ort" and model["maxBatchSize"] == 8
+    assert model["versionPolicy"] == {"specific": {"versions": [2, 3]}}
+    assert sorted(project.files) == ["models/mlp/2/model.onnx", "models/mlp/3/model.onnx"]
+    out = project.write(tmp_path / "saved")
+    assert ServeConfig.model_validate(yaml.safe_load((out / "serve.yaml").read_text()))

@@ -195,8 +195,9 @@ class Server(RemoteServer):
         Dockerfile. ``servekit serve folder/serve.yaml`` serves the same models with the same
         outputs anywhere; ``servekit build folder`` makes its image. A model whose source cannot
         be written (a lambda, a closure, ...) raises SaveError naming it; nothing is written."""
-        plans = self._control().served_plans()
-        return saving.from_plans(plans).write(os.fspath(folder))
+        control = self._control()
+        project = saving.from_plans(control.served_plans(), control.plan.runtimes)
+        return project.write(os.fspath(folder))
 
     # -- inference ----------------------------------------------------------------------------
     def infer(

@@ -14,6 +14,7 @@ a closure ...) fails the save with every such model named.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ from typing import Any
 import yaml
 
 from app import __version__
-from app.config.compiler import ModelPlan
+from app.config.compiler import BUILTIN_RUNTIMES, ModelPlan
+from app.config.schema import RuntimeConfig
 from app.project import dockerfile, requirements
 from app.project.source import MODULE, ModuleSource, SourceError
 from app.runtimes import onnx_files
@@ -37,6 +39,8 @@ class Project:
     """What a saved folder holds, gathered before anything is written."""
 
     models: list[dict[str, Any]] = field(default_factory=list)
+    runtimes: list[dict[str, Any]] = field(default_factory=list)
+    """serve.yaml's own runtimes that the saved models name (built-in ones need no entry)."""
     files: dict[str, bytes] = field(default_factory=dict)
     """Path relative to the folder -> content (model files, copied modules)."""
     source: ModuleSource = field(default_factory=ModuleSource)
@@ -73,7 +77,9 @@ class Project:
             "# Build its image: servekit build . (Dockerfile and requirements.txt beside it)\n"
         )
         notes = "".join(f"# NOTE: {note}\n" for note in self.notes)
-        body: str = yaml.safe_dump({"models": self.models}, sort_keys=False, allow_unicode=True)
+        document: dict[str, Any] = {"runtimes": self.runtimes} if self.runtimes else {}
+        document["models"] = self.models
+        body: str = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
         return header + notes + body
 
 
@@ -88,9 +94,16 @@ def entry_of(plan: ModelPlan) -> dict[str, Any]:
     return entry
 
 
-def from_plans(plans: list[ModelPlan]) -> Project:
-    """A project of the models a server serves now (its ``served_plans``)."""
+def from_plans(plans: list[ModelPlan], runtimes: Sequence[RuntimeConfig] = ()) -> Project:
+    """A project of the models a server serves now (its ``served_plans``), with the declared
+    ``runtimes`` (serve.yaml's ``runtimes:``) those models use."""
     project = Project()
+    used = {plan.runtime for plan in plans}
+    project.runtimes = [
+        runtime.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        for runtime in runtimes
+        if runtime.name in used and runtime not in BUILTIN_RUNTIMES
+    ]
     problems: list[str] = []
     for plan in sorted(plans, key=lambda p: p.name):
         if plan.config is None:
