@@ -34,11 +34,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.command == "save":
-        return _save(args)
-    if args.command == "build":
-        return _build(args)
-    return _bench(args)
+    from app.errors import ServeError
+
+    try:
+        if args.command == "save":
+            return _save(args)
+        if args.command == "build":
+            return _build(args)
+        return _bench(args)
+    except (ConnectionError, ServeError, ValueError) as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
 
 
 def _save(args: argparse.Namespace) -> int:

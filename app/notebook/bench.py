@@ -271,7 +271,9 @@ def run_benchmark(
     if not 0 < seconds <= MAX_SECONDS:
         raise ValueError(f"seconds: more than 0, at most {MAX_SECONDS}")
     inputs = example_inputs(server.metadata(model))
-    plan = [p for p in protocols if p == "http" or (p == "grpc" and server.grpc_target)]
+    # gRPC is driven in plain text: over TLS (an https:// server) HTTP alone is measured.
+    grpc_ok = server.grpc_target is not None and not server.url.startswith("https://")
+    plan = [p for p in protocols if p == "http" or (p == "grpc" and grpc_ok)]
     total = len(plan) * len(levels)
     rows: list[BenchmarkRow] = []
     for protocol in plan:
