@@ -44,7 +44,7 @@ async def _start(
     request: AnyRequest, dataplane: DataPlane, model: str, version: str | None
 ) -> AsyncGenerator[InferResponse, None]:
     """Read and decode the request; the model's responses, not yet started."""
-    limit = request.app.state.max_json_request_bytes
+    limit = request.app.state.fast_path.json_limit
     body = await read_body(request.scope, request.receive, limit)
     obj = v2_json.loads(body)
     inputs = dataplane.signature_of(model, version).inputs
