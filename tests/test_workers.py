@@ -88,6 +88,12 @@ def mlp_body() -> dict[str, object]:
     return {"inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32", "data": [0.5] * 16}]}
 
 
+def push_body(model: bytes) -> dict[str, object]:
+    """A repository load pushing ``model`` as version 1 (Triton's JSON: files in base64)."""
+    config = json.dumps({"backend": "onnxruntime"})
+    return {"parameters": {"config": config, "file:1/model.onnx": base64.b64encode(model).decode()}}
+
+
 def workers_of(server: ServerProcess) -> list[int]:
     """The worker processes (the supervisor's children)."""
     pid = server.process.pid
@@ -135,13 +141,7 @@ def test_a_push_reaches_every_worker_and_an_unload_removes_it_everywhere(
     server: ServerProcess,
 ) -> None:
     name = "pushed_add_sub"
-    model = base64.b64encode(onnx_bytes(onnx_builders.add_sub())).decode()
-    body = {
-        "parameters": {
-            "config": json.dumps({"backend": "onnxruntime"}),
-            "file:1/model.onnx": model,
-        }
-    }
+    body = push_body(onnx_bytes(onnx_builders.add_sub()))
     assert call(server, "POST", f"/v2/repository/models/{name}/load", json=body).status_code == 200
     for _ in range(20):
         answer = call(server, "POST", f"/v2/models/{name}/infer", json=add_sub_body(2.0))
@@ -154,8 +154,7 @@ def test_a_push_reaches_every_worker_and_an_unload_removes_it_everywhere(
 
 
 def test_a_failed_load_answers_the_error_and_changes_nothing(server: ServerProcess) -> None:
-    body = {"parameters": {"config": json.dumps({"backend": "onnxruntime"}),
-                           "file:1/model.onnx": base64.b64encode(b"garbage" * 40).decode()}}  # fmt: skip
+    body = push_body(b"garbage" * 40)
     answer = call(server, "POST", "/v2/repository/models/add_sub/load", json=body)
     assert answer.status_code == 400
     assert "error" in answer.json()
@@ -199,8 +198,7 @@ def test_statistics_add_up_across_workers(server: ServerProcess) -> None:
 def test_sigkill_of_a_worker_under_load_is_survived(store: Path) -> None:
     with running_server(store, extra=["--workers", "2"]) as server:
         # A pushed model: the restarted worker must hold it too (it replays the journal).
-        body = {"parameters": {"config": json.dumps({"backend": "onnxruntime"}),
-                "file:1/model.onnx": base64.b64encode(onnx_bytes(onnx_builders.add_sub())).decode()}}  # fmt: skip
+        body = push_body(onnx_bytes(onnx_builders.add_sub()))
         load = call(server, "POST", "/v2/repository/models/kept/load", json=body)
         assert load.status_code == 200
         stop = threading.Event()
@@ -297,3 +295,24 @@ def test_workers_setting_in_serve_yaml_and_auto(tmp_path: Path) -> None:
         answer = call(server, "POST", "/v2/models/add_sub/infer", json=add_sub_body())
         assert answer.status_code == 200
         assert np.allclose(answer.json()["outputs"][0]["data"], [2.0] * 16)
+
+
+def test_a_serve_yaml_edit_under_watch_reaches_every_worker(tmp_path: Path) -> None:
+    (tmp_path / "add_sub.onnx").write_bytes(onnx_bytes(onnx_builders.add_sub()))
+    (tmp_path / "mlp.onnx").write_bytes(onnx_bytes(onnx_builders.mlp()))
+    config = tmp_path / "serve.yaml"
+    both = (
+        "models:\n"
+        "  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}\n"
+        "  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
+    )
+    config.write_text(both)
+    with running_server(config, extra=["--workers", "2", "--watch"]) as server:
+        config.write_text(both.rsplit("  - {name: mlp", 1)[0])
+
+        def names() -> set[str]:
+            return {r["name"] for r in call(server, "POST", "/v2/repository/index").json()}
+
+        wait_until(lambda: "mlp" not in names(), 30, "the edit applied")
+        for _ in range(20):  # every worker applied it
+            assert names() == {"add_sub"}
