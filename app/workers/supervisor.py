@@ -54,6 +54,8 @@ class _Slot:
     listening: bool = False
     failures: int = 0
     started: float = 0.0
+    last_snapshot: Any = None
+    """Its statistics as last read: kept in the totals once it dies."""
 
 
 @dataclass
@@ -94,6 +96,9 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(workers)]
         self.journal = Journal()
         self.restarts = 0
+        self.retired: list[Any] = []
+        """Last statistics snapshots of workers that died (their counts stay in the totals,
+        up to the last read before they died)."""
         self.stopping = False
         self._lock = asyncio.Lock()
         self._folder = Path(tempfile.mkdtemp(prefix="servekit-workers-"))
@@ -153,6 +158,9 @@ class Supervisor:
             code = await slot.process.wait()
             slot.channel = None
             slot.joined = False
+            if slot.last_snapshot is not None:
+                self.retired.append(slot.last_snapshot)
+                slot.last_snapshot = None
             if self.stopping:
                 return
             if not self.all_listening.is_set() and not slot.listening:
@@ -262,20 +270,31 @@ class Supervisor:
 
     async def statistics(self, asking: Channel) -> Message:
         """The snapshots of every worker but the one asking (which adds its own)."""
-        others = [c for _, c in self._joined() if c is not asking]
+        everyone = [(s, s.channel) for s in self.slots if s.joined and s.channel is not None]
         results = await asyncio.gather(
-            *(c.request({"op": "snapshot"}, timeout=5.0) for c in others),
+            *(c.request({"op": "snapshot"}, timeout=5.0) for _, c in everyone),
             return_exceptions=True,
         )
-        snapshots = [r for r in results if not isinstance(r, BaseException)]
+        snapshots = list(self.retired)
+        for (slot, channel), result in zip(everyone, results, strict=True):
+            if isinstance(result, BaseException):
+                continue
+            slot.last_snapshot = result
+            if channel is not asking:  # the one asking adds its own, fresher
+                snapshots.append(result)
         return {"snapshots": snapshots, "workers": self.count, "restarts": self.restarts}
 
     # -- life cycle -----------------------------------------------------------------------------
     async def run(self) -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def stopping() -> None:
+            self.stopping = True  # at once: a worker the signal reached too is not restarted
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stopping)
         storage.clean(storage.default_storage_dir(self.plan.base_dir, self.plan.server.storage_dir))
         server = await asyncio.start_unix_server(self.connected, path=self.socket_path)
         watchers: list[asyncio.Task[None]] = []
