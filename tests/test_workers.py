@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -272,12 +271,12 @@ def test_sigterm_drains_every_worker(store: Path) -> None:
         for thread in threads:
             thread.join(60)
         assert server.process.wait(60) == 0
-        assert results and all(r == 200 for r in results[: in_flight()]), results
-        assert results.count(200) >= in_flight()
+        # Every request a worker had started finished; one not yet accepted may be refused.
+        assert results.count(200) >= in_flight(), results
+        assert all(r == 200 or "Connect" in str(r) for r in results), results
         wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 10, "workers gone")
     finally:
         server.stop()
-        time.sleep(0)  # nothing left: stop() is a no-op for an exited process
 
 
 def test_workers_setting_in_serve_yaml_and_auto(tmp_path: Path) -> None:
@@ -316,3 +315,51 @@ def test_a_serve_yaml_edit_under_watch_reaches_every_worker(tmp_path: Path) -> N
         wait_until(lambda: "mlp" not in names(), 30, "the edit applied")
         for _ in range(20):  # every worker applied it
             assert names() == {"add_sub"}
+
+
+ONCE_MODULE = """
+import os
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+class Once:
+    # Loads in one process only: the first to claim the marker file.
+
+    def load(self):
+        fd = os.open(Path(__file__).parent / "claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.close(fd)
+
+    def predict(self, x: NDArray[np.float32]) -> NDArray[np.float32]:
+        return x
+"""
+
+
+def test_a_model_that_loads_on_one_worker_only_is_unavailable_everywhere(tmp_path: Path) -> None:
+    (tmp_path / "add_sub.onnx").write_bytes(onnx_bytes(onnx_builders.add_sub()))
+    (tmp_path / "once_model.py").write_text(ONCE_MODULE)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server: {strictReadiness: false}\nmodels:\n"
+        "  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}\n"
+        '  - {name: once, modelFormat: {name: python}, entrypoint: "once_model:Once"}\n'
+    )
+
+    def once_rows() -> list[dict[str, str]]:
+        rows = call(server, "POST", "/v2/repository/index").json()
+        return [r for r in rows if r["name"] == "once"]
+
+    with running_server(config, extra=["--workers", "2"]) as server:
+        for _ in range(10):  # at start: loaded on one worker, failed on the other
+            (row,) = once_rows()
+            assert row["state"] == "UNAVAILABLE" and "worker" in row["reason"], row
+        (tmp_path / "claimed").unlink()
+        answer = call(server, "POST", "/v2/repository/models/once/load")
+        assert answer.status_code == 400
+        assert "worker" in answer.json()["error"], answer.text
+        for _ in range(10):  # a load that worked on one worker only: unavailable everywhere
+            (row,) = once_rows()
+            assert row["state"] == "UNAVAILABLE" and "worker" in row["reason"], row
+            assert call(server, "GET", "/v2/models/once/ready").status_code != 200

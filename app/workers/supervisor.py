@@ -193,7 +193,7 @@ class Supervisor:
     async def handle(self, channel: Channel, message: Message) -> Any:
         op = message.get("op")
         if op == "hello":
-            return await self.join(channel, int(message["worker"]))
+            return await self.join(channel, int(message["worker"]), message.get("summary") or {})
         if op == "listening":
             self.slots[int(message["worker"])].listening = True
             if all(s.listening for s in self.slots):
@@ -205,11 +205,22 @@ class Supervisor:
             return await self.statistics(channel)
         raise ValueError(f"unknown request {str(op)[:40]!r}")
 
-    async def join(self, channel: Channel, index: int) -> None:
+    async def join(self, channel: Channel, index: int, summary: dict[str, str]) -> None:
         """Replay the journal to a (re)started worker, then count it in (under the lock, so
-        no operation lands between its replay and its joining)."""
+        no operation lands between its replay and its joining). A model that loaded at start
+        on this worker but not on another (or the other way round) is failed everywhere."""
         slot = self.slots[index]
         async with self._lock:
+            peers = self._joined()
+            if peers:
+                with contextlib.suppress(ConnectionError, ServeError, TimeoutError):
+                    theirs = await peers[0][1].request({"op": "summary"}, timeout=30.0)
+                    for name in sorted(set(summary) & set(theirs)):
+                        if bool(summary[name]) != bool(theirs[name]):
+                            failed_on = index if summary[name] else peers[0][0]
+                            reason = summary[name] or theirs[name]
+                            slot.channel, slot.joined = channel, True
+                            await self._fail_everywhere(name, f"worker {failed_on}: {reason}")
             failed: list[tuple[Message, ServeError]] = []
             for op in self.journal.replay():
                 try:

@@ -40,6 +40,8 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 STATS_SERVICE_SUFFIX = "/ModelStatistics"
+NOT_FAILURES = (None, "", "unloaded", "not loaded")
+"""Reasons of a model that is not loaded on purpose (app/models/repository.py)."""
 
 
 def needs_totals(path: str) -> bool:
@@ -72,7 +74,20 @@ class Worker:
 
     async def before_listening(self) -> None:
         """Join the supervisor: it replays what the other workers applied, then counts us."""
-        await self.request({"op": "hello", "worker": self.spec.index})
+        await self.request({"op": "hello", "worker": self.spec.index, "summary": self.summary()})
+
+    def summary(self) -> dict[str, str]:
+        """Each model's failure as this worker sees it ("" when it serves or is not loaded):
+        how the supervisor tells that a model loaded here but not on another worker."""
+        assert self.control is not None
+        out: dict[str, str] = {}
+        for row in self.control.index():
+            name, state = str(row["name"]), str(row.get("state", ""))
+            if state == "READY":
+                out.setdefault(name, "")
+            elif state == "UNAVAILABLE" and row.get("reason") not in NOT_FAILURES:
+                out[name] = str(row.get("reason"))
+        return out
 
     def wrap_http(self, app: Litestar) -> ASGIApp:
         app.state.metrics_registry.register(_WorkerCollector(self))
@@ -108,6 +123,8 @@ class Worker:
             return await self.control.apply(message)
         if op == "snapshot":
             return self.statistics.local_snapshot()
+        if op == "summary":
+            return self.summary()
         raise ValueError(f"unknown request {str(op)[:40]!r}")
 
     async def refresh(self) -> None:
