@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 from litestar import Litestar
@@ -46,6 +46,25 @@ class _EmbeddedUvicorn(uvicorn.Server):
         yield
 
 
+class WorkerRole(Protocol):
+    """What a worker of ``server.workers`` (app/workers/worker.py) changes in its ServeKit;
+    a single server has none and runs exactly as without it."""
+
+    def make_control(self, state: ServerState, repository: ModelRepository) -> ModelControl:
+        """The ModelControl adapters get (changes go to every worker)."""
+        ...
+
+    async def before_listening(self) -> None:
+        """Runs once start-up models loaded, before the listeners open (the journal replay)."""
+        ...
+
+    def wrap_http(self, app: Litestar) -> Any:
+        """The ASGI application uvicorn serves."""
+        ...
+
+    def grpc_interceptors(self) -> list[Any]: ...
+
+
 class ServeKit:
     """A running (or startable) server for one compiled plan.
 
@@ -54,7 +73,13 @@ class ServeKit:
     every adapter; the adapters see nothing else of it.
     """
 
-    def __init__(self, plan: ServePlan, statistics: Statistics | None = None) -> None:
+    def __init__(
+        self,
+        plan: ServePlan,
+        statistics: Statistics | None = None,
+        *,
+        worker: WorkerRole | None = None,
+    ) -> None:
         self.state = ServerState(plan)
         self.statistics = statistics or Statistics()
         self.repository = ModelRepository(plan.base_dir)
@@ -66,7 +91,12 @@ class ServeKit:
             *rest_generate.GENERATE,
         )
         self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
-        self.control = ModelControl(self.state, self.repository)
+        self._worker = worker
+        self.control = (
+            ModelControl(self.state, self.repository)
+            if worker is None
+            else worker.make_control(self.state, self.repository)
+        )
         self.addresses: Addresses | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -85,16 +115,24 @@ class ServeKit:
         )
 
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
-        """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
+        """Open both listeners, then load models (awaited only if ``wait_for_models``).
+
+        A worker of ``server.workers`` loads first and opens its listeners once it holds the
+        state every worker holds (the others serve meanwhile)."""
         self.state.stopping = False
         server = self.plan.server
         tls = self.plan.tls
-        sockets = bind_http(server.host, server.http_port)
+        worker = self._worker
+        if worker is not None:
+            await self.control.start()
+            await worker.before_listening()
+        sockets = bind_http(server.host, server.http_port, reuse_port=worker is not None)
         hosts = tuple(bound_address(s) for s in sockets)
         self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
         network = server.network
+        app: Any = self.http_app()
         config = uvicorn.Config(
-            self.http_app(),
+            app if worker is None else worker.wrap_http(app),
             lifespan="off",
             log_level="warning",
             access_log=False,
@@ -127,11 +165,14 @@ class ServeKit:
                 services=[grps_servicer.registrar(self.dataplane)],
                 hosts=hosts,
                 tls=tls,
+                reuse_port=worker is not None,
+                interceptors=worker.grpc_interceptors() if worker is not None else (),
             )
             self.addresses.grpc_port = port
             self._publish(self.addresses)
-        self._loading = asyncio.create_task(self.control.start())
-        if wait_for_models:
+        if worker is None:
+            self._loading = asyncio.create_task(self.control.start())
+        if wait_for_models and self._loading is not None:
             await self._loading
         return self.addresses
 

@@ -157,7 +157,11 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
 
 
 def available_cores() -> int:
-    """Cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
+    """Cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count); in
+    a worker of ``server.workers`` its share, so the workers never oversubscribe the machine."""
+    share = os.environ.get("_SERVEKIT_WORKER_CORES", "")
+    if share.isdigit() and int(share) > 0:
+        return int(share)
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # pragma: no cover - platforms without affinity

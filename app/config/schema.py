@@ -278,6 +278,13 @@ class ServerConfig(Section):
     thread hop); slower ones run in a worker thread so the server stays responsive."""
     grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
     """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        1, json_schema_extra=RESTART
+    )
+    """Server processes behind the same ports (`servekit serve`; notebooks always run one):
+    each has its own event loop, listeners and model sessions, and a supervisor keeps one
+    repository state and one set of statistics across them. `auto`: one per core this process
+    may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
 
 
 def _restart_only() -> frozenset[str]:
