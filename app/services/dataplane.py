@@ -32,6 +32,7 @@ from app.runtimes.base import Arrays, ModelRuntime
 from app.services.batching import DynamicBatcher
 from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
+from app.services.shared_memory import SharedMemoryRegions
 from app.services.state import Listening, ServerState
 from app.services.stats import Statistics, VersionStats
 from app.types import (
@@ -45,8 +46,10 @@ from app.types import (
 
 log = logging.getLogger("servekit.dataplane")
 
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data",)
-"""The protocol extension every DataPlane implements (its codecs do)."""
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification", "system_shared_memory")
+"""The protocol extensions every DataPlane implements: binary tensor data (its codecs),
+classification (app/services/classification.py) and system shared memory
+(app/services/shared_memory.py; both adapters offer its registration)."""
 CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
 """Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
 REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
@@ -77,8 +80,12 @@ class DataPlane:
         repository: ModelRepository,
         statistics: Statistics | None = None,
         extensions: Sequence[str] = BINARY_DATA,
+        shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         self._state = state
+        self.shared_memory = shared_memory or SharedMemoryRegions()
+        """The system shared-memory regions clients registered (register/status/unregister
+        are called on it by the adapters; inference reads and writes them here)."""
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
@@ -243,6 +250,8 @@ class DataPlane:
     # -- inference ----------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, run and answer one inference request."""
+        if request.shared_memory:  # tensors in registered regions: read, run (here), write
+            return await self.shared_memory.infer(request, self.infer)
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         stats = self.statistics.of(entry.plan.name, version.version)
