@@ -53,6 +53,8 @@ def _tensor(tensor: TensorConfig) -> dict[str, Any]:
     if tensor.format is not None:
         out["format"] = tensor.format
     out["dims"] = list(tensor.dims)
+    if tensor.label_filename is not None:
+        out["label_filename"] = tensor.label_filename
     return out
 
 

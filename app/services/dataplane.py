@@ -24,12 +24,12 @@ from app.errors import (
     InvalidArgument,
     NotFound,
     ServeError,
-    Unimplemented,
     internal_error,
 )
 from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from app.runtimes.base import Arrays, ModelRuntime
 from app.services.batching import DynamicBatcher
+from app.services.classification import class_count, classify
 from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
 from app.services.shared_memory import SharedMemoryRegions
@@ -289,6 +289,8 @@ class DataPlane:
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
             ]
+            if request.outputs:
+                outputs = classified(request, outputs, entry.plan)
             stats.record_success(
                 _batch_size(request, entry.plan.max_batch_size),
                 queue_ns,
@@ -412,12 +414,9 @@ def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[
     by_name = signature.output_index
     wanted = []
     for requested in request.outputs:
-        if requested.parameters.get("classification"):
-            # Any transport may carry the parameter; none may have it silently ignored.
-            raise Unimplemented(
-                f"output {requested.name!r} asks for classification, an extension servekit "
-                "does not offer; request the tensor itself"
-            )
+        k = requested.parameters.get("classification")
+        if k is not None:  # checked before the model runs
+            class_count(requested.name, k)
         spec = by_name.get(requested.name)
         if spec is None:
             raise InvalidArgument(
@@ -426,3 +425,20 @@ def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[
             )
         wanted.append(spec)
     return wanted
+
+
+def classified(request: InferRequest, outputs: list[Tensor], plan: ModelPlan) -> list[Tensor]:
+    """``outputs`` with those requested with ``classification: k`` replaced by their top k
+    (app/services/classification.py)."""
+    counts = {
+        o.name: o.parameters["classification"]
+        for o in request.outputs or ()
+        if o.parameters.get("classification") is not None
+    }
+    if not counts:
+        return outputs
+    batched = plan.max_batch_size > 0
+    return [
+        classify(t, counts[t.name], plan.labels(t.name), batched) if t.name in counts else t
+        for t in outputs
+    ]
