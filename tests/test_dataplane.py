@@ -120,7 +120,9 @@ async def test_requested_outputs(serve: Serve) -> None:
     classify.outputs = [RequestedOutput("output", {"classification": 2})]
     (top,) = (await services.dataplane.infer(classify)).outputs  # tests/test_classification.py
     assert (top.datatype, top.shape, list(top.data)) == (
-        "BYTES", (2,), [b"2.000000:0", b"2.000000:1"]
+        "BYTES",
+        (2,),
+        [b"2.000000:0", b"2.000000:1"],
     )
     classify.outputs = [RequestedOutput("output", {"classification": 0})]
     with pytest.raises(InvalidArgument, match="'classification' must be a positive integer"):
