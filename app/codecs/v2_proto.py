@@ -183,8 +183,9 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
     """
     outputs = response.outputs
     in_shm = request.outputs_in_shared_memory() if request.shared_memory else frozenset()
-    if in_shm:
-        typed = _typed_answer(request, [t for t in outputs if t.name not in in_shm])
+    if in_shm:  # only outputs not in shared memory decide (none: raw, empty entries)
+        rest = [t for t in outputs if t.name not in in_shm]
+        typed = bool(rest) and _typed_answer(request, rest)
     else:
         typed = _typed_answer(request, outputs)
     tensors = []
