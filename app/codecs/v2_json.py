@@ -99,16 +99,14 @@ def decode_request(
     raw_inputs = obj.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("inference request needs an 'inputs' list")
-    shared: list[str] = []  # inputs in shared memory (rare: a list costs less than a flag test)
+    shared: list[str] = []  # tensors in shared memory (rare: one list beats a test per tensor)
     inputs = [_decode_input(item, binary, segments, shared) for item in raw_inputs]
     outputs = None
     raw_outputs = obj.get("outputs")
     if raw_outputs is not None:
         if not isinstance(raw_outputs, list):
             raise InvalidArgument("'outputs' must be a list")
-        outputs = [_decode_output(item) for item in raw_outputs]
-        if any(SHARED_MEMORY_REGION in o.parameters for o in outputs):
-            shared.append("")
+        outputs = [_decode_output(item, shared) for item in raw_outputs]
     request_id = obj.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidArgument("'id' must be a string")
@@ -123,11 +121,14 @@ def decode_request(
     )
 
 
-def _decode_output(item: object) -> RequestedOutput:
+def _decode_output(item: object, shared: list[str]) -> RequestedOutput:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgument("each requested output needs a 'name'")
     name = item["name"]
-    return RequestedOutput(name, _parameters(f"output {name!r}", item.get("parameters")))
+    parameters = _parameters(f"output {name!r}", item.get("parameters"))
+    if SHARED_MEMORY_REGION in parameters:
+        shared.append(name)
+    return RequestedOutput(name, parameters)
 
 
 def _decode_input(

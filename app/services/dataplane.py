@@ -289,8 +289,10 @@ class DataPlane:
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
             ]
-            if request.outputs:
-                outputs = classified(request, outputs, entry.plan)
+            for requested in request.outputs or ():  # classification asked: top k instead
+                if "classification" in requested.parameters:
+                    outputs = classified(request, outputs, entry.plan)
+                    break
             stats.record_success(
                 _batch_size(request, entry.plan.max_batch_size),
                 queue_ns,
@@ -435,8 +437,6 @@ def classified(request: InferRequest, outputs: list[Tensor], plan: ModelPlan) ->
         for o in request.outputs or ()
         if o.parameters.get("classification") is not None
     }
-    if not counts:
-        return outputs
     batched = plan.max_batch_size > 0
     return [
         classify(t, counts[t.name], plan.labels(t.name), batched) if t.name in counts else t
