@@ -262,7 +262,7 @@ class DataPlane:
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
             signature = runtime.signature
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted = requested_outputs(request, signature)
+            wanted, classes = requested_outputs(request, signature)
             input_done = time.perf_counter_ns()
             key = (entry.plan.name, version.version)
             batching = entry.plan.config.dynamic_batching if entry.plan.config else None
@@ -289,10 +289,8 @@ class DataPlane:
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
             ]
-            for requested in request.outputs or ():  # classification asked: top k instead
-                if "classification" in requested.parameters:
-                    outputs = classified(request, outputs, entry.plan)
-                    break
+            if classes:  # the classification extension: top k instead of the tensor
+                outputs = classified(outputs, classes, entry.plan)
             stats.record_success(
                 _batch_size(request, entry.plan.max_batch_size),
                 queue_ns,
@@ -409,16 +407,22 @@ def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
         )
 
 
-def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[TensorSpec]:
-    """The outputs to compute: those asked for, in the order asked, or all of them."""
+def requested_outputs(
+    request: InferRequest, signature: ModelSignature
+) -> tuple[list[TensorSpec], dict[str, int] | None]:
+    """The outputs to compute: those asked for, in the order asked, or all of them; and the
+    class counts of those asked for with ``classification: k`` (checked before the model
+    runs; None when none is)."""
     if not request.outputs:
-        return list(signature.outputs)
+        return list(signature.outputs), None
     by_name = signature.output_index
     wanted = []
+    classes: dict[str, int] | None = None
     for requested in request.outputs:
         k = requested.parameters.get("classification")
-        if k is not None:  # checked before the model runs
-            class_count(requested.name, k)
+        if k is not None:
+            classes = classes or {}
+            classes[requested.name] = class_count(requested.name, k)
         spec = by_name.get(requested.name)
         if spec is None:
             raise InvalidArgument(
@@ -426,19 +430,14 @@ def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[
                 f"its outputs are {', '.join(by_name)}"
             )
         wanted.append(spec)
-    return wanted
+    return wanted, classes
 
 
-def classified(request: InferRequest, outputs: list[Tensor], plan: ModelPlan) -> list[Tensor]:
-    """``outputs`` with those requested with ``classification: k`` replaced by their top k
+def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
+    """``outputs`` with those in ``classes`` replaced by their top k classes
     (app/services/classification.py)."""
-    counts = {
-        o.name: o.parameters["classification"]
-        for o in request.outputs or ()
-        if o.parameters.get("classification") is not None
-    }
     batched = plan.max_batch_size > 0
     return [
-        classify(t, counts[t.name], plan.labels(t.name), batched) if t.name in counts else t
+        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
         for t in outputs
     ]
