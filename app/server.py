@@ -30,6 +30,7 @@ from app.rest import generate as rest_generate
 from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
+from app.rest import shared_memory as rest_shared_memory
 from app.services.dataplane import DataPlane, server_extensions
 from app.services.model_control import ModelControl
 from app.services.state import Listening, ServerState
@@ -186,6 +187,7 @@ class ServeKit:
                 *rest_generate.ROUTES,
                 *dashboard.routes(),
                 *rest_repository.ROUTES,
+                *rest_shared_memory.ROUTES,
                 *rest_grps.ROUTES,
                 *rest_ports.ROUTES,
             ],
@@ -212,6 +214,7 @@ class ServeKit:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._http_task
             self._http = None
+        self.dataplane.shared_memory.close()  # unmap every region clients registered
         await self.repository.close()
 
 

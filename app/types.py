@@ -44,6 +44,16 @@ class InferRequest:
     id: str | None = None
     outputs: list[RequestedOutput] | None = None
     parameters: Parameters = field(default_factory=dict)
+    shared_memory: bool = False
+    """Some input or requested output names a shared-memory region (set by the codecs; the
+    DataPlane then reads and writes those through app/services/shared_memory.py)."""
+
+    def outputs_in_shared_memory(self) -> frozenset[str]:
+        """Names of the requested outputs written to shared memory: the response carries
+        their datatype and shape only, no data."""
+        if not self.shared_memory or not self.outputs:
+            return frozenset()
+        return frozenset(o.name for o in self.outputs if "shared_memory_region" in o.parameters)
 
     def wants_binary(self, output: str, default: bool) -> bool:
         """Whether ``output`` goes back as raw bytes rather than JSON/typed values.

@@ -25,7 +25,7 @@ from fakes import (
 )
 from inprocess import Serve, Services
 
-from app.errors import Internal, InvalidArgument, NotFound, Unavailable, Unimplemented
+from app.errors import Internal, InvalidArgument, NotFound, Unavailable
 from app.types import InferRequest, RequestedOutput, Tensor
 
 pytestmark = pytest.mark.anyio
@@ -118,7 +118,14 @@ async def test_requested_outputs(serve: Serve) -> None:
         await services.dataplane.infer(unknown)
     classify = request("sum", a=rows(1), b=rows(1))
     classify.outputs = [RequestedOutput("output", {"classification": 2})]
-    with pytest.raises(Unimplemented, match="classification"):
+    (top,) = (await services.dataplane.infer(classify)).outputs  # tests/test_classification.py
+    assert (top.datatype, top.shape, list(top.data)) == (
+        "BYTES",
+        (2,),
+        [b"2.000000:0", b"2.000000:1"],
+    )
+    classify.outputs = [RequestedOutput("output", {"classification": 0})]
+    with pytest.raises(InvalidArgument, match="'classification' must be a positive integer"):
         await services.dataplane.infer(classify)
 
 

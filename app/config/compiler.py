@@ -74,6 +74,15 @@ class ModelPlan:
     parameters: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
     config: ModelConfig | None = None
     problem: str | None = None  # why no version can load (missing folder, ...)
+    labels_file: tuple[str, ...] = field(default=(), hash=False, compare=True)
+    """The lines of labels.txt beside the model (classification labels by index), if any."""
+
+    def labels(self, output: str) -> tuple[str, ...]:
+        """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
+        for tensor in self.outputs or ():
+            if tensor.name == output and tensor.labels is not None:
+                return tuple(tensor.labels)
+        return self.labels_file
 
 
 @dataclass(frozen=True)
@@ -242,9 +251,12 @@ def plan_model(
     """The plan of one model: its versions on disk filtered by the version policy."""
     problem = None
     versions: tuple[VersionSource, ...] = ()
+    labels: tuple[str, ...] = ()
     if model.storage_uri is not None:
         location = (base_dir / model.storage_uri).resolve()
         found, problem = discover_versions(location)
+        labels, labels_problem = read_labels(location)
+        problem = problem or labels_problem
         versions = select_versions(found, model.version_policy)
         if not problem and not any(v.path for v in versions):
             # Versions that are on disk but cannot load say why ('1' and '01', no model file);
@@ -283,4 +295,26 @@ def plan_model(
         parameters=dict(model.parameters),
         config=model,
         problem=problem,
+        labels_file=labels,
     )
+
+
+LABELS_FILE = "labels.txt"
+"""Class labels beside a model, one per line (Triton's ``label_filename``): in a model's
+folder, or in the folder of a one-file model."""
+MAX_LABELS_BYTES = 16 * 1024 * 1024
+
+
+def read_labels(location: Path) -> tuple[tuple[str, ...], str | None]:
+    """The lines of the labels file beside ``location`` (none if there is no file), or why it
+    cannot be used (a problem of the model, shown as its reason)."""
+    path = (location if location.is_dir() else location.parent) / LABELS_FILE
+    try:
+        if not path.is_file():
+            return (), None
+        if path.stat().st_size > MAX_LABELS_BYTES:
+            return (), f"{path} is over {MAX_LABELS_BYTES} bytes"
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        return (), f"{path} cannot be read as UTF-8 text: {exc}"
+    return tuple(text.splitlines()), None

@@ -395,6 +395,13 @@ class TensorOverride(Section):
     """V2 datatype (FP32, INT64, BYTES, ...)."""
     shape: list[Annotated[int, Field(ge=-1, le=INT64_MAX)]] | None = None
     """Shape, -1 for a dynamic dimension."""
+    format: Literal["FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC"] | None = None
+    """Inputs only: the image layout the input expects, shown in the model configuration
+    (Triton's ModelInput.format; clients such as Triton's image_client read it)."""
+    labels: list[str] | None = None
+    """Outputs only: class labels by index, for the classification extension (an output
+    requested with `classification: k` answers its top k as "value:index:label"). Default: the
+    lines of labels.txt beside the model."""
 
 
 class DynamicBatching(Section):
@@ -454,6 +461,12 @@ class ModelConfig(Section):
             raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
         if self.dynamic_batching is not None and self.max_batch_size == 0:
             raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
+        for tensor in self.inputs or ():
+            if tensor.labels is not None:
+                raise ValueError(f"input {tensor.name!r}: labels belong to outputs")
+        for tensor in self.outputs or ():
+            if tensor.format is not None:
+                raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
         return self
 
 

@@ -9,7 +9,9 @@ with one response per result, flagged as Triton flags them (``triton_final_respo
 :mod:`app.codecs.v2_proto`); its requests run when the writer reaches them, so a stream's
 responses stay in request order. ModelInfer refuses a decoupled model (UNIMPLEMENTED, as
 Triton). The repository RPCs are delegated to :mod:`app.grpc.repository` when the servicer is
-given a ModelControl; every RPC servekit does not offer answers UNIMPLEMENTED with the reason.
+given a ModelControl; the system shared-memory RPCs manage the DataPlane's regions
+(app/services/shared_memory.py) and the CUDA ones say why they are not offered; every other RPC
+servekit does not offer answers UNIMPLEMENTED with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from app.codecs import v2_proto
-from app.errors import NotFound
+from app.errors import InvalidArgument, NotFound, shown_name
 from app.grpc import repository as repository_rpcs
 from app.grpc.status import guarded, status_of
 from app.grpc.triton_proto import model_config_message, statistics_message
@@ -30,6 +32,7 @@ from app.protos import grpc_service_pb2 as pb
 from app.protos import grpc_service_pb2_grpc as pb_grpc
 from app.services.dataplane import DataPlane
 from app.services.model_control import ModelControl
+from app.services.shared_memory import CUDA_UNSUPPORTED
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64
@@ -190,6 +193,63 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         control = await self._repository(context, "RepositoryModelUnload")
         return await repository_rpcs.repository_model_unload(control, request, context)
 
+    # -- shared memory extensions (system: offered; CUDA: refused with the reason) -----------
+    # Same group as the repository RPCs (app/grpc/access.py); why: app/rest/shared_memory.py.
+    @guarded
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> Any:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self._dataplane.shared_memory.status(request.name or None):
+            response.regions[region.name].CopyFrom(
+                _REGION(
+                    name=region.name,
+                    key=region.key,
+                    offset=region.offset,
+                    byte_size=region.byte_size,
+                )
+            )
+        return response
+
+    @guarded
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> Any:
+        self._dataplane.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @guarded
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> Any:
+        self._dataplane.shared_memory.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @guarded
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> Any:
+        if request.name:
+            raise NotFound(
+                f"Unable to find cuda shared memory region: {shown_name(request.name)} "
+                "(servekit offers system shared memory only)"
+            )
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @guarded
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> Any:
+        raise InvalidArgument(CUDA_UNSUPPORTED.format(name=shown_name(request.name)))
+
+    @guarded
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing is ever registered
+
     async def _repository(self, context: Context, method: str) -> ModelControl:
         if self._control is None:
             await context.abort(
@@ -200,9 +260,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._control
 
 
+_REGION = pb.SystemSharedMemoryStatusResponse.RegionStatus
 _FEATURES = {
-    "SystemSharedMemory": "the system shared memory extension",
-    "CudaSharedMemory": "the CUDA shared memory extension",
     "TraceSetting": "the trace extension",
     "LogSettings": "the logging extension",
 }
@@ -210,12 +269,7 @@ _FEATURES = {
 
 def _unimplemented(method: str) -> Any:
     feature = next((f for key, f in _FEATURES.items() if method.startswith(key)), "this RPC")
-    message = (
-        f"{method} is not implemented: servekit does not offer {feature}; "
-        "send tensors in the request (typed or raw contents)"
-        if "SharedMemory" in method
-        else f"{method} is not implemented: servekit does not offer {feature}"
-    )
+    message = f"{method} is not implemented: servekit does not offer {feature}"
 
     async def handler(self: InferenceServicer, request: Any, context: Context) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)

@@ -66,7 +66,10 @@ def _input(tensor: TensorConfig) -> mc.ModelInput:
 
 def _output(tensor: TensorConfig) -> mc.ModelOutput:
     return mc.ModelOutput(
-        name=tensor.name, data_type=mc.DataType.Value(tensor.data_type), dims=tensor.dims
+        name=tensor.name,
+        data_type=mc.DataType.Value(tensor.data_type),
+        dims=tensor.dims,
+        label_filename=tensor.label_filename or "",
     )
 
 

@@ -54,6 +54,8 @@ def _tensor(tensor: TensorConfig) -> dict[str, Any]:
     if tensor.format is not None:
         out["format"] = tensor.format
     out["dims"] = list(tensor.dims)
+    if tensor.label_filename:  # as protobuf JSON (the gRPC answer) omits an empty one
+        out["label_filename"] = tensor.label_filename
     return out
 
 

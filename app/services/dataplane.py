@@ -26,14 +26,15 @@ from app.errors import (
     NotFound,
     ServeError,
     Unavailable,
-    Unimplemented,
     internal_error,
 )
 from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from app.runtimes.base import Arrays, ModelRuntime, is_decoupled, predict_stream
 from app.services.batching import DynamicBatcher
+from app.services.classification import class_count, classify
 from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
+from app.services.shared_memory import SharedMemoryRegions
 from app.services.state import Listening, ServerState
 from app.services.stats import Statistics, VersionStats
 from app.types import (
@@ -47,8 +48,10 @@ from app.types import (
 
 log = logging.getLogger("servekit.dataplane")
 
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data",)
-"""The protocol extension every DataPlane implements (its codecs do)."""
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification", "system_shared_memory")
+"""The protocol extensions every DataPlane implements: binary tensor data (its codecs),
+classification (app/services/classification.py) and system shared memory
+(app/services/shared_memory.py; both adapters offer its registration)."""
 CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
 """Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
 REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
@@ -79,8 +82,12 @@ class DataPlane:
         repository: ModelRepository,
         statistics: Statistics | None = None,
         extensions: Sequence[str] = BINARY_DATA,
+        shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         self._state = state
+        self.shared_memory = shared_memory or SharedMemoryRegions()
+        """The system shared-memory regions clients registered (register/status/unregister
+        are called on it by the adapters; inference reads and writes them here)."""
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
@@ -246,6 +253,8 @@ class DataPlane:
     # -- inference ----------------------------------------------------------------------------
     async def infer(self, request: InferRequest) -> InferResponse:
         """Validate, run and answer one inference request."""
+        if request.shared_memory:  # tensors in registered regions: read, run (here), write
+            return await self.shared_memory.infer(request, self.infer)
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         stats = self.statistics.of(entry.plan.name, version.version)
@@ -256,7 +265,7 @@ class DataPlane:
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
             signature = runtime.signature
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted = requested_outputs(request, signature)
+            wanted, classes = requested_outputs(request, signature)
             input_done = time.perf_counter_ns()
             key = (entry.plan.name, version.version)
             batching = entry.plan.config.dynamic_batching if entry.plan.config else None
@@ -283,6 +292,8 @@ class DataPlane:
                 Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
                 for s in wanted
             ]
+            if classes:  # the classification extension: top k instead of the tensor
+                outputs = classified(outputs, classes, entry.plan)
             stats.record_success(
                 _batch_size(request, entry.plan.max_batch_size),
                 queue_ns,
@@ -459,19 +470,22 @@ def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
         )
 
 
-def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[TensorSpec]:
-    """The outputs to compute: those asked for, in the order asked, or all of them."""
+def requested_outputs(
+    request: InferRequest, signature: ModelSignature
+) -> tuple[list[TensorSpec], dict[str, int] | None]:
+    """The outputs to compute: those asked for, in the order asked, or all of them; and the
+    class counts of those asked for with ``classification: k`` (checked before the model
+    runs; None when none is)."""
     if not request.outputs:
-        return list(signature.outputs)
+        return list(signature.outputs), None
     by_name = signature.output_index
     wanted = []
+    classes: dict[str, int] | None = None
     for requested in request.outputs:
-        if requested.parameters.get("classification"):
-            # Any transport may carry the parameter; none may have it silently ignored.
-            raise Unimplemented(
-                f"output {requested.name!r} asks for classification, an extension servekit "
-                "does not offer; request the tensor itself"
-            )
+        k = requested.parameters.get("classification")
+        if k is not None:
+            classes = classes or {}
+            classes[requested.name] = class_count(requested.name, k)
         spec = by_name.get(requested.name)
         if spec is None:
             raise InvalidArgument(
@@ -479,4 +493,14 @@ def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[
                 f"its outputs are {', '.join(by_name)}"
             )
         wanted.append(spec)
-    return wanted
+    return wanted, classes
+
+
+def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
+    """``outputs`` with those in ``classes`` replaced by their top k classes
+    (app/services/classification.py)."""
+    batched = plan.max_batch_size > 0
+    return [
+        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
+        for t in outputs
+    ]
