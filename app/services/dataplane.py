@@ -341,7 +341,9 @@ class DataPlane:
         try:
             signature = runtime.signature
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted = requested_outputs(request, signature)
+            wanted, classes = requested_outputs(request, signature)
+            if classes:
+                raise InvalidArgument("classification is not offered for a decoupled model")
             input_done = time.perf_counter_ns()
             results = predict_stream(runtime, feed, [s.name for s in wanted])
             async with aclosing(results):
