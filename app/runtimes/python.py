@@ -34,18 +34,21 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.config.compiler import ModelPlan
-from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, ServeError, logged_reference
 from app.runtimes.base import Arrays, LoadError
 from app.runtimes.python_hints import signature_of
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.compiler import ModelPlan
+    from app.config.schema import TensorOverride
+    from app.config.versions import VersionSource
 
 PLATFORM = "python"
 OBJECT_PREFIX = "servekit-object:"
@@ -135,6 +138,11 @@ class PythonModel:
     """A loaded Python model; ``instances`` copies are used one request at a time each."""
 
     platform = PLATFORM
+    off_loop = False
+    fatal: tuple[type[BaseException], ...] = ()
+    """Exceptions of the model's code that ``predict`` lets through as they are instead of
+    turning them into the request's error: an isolated model's child process sets
+    ``(MemoryError,)`` so that running out of memory restarts the process."""
 
     def __init__(self, instances: list[object], signature: ModelSignature, by_name: bool) -> None:
         self.signature = signature
@@ -151,6 +159,8 @@ class PythonModel:
         try:
             result = call(**feed) if self._by_name else call(feed)
         except ServeError:
+            raise
+        except self.fatal:
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
@@ -207,7 +217,18 @@ def _user_error(exc: Exception) -> str:
 
 def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
     """Import (or take) the model, build its instances and read its metadata."""
-    target = resolve_entrypoint(plan.entrypoint)
-    instances = [_instantiate(target, dict(plan.parameters)) for _ in range(plan.instances)]
-    signature, by_name = signature_of(_predict_of(instances[0]), plan.inputs, plan.outputs)
-    return PythonModel(instances, signature, by_name)
+    return build(plan.entrypoint, plan.parameters, plan.instances, plan.inputs, plan.outputs)
+
+
+def build(
+    entrypoint: str | None,
+    parameters: dict[str, Any],
+    instances: int,
+    inputs: tuple[TensorOverride, ...] | None,
+    outputs: tuple[TensorOverride, ...] | None,
+) -> PythonModel:
+    """``load`` from the fields it needs (an isolated model's child process has no plan)."""
+    target = resolve_entrypoint(entrypoint)
+    built = [_instantiate(target, dict(parameters)) for _ in range(instances)]
+    signature, by_name = signature_of(_predict_of(built[0]), inputs, outputs)
+    return PythonModel(built, signature, by_name)
