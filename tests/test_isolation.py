@@ -166,9 +166,7 @@ def test_bytes_parameters_and_two_processes(repo: Repo, server: ServerProcess) -
     assert len(model_processes(server.process.pid)) == 7
 
 
-def test_segfault_is_unavailable_others_serve_and_it_comes_back(
-    repo: Repo, folder: Path
-) -> None:
+def test_segfault_is_unavailable_others_serve_and_it_comes_back(repo: Repo, folder: Path) -> None:
     x = np.ones(2, np.float32)
     np.testing.assert_array_equal(repo.infer("crashy", {"x": x})["output"], x * 2)
     marker = folder / "crash_on_load"
@@ -203,7 +201,9 @@ def hang_forever(transport: str, http_url: str, grpc_target: str) -> tuple[str, 
         client.close()
 
 
-def test_hang_is_killed_at_its_timeout_while_others_serve(repo: Repo, server: ServerProcess) -> None:
+def test_hang_is_killed_at_its_timeout_while_others_serve(
+    repo: Repo, server: ServerProcess
+) -> None:
     before = set(model_processes(server.process.pid))
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         hung = pool.submit(hang_forever, repo.transport, repo.http_url, repo.grpc_target)
