@@ -248,3 +248,13 @@ def test_no_process_outlives_the_server(folder: Path, sig: int) -> None:
         server.stop(sig)
     for pid in children:
         wait_until(lambda pid=pid: not running(pid), 20, f"model process {pid} to end")
+
+
+def test_a_load_request_cannot_lift_the_isolation(repo: Repo, server: ServerProcess) -> None:
+    entry = {"modelFormat": {"name": "python"}, "entrypoint": "iso_models:whoami"}
+    for change in ({"isolation": "none"}, {"isolation": "process", "memoryLimitBytes": 1 << 40}):
+        message = repo.expect_error("PERMISSION_DENIED", repo.load, "whoami", {**entry, **change})
+        assert "only serve.yaml can" in message
+    repo.load("whoami", {"instance_group": [{"count": 1, "kind": "KIND_CPU"}]})  # Triton config
+    pid = int(repo.infer("whoami", {"x": np.zeros(1, np.int64)})["output"][0])
+    assert pid != server.process.pid and pid in model_processes(server.process.pid)

@@ -138,6 +138,7 @@ def raw_message(header: Any, body: bytes = b"") -> bytes:
                      struct.pack("<I", 1) + b"abcd"), "longer than its elements"),
         (raw_message({"tensors": [{"name": "x", "datatype": "UINT8", "shape": [1],
                                    "nbytes": 1}] * 2}, b"ab"), "sent twice"),
+        (raw_message({"op": "infer"}) + b"extra", "5 bytes beyond the message"),
     ],
 )  # fmt: skip
 def test_a_peer_sending_nonsense_is_refused(

@@ -34,6 +34,7 @@ MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_TENSOR_BYTES = 1 << 40
 """A tensor bigger than this (1 TiB) is a broken peer, not a message."""
 _IOV_MAX = 512  # pieces per sendmsg (Linux allows 1024)
+_FIRST_READ = 64 * 1024
 
 
 class ChannelClosed(EOFError):
@@ -64,13 +65,14 @@ def recv_message(
     sock: socket.socket, deadline: float | None = None
 ) -> tuple[dict[str, Any], Arrays]:
     """Receive one message: its header (without ``tensors``) and its arrays by name."""
+    reader = _Reader(sock, deadline)
     prefix = bytearray(_LENGTH.size)
-    _recv_into(sock, memoryview(prefix), deadline)
+    reader.read_into(memoryview(prefix))
     (length,) = _LENGTH.unpack(prefix)
     if length > MAX_HEADER_BYTES:
         raise ProtocolError(f"a message header of {length} bytes")
     raw = bytearray(length)
-    _recv_into(sock, memoryview(raw), deadline)
+    reader.read_into(memoryview(raw))
     try:
         header = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -85,8 +87,40 @@ def recv_message(
         name, datatype, shape, nbytes = _checked_spec(spec)
         if name in arrays:
             raise ProtocolError(f"tensor {name!r} sent twice")
-        arrays[name] = _receive_tensor(sock, datatype, shape, nbytes, deadline)
+        arrays[name] = _receive_tensor(reader, datatype, shape, nbytes)
+    reader.finish()
     return header, arrays
+
+
+class _Reader:
+    """Reads one message. Its first ``recv`` takes up to 64 KiB, which usually holds all of a
+    small message (one system call per call's answer instead of one per piece); what a large
+    tensor needs beyond that is received straight into its array. The protocol is strictly
+    one message each way at a time, so bytes beyond the message are the peer's error."""
+
+    def __init__(self, sock: socket.socket, deadline: float | None) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._buffer = bytearray(_FIRST_READ)
+        self._start = 0
+        self._end = -1  # nothing received yet
+
+    def read_into(self, target: memoryview) -> None:
+        if self._end < 0:
+            _timeout(self._sock, self._deadline)
+            self._end = self._sock.recv_into(self._buffer)
+            if self._end == 0:
+                raise ChannelClosed("the other end closed the channel")
+        have = min(self._end - self._start, target.nbytes)
+        if have:
+            target[:have] = memoryview(self._buffer)[self._start : self._start + have]
+            self._start += have
+        if have < target.nbytes:
+            _recv_into(self._sock, target[have:], self._deadline)
+
+    def finish(self) -> None:
+        if self._start < self._end:
+            raise ProtocolError(f"{self._end - self._start} bytes beyond the message")
 
 
 def _encode(name: str, array: np.ndarray) -> tuple[str, memoryview]:
@@ -129,15 +163,15 @@ def _checked_spec(spec: object) -> tuple[str, str, tuple[int, ...], int]:
 
 
 def _receive_tensor(
-    sock: socket.socket, datatype: str, shape: tuple[int, ...], nbytes: int, deadline: float | None
+    reader: _Reader, datatype: str, shape: tuple[int, ...], nbytes: int
 ) -> np.ndarray:
     kind = DATATYPES[datatype]
     if kind.is_bytes:
         raw = bytearray(nbytes)
-        _recv_into(sock, memoryview(raw), deadline)
+        reader.read_into(memoryview(raw))
         return _unpack_bytes(raw, shape)
     array = np.empty(shape, dtype=kind.dtype)
-    _recv_into(sock, array.reshape(-1).view(np.uint8).data, deadline)
+    reader.read_into(array.reshape(-1).view(np.uint8).data)
     return array
 
 
