@@ -233,8 +233,9 @@ class IsolatedModel:
             child.dead = True
             with contextlib.suppress(OSError, ChannelClosed):
                 send_message(child.sock, {"op": "close"}, {}, time.monotonic() + 1.0)
+        end = time.monotonic() + CLOSE_GRACE_S  # one grace for all: they exit in parallel
         for child in children:
-            _stop(child, CLOSE_GRACE_S)
+            _stop(child, max(0.0, end - time.monotonic()))
 
     def watch(self, report: Callable[[str | None], None]) -> None:
         """Report this model's health to the repository (see base.Supervised)."""
