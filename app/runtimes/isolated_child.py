@@ -82,6 +82,7 @@ def _load(sock: socket.socket, header: dict[str, Any]) -> PythonModel | None:
             1,
             _overrides(header.get("inputs")),
             _overrides(header.get("outputs")),
+            name=str(header.get("model", "")),
         )
     except LoadError as exc:
         send_message(sock, {"ok": False, "message": str(exc)}, {})
@@ -92,6 +93,13 @@ def _load(sock: socket.socket, header: dict[str, Any]) -> PythonModel | None:
     except Exception as exc:  # the model's own import or load() failing in its own way
         log.exception("loading the model failed")
         send_message(sock, {"ok": False, "message": f"{type(exc).__name__}: {exc}"}, {})
+        return None
+    if model.decoupled:
+        message = (
+            "a model whose predict yields (decoupled: a stream of responses per request) cannot "
+            "run with isolation: process yet; serve it in the server's process"
+        )
+        send_message(sock, {"ok": False, "message": message}, {})
         return None
     model.fatal = (MemoryError,)
     signature = {
