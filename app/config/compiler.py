@@ -144,6 +144,17 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
             line = line_in_file(config_path, ["models", index, key])
             issues.append(ConfigIssue(f"models[{index}].{key}", line, str(exc)))
             continue
+        if model.isolation == "process" and runtime.implementation != "python":
+            line = line_in_file(config_path, ["models", index, "isolation"])
+            issues.append(
+                ConfigIssue(
+                    f"models[{index}].isolation",
+                    line,
+                    f"isolation: process runs Python models only; runtime {runtime.name!r} is "
+                    f"{runtime.implementation}",
+                )
+            )
+            continue
         options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
         models.append(plan_model(model, runtime, options, base_dir))
     try:

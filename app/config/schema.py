@@ -444,6 +444,21 @@ class ModelConfig(Section):
     """Options overriding the runtime's for this model."""
     parameters: dict[str, Any] = {}
     """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+    isolation: Literal["none", "process"] = "none"
+    """Where a Python model runs. `none` (default): in the server's process. `process`: in a
+    child process of its own (one per instance), fed over a socket, as Triton's Python backend
+    stub: a crash (segfault, abort), an out-of-memory kill or a call that hangs past
+    `timeoutSeconds` makes this model UNAVAILABLE with the reason while its process restarts,
+    and every other model keeps serving. Costs a round trip per call (tens of microseconds)."""
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400)
+    """For `isolation: process`: longest one call may run in the child process (or the
+    request's own deadline when it is shorter); past it the process is killed and restarted
+    and the request answered 503 / UNAVAILABLE. Default 60."""
+    memory_limit_bytes: int | None = Field(None, ge=64 * 1024 * 1024, le=INT64_MAX)
+    """For `isolation: process`: the child's RLIMIT_DATA (heap and private anonymous memory,
+    not shared libraries or mapped files), so an allocation past it fails with MemoryError
+    inside the model, which restarts the process and answers 503. Default: no limit. At least
+    64 MiB; the child's Python with numpy uses about 40 MiB of it before the model loads."""
 
     @field_validator("name")
     @classmethod
@@ -467,6 +482,13 @@ class ModelConfig(Section):
         for tensor in self.outputs or ():
             if tensor.format is not None:
                 raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
+        if self.isolation != "process" and (
+            self.timeout_seconds is not None or self.memory_limit_bytes is not None
+        ):
+            raise ValueError(
+                "timeoutSeconds and memoryLimitBytes apply to isolation: process only (a model "
+                "in the server's process cannot be stopped or limited on its own)"
+            )
         return self
 
 

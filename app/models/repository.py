@@ -9,6 +9,7 @@ see a half-loaded model; the old runtimes close once their in-flight requests ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
 from app.errors import NotFound, Unavailable, shown_name
 from app.runtimes import load_runtime
-from app.runtimes.base import LoadError, ModelRuntime
+from app.runtimes.base import LoadError, ModelRuntime, Supervised
 from app.shown_paths import hide_paths
 
 log = logging.getLogger("servekit.repository")
@@ -37,6 +38,10 @@ class State(StrEnum):
     LOADING = "LOADING"
     READY = "READY"
     UNLOADING = "UNLOADING"
+
+
+_SERVING = (State.READY, State.UNAVAILABLE)
+"""States a loaded version's runtime may move it between (see ModelRepository._watch)."""
 
 
 @dataclass(slots=True)
@@ -88,8 +93,12 @@ class ModelEntry:
         return sorted(v for v, e in self.versions.items() if e.state is not State.READY)
 
     def is_loaded(self) -> bool:
-        """Whether any version serves or is on its way (what unload and reload act on)."""
-        return any(e.state in (State.READY, State.LOADING) for e in self.versions.values())
+        """Whether any version serves, is on its way or holds a runtime (an isolated model
+        restarting its process): what unload and reload act on."""
+        return any(
+            e.state in (State.READY, State.LOADING) or e.runtime is not None
+            for e in self.versions.values()
+        )
 
 
 class ModelRepository:
@@ -183,6 +192,8 @@ class ModelRepository:
                     loaded.reason = shown
                 versions[source.version] = loaded
             entry = ModelEntry(plan, versions)
+            for loaded in versions.values():
+                self._watch(plan.name, loaded)
             failed = bool(entry.failed_versions()) or not versions
             if failed:
                 why = entry.reason()
@@ -197,6 +208,31 @@ class ModelRepository:
             if previous is not None:
                 await _retire(previous)
             return entry
+
+    def _watch(self, name: str, version: VersionEntry) -> None:
+        """Follow a runtime whose health can change (an isolated model's process dies and
+        restarts): its reports, from any thread, become the version's state and reason on the
+        event loop, unless the version has been retired or replaced meanwhile."""
+        runtime = version.runtime
+        if not isinstance(runtime, Supervised):
+            return
+        loop = asyncio.get_running_loop()
+
+        def apply(problem: str | None) -> None:
+            if version.runtime is not runtime or version.state not in _SERVING:
+                return
+            if problem is None:
+                version.state, version.reason = State.READY, ""
+                log.info("%s version %s is READY again", name, version.version)
+            else:
+                version.reason, version.state = problem, State.UNAVAILABLE
+                self.record_error("process", f"model {name!r}: {problem}", name)
+
+        def report(problem: str | None) -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the server has stopped
+                loop.call_soon_threadsafe(apply, problem)
+
+        runtime.watch(report)
 
     def register(self, plan: ModelPlan, reason: str = "not loaded") -> None:
         """Know a model without loading it (start-up, or a changed plan not loaded)."""

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
-from typing import Protocol
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.config.schema import TensorOverride
 from app.errors import InvalidArgument
 from app.types import ModelSignature, TensorSpec
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.schema import TensorOverride
 
 
 class LoadError(Exception):
@@ -29,6 +32,9 @@ class ModelRuntime(Protocol):
 
     signature: ModelSignature
     platform: str
+    off_loop: bool
+    """True: never call ``predict`` on the event loop thread, however fast it was measured (it
+    waits on another process and may wait up to its timeout: app/runtimes/isolated.py)."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """Run the model."""
@@ -37,6 +43,24 @@ class ModelRuntime(Protocol):
     def close(self) -> None:
         """Release the model's resources."""
         ...
+
+
+@runtime_checkable
+class Supervised(Protocol):
+    """A runtime whose health can change after it loaded (an isolated model's process may die
+    and come back); the repository shows it as the version's state."""
+
+    def watch(self, report: Callable[[str | None], None]) -> None:
+        """Call ``report(reason)`` whenever the runtime stops serving, ``report(None)`` when it
+        serves again, from any thread; called at once if it is down already."""
+        ...
+
+
+CALL_DEADLINE: ContextVar[float | None] = ContextVar("servekit_call_deadline", default=None)
+"""The ``time.monotonic()`` by which the current request must be answered, when the caller
+knows one (a client's deadline); a runtime that can stop a call (an isolated model) stops it
+then, else at its own timeout. A context variable, so it follows the call into a worker thread
+(``asyncio.to_thread`` copies the context) without changing ``predict``'s arguments."""
 
 
 def apply_overrides(

@@ -97,6 +97,7 @@ class OnnxModel:
     """A loaded ONNX model version with ``instances`` sessions used in turn."""
 
     platform = PLATFORM
+    off_loop = False
 
     def __init__(self, sessions: list[ort.InferenceSession], signature: ModelSignature) -> None:
         self._sessions = sessions

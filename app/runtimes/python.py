@@ -40,12 +40,10 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.config.compiler import ModelPlan
-from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, ServeError, Unimplemented, logged_reference
 from app.runtimes.base import Arrays, LoadError
@@ -53,6 +51,11 @@ from app.runtimes.python_hints import signature_of
 from app.runtimes.python_stream import is_generator_function, steps
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.compiler import ModelPlan
+    from app.config.schema import TensorOverride
+    from app.config.versions import VersionSource
 
 PLATFORM = "python"
 OBJECT_PREFIX = "servekit-object:"
@@ -146,6 +149,11 @@ class PythonModel:
     refuse a decoupled model, because answering once would drop or merge responses."""
 
     platform = PLATFORM
+    off_loop = False
+    fatal: tuple[type[BaseException], ...] = ()
+    """Exceptions of the model's code that ``predict`` lets through as they are instead of
+    turning them into the request's error: an isolated model's child process sets
+    ``(MemoryError,)`` so that running out of memory restarts the process."""
 
     def __init__(
         self,
@@ -174,6 +182,8 @@ class PythonModel:
         try:
             result = call(**feed) if self._by_name else call(feed)
         except ServeError:
+            raise
+        except self.fatal:
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
@@ -277,14 +287,36 @@ def decoupled_refusal(name: str) -> str:
 
 def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
     """Import (or take) the model, build its instances and read its metadata."""
-    target = resolve_entrypoint(plan.entrypoint)
-    instances = [_instantiate(target, dict(plan.parameters)) for _ in range(plan.instances)]
-    predict = _predict_of(instances[0])
-    signature, by_name = signature_of(predict, plan.inputs, plan.outputs)
+    return build(
+        plan.entrypoint,
+        plan.parameters,
+        plan.instances,
+        plan.inputs,
+        plan.outputs,
+        name=plan.name,
+        batching=plan.config is not None and plan.config.dynamic_batching is not None,
+    )
+
+
+def build(
+    entrypoint: str | None,
+    parameters: dict[str, Any],
+    instances: int,
+    inputs: tuple[TensorOverride, ...] | None,
+    outputs: tuple[TensorOverride, ...] | None,
+    *,
+    name: str = "",
+    batching: bool = False,
+) -> PythonModel:
+    """``load`` from the fields it needs (an isolated model's child process has no plan)."""
+    target = resolve_entrypoint(entrypoint)
+    built = [_instantiate(target, dict(parameters)) for _ in range(instances)]
+    predict = _predict_of(built[0])
+    signature, by_name = signature_of(predict, inputs, outputs)
     decoupled = is_generator_function(predict)
-    if decoupled and plan.config is not None and plan.config.dynamic_batching is not None:
+    if decoupled and batching:
         raise LoadError(
             "a model whose predict yields (decoupled: a stream of responses per request) "
             "cannot use dynamic batching; remove dynamic_batching from its config"
         )
-    return PythonModel(instances, signature, by_name, plan.name, decoupled)
+    return PythonModel(built, signature, by_name, name, decoupled)

@@ -15,16 +15,18 @@ import collections.abc
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.config.schema import TensorOverride
 from app.datatypes import DATATYPES, from_numpy
 from app.errors import InvalidArgument
 from app.runtimes.base import LoadError
 from app.runtimes.python_stream import is_generator_function
 from app.types import ModelSignature, TensorSpec
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.schema import TensorOverride
 
 DEFAULT_SHAPE: tuple[int, ...] = (-1,)
 _STREAMS = (

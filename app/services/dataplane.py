@@ -275,7 +275,10 @@ class DataPlane:
             if batching is not None:
                 batcher = self._batcher(entry.plan, version, stats)
                 results, queue_ns = await batcher.submit(feed, names)
-            elif self._compute_avg_ns.get(key, 0.0) <= self._state.inline_below_ns:
+            elif (
+                self._compute_avg_ns.get(key, 0.0) <= self._state.inline_below_ns
+                and not runtime.off_loop  # waits on a process: never on the loop
+            ):
                 results = runtime.predict(feed, names)
             else:
                 results, busy_ns = await asyncio.to_thread(_predict_timed, runtime, feed, names)
