@@ -34,12 +34,14 @@ from app.errors import InvalidArgument, ServeError, internal_error
 from app.protos import grps_pb2 as pb
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
+from app.rest.infer import read_body
 from app.rest.inject import Dataplane
 from app.services import grps as grps_reply
 
 log = logging.getLogger("servekit.grps")
 JSON = "application/json"
 OCTETS = "application/octet-stream"
+ENCODING = "content-encoding"
 BOTH = [HttpMethod.GET, HttpMethod.POST]
 AnyRequest = Request[Any, Any, Any]
 
@@ -69,7 +71,10 @@ async def _read(
         streaming = _flag(request.query_params.get(control.ctrl_key))
     elif control is not None and control.ctrl_mode == "header_param":
         streaming = _flag(request.headers.get(control.ctrl_key))
-    body = await request.body()
+    # bytes() of a bytes object is that object: only a large body read into a buffer is copied
+    body = bytes(
+        await read_body(request.scope, request.receive, None, request.headers.get(ENCODING))
+    )
     if request.content_type[0].lower() == OCTETS:
         return pb.GrpsMessage(bin_data=body), None, streaming
     obj = grps_json.parse_object(body)

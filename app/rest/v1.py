@@ -41,7 +41,8 @@ async def predict(
     if verb != "predict" or not model:
         raise NotFound(f"unknown V1 endpoint {shown_name(target)}; use /v1/models/<name>:predict")
     limit = dataplane.plan.server.max_json_request_bytes
-    body = v2_json.loads(await read_body(request.scope, request.receive, limit))
+    encoding = request.headers.get("content-encoding")
+    body = v2_json.loads(await read_body(request.scope, request.receive, limit, encoding))
     if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
         raise InvalidArgument("a V1 predict request is a JSON object with an 'instances' list")
     instances: list[Any] = body["instances"]
