@@ -26,7 +26,7 @@ from app.datatypes import (
     lookup,
     narrow_integers,
 )
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, contents_with_raw
 from app.protos import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -77,6 +77,10 @@ def parameter_to_proto(value: object) -> pb.InferParameter:
 def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     """Build an InferRequest from a ModelInferRequest, refusing inconsistent data early."""
     raw = msg.raw_input_contents
+    if raw:
+        for item in msg.inputs:  # Triton checks this first, and its clients check its words
+            if item.HasField("contents") and item.contents.ListFields():
+                raise contents_with_raw(item.name, msg.model_name)
     if raw and len(raw) != len(msg.inputs):
         raise InvalidArgument(
             f"raw_input_contents has {len(raw)} entries but the request has {len(msg.inputs)} "
@@ -90,10 +94,6 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
         if shape and (min(shape) < 0 or len(shape) > MAX_DIMS):
             check_shape(name, shape)  # raises with the message
         if raw:
-            if item.HasField("contents") and item.contents.ListFields():
-                raise InvalidArgument(
-                    f"input {name!r} has both typed contents and raw_input_contents"
-                )
             array = tensor_from_bytes(name, datatype, shape, raw[index])
         else:
             array = typed_to_array(name, datatype, shape, item.contents)

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
-from app.errors import NotFound, Unavailable, shown_name
+from app.errors import Unavailable, shown_name, unknown_model, version_not_integral
 from app.runtimes import load_runtime
 from app.runtimes.base import LoadError, ModelRuntime
 from app.shown_paths import hide_paths
@@ -123,7 +123,7 @@ class ModelRepository:
         """The entry serving ``name`` at ``version`` (None: default or highest ready)."""
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {shown_name(name)}")
+            raise unknown_model(name)
         if version is None or version == "":
             default = entry.plan.default_version
             if default is not None:
@@ -135,11 +135,11 @@ class ModelRepository:
                 number = ready[-1]
         else:
             if not version.isdigit():
-                raise NotFound(f"model {shown_name(name)} has no version {shown_name(version)}")
+                raise version_not_integral(version, f"model {shown_name(name)} has {_has(entry)}")
             number = int(version)
         found = entry.versions.get(number)
         if found is None:
-            raise NotFound(f"model {shown_name(name)} has no version {number}")
+            raise unknown_model(name, number, f"it has {_has(entry)}")
         if found.state is not State.READY:
             why = f": {found.reason}" if found.reason else ""
             raise Unavailable(
@@ -150,7 +150,7 @@ class ModelRepository:
     def get(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {shown_name(name)}")
+            raise unknown_model(name)
         return entry
 
     def names(self) -> list[str]:
@@ -293,3 +293,11 @@ async def _retire(entry: ModelEntry) -> None:
         version.runtime = None
         version.state = State.UNAVAILABLE
         version.reason = "unloaded"
+
+
+def _has(entry: ModelEntry) -> str:
+    """'versions 1, 2' (or 'no versions'): the detail a version error adds to Triton's words."""
+    numbers = sorted(entry.versions)
+    if not numbers:
+        return "no versions"
+    return ("version " if len(numbers) == 1 else "versions ") + ", ".join(map(str, numbers))

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from app.codecs.grps import CARRIER, KINDS, decode_request, request_kind
 from app.datatypes import as_bytes_array
-from app.errors import InvalidArgument, NotFound, Unimplemented, shown_name
+from app.errors import InvalidArgument, NotFound, Unimplemented, unknown_model
 from app.protos import grps_pb2 as pb
 from app.services.dataplane import DataPlane
 from app.types import InferResponse, Tensor
@@ -181,6 +181,4 @@ def select_model(dataplane: DataPlane, model: str) -> tuple[str, str | None]:
     name, dash, version = model.rpartition("-")
     if dash and name in names:
         return name, version or None
-    raise NotFound(
-        f"unknown model {shown_name(model)} (expected name or name-version of {', '.join(names)})"
-    )
+    raise unknown_model(model, detail=f"expected name or name-version of {', '.join(names)}")
