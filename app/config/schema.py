@@ -430,6 +430,19 @@ class ModelConfig(Section):
     """Options overriding the runtime's for this model."""
     parameters: dict[str, Any] = {}
     """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+    grps_message: bool = False
+    """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
+    does (also when predict's one argument is annotated GrpsMessage)."""
+    version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
+    """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead."""
+
+    @field_validator("version_labels")
+    @classmethod
+    def _labels_are_not_numbers(cls, value: dict[str, int]) -> dict[str, int]:
+        for label in value:
+            if label.isdigit():
+                raise ValueError(f"version label {label!r} is a number; labels name versions")
+        return value
 
     @field_validator("name")
     @classmethod

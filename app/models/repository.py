@@ -134,9 +134,7 @@ class ModelRepository:
                     raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
                 number = ready[-1]
         else:
-            if not version.isdigit():
-                raise version_not_integral(version, f"model {shown_name(name)} has {_has(entry)}")
-            number = int(version)
+            number = int(version) if version.isdigit() else _labelled(entry, name, version)
         found = entry.versions.get(number)
         if found is None:
             raise unknown_model(name, number, f"it has {_has(entry)}")
@@ -301,3 +299,15 @@ def _has(entry: ModelEntry) -> str:
     if not numbers:
         return "no versions"
     return ("version " if len(numbers) == 1 else "versions ") + ", ".join(map(str, numbers))
+
+
+def _labelled(entry: ModelEntry, name: str, version: str) -> int:
+    """The number serve.yaml's ``versionLabels`` gives ``version`` (grps' ``1.0.0``), else
+    Triton's refusal of a version that is not a number."""
+    config = entry.plan.config
+    labels = config.version_labels if config is not None else {}
+    number = labels.get(version)
+    if number is None:
+        named = f" or a label ({', '.join(map(repr, labels))})" if labels else ""
+        raise version_not_integral(version, f"model {shown_name(name)} has {_has(entry)}{named}")
+    return number

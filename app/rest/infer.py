@@ -104,10 +104,8 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     headers = [_JSON_TYPE, size]
     if json_length is not None:
         headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
-    if accept is not None:
-        headers.append(_VARY)
-        if coding is not None:
-            headers.append((_CONTENT_ENCODING, coding.encode()))
+    if coding is not None:
+        headers += [(_CONTENT_ENCODING, coding.encode()), _VARY]
     start: HTTPResponseStartEvent = {
         "type": "http.response.start",
         "status": 200,

@@ -37,15 +37,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
-from app.errors import Internal, ServeError, logged_reference
+from app.errors import Internal, InvalidArgument, ServeError, logged_reference
+from app.protos import grps_pb2
 from app.runtimes.base import Arrays, LoadError
 from app.runtimes.python_hints import signature_of
 from app.shown_paths import hide_paths
-from app.types import ModelSignature
+from app.types import GRPS_MESSAGE, ModelSignature, TensorSpec
 
 PLATFORM = "python"
 OBJECT_PREFIX = "servekit-object:"
@@ -209,5 +211,85 @@ def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
     """Import (or take) the model, build its instances and read its metadata."""
     target = resolve_entrypoint(plan.entrypoint)
     instances = [_instantiate(target, dict(plan.parameters)) for _ in range(plan.instances)]
-    signature, by_name = signature_of(_predict_of(instances[0]), plan.inputs, plan.outputs)
+    predict = _predict_of(instances[0])
+    declared = plan.config is not None and plan.config.grps_message
+    if declared or takes_grps_message(predict):
+        if plan.inputs or plan.outputs or plan.max_batch_size:
+            raise LoadError(
+                "a model that takes whole GrpsMessages has no declared inputs, outputs or "
+                "maxBatchSize (its one input and output are the message)"
+            )
+        return GrpsMessageModel(instances, MESSAGE_SIGNATURE)
+    signature, by_name = signature_of(predict, plan.inputs, plan.outputs)
     return PythonModel(instances, signature, by_name)
+
+
+# -- models that take whole grps messages ---------------------------------------------------------
+_MESSAGE_SPEC = TensorSpec(GRPS_MESSAGE, "BYTES", (1,))
+MESSAGE_SIGNATURE = ModelSignature((_MESSAGE_SPEC,), (_MESSAGE_SPEC,), grps_message=True)
+"""One BYTES element in, one out: a serialized GrpsMessage each way (app/services/grps.py)."""
+
+
+def takes_grps_message(predict: Callable[..., Any]) -> bool:
+    """Whether predict's one argument is annotated ``GrpsMessage`` (servekit's generated class,
+    grps' own, or the name as a string), the other way to ask for whole messages."""
+    try:
+        params = list(inspect.signature(predict).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if len(params) != 1:
+        return False
+    annotation = params[0].annotation
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return isinstance(name, str) and name.rpartition(".")[2] == "GrpsMessage"
+
+
+class GrpsMessageModel(PythonModel):
+    """A Python model written as a grps model: ``predict(message) -> message``.
+
+    The message crosses the dataplane serialized in one BYTES element (so statistics, limits
+    and the one inference path apply as for any model); here it becomes a ``GrpsMessage`` for
+    the model. The model may return a GrpsMessage, a str (``str_data``) or bytes
+    (``bin_data``).
+    """
+
+    def __init__(self, instances: list[object], signature: ModelSignature) -> None:
+        super().__init__(instances, signature, by_name=False)
+
+    def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+        raw = as_bytes_array(inputs[GRPS_MESSAGE]).reshape(-1)
+        if raw.size != 1:
+            raise InvalidArgument(f"{GRPS_MESSAGE} holds one serialized GrpsMessage")
+        try:
+            message = grps_pb2.GrpsMessage.FromString(bytes(raw[0]))
+        except DecodeError:
+            raise InvalidArgument(f"{GRPS_MESSAGE} is not a serialized GrpsMessage") from None
+        call = self._free.get()
+        try:
+            result = call(message)
+        except ServeError:
+            raise
+        except Exception as exc:
+            raise Internal(_user_error(exc)) from None
+        finally:
+            self._free.put(call)
+        reply = _as_message(result)
+        return {GRPS_MESSAGE: np.array([reply.SerializeToString()], dtype=object)}
+
+
+def _as_message(result: object) -> grps_pb2.GrpsMessage:
+    if isinstance(result, str):
+        return grps_pb2.GrpsMessage(str_data=result)
+    if isinstance(result, bytes):
+        return grps_pb2.GrpsMessage(bin_data=result)
+    serialize = getattr(result, "SerializeToString", None)  # also grps' own GrpsMessage class
+    if type(result).__name__ == "GrpsMessage" and callable(serialize):
+        if isinstance(result, grps_pb2.GrpsMessage):
+            return result
+        converted = grps_pb2.GrpsMessage()
+        converted.ParseFromString(serialize())
+        return converted
+    raise Internal(
+        f"the model returned {type(result).__name__}; a model that takes GrpsMessages returns "
+        "a GrpsMessage, a str (str_data) or bytes (bin_data)"
+    )
