@@ -191,3 +191,22 @@ def test_zip_bomb_is_refused_with_413(small_limits: str) -> None:
             big = np.zeros((2048, 16), dtype=np.float32)
             client.infer("mlp", mlp_inputs(True, big), request_compression_algorithm="gzip")
     client.close()
+
+
+def test_v1_and_grps_answers_compressed_when_asked(http: httpx.Client) -> None:
+    rows = np.random.default_rng(3).standard_normal((64, 16)).astype(np.float32)
+    body = json.dumps({"instances": rows.tolist()}).encode()
+    grps_body = {"model": "identity_bytes", "str_data": "grps " * 400}
+    plain_v1 = http.post("/v1/models/mlp:predict", content=body, headers={"Accept-Encoding": ""})
+    plain_grps = http.post(
+        "/grps/v1/infer/predict", json=grps_body, headers={"Accept-Encoding": ""}
+    )
+    assert "content-encoding" not in plain_v1.headers
+    assert "content-encoding" not in plain_grps.headers
+    for coding in ("gzip", "deflate"):
+        asked = {"Accept-Encoding": coding}
+        v1 = http.post("/v1/models/mlp:predict", content=body, headers=asked)
+        assert v1.headers["content-encoding"] == coding and v1.json() == plain_v1.json()
+        grps = http.post("/grps/v1/infer/predict", json=grps_body, headers=asked)
+        assert grps.headers["content-encoding"] == coding and grps.json() == plain_grps.json()
+        assert int(grps.headers["content-length"]) < len(plain_grps.content)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 
+from litestar import Response
 from litestar.exceptions import HTTPException
 
 from app.errors import InvalidArgument, shown_name
@@ -154,3 +155,16 @@ async def compress_async(content: bytes, name: str) -> bytes:
     if len(content) < OFF_LOOP_BYTES:
         return compress(content, name)
     return await asyncio.to_thread(compress, content, name)
+
+
+async def compressed(accept: str | None, response: Response[bytes]) -> Response[bytes]:
+    """``response`` (bytes content), compressed in place when ``accept`` (the request's
+    Accept-Encoding) asks and the body is worth it: for the Litestar-built answers (V1, grps)."""
+    content = response.content
+    if accept is None or not isinstance(content, bytes) or len(content) < WORTH_BYTES:
+        return response
+    coding = accepted(accept)
+    if coding is not None:
+        response.content = await compress_async(content, coding)
+        response.headers.update({"Content-Encoding": coding, "Vary": "Accept-Encoding"})
+    return response

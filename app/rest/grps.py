@@ -32,6 +32,7 @@ from app.config.auth import ApiGroup
 from app.config.schema import GrpsStreaming
 from app.errors import InvalidArgument, ServeError, internal_error
 from app.protos import grps_pb2 as pb
+from app.rest import compression
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
 from app.rest.infer import read_body
@@ -170,7 +171,7 @@ async def predict(request: AnyRequest, dataplane: Dataplane) -> Response[Any]:
     except Exception as exc:
         return _failure(exc)
     if not streaming:
-        return reply
+        return await compression.compressed(request.headers.get("accept-encoding"), reply)
     chunk = reply.content if reply.media_type == OCTETS else bytes(reply.content) + b"\n"
     # As a header, not media_type: Litestar appends "; charset=utf-8" to any text/* media type,
     # even one that already names its charset; the configured value is sent as written.
