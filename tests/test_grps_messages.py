@@ -162,6 +162,11 @@ def test_a_model_declared_grps_message_in_serve_yaml(
         assert reply["str_data"] == "hello grps."
     reply = stub.Predict(pb.GrpsMessage(model="template", bin_data=b"x"), timeout=30)
     assert reply.str_data == "hello grps." and reply.model == "template-1"
+    # as grps: return-ndarray of a reply without a numeric gtensor is the model's failure
+    answer = http.post(PREDICT, params={"model": "template", "return-ndarray": "true"},
+                       json={"ndarray": [[1.0, 2.0]]})  # fmt: skip
+    assert answer.status_code == 500
+    assert "the model answered str_data" in answer.json()["status"]["msg"]
 
 
 def test_unknown_json_fields_are_ignored(http: httpx.Client) -> None:

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from app.codecs.grps import CARRIER, KINDS, decode_request, request_kind
 from app.datatypes import as_bytes_array
-from app.errors import InvalidArgument, NotFound, Unimplemented, unknown_model
+from app.errors import Internal, InvalidArgument, NotFound, Unimplemented, unknown_model
 from app.protos import grps_pb2 as pb
 from app.services.dataplane import DataPlane
 from app.types import GRPS_MESSAGE, InferRequest, InferResponse, Tensor
@@ -183,7 +183,10 @@ def ndarray_output(response: InferResponse) -> NDArray[Any]:
     if response.outputs and response.outputs[0].name == GRPS_MESSAGE:
         tensors = _reply_of(response).gtensors.tensors
         if len(tensors) != 1 or KINDS[tensors[0].dtype].wire is None:
-            raise InvalidArgument("return-ndarray needs a reply with one numeric gtensor")
+            raise Internal(  # as grps: the model's reply, not the request, is at fault
+                "return-ndarray needs a reply with one numeric gtensor; the model answered "
+                f"{_reply_of(response).WhichOneof('data_oneof') or 'no data'}"
+            )
         flat = getattr(tensors[0], KINDS[tensors[0].dtype].field)
         return np.asarray(flat).reshape(tuple(tensors[0].shape))
     outputs = response.outputs
