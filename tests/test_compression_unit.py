@@ -77,3 +77,11 @@ def test_compress_round_trips(coding: str) -> None:
     packed = compression.compress(data, coding)
     unpack = gzip.decompress if coding == "gzip" else zlib.decompress
     assert unpack(packed) == data
+
+
+def test_deflate_without_zlib_framing_is_accepted() -> None:
+    data = b"raw deflate " * 50
+    encoder = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    raw = encoder.compress(data) + encoder.flush()
+    assert compression.decode(raw, ["deflate"], 10**6, TOO_LARGE) == data
+    assert compression.decode(zlib.compress(data), ["deflate"], 10**6, TOO_LARGE) == data

@@ -83,6 +83,8 @@ async def decode_async(
 
 def _inflate(data: bytes | bytearray, name: str, limit: float, too_large: Exception) -> bytes:
     wbits = _WBITS[name]
+    if name == "deflate" and not _zlib_header(data):
+        wbits = -zlib.MAX_WBITS  # some clients send deflate without the zlib framing
     pieces: list[bytes] = []
     produced = 0
     view = memoryview(data)
@@ -115,6 +117,11 @@ def _inflate(data: bytes | bytearray, name: str, limit: float, too_large: Except
     if view:
         raise InvalidArgument(f"request body has {len(view)} bytes after its {name} data")
     return b"".join(pieces)
+
+
+def _zlib_header(data: bytes | bytearray) -> bool:
+    """Whether ``data`` starts with a zlib header (RFC 1950: method 8, a check multiple of 31)."""
+    return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
 
 
 def accepted(header: bytes | str) -> str | None:
