@@ -241,7 +241,7 @@ def takes_grps_message(predict: Callable[..., Any]) -> bool:
         return False
     annotation = params[0].annotation
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    return isinstance(name, str) and name.rpartition(".")[2] == "GrpsMessage"
+    return isinstance(name, str) and name.strip("'\" ").rpartition(".")[2] == "GrpsMessage"
 
 
 class GrpsMessageModel(PythonModel):
