@@ -240,7 +240,7 @@ def plan_model(
     versions: tuple[VersionSource, ...] = ()
     if model.storage_uri is not None:
         location = (base_dir / model.storage_uri).resolve()
-        found, problem = discover_versions(location)
+        found, problem = discover_versions(location, model.version_labels)
         versions = select_versions(found, model.version_policy)
         if not problem and not any(v.path for v in versions):
             # Versions that are on disk but cannot load say why ('1' and '01', no model file);

@@ -434,7 +434,8 @@ class ModelConfig(Section):
     """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
     does (also when predict's one argument is annotated GrpsMessage)."""
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
-    """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead."""
+    """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
+    and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
 
     @field_validator("version_labels")
     @classmethod
