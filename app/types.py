@@ -92,6 +92,10 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
+GRPS_MESSAGE = "GRPS_MESSAGE"
+"""Input and output of a model that takes whole grps messages."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSignature:
     """What a loaded model version takes and gives.
@@ -102,6 +106,9 @@ class ModelSignature:
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    grps_message: bool = False
+    """The model takes and gives whole grps messages: one BYTES input and output named
+    :data:`GRPS_MESSAGE` holding a serialized GrpsMessage (app/services/grps.py)."""
     input_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
     output_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
 

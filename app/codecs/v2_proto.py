@@ -27,7 +27,7 @@ from app.datatypes import (
     lookup,
     narrow_integers,
 )
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, contents_with_raw
 from app.protos import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -81,6 +81,10 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     An input naming a shared-memory region has no contents; ``raw_input_contents`` then holds
     one entry per other input, in order (as tritonclient sends them)."""
     raw = msg.raw_input_contents
+    if raw:
+        for item in msg.inputs:  # Triton checks this first, and its clients check its words
+            if item.HasField("contents") and item.contents.ListFields():
+                raise contents_with_raw(item.name, msg.model_name)
     taken = 0
     shared = False
     inputs: list[Tensor] = []
@@ -99,10 +103,6 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
             shared = True
             array = IN_SHARED_MEMORY  # read by the DataPlane from the region
         elif raw:
-            if item.HasField("contents") and item.contents.ListFields():
-                raise InvalidArgument(
-                    f"input {name!r} has both typed contents and raw_input_contents"
-                )
             if taken >= len(raw):
                 raise _raw_count(msg)
             array = tensor_from_bytes(name, datatype, shape, raw[taken])

@@ -265,7 +265,7 @@ def plan_model(
     labels: tuple[str, ...] = ()
     if model.storage_uri is not None:
         location = (base_dir / model.storage_uri).resolve()
-        found, problem = discover_versions(location)
+        found, problem = discover_versions(location, model.version_labels)
         labels, labels_problem = read_labels(location)
         problem = problem or labels_problem
         versions = select_versions(found, model.version_policy)

@@ -459,6 +459,20 @@ class ModelConfig(Section):
     not shared libraries or mapped files), so an allocation past it fails with MemoryError
     inside the model, which restarts the process and answers 503. Default: no limit. At least
     64 MiB; the child's Python with numpy uses about 40 MiB of it before the model loads."""
+    grps_message: bool = False
+    """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
+    does (also when predict's one argument is annotated GrpsMessage)."""
+    version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
+    """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
+    and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
+
+    @field_validator("version_labels")
+    @classmethod
+    def _labels_are_not_numbers(cls, value: dict[str, int]) -> dict[str, int]:
+        for label in value:
+            if label.isdigit():
+                raise ValueError(f"version label {label!r} is a number; labels name versions")
+        return value
 
     @field_validator("name")
     @classmethod

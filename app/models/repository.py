@@ -19,7 +19,7 @@ from typing import Any
 
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
-from app.errors import NotFound, Unavailable, shown_name
+from app.errors import Unavailable, shown_name, unknown_model, version_not_integral
 from app.runtimes import load_runtime
 from app.runtimes.base import LoadError, ModelRuntime, Supervised
 from app.shown_paths import hide_paths
@@ -132,7 +132,7 @@ class ModelRepository:
         """The entry serving ``name`` at ``version`` (None: default or highest ready)."""
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {shown_name(name)}")
+            raise unknown_model(name)
         if version is None or version == "":
             default = entry.plan.default_version
             if default is not None:
@@ -143,12 +143,10 @@ class ModelRepository:
                     raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
                 number = ready[-1]
         else:
-            if not version.isdigit():
-                raise NotFound(f"model {shown_name(name)} has no version {shown_name(version)}")
-            number = int(version)
+            number = int(version) if version.isdigit() else _labelled(entry, name, version)
         found = entry.versions.get(number)
         if found is None:
-            raise NotFound(f"model {shown_name(name)} has no version {number}")
+            raise unknown_model(name, number, f"it has {_has(entry)}")
         if found.state is not State.READY:
             why = f": {found.reason}" if found.reason else ""
             raise Unavailable(
@@ -159,7 +157,7 @@ class ModelRepository:
     def get(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {shown_name(name)}")
+            raise unknown_model(name)
         return entry
 
     def names(self) -> list[str]:
@@ -329,3 +327,23 @@ async def _retire(entry: ModelEntry) -> None:
         version.runtime = None
         version.state = State.UNAVAILABLE
         version.reason = "unloaded"
+
+
+def _has(entry: ModelEntry) -> str:
+    """'versions 1, 2' (or 'no versions'): the detail a version error adds to Triton's words."""
+    numbers = sorted(entry.versions)
+    if not numbers:
+        return "no versions"
+    return ("version " if len(numbers) == 1 else "versions ") + ", ".join(map(str, numbers))
+
+
+def _labelled(entry: ModelEntry, name: str, version: str) -> int:
+    """The number serve.yaml's ``versionLabels`` gives ``version`` (grps' ``1.0.0``), else
+    Triton's refusal of a version that is not a number."""
+    config = entry.plan.config
+    labels = config.version_labels if config is not None else {}
+    number = labels.get(version)
+    if number is None:
+        named = f" or a label ({', '.join(map(repr, labels))})" if labels else ""
+        raise version_not_integral(version, f"model {shown_name(name)} has {_has(entry)}{named}")
+    return number

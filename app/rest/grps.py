@@ -34,8 +34,10 @@ from app.config.auth import ApiGroup
 from app.config.schema import GrpsStreaming
 from app.errors import InvalidArgument, ServeError, internal_error
 from app.protos import grps_pb2 as pb
+from app.rest import compression
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
+from app.rest.infer import read_body
 from app.rest.inject import Dataplane
 from app.services import grps as grps_reply
 from app.types import InferResponse
@@ -43,6 +45,7 @@ from app.types import InferResponse
 log = logging.getLogger("servekit.grps")
 JSON = "application/json"
 OCTETS = "application/octet-stream"
+ENCODING = "content-encoding"
 BOTH = [HttpMethod.GET, HttpMethod.POST]
 AnyRequest = Request[Any, Any, Any]
 
@@ -72,7 +75,10 @@ async def _read(
         streaming = _flag(request.query_params.get(control.ctrl_key))
     elif control is not None and control.ctrl_mode == "header_param":
         streaming = _flag(request.headers.get(control.ctrl_key))
-    body = await request.body()
+    # bytes() of a bytes object is that object: only a large body read into a buffer is copied
+    body = bytes(
+        await read_body(request.scope, request.receive, None, request.headers.get(ENCODING))
+    )
     if request.content_type[0].lower() == OCTETS:
         return pb.GrpsMessage(bin_data=body), None, streaming
     obj = grps_json.parse_object(body)
@@ -159,7 +165,8 @@ async def predict(request: AnyRequest, dataplane: Dataplane) -> Response[Any]:
         kind, response = await grps_reply.predict(
             dataplane, message, query_model=query.get("model") or "", ndarray=ndarray
         )
-        return _answer(response, kind, ndarray_out)
+        reply = _answer(response, kind, ndarray_out)
+        return await compression.compressed(request.headers.get("accept-encoding"), reply)
     except Exception as exc:
         return _failure(exc)
 

@@ -37,15 +37,18 @@ from litestar.types import (
 from app.codecs import v2_binary, v2_json
 from app.config.auth import AccessPolicy, ApiGroup
 from app.errors import ResourceExhausted
-from app.rest import large
+from app.rest import compression, large
 from app.rest.access import client_of, group_opt
 from app.services.dataplane import DataPlane
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
 _AUTHORIZATION = b"authorization"
+_CONTENT_ENCODING = b"content-encoding"
+_ACCEPT_ENCODING = b"accept-encoding"
 _JSON_TYPE = (b"content-type", b"application/json")
 _BINARY_TYPE = (b"content-type", b"application/octet-stream")
+_VARY = (b"vary", b"accept-encoding")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,16 +72,22 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     access = fast.access
     raw_length = None
     authorization = None
+    encoding = None
+    accept = None
     for key, value in scope["headers"]:  # ASGI header names are lower-case bytes
         if key == _HEADER_LENGTH:
             raw_length = value.decode("latin-1")
         elif key == _AUTHORIZATION:
             authorization = value
+        elif key == _CONTENT_ENCODING:
+            encoding = value
+        elif key == _ACCEPT_ENCODING:
+            accept = value
     # Litestar's guards do not run on this fast path (see app/rest/access.py).
     if access.enabled and not access.allows(ApiGroup.INFERENCE, authorization):
         access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
     json_limit = fast.json_limit if raw_length is None else None
-    body = await read_body(scope, receive, json_limit)
+    body = await read_body(scope, receive, json_limit, encoding)
     header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
         if len(body) < large.OFF_LOOP_BYTES:
@@ -98,10 +107,17 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         del body
         content, json_length = await large.encode(infer_request, response)
         del infer_request, response
+    coding = None
+    if accept is not None and len(content) >= compression.WORTH_BYTES:
+        coding = compression.accepted(accept)
+        if coding is not None:
+            content = await compression.compress_async(content, coding)
     size = (_CONTENT_LENGTH, str(len(content)).encode())
     headers = [_JSON_TYPE, size]
     if json_length is not None:
         headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
+    if coding is not None:
+        headers += [(_CONTENT_ENCODING, coding.encode()), _VARY]
     start: HTTPResponseStartEvent = {
         "type": "http.response.start",
         "status": 200,
@@ -120,15 +136,21 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 async def read_body(
-    scope: Scope, receive: Receive, json_limit: int | None = None
+    scope: Scope,
+    receive: Receive,
+    json_limit: int | None = None,
+    encoding: bytes | str | None = None,
 ) -> bytes | bytearray:
-    """The whole request body, refused as Litestar's ``Request.body()`` would refuse it.
+    """The whole request body, refused as Litestar's ``Request.body()`` would refuse it, and
+    decoded if ``encoding`` (the Content-Encoding header) names gzip or deflate.
 
     The route's ``request_max_body_size`` (and ``json_limit``, for a JSON request) bounds both
     the announced Content-Length (checked before anything is read) and the bytes actually
-    received. A large announced body is read into one buffer of its size (no second copy when
-    the chunks are joined).
+    received, and then again the decoded bytes (app/rest/compression.py: a zip bomb is refused
+    without being inflated). A large announced body is read into one buffer of its size (no
+    second copy when the chunks are joined).
     """
+    names = compression.codings(encoding) if encoding is not None else None  # 415 before reading
     handler = cast("HTTPRouteHandler", scope["route_handler"])
     limit = handler.resolve_request_max_body_size() or math.inf
     json_limited = False
@@ -147,7 +169,12 @@ async def read_body(
                 raise _too_large(limit, json_limited)
             break
     if announced >= large.OFF_LOOP_BYTES:
-        return await large.read_into_buffer(receive, announced)
+        buffer = await large.read_into_buffer(receive, announced)
+        if names:
+            return await compression.decode_async(
+                buffer, names, limit, _too_large(limit, json_limited)
+            )
+        return buffer
     chunks: list[bytes] = []
     received = 0
     while True:
@@ -163,7 +190,10 @@ async def read_body(
                 break
         elif message["type"] == "http.disconnect":
             raise InternalServerException("client disconnected prematurely")
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if names:
+        return await compression.decode_async(body, names, limit, _too_large(limit, json_limited))
+    return body
 
 
 def _too_large(limit: float, json_limited: bool) -> Exception:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from litestar import Request, get, post
+from litestar import Request, Response, get, post
 from litestar.params import FromPath
 
 from app.codecs import v2_json
@@ -17,6 +17,7 @@ from app.codecs.v2_json import json_data_to_array
 from app.config.auth import ApiGroup
 from app.datatypes import lookup
 from app.errors import InvalidArgument, NotFound, shown_name
+from app.rest import compression
 from app.rest.access import group_opt
 from app.rest.infer import read_body
 from app.rest.inject import Dataplane
@@ -36,12 +37,13 @@ def model_status(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
 @post("/v1/models/{target:str}", opt=group_opt(ApiGroup.INFERENCE), status_code=200)
 async def predict(
     request: Request[Any, Any, Any], dataplane: Dataplane, target: FromPath[str]
-) -> dict[str, Any]:
+) -> Response[bytes]:
     model, _, verb = target.rpartition(":")
     if verb != "predict" or not model:
         raise NotFound(f"unknown V1 endpoint {shown_name(target)}; use /v1/models/<name>:predict")
     limit = dataplane.plan.server.max_json_request_bytes
-    body = v2_json.loads(await read_body(request.scope, request.receive, limit))
+    encoding = request.headers.get("content-encoding")
+    body = v2_json.loads(await read_body(request.scope, request.receive, limit, encoding))
     if not isinstance(body, dict) or not isinstance(body.get("instances"), list):
         raise InvalidArgument("a V1 predict request is a JSON object with an 'instances' list")
     instances: list[Any] = body["instances"]
@@ -62,7 +64,9 @@ async def predict(
         inputs.append(Tensor(spec.name, spec.datatype, tuple(tensor.shape), tensor))
     response = await dataplane.infer(InferRequest(model_name=model, inputs=inputs))
     first = response.outputs[0]
-    return {"predictions": v2_json.output_json_data_nested(first)}
+    content = v2_json.dumps({"predictions": v2_json.output_json_data_nested(first)})
+    answer = Response(content, media_type="application/json")
+    return await compression.compressed(request.headers.get("accept-encoding"), answer)
 
 
 def _field(item: Any, name: str, position: int) -> Any:

@@ -43,14 +43,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from app.datatypes import DATATYPES, as_bytes_array
-from app.errors import Internal, ServeError, Unimplemented, logged_reference
+from app.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
+from app.protos import grps_pb2
 from app.runtimes.base import Arrays, LoadError
 from app.runtimes.python_hints import signature_of
 from app.runtimes.python_stream import is_generator_function, steps
 from app.shown_paths import hide_paths
-from app.types import ModelSignature
+from app.types import GRPS_MESSAGE, ModelSignature, TensorSpec
 
 if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
     from app.config.compiler import ModelPlan
@@ -295,6 +297,8 @@ def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
         plan.outputs,
         name=plan.name,
         batching=plan.config is not None and plan.config.dynamic_batching is not None,
+        grps_message=plan.config is not None and plan.config.grps_message,
+        max_batch_size=plan.max_batch_size,
     )
 
 
@@ -307,11 +311,20 @@ def build(
     *,
     name: str = "",
     batching: bool = False,
+    grps_message: bool = False,
+    max_batch_size: int = 0,
 ) -> PythonModel:
     """``load`` from the fields it needs (an isolated model's child process has no plan)."""
     target = resolve_entrypoint(entrypoint)
     built = [_instantiate(target, dict(parameters)) for _ in range(instances)]
     predict = _predict_of(built[0])
+    if grps_message or takes_grps_message(predict):
+        if inputs or outputs or max_batch_size:
+            raise LoadError(
+                "a model that takes whole GrpsMessages has no declared inputs, outputs or "
+                "maxBatchSize (its one input and output are the message)"
+            )
+        return GrpsMessageModel(built, MESSAGE_SIGNATURE)
     signature, by_name = signature_of(predict, inputs, outputs)
     decoupled = is_generator_function(predict)
     if decoupled and batching:
@@ -320,3 +333,74 @@ def build(
             "cannot use dynamic batching; remove dynamic_batching from its config"
         )
     return PythonModel(built, signature, by_name, name, decoupled)
+
+
+# -- models that take whole grps messages ---------------------------------------------------------
+_MESSAGE_SPEC = TensorSpec(GRPS_MESSAGE, "BYTES", (1,))
+MESSAGE_SIGNATURE = ModelSignature((_MESSAGE_SPEC,), (_MESSAGE_SPEC,), grps_message=True)
+"""One BYTES element in, one out: a serialized GrpsMessage each way (app/services/grps.py)."""
+
+
+def takes_grps_message(predict: Callable[..., Any]) -> bool:
+    """Whether predict's one argument is annotated ``GrpsMessage`` (servekit's generated class,
+    grps' own, or the name as a string), the other way to ask for whole messages."""
+    try:
+        params = list(inspect.signature(predict).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if len(params) != 1:
+        return False
+    annotation = params[0].annotation
+    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return isinstance(name, str) and name.strip("'\" ").rpartition(".")[2] == "GrpsMessage"
+
+
+class GrpsMessageModel(PythonModel):
+    """A Python model written as a grps model: ``predict(message) -> message``.
+
+    The message crosses the dataplane serialized in one BYTES element (so statistics, limits
+    and the one inference path apply as for any model); here it becomes a ``GrpsMessage`` for
+    the model. The model may return a GrpsMessage, a str (``str_data``) or bytes
+    (``bin_data``).
+    """
+
+    def __init__(self, instances: list[object], signature: ModelSignature) -> None:
+        super().__init__(instances, signature, by_name=False)
+
+    def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+        raw = as_bytes_array(inputs[GRPS_MESSAGE]).reshape(-1)
+        if raw.size != 1:
+            raise InvalidArgument(f"{GRPS_MESSAGE} holds one serialized GrpsMessage")
+        try:
+            message = grps_pb2.GrpsMessage.FromString(bytes(raw[0]))
+        except DecodeError:
+            raise InvalidArgument(f"{GRPS_MESSAGE} is not a serialized GrpsMessage") from None
+        call = self._free.get()
+        try:
+            result = call(message)
+        except ServeError:
+            raise
+        except Exception as exc:
+            raise Internal(_user_error(exc)) from None
+        finally:
+            self._free.put(call)
+        reply = _as_message(result)
+        return {GRPS_MESSAGE: np.array([reply.SerializeToString()], dtype=object)}
+
+
+def _as_message(result: object) -> grps_pb2.GrpsMessage:
+    if isinstance(result, str):
+        return grps_pb2.GrpsMessage(str_data=result)
+    if isinstance(result, bytes):
+        return grps_pb2.GrpsMessage(bin_data=result)
+    serialize = getattr(result, "SerializeToString", None)  # also grps' own GrpsMessage class
+    if type(result).__name__ == "GrpsMessage" and callable(serialize):
+        if isinstance(result, grps_pb2.GrpsMessage):
+            return result
+        converted = grps_pb2.GrpsMessage()
+        converted.ParseFromString(serialize())
+        return converted
+    raise Internal(
+        f"the model returned {type(result).__name__}; a model that takes GrpsMessages returns "
+        "a GrpsMessage, a str (str_data) or bytes (bin_data)"
+    )

@@ -237,7 +237,7 @@ class DataPlane:
         try:
             self._repository.resolve(name, version)
         except ServeError as exc:
-            if exc.code.value == "NOT_FOUND":
+            if exc.code.value in ("NOT_FOUND", "INVALID_ARGUMENT"):  # unknown, or not a version
                 raise
             return False
         return True
