@@ -134,7 +134,7 @@ def _checks(case: schemathesis.Case) -> list[Any]:
 
 
 SETTINGS = settings(
-    max_examples=25,
+    max_examples=10,
     deadline=timedelta(seconds=10),
     suppress_health_check=list(HealthCheck),
     database=None,
@@ -162,7 +162,7 @@ protected = schemathesis.pytest.from_fixture("token_schema")
 
 
 @protected.parametrize()
-@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_document_with_tokens(case: schemathesis.Case, token_server: ServerProcess) -> None:
     """With tokens configured, requests without one are refused as documented (401)."""
     case.call_and_validate(

@@ -89,6 +89,8 @@ async def _read(
     body = await read_body(request.scope, request.receive, None if octets else json_limit)
     if octets:
         return pb.GrpsMessage(bin_data=bytes(body)), None, streaming
+    if body and not body.strip():  # nothing is {}, but blanks are not JSON
+        raise InvalidArgument("the body is blank: send a JSON object (a GrpsMessage) or nothing")
     obj = grps_json.parse_object(bytes(body))
     if control is not None and control.ctrl_mode == "body_param":
         value = obj.pop(control.ctrl_key, False)

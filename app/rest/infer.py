@@ -24,6 +24,7 @@ from litestar import post
 from litestar.exceptions import ClientException, InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import JSONBody
 from litestar.types import (
     ASGIApp,
     HTTPResponseBodyEvent,
@@ -186,7 +187,7 @@ asked for with ``binary_data``, or a request sent with the binary extension)."""
     middleware=[_answer_directly],
     **INFER_DOC,
 )
-async def infer(data: InferenceRequest) -> InferenceResponse:
+async def infer(data: JSONBody[InferenceRequest]) -> InferenceResponse:
     """Run an inference (JSON, or binary tensors with Inference-Header-Content-Length)."""
     raise _NEVER  # the signature is the document's: serve_infer (middleware) answers
 
@@ -198,7 +199,7 @@ async def infer(data: InferenceRequest) -> InferenceResponse:
     middleware=[_answer_directly],
     **INFER_DOC,
 )
-async def infer_version(data: InferenceRequest) -> InferenceResponse:
+async def infer_version(data: JSONBody[InferenceRequest]) -> InferenceResponse:
     """Run an inference on one version of the model."""
     raise _NEVER
 
