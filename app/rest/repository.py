@@ -67,11 +67,13 @@ UNLOAD_BODY = Schema(
 ModelName = Annotated[
     str,
     Parameter(
-        pattern=MODEL_NAME.pattern,
+        # In the document only (schema_extra): the core checks the name and says what is wrong
+        # in words, the same over HTTP and gRPC.
+        schema_extra={"pattern": MODEL_NAME.pattern},
         description="letters, digits, '_', '.', '-'; starts with a letter or digit; at most 128",
     ),
 ]
-"""The name a load may give a model (push): the document says so, and Litestar checks it."""
+"""The name a load may give a model (push), as the document shows it."""
 CONTROL_FAILURES = failures(ApiGroup.REPOSITORY, *BODY_FAILURES, 403, 404, 409)
 """Load and unload: bad parameters, cross-site refusals, unknown models, conflicts."""
 
