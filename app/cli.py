@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
+    from app import cli_project
+
+    cli_project.register(sub)
     return parser
 
 
@@ -69,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(json_schema(), indent=2))
         return 0
+    if args.command in ("save", "build", "bench"):
+        from app import cli_project
+
+        return cli_project.run(args)
     try:
         if args.command == "validate":
             return _validate(args.config)

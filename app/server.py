@@ -26,6 +26,7 @@ from app.listen import Addresses, bind_http, bound_address
 from app.models.repository import ModelRepository
 from app.rest import create_app
 from app.rest import extensions as rest_extensions
+from app.rest import generate as rest_generate
 from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
@@ -58,8 +59,12 @@ class ServeKit:
         self.statistics = statistics or Statistics()
         self.repository = ModelRepository(plan.base_dir)
         # Every HTTP and gRPC surface below offers the configuration, statistics and
-        # repository extensions, so server metadata names them.
-        extensions = server_extensions(config_and_statistics=True, repository=True)
+        # repository extensions and Triton's generate extension (app/rest/generate.py), so
+        # server metadata names them.
+        extensions = (
+            *server_extensions(config_and_statistics=True, repository=True),
+            *rest_generate.GENERATE,
+        )
         self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
         self.control = ModelControl(self.state, self.repository)
         self.addresses: Addresses | None = None
@@ -81,6 +86,7 @@ class ServeKit:
 
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
         """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
+        self.state.stopping = False
         server = self.plan.server
         tls = self.plan.tls
         sockets = bind_http(server.host, server.http_port)
@@ -136,6 +142,7 @@ class ServeKit:
             self.control,
             extra_routes=[
                 *rest_extensions.ROUTES,
+                *rest_generate.ROUTES,
                 *dashboard.routes(),
                 *rest_repository.ROUTES,
                 *rest_grps.ROUTES,
@@ -148,7 +155,9 @@ class ServeKit:
             await self._loading
 
     async def stop(self, grace: float = 10.0) -> None:
-        """Stop accepting, let in-flight requests finish (up to ``grace`` s), release models."""
+        """Stop accepting, let in-flight requests finish (up to ``grace`` s), release models.
+        Streams of decoupled models (which may never finish) end at their next response."""
+        self.state.stopping = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -166,7 +166,9 @@ def test_every_http_route_declares_its_group(tmp_path: Path) -> None:
         "/v2/repository/models/{model:str}/unload",
         "/grps/v1/health/online",
         "/grps/v1/health/offline",
+        "/dashboard/api/models/{name:str}/benchmark",  # makes the server work: a control route
     }
+    assert groups["/dashboard/api/models/{name:str}/benchmark"] == {ApiGroup.ADMIN, None}
 
 
 def test_every_grpc_method_our_servicers_implement_has_a_group() -> None:

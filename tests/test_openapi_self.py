@@ -57,6 +57,10 @@ NOT_BY_SCHEMA = {
     "/v2/models/{model}/versions/{version}/infer",
     "/v1/models/{model}:predict",
     "/grps/v1/infer/predict",
+    "/v2/models/{model}/generate",
+    "/v2/models/{model}/versions/{version}/generate",
+    "/v2/models/{model}/generate_stream",
+    "/v2/models/{model}/versions/{version}/generate_stream",
 }
 CONTROL = ("/grps/v1/health/offline", "/v2/repository/models/{model}/unload")
 """Operations after which the server is put back as it was."""

@@ -213,11 +213,47 @@ def _typed_contents(tensor: Tensor) -> pb.InferTensorContents:
     return pb.InferTensorContents(**{field: flat})
 
 
-def error_stream_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
-    """A stream response carrying an error, with the request's model and id for correlation."""
-    return pb.ModelStreamInferResponse(
-        error_message=message,
-        infer_response=pb.ModelInferResponse(
-            model_name=msg.model_name, model_version=msg.model_version, id=msg.id
-        ),
+# -- streams (ModelStreamInfer) -----------------------------------------------------------------
+FINAL_RESPONSE = "triton_final_response"
+"""Response parameter, as Triton sets it on every stream response: true on the last response
+of a request (the only one of a model that is not decoupled)."""
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+"""Request parameter: a decoupled model's stream ends with an empty response marked final (else
+the client cannot tell the last response of a request; a generator knows it has ended only
+after its last yield)."""
+_FINAL = pb.InferParameter(bool_param=True)
+_NOT_FINAL = pb.InferParameter(bool_param=False)
+
+
+def stream_response(response: pb.ModelInferResponse, final: bool) -> pb.ModelStreamInferResponse:
+    """One encoded response on a stream, with its final-response flag."""
+    response.parameters[FINAL_RESPONSE].CopyFrom(_FINAL if final else _NOT_FINAL)
+    return pb.ModelStreamInferResponse(infer_response=response)
+
+
+def wants_empty_final(msg: pb.ModelInferRequest) -> bool:
+    """Whether the request asked for the empty final response (see EMPTY_FINAL_RESPONSE)."""
+    param = msg.parameters.get(EMPTY_FINAL_RESPONSE)
+    return (
+        param is not None
+        and param.WhichOneof("parameter_choice") == "bool_param"
+        and (param.bool_param)
     )
+
+
+def empty_final_response(msg: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    """The empty last response of a decoupled request: no outputs, flagged final."""
+    empty = pb.ModelInferResponse(
+        model_name=msg.model_name, model_version=msg.model_version, id=msg.id
+    )
+    return stream_response(empty, final=True)
+
+
+def error_stream_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    """A stream response carrying an error, with the request's model and id for correlation;
+    it is the request's last response (flagged final)."""
+    failed = pb.ModelInferResponse(
+        model_name=msg.model_name, model_version=msg.model_version, id=msg.id
+    )
+    failed.parameters[FINAL_RESPONSE].CopyFrom(_FINAL)
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=failed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import grpc
@@ -93,8 +94,9 @@ def _checked(method: Any, policy: AccessPolicy, group: ApiGroup) -> Any:
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if _refused(context, policy, group):
                 return
-            async for reply in method(request, context):
-                yield reply
+            async with aclosing(method(request, context)) as replies:  # closed if cancelled
+                async for reply in replies:
+                    yield reply
 
         return functools.wraps(method)(stream)
 

@@ -4,15 +4,19 @@ Handlers are thin: decode with :mod:`app.codecs.v2_proto`, call the DataPlane (g
 servicer at construction), encode (configuration and statistics: :mod:`app.grpc.triton_proto`).
 Errors go through the one table in :mod:`app.grpc.status`. ModelStreamInfer pipelines a window
 of requests but answers strictly in order, and a failing request yields its ``error_message``
-without closing the stream. The repository RPCs are delegated to :mod:`app.grpc.repository` when
-the servicer is given a ModelControl; every RPC servekit does not offer answers UNIMPLEMENTED
-with the reason.
+without closing the stream. A decoupled model (its predict yields) answers a stream request
+with one response per result, flagged as Triton flags them (``triton_final_response``; see
+:mod:`app.codecs.v2_proto`); its requests run when the writer reaches them, so a stream's
+responses stay in request order. ModelInfer refuses a decoupled model (UNIMPLEMENTED, as
+Triton). The repository RPCs are delegated to :mod:`app.grpc.repository` when the servicer is
+given a ModelControl; every RPC servekit does not offer answers UNIMPLEMENTED with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any, TypeAlias
 
 import grpc
@@ -32,6 +36,8 @@ STREAM_WINDOW = 64
 """Requests of one stream decoded and running ahead of the response being written."""
 
 Context: TypeAlias = grpc.aio.ServicerContext
+_Response: TypeAlias = pb.ModelStreamInferResponse
+_Pending: TypeAlias = "asyncio.Future[_Response] | AsyncGenerator[_Response, None]"
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -87,30 +93,45 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        window: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None]
-        window = asyncio.Queue(STREAM_WINDOW)
+        window: asyncio.Queue[_Pending | None] = asyncio.Queue(STREAM_WINDOW)
         reader = asyncio.create_task(self._read_stream(request_iterator, window))
         try:
-            while (task := await window.get()) is not None:
-                yield await task
+            while (pending := await window.get()) is not None:
+                if isinstance(pending, asyncio.Future):
+                    yield await pending
+                    continue
+                # A decoupled request: its responses, as the model yields them. Cancelling the
+                # call (the client went away) closes the generator and frees the model.
+                async with aclosing(pending) as responses:
+                    async for response in responses:
+                        yield response
             await reader  # a failed read (not a client's half-close) surfaces here
         finally:
             reader.cancel()
             while not window.empty():
-                pending = window.get_nowait()
-                if pending is not None:
-                    pending.cancel()
+                left = window.get_nowait()
+                if isinstance(left, asyncio.Future):
+                    left.cancel()
+                elif left is not None:
+                    await left.aclose()  # never started: nothing runs, nothing is held
 
     async def _read_stream(
         self,
         request_iterator: AsyncIterator[pb.ModelInferRequest],
-        window: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None],
+        window: asyncio.Queue[_Pending | None],
     ) -> None:
         try:
             async for message in request_iterator:
-                await window.put(asyncio.create_task(self._stream_one(message)))
+                await window.put(self._start(message))
         finally:
             await window.put(None)  # end of stream (or of a failed read) for the writer
+
+    def _start(self, message: pb.ModelInferRequest) -> _Pending:
+        """A request of the stream, started (a task: one response) or ready to run when the
+        writer reaches it (a decoupled model's responses, written in request order)."""
+        if self._dataplane.decoupled(message.model_name, message.model_version or None):
+            return self._stream_many(message)
+        return asyncio.create_task(self._stream_one(message))
 
     async def _stream_one(self, message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
         try:
@@ -119,7 +140,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             encoded = v2_proto.encode_response(request, response)
         except Exception as exc:
             return v2_proto.error_stream_response(message, status_of(exc)[1])
-        return pb.ModelStreamInferResponse(infer_response=encoded)
+        return v2_proto.stream_response(encoded, final=True)
+
+    async def _stream_many(
+        self, message: pb.ModelInferRequest
+    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
+        """A decoupled request's responses, each flagged not final; an error ends them (flagged
+        final); with ``triton_enable_empty_final_response`` an empty final response closes them."""
+        try:
+            request = v2_proto.decode_request(message)
+            async with aclosing(self._dataplane.infer_stream(request)) as responses:
+                async for response in responses:
+                    encoded = v2_proto.encode_response(request, response)
+                    yield v2_proto.stream_response(encoded, final=False)
+        except Exception as exc:
+            yield v2_proto.error_stream_response(message, status_of(exc)[1])
+            return
+        if v2_proto.wants_empty_final(message):
+            yield v2_proto.empty_final_response(message)
 
     # -- model configuration and statistics extensions ----------------------------------------
     @guarded

@@ -40,6 +40,8 @@ def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
         )
     if config.default_model_filename is not None:
         message.default_model_filename = config.default_model_filename
+    if config.decoupled:
+        message.model_transaction_policy.decoupled = True
     return message
 
 

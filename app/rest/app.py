@@ -26,6 +26,7 @@ from app.config.auth import ApiGroup
 from app.rest import metrics, v1, v2
 from app.rest.access import group_opt, token_guard
 from app.rest.errors import EXCEPTION_HANDLERS
+from app.rest.infer import FastPath
 from app.rest.inject import dependencies
 from app.rest.openapi import DocumentPlugin, no_such_document
 from app.services.dataplane import DataPlane
@@ -58,7 +59,9 @@ def create_app(
                 "dataplane": dataplane,
                 "access": access,
                 "metrics_registry": make_registry(dataplane),
-                "max_json_request_bytes": dataplane.plan.server.max_json_request_bytes,
+                "fast_path": FastPath(
+                    dataplane, access, dataplane.plan.server.max_json_request_bytes
+                ),
             }
         ),
         request_max_body_size=limit,

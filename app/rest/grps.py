@@ -12,15 +12,17 @@ Streaming is asked for as ``server.grpsStreaming`` says (grps' ``streaming_ctrl`
 ``?streaming=true``; or a header; or a top-level JSON boolean in the body beside the GrpsMessage
 fields, taken out before the message is parsed. A streamed answer uses chunked transfer encoding
 with the configured Content-Type (default application/octet-stream): each message is one chunk
-(JSON and a newline, or the raw bytes of bin_data); servekit's models answer once, so a stream
-holds one. Failures are never streamed: they answer as above, so the status code says what
-went wrong.
+(JSON and a newline, or the raw bytes of bin_data): one for most models, one per result of a
+decoupled model (a Python predict that yields). A failure before the first message answers as
+above, so the status code says what went wrong; a failure after it is the stream's last chunk,
+a FAILURE message in JSON.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any, cast
 
 from litestar import HttpMethod, Request, Response, route
@@ -47,6 +49,7 @@ from app.rest.openapi import (
     with_media,
 )
 from app.services import grps as grps_reply
+from app.types import InferResponse
 
 log = logging.getLogger("servekit.grps")
 JSON = "application/json"
@@ -182,42 +185,78 @@ def ready(dataplane: Dataplane) -> Answer:
 async def predict(request: AnyRequest, dataplane: Dataplane) -> Answer:
     query = request.query_params
     control = dataplane.grps_streaming()
+    ndarray_out = _flag(query.get("return-ndarray"))
     try:
         limit = dataplane.plan.server.max_json_request_bytes
         message, ndarray, streaming = await _read(request, limit, control)
+        if streaming:
+            model = query.get("model") or ""
+            return await _stream(dataplane, message, ndarray, model, control, ndarray_out)
         kind, response = await grps_reply.predict(
             dataplane, message, query_model=query.get("model") or "", ndarray=ndarray
         )
-        if _flag(query.get("return-ndarray")):
-            array = grps_reply.ndarray_output(response)
-            reply = _json(
-                grps_reply.ok(model=f"{response.model_name}-{response.model_version}"),
-                {"ndarray": array},
-            )
-        else:
-            answer = grps_reply.encode_response(response, kind)
-            is_bin = answer.WhichOneof("data_oneof") == "bin_data"
-            reply = (
-                cast("Answer", Response(answer.bin_data, media_type=OCTETS))
-                if is_bin
-                else _json(answer)
-            )
+        return _answer(response, kind, ndarray_out)
     except Exception as exc:
         return _failure(exc)
-    if not streaming:
-        return reply
+
+
+def _answer(response: InferResponse, kind: str, ndarray_out: bool) -> Answer:
+    """One response as grps answers it: JSON, bytes for bin_data, or ``ndarray``."""
+    if ndarray_out:
+        array = grps_reply.ndarray_output(response)
+        return _json(
+            grps_reply.ok(model=f"{response.model_name}-{response.model_version}"),
+            {"ndarray": array},
+        )
+    answer = grps_reply.encode_response(response, kind)
+    if answer.WhichOneof("data_oneof") == "bin_data":
+        return cast("Answer", Response(answer.bin_data, media_type=OCTETS))
+    return _json(answer)
+
+
+def _chunk(reply: Answer) -> bytes:
+    """A streamed message: raw bytes for bin_data, else its JSON and a newline."""
     content = cast("bytes", reply.content)  # the typing of Answer is the document's
-    chunk = content if reply.media_type == OCTETS else content + b"\n"
+    return content if reply.media_type == OCTETS else content + b"\n"
+
+
+async def _stream(
+    dataplane: Dataplane,
+    message: pb.GrpsMessage,
+    ndarray: object,
+    query_model: str,
+    control: GrpsStreaming,
+    ndarray_out: bool,
+) -> Answer:
+    """A streamed answer: one chunk per response (a decoupled model yields several). The first
+    response is awaited before the status line, so a request that fails before the model
+    answers gets the failure status; a later failure is a last chunk, a FAILURE message."""
+    kind, responses = grps_reply.start_stream(
+        dataplane, message, query_model=query_model, ndarray=ndarray
+    )
+    try:
+        first = await anext(responses)
+        chunk = _chunk(_answer(first, kind, ndarray_out))
+    except BaseException:
+        await responses.aclose()
+        raise
     # As a header, not media_type: Litestar appends "; charset=utf-8" to any text/* media type,
     # even one that already names its charset; the configured value is sent as written.
     content_type = {"Content-Type": control.res_content_type}
-    stream = Stream(_chunks([chunk]), media_type=control.res_content_type, headers=content_type)
-    return cast("Answer", stream)
+    chunks = _chunks(chunk, responses, kind, ndarray_out)
+    return cast("Answer", Stream(chunks, media_type=control.res_content_type, headers=content_type))
 
 
-async def _chunks(chunks: list[bytes]) -> AsyncIterator[bytes]:
-    for chunk in chunks:
-        yield chunk
+async def _chunks(
+    first: bytes, responses: AsyncGenerator[InferResponse, None], kind: str, ndarray_out: bool
+) -> AsyncIterator[bytes]:
+    async with aclosing(responses):  # a client that leaves stops the model
+        yield first
+        try:
+            async for response in responses:
+                yield _chunk(_answer(response, kind, ndarray_out))
+        except Exception as exc:  # the status line is gone: the failure is the last chunk
+            yield _chunk(_failure(exc))
 
 
 # -- metadata -----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ document shows (the body Litestar would read, the answer it would send).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, cast
 
 from litestar import post
@@ -55,14 +56,25 @@ _JSON_TYPE = (b"content-type", b"application/json")
 _BINARY_TYPE = (b"content-type", b"application/octet-stream")
 
 
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """What :func:`serve_infer` reads from application state, in one lookup (Litestar's
+    ``State`` answers attribute reads through a Python ``__getattr__``)."""
+
+    dataplane: DataPlane
+    access: AccessPolicy
+    json_limit: int
+    """``server.maxJsonRequestBytes`` (restart-only, so read once)."""
+
+
 async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     """Answer one inference request (JSON, binary extension or raw binary) on its own."""
     params = scope["path_params"]
     model: str = params["model"]
     version: str | None = params.get("version")
-    state = scope["litestar_app"].state
-    dataplane: DataPlane = state.dataplane
-    access: AccessPolicy = state.access
+    fast: FastPath = scope["litestar_app"].state.fast_path
+    dataplane = fast.dataplane
+    access = fast.access
     raw_length = None
     authorization = None
     for key, value in scope["headers"]:  # ASGI header names are lower-case bytes
@@ -73,7 +85,7 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     # Litestar's guards do not run on this fast path (see app/rest/access.py).
     if access.enabled and not access.allows(ApiGroup.INFERENCE, authorization):
         access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
-    json_limit: int | None = state.max_json_request_bytes if raw_length is None else None
+    json_limit = fast.json_limit if raw_length is None else None
     body = await read_body(scope, receive, json_limit)
     header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
@@ -127,13 +139,9 @@ async def read_body(
     """
     handler = cast("HTTPRouteHandler", scope["route_handler"])
     limit = handler.resolve_request_max_body_size() or math.inf
-    too_large: Exception = RequestEntityTooLarge()
+    json_limited = False
     if json_limit is not None and json_limit < limit:
-        limit = json_limit
-        too_large = ResourceExhausted(
-            f"JSON request body over {json_limit} bytes (server.maxJsonRequestBytes); send "
-            "large tensors with the binary tensor data extension (Inference-Header-Content-Length)"
-        )
+        limit, json_limited = json_limit, True
     announced = -1
     for key, value in scope["headers"]:
         if key == _CONTENT_LENGTH:
@@ -144,7 +152,7 @@ async def read_body(
                     f"Invalid content-length: {value.decode('latin-1')!r}"
                 ) from None
             if announced > limit:
-                raise too_large
+                raise _too_large(limit, json_limited)
             break
     if announced >= large.OFF_LOOP_BYTES:
         return await large.read_into_buffer(receive, announced)
@@ -157,13 +165,24 @@ async def read_body(
             if chunk:
                 received += len(chunk)
                 if received > limit:
-                    raise too_large
+                    raise _too_large(limit, json_limited)
                 chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         elif message["type"] == "http.disconnect":
             raise InternalServerException("client disconnected prematurely")
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _too_large(limit: float, json_limited: bool) -> Exception:
+    """The refusal of a body over ``limit``. Built only when refusing: a Litestar exception
+    costs more to construct than the rest of reading a small body."""
+    if not json_limited:
+        return RequestEntityTooLarge()
+    return ResourceExhausted(
+        f"JSON request body over {limit:.0f} bytes (server.maxJsonRequestBytes); send "
+        "large tensors with the binary tensor data extension (Inference-Header-Content-Length)"
+    )
 
 
 def _answer_directly(app: ASGIApp) -> ASGIApp:

@@ -37,6 +37,7 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
         }
     if config.default_model_filename is not None:
         out["default_model_filename"] = config.default_model_filename
+    out["model_transaction_policy"] = {"decoupled": config.decoupled}
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Callable
 from typing import Protocol
 
 import numpy as np
@@ -58,3 +59,21 @@ def apply_overrides(
             tuple(override.shape) if override.shape is not None else current.shape,
         )
     return tuple(by_name[s.name] for s in specs)
+
+
+def is_decoupled(runtime: object) -> bool:
+    """Whether ``runtime`` answers a request with a stream of responses (Triton's decoupled
+    transaction policy): it then has ``predict_stream`` and its ``predict`` refuses."""
+    return getattr(runtime, "decoupled", False) is True
+
+
+def predict_stream(
+    runtime: object, inputs: Arrays, outputs: list[str]
+) -> AsyncGenerator[Arrays, None]:
+    """The results of a decoupled runtime (see :func:`is_decoupled`), one per response.
+
+    Called on the event loop; closing the iterator early stops the model (its slot is freed).
+    """
+    stream: Callable[[Arrays, list[str]], AsyncGenerator[Arrays, None]]
+    stream = runtime.predict_stream  # type: ignore[attr-defined]
+    return stream(inputs, outputs)

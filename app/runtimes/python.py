@@ -7,6 +7,10 @@ when there are any), and ``predict`` follows the same rules as a function; ``unl
 called when the version is retired. An object already built (the notebook API hands one over
 through :func:`register_object`) is used as it is.
 
+A ``predict`` that is a generator (``yield``, sync or async) makes the model *decoupled*: each
+yielded result is its own response (an LLM's token stream), served by the streaming endpoints
+(gRPC ModelStreamInfer, HTTP ``generate_stream``, grps streaming; see python_stream.py).
+
 Metadata is declared in serve.yaml (``inputs``/``outputs``) or read from type hints:
 ``numpy.typing.NDArray[np.float32]`` gives the datatype, ``Annotated[..., (-1, 4)]`` the shape
 (default ``[-1]``), a ``TypedDict`` return names several outputs. Outputs are cast to their
@@ -26,13 +30,15 @@ from serve.yaml or the notebook API only: a repository load request cannot chang
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import logging
 import queue
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +47,10 @@ import numpy as np
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
 from app.datatypes import DATATYPES, as_bytes_array
-from app.errors import Internal, ServeError, logged_reference
+from app.errors import Internal, ServeError, Unimplemented, logged_reference
 from app.runtimes.base import Arrays, LoadError
 from app.runtimes.python_hints import signature_of
+from app.runtimes.python_stream import is_generator_function, steps
 from app.shown_paths import hide_paths
 from app.types import ModelSignature
 
@@ -132,20 +139,36 @@ def _predict_of(instance: object) -> Callable[..., Any]:
 
 
 class PythonModel:
-    """A loaded Python model; ``instances`` copies are used one request at a time each."""
+    """A loaded Python model; ``instances`` copies are used one request at a time each.
+
+    ``decoupled`` (its predict yields): requests go through :meth:`predict_stream`, each
+    yielded result one response; :meth:`predict` refuses them, as Triton's unary endpoints
+    refuse a decoupled model, because answering once would drop or merge responses."""
 
     platform = PLATFORM
 
-    def __init__(self, instances: list[object], signature: ModelSignature, by_name: bool) -> None:
+    def __init__(
+        self,
+        instances: list[object],
+        signature: ModelSignature,
+        by_name: bool,
+        name: str = "",
+        decoupled: bool = False,
+    ) -> None:
         self.signature = signature
+        self.decoupled = decoupled
+        self._name = name
         self._by_name = by_name
         self._instances = instances
         self._free: queue.SimpleQueue[Callable[..., Any]] = queue.SimpleQueue()
         for instance in instances:
             self._free.put(_predict_of(instance))
         self._outputs = {s.name: s for s in signature.outputs}
+        self._stream_slots: asyncio.Semaphore | None = None
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+        if self.decoupled:
+            raise Unimplemented(decoupled_refusal(self._name))
         feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         call = self._free.get()
         try:
@@ -157,6 +180,43 @@ class PythonModel:
         finally:
             self._free.put(call)
         return self._convert(result, outputs)
+
+    async def predict_stream(
+        self, inputs: Arrays, outputs: list[str]
+    ) -> AsyncGenerator[Arrays, None]:
+        """A decoupled model's results, one per item its predict yields (see python_stream).
+
+        Called on the event loop. The instance is held from the first step until the generator
+        ends or is closed (closing this iterator closes the model's generator), so with
+        ``instances: N`` at most N streams run at once and the others wait here, off the loop.
+        """
+        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
+        if self._stream_slots is None:  # made on the loop that serves the streams
+            self._stream_slots = asyncio.Semaphore(len(self._instances))
+        async with self._stream_slots:
+            call = self._free.get_nowait()  # the semaphore guarantees a free instance
+            try:
+                try:
+                    produced = call(**feed) if self._by_name else call(feed)
+                    async with aclosing(steps(produced)) as items:
+                        async for item in items:
+                            converted = self._fit_rank(self._convert(item, outputs))
+                            yield converted
+                except ServeError:
+                    raise
+                except Exception as exc:
+                    raise Internal(_user_error(exc)) from None
+            finally:
+                self._free.put(call)
+
+    def _fit_rank(self, arrays: Arrays) -> Arrays:
+        """A yielded scalar (one token: ``yield "word"``) as a one-element tensor when the
+        output is declared with dimensions (``[-1]``, the default), as clients index it."""
+        for name, value in arrays.items():
+            rank = len(self._outputs[name].shape)
+            if value.ndim == 0 and rank > 0:
+                arrays[name] = value.reshape((1,) * rank)
+        return arrays
 
     def _convert(self, result: object, wanted: list[str]) -> Arrays:
         if isinstance(result, dict):
@@ -205,9 +265,26 @@ def _user_error(exc: Exception) -> str:
     return f"the model raised {type(exc).__name__}: {text} (reference {reference})"
 
 
+def decoupled_refusal(name: str) -> str:
+    """Why a unary endpoint refuses a decoupled model (Triton's words first)."""
+    shown = f"model {name!r}" if name else "this model"
+    return (
+        "this endpoint doesn't support models with decoupled transaction policy: "
+        f"{shown} streams its responses (its predict yields them); use gRPC ModelStreamInfer, "
+        f"HTTP POST /v2/models/{name or '{model}'}/generate_stream or grps streaming"
+    )
+
+
 def load(plan: ModelPlan, version: VersionSource) -> PythonModel:
     """Import (or take) the model, build its instances and read its metadata."""
     target = resolve_entrypoint(plan.entrypoint)
     instances = [_instantiate(target, dict(plan.parameters)) for _ in range(plan.instances)]
-    signature, by_name = signature_of(_predict_of(instances[0]), plan.inputs, plan.outputs)
-    return PythonModel(instances, signature, by_name)
+    predict = _predict_of(instances[0])
+    signature, by_name = signature_of(predict, plan.inputs, plan.outputs)
+    decoupled = is_generator_function(predict)
+    if decoupled and plan.config is not None and plan.config.dynamic_batching is not None:
+        raise LoadError(
+            "a model whose predict yields (decoupled: a stream of responses per request) "
+            "cannot use dynamic batching; remove dynamic_batching from its config"
+        )
+    return PythonModel(instances, signature, by_name, plan.name, decoupled)

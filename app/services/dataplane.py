@@ -12,7 +12,8 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from app import __version__
@@ -24,11 +25,12 @@ from app.errors import (
     InvalidArgument,
     NotFound,
     ServeError,
+    Unavailable,
     Unimplemented,
     internal_error,
 )
 from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from app.runtimes.base import Arrays, ModelRuntime
+from app.runtimes.base import Arrays, ModelRuntime, is_decoupled, predict_stream
 from app.services.batching import DynamicBatcher
 from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
@@ -205,7 +207,8 @@ class DataPlane:
         entry, found = self._repository.resolve(name, version)
         runtime = found.runtime
         platform = runtime.platform if runtime is not None else entry.plan.format_name
-        return model_configuration(entry.plan, _signature(found), platform)
+        decoupled = runtime is not None and is_decoupled(runtime)
+        return model_configuration(entry.plan, _signature(found), platform, decoupled)
 
     def model_statistics(
         self, name: str | None = None, version: str | None = None
@@ -303,6 +306,66 @@ class DataPlane:
             outputs=outputs,
             id=request.id,
         )
+
+    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[InferResponse, None]:
+        """The responses to one request, as the model produces them (the streaming surfaces:
+        gRPC ModelStreamInfer, HTTP generate/generate_stream, grps streaming).
+
+        A model that is not decoupled answers through :meth:`infer`: one response. A decoupled
+        one (a Python ``predict`` that yields) answers one response per result. Adapters close
+        this iterator when their client leaves (or their task is cancelled): that closes the
+        model's generator and frees its instance; a server that is stopping ends it after the
+        next response (Unavailable). Statistics count the request once, as Triton
+        does for a decoupled model: a success timed from the first step to the last response,
+        or a failure; a stream its client abandons is neither.
+        """
+        entry, version = self._repository.resolve(request.model_name, request.model_version)
+        runtime = version.runtime
+        if runtime is None or not is_decoupled(runtime):
+            yield await self.infer(request)
+            return
+        started = time.perf_counter_ns()
+        stats = self.statistics.of(entry.plan.name, version.version)
+        version.enter()
+        try:
+            signature = runtime.signature
+            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            wanted = requested_outputs(request, signature)
+            input_done = time.perf_counter_ns()
+            results = predict_stream(runtime, feed, [s.name for s in wanted])
+            async with aclosing(results):
+                async for result in results:
+                    yield InferResponse(
+                        model_name=entry.plan.name,
+                        model_version=str(version.version),
+                        outputs=[
+                            Tensor(s.name, s.datatype, tuple(result[s.name].shape), result[s.name])
+                            for s in wanted
+                        ],
+                        id=request.id,
+                    )
+                    if self._state.stopping:
+                        raise Unavailable("the server is shutting down; the stream ends here")
+            spent = time.perf_counter_ns() - input_done
+            stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
+        except ServeError:
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead stream
+            stats.record_failure(time.perf_counter_ns() - started)
+            where = f"model {request.model_name!r}"
+            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
+        finally:
+            version.leave()
+
+    def decoupled(self, name: str, version: str | None = None) -> bool:
+        """Whether the version a request for (name, version) would use streams its responses
+        (False for a model or version that cannot answer: the request itself says why)."""
+        try:
+            _, found = self._repository.resolve(name, version)
+        except ServeError:
+            return False
+        return found.runtime is not None and is_decoupled(found.runtime)
 
     def _batcher(
         self, plan: ModelPlan, version: VersionEntry, stats: VersionStats

@@ -1,6 +1,7 @@
 """grps replies: status, outputs back into a ``GrpsMessage``, and the metadata YAML texts.
 
-Also :func:`predict`, the select -> decode -> infer sequence both grps adapters (HTTP and gRPC)
+Also :func:`predict` (and :func:`start_stream`, its streaming twin), the select -> decode -> infer
+sequence both grps adapters (HTTP and gRPC)
 run, so that the two surfaces cannot drift apart. Outputs answer in the kind of the request
 where they fit (see :mod:`app.codecs.grps`); bytes that are not UTF-8 cannot be a grps string
 and UINT64 values past 2**63 cannot be a DT_INT64, so those fail with a clear message instead of
@@ -9,6 +10,7 @@ being mangled.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import numpy as np
@@ -63,6 +65,19 @@ async def predict(
     specs = dataplane.signature_of(name, version).inputs
     request = decode_request(message, name, version, specs, ndarray)
     return kind, await dataplane.infer(request)
+
+
+def start_stream(
+    dataplane: DataPlane, message: pb.GrpsMessage, *, query_model: str = "", ndarray: object = None
+) -> tuple[str, AsyncGenerator[InferResponse, None]]:
+    """Start one grps streaming request: the kind of its data and the model's responses (one
+    per result of a decoupled model, else one). Selection and decoding fail here, before
+    anything streams; the model's own failures surface while iterating."""
+    name, version = select_model(dataplane, message.model or query_model)
+    kind = request_kind(message, ndarray)
+    specs = dataplane.signature_of(name, version).inputs
+    request = decode_request(message, name, version, specs, ndarray)
+    return kind, dataplane.infer_stream(request)
 
 
 def encode_response(response: InferResponse, kind: str) -> pb.GrpsMessage:

@@ -77,10 +77,12 @@ class ModelConfiguration:
     """Name -> string value (Triton's ModelParameter)."""
     dynamic_batching: DynamicBatchingConfig | None = None
     default_model_filename: str | None = None
+    decoupled: bool = False
+    """Triton's ``model_transaction_policy.decoupled``: the model streams its responses."""
 
 
 def model_configuration(
-    plan: ModelPlan, signature: ModelSignature, platform: str
+    plan: ModelPlan, signature: ModelSignature, platform: str, decoupled: bool = False
 ) -> ModelConfiguration:
     """Triton's ModelConfig of a planned and loaded model."""
     batch = plan.max_batch_size
@@ -103,6 +105,7 @@ def model_configuration(
             )
         ),
         default_model_filename="model.onnx" if plan.implementation == "onnxruntime" else None,
+        decoupled=decoupled,
     )
 
 

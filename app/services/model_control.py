@@ -100,6 +100,11 @@ class ModelControl:
         rows = self._repository.index()
         return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
 
+    def served_plans(self) -> list[ModelPlan]:
+        """The plan of every model in the index, as it serves now: serve.yaml's, pushed by a
+        client, or added from memory (what ``save`` writes as a project)."""
+        return [entry.plan for entry in self._repository.entries()]
+
     async def start(self) -> None:
         """Register every planned model and load those ``startupModels`` asks for; readiness
         waits for this (ServerState.startup_done)."""

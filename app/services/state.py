@@ -36,7 +36,15 @@ class Listening:
 class ServerState:
     """The plan in force, online/offline, start-up progress and the bound addresses."""
 
-    __slots__ = ("_plan", "inline_below_ns", "listening", "online", "started_at", "startup_done")
+    __slots__ = (
+        "_plan",
+        "inline_below_ns",
+        "listening",
+        "online",
+        "started_at",
+        "startup_done",
+        "stopping",
+    )
 
     def __init__(self, plan: ServePlan) -> None:
         self._plan = plan
@@ -50,6 +58,9 @@ class ServerState:
         """Start-up loading (``startupModels``) has finished."""
         self.started_at = time.time()
         self.listening: Listening | None = None
+        self.stopping = False
+        """The server is shutting down: streams of decoupled models end at their next response
+        (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
 
     @property
     def plan(self) -> ServePlan:
