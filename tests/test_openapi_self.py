@@ -12,8 +12,9 @@ routes (grps offline, repository unload) that schemathesis calls, and the sessio
 server must not go offline under other tests. After a control call the models are loaded
 again and the server put back online, so every case starts from a ready server.
 
-``positive_data_acceptance`` is not applied to the inference operations and to a repository
-load: a body valid against the document (any tensors; any model configuration text) is still
+``positive_data_acceptance`` is not applied to the inference operations, a repository load and a
+shared memory registration (its key must name an existing object on the host): a body valid
+against the document (any tensors; any model configuration text) is still
 refused with 400 when its tensors do not match the model's signature or its configuration is
 not a model, which a document about routes cannot say (as for the V2 document).
 """
@@ -52,6 +53,13 @@ CHECKS = [
     checks.allow_header_conformance,
 ]
 NOT_BY_SCHEMA = {
+    # a register body valid against the document names a shared memory object that must exist
+    # on the server's host, which no document can say
+    "/v2/systemsharedmemory/region/{name}/register",
+    # refused by design (no GPUs), whatever the body
+    "/v2/cudasharedmemory/region/{name}/register",
+    # other fields are ignored, as grps ignores them, but a second kind of data is refused
+    "/grps/v1/metadata/model",
     "/v2/repository/models/{model}/load",
     "/v2/models/{model}/infer",
     "/v2/models/{model}/versions/{version}/infer",

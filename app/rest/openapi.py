@@ -297,7 +297,14 @@ _GRPS_MODEL = Schema(
 def _grps_message(*data: str) -> Schema:
     properties: dict[str, Schema | Reference] = {"model": _GRPS_MODEL}
     properties.update((key, _GRPS_DATA[key]) for key in data)
-    return Schema(type=OpenAPIType.OBJECT, properties=properties, additional_properties=False)
+    # Other keys are ignored (as grps ignores them), except the other data fields: one message
+    # carries one kind of data.
+    others = [key for key in _GRPS_DATA if key not in data]
+    return Schema(
+        type=OpenAPIType.OBJECT,
+        properties=properties,
+        property_names=Schema(schema_not=Schema(enum=others)),
+    )
 
 
 GRPS_REQUEST = Schema(
@@ -305,7 +312,9 @@ GRPS_REQUEST = Schema(
     any_of=[_grps_message(key) for key in _GRPS_DATA],
 )
 """A grps predict body (grps routes read their bodies by hand)."""
-GRPS_MODEL_REQUEST = _grps_message("str_data")
+GRPS_MODEL_REQUEST = Schema(
+    type=OpenAPIType.OBJECT, properties={"model": _GRPS_MODEL, "str_data": _GRPS_DATA["str_data"]}
+)
 """A grps model metadata body: ``str_data`` (else ``model``) names the model."""
 
 
