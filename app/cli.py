@@ -29,6 +29,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-grpc", action="store_true", help="disable gRPC")
     serve.add_argument("--host", help="address to listen on")
     serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
+    serve.add_argument(
+        "--workers",
+        metavar="N",
+        type=_workers_flag,
+        help="server processes behind the same ports (a number, or auto: one per core)",
+    )
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--only", metavar="NAME", help="serve only this model (its name or Kubernetes name)"
@@ -48,7 +54,19 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
+    from app import cli_project
+
+    cli_project.register(sub)
     return parser
+
+
+def _workers_flag(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number or auto") from None
 
 
 def load_plan(
@@ -69,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(json_schema(), indent=2))
         return 0
+    if args.command in ("save", "build", "bench"):
+        from app import cli_project
+
+        return cli_project.run(args)
     try:
         if args.command == "validate":
             return _validate(args.config)
@@ -148,6 +170,8 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         server["host"] = args.host
     if args.watch:
         server["watch"] = True
+    if args.workers is not None:
+        server["workers"] = args.workers
     # Absolute now: a reload must read the same folder whatever the working directory is then.
     uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
     return Overrides(server, args.only, uri)
@@ -159,6 +183,18 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from app.workers.spec import worker_count
+
+    workers = worker_count(plan.server.workers)
+    if workers > 1:  # a supervisor and worker processes (app/workers/); 1: this process serves
+        from app.workers import supervisor
+
+        config = str(Path(args.config).absolute())
+        try:
+            return supervisor.serve(plan, config, overrides, workers, args.log_level)
+        except OSError as exc:
+            print(f"servekit: {exc}", file=sys.stderr)
+            return 1
     try:
         import uvloop
 

@@ -48,7 +48,8 @@ wake-up before any of them reaches :meth:`EdgeProtocol.connection_made`; two suc
 kept free below the open-file limit so ``accept()`` never fails with EMFILE."""
 
 _HEADER, _BODY, _WAITING = 1, 2, 3
-"""Phases of a connection's deadline: reading headers, reading a body, none to watch."""
+"""Phases of a connection's deadline: reading headers, reading a body (until the request's
+last byte: ``cycle.more_body`` false), none to watch."""
 
 
 class _Refuse(Exception):
@@ -211,7 +212,11 @@ class EdgeProtocol(HttpToolsProtocol):
         self._began_in_chunk = True
         self._raw_header_bytes = 0
         if self._phase != _HEADER:  # a later request on a kept-alive connection
-            self._watch(_HEADER, self.edge.limits.header_timeout_seconds)
+            # _watch inlined: this and on_headers_complete run on every request
+            self._phase = _HEADER
+            self._deadline = self.loop.time() + self.edge.limits.header_timeout_seconds
+            if self._timer is None:
+                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
 
     def on_headers_complete(self) -> None:
         edge = self.edge
@@ -224,8 +229,11 @@ class EdgeProtocol(HttpToolsProtocol):
             if size > limits.max_header_bytes:
                 raise _Refuse(431, self._too_large())
         edge.waiting.pop(self, None)
-        self._watch(_BODY, edge.limits.body_timeout_seconds)
-        if len(self.tasks) >= edge.limits.max_requests_in_flight:
+        self._phase = _BODY
+        self._deadline = self.loop.time() + limits.body_timeout_seconds
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+        if len(self.tasks) >= limits.max_requests_in_flight:
             self.app = _busy
             try:
                 super().on_headers_complete()
@@ -237,10 +245,6 @@ class EdgeProtocol(HttpToolsProtocol):
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds
         super().on_body(body)
-
-    def on_message_complete(self) -> None:
-        self._phase = _WAITING
-        super().on_message_complete()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)  # the next request starts now: still busy
@@ -260,6 +264,8 @@ class EdgeProtocol(HttpToolsProtocol):
         self._timer = None
         if self._phase == _WAITING or self.transport is None or self.transport.is_closing():
             return
+        if self._phase == _BODY and not self.cycle.more_body:
+            return  # the whole request arrived: the application's time is not the client's
         now = self.loop.time()
         if self._phase == _BODY and self.flow is not None and self.flow.read_paused:
             # The application has not asked for more yet: not the client's delay.

@@ -144,6 +144,44 @@ class Internal(ServeError):
     code = ErrorCode.INTERNAL
 
 
+# -- Triton's wording ---------------------------------------------------------------------------
+# Triton's clients and example programs check these texts (``message().startswith("Request for
+# unknown model")``, ``"failed to load" in message``, ...), so the errors they check begin with
+# Triton's words, and servekit's own detail, when there is any, follows them.
+
+
+def unknown_model(name: object, version: object = None, detail: str = "") -> NotFound:
+    """A model (or a version of it) this server does not have."""
+    where = f" version {version}" if version is not None else ""
+    text = f"Request for unknown model: {shown_name(name)}{where} is not found"
+    return NotFound(f"{text}; {detail}" if detail else text)
+
+
+def version_not_integral(version: str, detail: str = "") -> InvalidArgument:
+    """A version string that is not a number (nor one of the model's named versions)."""
+    text = (
+        f"failed to get model version from specified version string {shown_name(version)}, "
+        "version should be an integral value > 0"
+    )
+    return InvalidArgument(f"{text}; {detail}" if detail else text)
+
+
+def contents_with_raw(input_name: str, model: str) -> InvalidArgument:
+    """A gRPC input with typed ``contents`` in a request that also carries raw contents."""
+    return InvalidArgument(
+        f"contents field must not be specified when using raw_input_contents for "
+        f"{shown_name(input_name)} for model {shown_name(model)}"
+    )
+
+
+def load_failed(name: str, error: ServeError) -> ServeError:
+    """``error`` (same code) led by Triton's "failed to load '<model>', "."""
+    prefix = f"failed to load {shown_name(name)}"
+    if error.message.startswith(prefix):
+        return error
+    return type(error)(f"{prefix}, {error.message}")
+
+
 def logged_reference(logger: logging.Logger, exc: BaseException, what: str) -> str:
     """Log ``exc`` (with its traceback) under a fresh short random reference; return it."""
     reference = secrets.token_hex(6)

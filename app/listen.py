@@ -56,8 +56,14 @@ def resolve_host(host: str) -> tuple[list[str], bool]:
     return found, True
 
 
-def bind_http(host: str, port: int) -> list[socket.socket]:
+def bind_http(
+    host: str, port: int, *, reuse_port: bool = False, listen: bool = True
+) -> list[socket.socket]:
     """Listening sockets on every address of ``host``, all on one port (0: a free one).
+
+    ``reuse_port`` sets SO_REUSEPORT (the workers of ``server.workers`` each listen on the
+    port); ``listen=False`` only binds, which reserves the port without taking connections
+    (the supervisor of the workers learns a port 0 that way).
 
     With port 0 the first address picks the port and the others take the same one; if another
     process holds it there, all are closed and a new port is tried. For a host *name*, an
@@ -71,7 +77,13 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
         retry = False
         for address in addresses:
             try:
-                sock = _listen(address, chosen, dual_stack=address == "::" and len(addresses) == 1)
+                sock = _listen(
+                    address,
+                    chosen,
+                    dual_stack=address == "::" and len(addresses) == 1,
+                    reuse_port=reuse_port,
+                    listen=listen,
+                )
             except OSError as exc:
                 unbindable = exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT)
                 if is_name and unbindable:
@@ -95,15 +107,20 @@ def bind_http(host: str, port: int) -> list[socket.socket]:
     raise OSError(f"cannot listen on {host!r}: found no port free on all of {', '.join(addresses)}")
 
 
-def _listen(address: str, port: int, *, dual_stack: bool) -> socket.socket:
+def _listen(
+    address: str, port: int, *, dual_stack: bool, reuse_port: bool = False, listen: bool = True
+) -> socket.socket:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0 if dual_stack else 1)
         sock.bind((address, port))
-        sock.listen(BACKLOG)
+        if listen:
+            sock.listen(BACKLOG)
     except OSError:
         sock.close()
         raise

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 from litestar import Litestar
@@ -26,9 +26,11 @@ from app.listen import Addresses, bind_http, bound_address
 from app.models.repository import ModelRepository
 from app.rest import create_app
 from app.rest import extensions as rest_extensions
+from app.rest import generate as rest_generate
 from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
+from app.rest import shared_memory as rest_shared_memory
 from app.services.dataplane import DataPlane, server_extensions
 from app.services.model_control import ModelControl
 from app.services.state import Listening, ServerState
@@ -45,6 +47,25 @@ class _EmbeddedUvicorn(uvicorn.Server):
         yield
 
 
+class WorkerRole(Protocol):
+    """What a worker of ``server.workers`` (app/workers/worker.py) changes in its ServeKit;
+    a single server has none and runs exactly as without it."""
+
+    def make_control(self, state: ServerState, repository: ModelRepository) -> ModelControl:
+        """The ModelControl adapters get (changes go to every worker)."""
+        ...
+
+    async def before_listening(self) -> None:
+        """Runs once start-up models loaded, before the listeners open (the journal replay)."""
+        ...
+
+    def wrap_http(self, app: Litestar) -> Any:
+        """The ASGI application uvicorn serves."""
+        ...
+
+    def grpc_interceptors(self) -> list[Any]: ...
+
+
 class ServeKit:
     """A running (or startable) server for one compiled plan.
 
@@ -53,15 +74,30 @@ class ServeKit:
     every adapter; the adapters see nothing else of it.
     """
 
-    def __init__(self, plan: ServePlan, statistics: Statistics | None = None) -> None:
+    def __init__(
+        self,
+        plan: ServePlan,
+        statistics: Statistics | None = None,
+        *,
+        worker: WorkerRole | None = None,
+    ) -> None:
         self.state = ServerState(plan)
         self.statistics = statistics or Statistics()
         self.repository = ModelRepository(plan.base_dir)
         # Every HTTP and gRPC surface below offers the configuration, statistics and
-        # repository extensions, so server metadata names them.
-        extensions = server_extensions(config_and_statistics=True, repository=True)
+        # repository extensions and Triton's generate extension (app/rest/generate.py), so
+        # server metadata names them.
+        extensions = (
+            *server_extensions(config_and_statistics=True, repository=True),
+            *rest_generate.GENERATE,
+        )
         self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
-        self.control = ModelControl(self.state, self.repository)
+        self._worker = worker
+        self.control = (
+            ModelControl(self.state, self.repository)
+            if worker is None
+            else worker.make_control(self.state, self.repository)
+        )
         self.addresses: Addresses | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -80,15 +116,25 @@ class ServeKit:
         )
 
     async def start(self, *, wait_for_models: bool = False) -> Addresses:
-        """Open both listeners, then load models (awaited only if ``wait_for_models``)."""
+        """Open both listeners, then load models (awaited only if ``wait_for_models``).
+
+        A worker of ``server.workers`` loads first and opens its listeners once it holds the
+        state every worker holds (the others serve meanwhile)."""
+        self.state.draining = False
+        self.state.stopping = False
         server = self.plan.server
         tls = self.plan.tls
-        sockets = bind_http(server.host, server.http_port)
+        worker = self._worker
+        if worker is not None:
+            await self.control.start()
+            await worker.before_listening()
+        sockets = bind_http(server.host, server.http_port, reuse_port=worker is not None)
         hosts = tuple(bound_address(s) for s in sockets)
         self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
         network = server.network
+        app: Any = self.http_app()
         config = uvicorn.Config(
-            self.http_app(),
+            app if worker is None else worker.wrap_http(app),
             lifespan="off",
             log_level="warning",
             access_log=False,
@@ -121,11 +167,14 @@ class ServeKit:
                 services=[grps_servicer.registrar(self.dataplane)],
                 hosts=hosts,
                 tls=tls,
+                reuse_port=worker is not None,
+                interceptors=worker.grpc_interceptors() if worker is not None else (),
             )
             self.addresses.grpc_port = port
             self._publish(self.addresses)
-        self._loading = asyncio.create_task(self.control.start())
-        if wait_for_models:
+        if worker is None:
+            self._loading = asyncio.create_task(self.control.start())
+        if wait_for_models and self._loading is not None:
             await self._loading
         return self.addresses
 
@@ -136,8 +185,10 @@ class ServeKit:
             self.control,
             extra_routes=[
                 *rest_extensions.ROUTES,
+                *rest_generate.ROUTES,
                 *dashboard.routes(),
                 *rest_repository.ROUTES,
+                *rest_shared_memory.ROUTES,
                 *rest_grps.ROUTES,
                 *rest_ports.ROUTES,
             ],
@@ -153,11 +204,13 @@ class ServeKit:
         seconds (default ``server.drainSeconds``); then the listeners close (keep-alive
         connections after their current response, gRPC calls still open get the rest of the
         grace) and models are released. Refusing first, closing after, means no request a
-        client saw accepted is cut off: a load balancer retries the refused ones elsewhere."""
+        client saw accepted is cut off: a load balancer retries the refused ones elsewhere.
+        Streams of decoupled models (which may never finish) end at their next response."""
         loop = asyncio.get_running_loop()
         grace = self.plan.server.drain_seconds if grace is None else grace
         deadline = loop.time() + grace
         self.state.draining = True
+        self.state.stopping = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -177,6 +230,7 @@ class ServeKit:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._http_task
             self._http = None
+        self.dataplane.shared_memory.close()  # unmap every region clients registered
         await self.repository.close()
 
 

@@ -44,6 +44,16 @@ class InferRequest:
     id: str | None = None
     outputs: list[RequestedOutput] | None = None
     parameters: Parameters = field(default_factory=dict)
+    shared_memory: bool = False
+    """Some input or requested output names a shared-memory region (set by the codecs; the
+    DataPlane then reads and writes those through app/services/shared_memory.py)."""
+
+    def outputs_in_shared_memory(self) -> frozenset[str]:
+        """Names of the requested outputs written to shared memory: the response carries
+        their datatype and shape only, no data."""
+        if not self.shared_memory or not self.outputs:
+            return frozenset()
+        return frozenset(o.name for o in self.outputs if "shared_memory_region" in o.parameters)
 
     def wants_binary(self, output: str, default: bool) -> bool:
         """Whether ``output`` goes back as raw bytes rather than JSON/typed values.
@@ -82,6 +92,10 @@ class TensorSpec:
         return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
 
 
+GRPS_MESSAGE = "GRPS_MESSAGE"
+"""Input and output of a model that takes whole grps messages."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelSignature:
     """What a loaded model version takes and gives.
@@ -92,6 +106,9 @@ class ModelSignature:
 
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    grps_message: bool = False
+    """The model takes and gives whole grps messages: one BYTES input and output named
+    :data:`GRPS_MESSAGE` holding a serialized GrpsMessage (app/services/grps.py)."""
     input_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
     output_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
 

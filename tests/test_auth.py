@@ -84,6 +84,8 @@ HTTP_ROUTES = [
     ("inference", "POST", "/v2/models/mlp/infer", "infer"),
     ("inference", "POST", "/v1/models/mlp:predict", "predict"),
     ("inference", "POST", "/grps/v1/infer/predict?model=mlp", "grps"),
+    ("inference", "POST", "/v2/models/mlp/generate", "generate"),
+    ("inference", "POST", "/v2/models/mlp/versions/1/generate_stream", "generate"),
     ("repository", "POST", "/v2/repository/index", None),
     ("admin", "GET", "/v2/models/mlp/config", None),
     ("admin", "GET", "/v2/models/stats", None),
@@ -94,6 +96,7 @@ BODIES = {
     "infer": {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 16],
                           "data": [0.5] * 16}]},
     "predict": {"instances": [[0.5] * 16]},
+    "generate": {"input": [0.5] * 16},
     "grps": {"gtensors": {"tensors": [{"name": "input", "dtype": "DT_FLOAT32", "shape": [1, 16],
                                        "flat_float32": [0.5] * 16}]}},
 }  # fmt: skip

@@ -166,7 +166,19 @@ def test_every_http_route_declares_its_group(tmp_path: Path) -> None:
         "/v2/repository/models/{model:str}/unload",
         "/grps/v1/health/online",
         "/grps/v1/health/offline",
+        "/dashboard/api/models/{name:str}/benchmark",  # makes the server work: a control route
+        # shared memory (register/unregister change what the server maps: app/rest/shared_memory.py)
+        "/v2/systemsharedmemory/region/{name:str}/register",
+        "/v2/systemsharedmemory/region/{name:str}/unregister",
+        "/v2/systemsharedmemory/unregister",
+        "/v2/cudasharedmemory/region/{name:str}/register",
+        "/v2/cudasharedmemory/region/{name:str}/unregister",
+        "/v2/cudasharedmemory/unregister",
     }
+    assert groups["/dashboard/api/models/{name:str}/benchmark"] == {ApiGroup.ADMIN, None}
+    shared_memory = {path: g for path, g in groups.items() if "sharedmemory" in path}
+    assert len(shared_memory) == 10
+    assert all(g == {ApiGroup.REPOSITORY, None} for g in shared_memory.values()), shared_memory
 
 
 def test_every_grpc_method_our_servicers_implement_has_a_group() -> None:
@@ -175,7 +187,10 @@ def test_every_grpc_method_our_servicers_implement_has_a_group() -> None:
         *(f"/{grps_servicer.SERVICE_NAME}/{name}" for name in vars(grps_servicer.GrpsServicer)
           if name[:1].isupper()),
     }  # fmt: skip
-    assert len(implemented) == 20, implemented  # 12 of Triton's service, 8 of grps
+    assert len(implemented) == 26, implemented  # 18 of Triton's service, 8 of grps
+    shared_memory = {m for m in implemented if "SharedMemory" in m}
+    assert len(shared_memory) == 6
+    assert {METHOD_GROUPS[m] for m in shared_memory} == {ApiGroup.REPOSITORY}
     assert implemented <= set(METHOD_GROUPS), implemented - set(METHOD_GROUPS)
 
 

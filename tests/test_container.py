@@ -1,4 +1,4 @@
-"""The container image, built and run the way ops do: podman, no Docker daemon (RECIPES.md).
+"""The container image, built and run the way ops do: podman, no Docker daemon (docs/ops.md).
 
 The image is built from the repository's Dockerfile (on a locally made base tagged
 ``localhost/python:3.11-slim``), then run twice with exactly what the exports tell Kubernetes:
@@ -42,14 +42,8 @@ CONTAINERS_CONF = (
     '[containers]\ndefault_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]\n'
     '[engine]\nruntime = "runc"\n'
 )
-BASE_SCRIPT = f"""set -euo pipefail
-mmdebstrap --quiet --variant=minbase \\
-  --include=python3,python3-pip,python3-venv,python-is-python3,ca-certificates \\
-  --customize-hook='rm -f "$1"/usr/lib/python3.*/EXTERNALLY-MANAGED' \\
-  --customize-hook='upload /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt' \\
-  --customize-hook='rm -rf "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \\
-  bookworm - | podman import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - {BASE}
-"""
+BASE_COMMAND = ["bash", str(REPO / "scripts" / "make-base-image.sh"), BASE]
+"""The offline base image, made as docs/ops.md tells ops to make it."""
 HARDENED = ["--read-only", "--tmpfs", "/tmp:rw,mode=1777", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges"]  # fmt: skip
 """What the exported securityContext asks of Kubernetes, asked of podman."""
@@ -68,7 +62,7 @@ def test_dockerfile_lint() -> None:
 
 @pytest.fixture(scope="module")
 def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment for podman commands (CONTAINERS_CONF as RECIPES.md says)."""
+    """The environment for podman commands (CONTAINERS_CONF as docs/ops.md says)."""
     if shutil.which("podman") is None:
         if os.environ.get("CI"):
             pytest.fail("CI must install podman: apt-get install buildah podman runc mmdebstrap")
@@ -96,7 +90,7 @@ def image(podman_env: dict[str, str]) -> str:
     exists = subprocess.run(["podman", "image", "exists", BASE], env=podman_env, timeout=60)
     if exists.returncode != 0:
         assert shutil.which("mmdebstrap"), "apt-get install mmdebstrap to make the base image"
-        subprocess.run(["bash", "-c", BASE_SCRIPT], env=podman_env, check=True, timeout=900)
+        subprocess.run(BASE_COMMAND, env=podman_env, check=True, timeout=900)
     podman(podman_env, "build", "--pull=never", "--format", "docker", "-t", IMAGE, str(REPO),
            timeout=1500)  # fmt: skip
     return IMAGE

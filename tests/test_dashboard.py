@@ -333,3 +333,17 @@ def test_unload_and_load_from_the_index(
     expect(model.locator(".action-msg")).to_have_text("Loaded add_sub.")
     assert triton.is_model_ready("add_sub")
     assert page.evaluate("window.__sameDocument") is True  # updated in place, no reload
+
+
+def test_benchmark_button_shows_the_servers_table(page: Page, page_errors: list[str]) -> None:
+    """The model page's Benchmark button: the server drives add_sub over HTTP and gRPC and the
+    page shows one row per protocol and concurrency (counts checked, never speed)."""
+    page.goto("/models/add_sub")
+    page.get_by_role("button", name="Benchmark").click()
+    rows = page.locator("#benchmark-table tbody tr")
+    expect(rows).to_have_count(4 if grpc_available() else 2, timeout=90_000)
+    expect(page.locator("#benchmark-status")).to_contain_text("Done")
+    protocols = rows.locator("td:first-child").all_inner_texts()
+    assert protocols[:2] == ["http", "http"]
+    errors = rows.locator("td:last-child").all_inner_texts()
+    assert set(errors) == {"0"}

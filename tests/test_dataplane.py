@@ -25,7 +25,7 @@ from fakes import (
 )
 from inprocess import Serve, Services
 
-from app.errors import Internal, InvalidArgument, NotFound, Unavailable, Unimplemented
+from app.errors import Internal, InvalidArgument, NotFound, Unavailable
 from app.types import InferRequest, RequestedOutput, Tensor
 
 pytestmark = pytest.mark.anyio
@@ -67,11 +67,14 @@ async def test_declared_metadata_wins_over_hints(serve: Serve) -> None:
 
 async def test_metadata_of_unknown_models_and_versions(serve: Serve) -> None:
     services = await with_fakes(serve)
-    with pytest.raises(NotFound, match="unknown model 'nope'"):
+    with pytest.raises(NotFound, match="Request for unknown model: 'nope' is not found"):
         services.dataplane.model_metadata("nope")
-    with pytest.raises(NotFound, match="no version 2"):
+    with pytest.raises(NotFound, match=r"^Request for unknown model: 'sum' version 2 is not found"):
         services.dataplane.model_metadata("sum", "2")
-    with pytest.raises(NotFound, match="no version 'latest'"):
+    with pytest.raises(
+        InvalidArgument,
+        match=r"^failed to get model version from specified version string 'latest'.*has version 1",
+    ):
         services.dataplane.model_metadata("sum", "latest")
     with pytest.raises(NotFound):
         services.dataplane.model_ready("nope")
@@ -118,7 +121,14 @@ async def test_requested_outputs(serve: Serve) -> None:
         await services.dataplane.infer(unknown)
     classify = request("sum", a=rows(1), b=rows(1))
     classify.outputs = [RequestedOutput("output", {"classification": 2})]
-    with pytest.raises(Unimplemented, match="classification"):
+    (top,) = (await services.dataplane.infer(classify)).outputs  # tests/test_classification.py
+    assert (top.datatype, top.shape, list(top.data)) == (
+        "BYTES",
+        (2,),
+        [b"2.000000:0", b"2.000000:1"],
+    )
+    classify.outputs = [RequestedOutput("output", {"classification": 0})]
+    with pytest.raises(InvalidArgument, match="'classification' must be a positive integer"):
         await services.dataplane.infer(classify)
 
 
@@ -205,7 +215,7 @@ async def test_max_batch_size_bounds_the_first_dimension(serve: Serve) -> None:
 
 async def test_unknown_model(serve: Serve) -> None:
     services = await with_fakes(serve)
-    with pytest.raises(NotFound, match="unknown model 'nope'"):
+    with pytest.raises(NotFound, match="Request for unknown model: 'nope' is not found"):
         await services.dataplane.infer(request("nope", a=rows(1)))
 
 
@@ -255,7 +265,7 @@ async def test_version_policies(
     for version in versions:
         assert await served_version(services, version) == version
     for version in sorted({"1", "2", "3"} - set(versions)):
-        with pytest.raises(NotFound, match=f"has no version {version}"):
+        with pytest.raises(NotFound, match=f"unknown model: 'mlp' version {version} is not found"):
             await served_version(services, version)
         with pytest.raises(NotFound):
             services.dataplane.model_ready("mlp", version)

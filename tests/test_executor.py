@@ -21,6 +21,7 @@ from app.errors import DeadlineExceeded, Internal, Overloaded
 from app.grpc.triton_proto import statistics_message
 from app.models.repository import VersionEntry
 from app.rest.triton_json import statistics_json
+from app.runtimes.base import CALL_DEADLINE
 from app.runtimes.cancel import cancel_event
 from app.runtimes.python import register_object
 from app.server import ServeKit
@@ -314,6 +315,32 @@ def test_a_deadline_passing_mid_call_answers_and_raises_the_cancel_flag(tmp_path
         assert version.in_flight == 1  # its thread still runs: not idle, whatever the client
         finish.set()
         await until(lambda: version.in_flight == 0, "the thread to return")
+        await stop(dataplane)
+
+    run(scenario)
+
+
+def test_the_call_deadline_follows_the_request_into_the_models_thread(tmp_path: Path) -> None:
+    """An isolated model stops a call at CALL_DEADLINE: the executor sets it per call from the
+    request's deadline (the client's, capped by requestTimeoutSeconds), and clears it after."""
+    seen: list[float | None] = []
+
+    def reader(x: Any) -> Any:
+        seen.append(CALL_DEADLINE.get())
+        return x
+
+    async def scenario() -> None:
+        dataplane = await serve(
+            tmp_path, model("reader", reader), server="requestTimeoutSeconds: 30"
+        )
+        before = time.monotonic()
+        await dataplane.infer(request("reader", 1))  # a new version's first call: in a thread
+        client = time.monotonic() + 5
+        await dataplane.infer(request("reader", 1), client)
+        assert len(seen) == 2
+        first, second = seen
+        assert first is not None and before + 29 < first <= time.monotonic() + 30
+        assert second == client  # the client's deadline is earlier than the cap
         await stop(dataplane)
 
     run(scenario)

@@ -439,3 +439,23 @@ def test_exported_args_and_secret_env_serve_with_the_token(
         assert token not in server.log()
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_k8s_workers_follow_the_cpu_request(project: Path, tmp_path: Path) -> None:
+    """One worker per whole core requested; ``--workers`` is explicit because ``auto`` in a
+    container would count the node's cores, not the pod's."""
+
+    def container(config: Path) -> dict[str, Any]:
+        deployment = documents(export("k8s", str(config)).stdout)["Deployment"][0]
+        return dict(deployment["spec"]["template"]["spec"]["containers"][0])
+
+    default = container(project / "serve.yaml")
+    assert default["resources"]["requests"]["cpu"] == "500m"
+    assert default["args"][default["args"].index("--workers") + 1] == "1"
+    shutil.copytree(project / "models", tmp_path / "models")
+    three = tmp_path / "serve.yaml"
+    three.write_text(SERVE_YAML.replace("{name: ServeKit}", "{name: ServeKit, workers: 3}", 1))
+    assert "workers: 3" in three.read_text()
+    scaled = container(three)
+    assert scaled["resources"]["requests"]["cpu"] == "3"
+    assert scaled["args"][scaled["args"].index("--workers") + 1] == "3"

@@ -189,7 +189,9 @@ def test_typed_and_raw_for_one_input_is_refused(stub: pb_grpc.GRPCInferenceServi
     tensor = request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 1])
     tensor.contents.fp32_contents.append(1.0)
     request.raw_input_contents.append(np.ones(1, np.float32).tobytes())
-    assert "both" in _refused(stub, request)
+    assert "contents field must not be specified when using raw_input_contents for 'INPUT0'" in (
+        _refused(stub, request)
+    )
 
 
 def test_unknown_datatype(stub: pb_grpc.GRPCInferenceServiceStub) -> None:

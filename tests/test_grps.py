@@ -373,7 +373,7 @@ def test_metadata(http: httpx.Client) -> None:
 
 ERRORS: list[tuple[str, dict[str, Any], Any, int, str]] = [
     ("nope", {}, {"str_data": "x"}, 404, "unknown model"),
-    ("mlp-9", {}, {"ndarray": [[0.0] * 16]}, 404, "no version"),
+    ("mlp-9", {}, {"ndarray": [[0.0] * 16]}, 404, "version 9 is not found"),
     ("broken_garbage", {}, {"str_data": "x"}, 503, "not"),
     ("mlp", {}, {"str_data": "x"}, 400, "single BYTES input"),
     ("mlp", {}, {}, 400, "carries no data"),
@@ -388,7 +388,7 @@ ERRORS: list[tuple[str, dict[str, Any], Any, int, str]] = [
     ("identity_int32", {}, one("DT_INT32", "flat_int32", [1], (2, 2)), 400, "holds 4 values"),
     ("identity_int32", {}, one("DT_INT32", "flat_float32", [1]), 400, "flat_int32"),
     ("identity_int32", {}, gtensor_body("NOPE", "DT_INT32", [1], "flat_int32", [1]), 400, "NOPE"),
-    ("identity_int32", {}, {"gtensors": {"tensors": [{"dtype": "DT_NOPE"}]}}, 400, "GrpsMessage"),
+    ("identity_int32", {}, {"gtensors": {"tensors": [{"dtype": "DT_NOPE"}]}}, 400, "DT_INVALID"),
     ("identity_int32", {}, {"gmap": {"s_f": {"INPUT0": 1.5}}}, 400, "not a valid INT32"),
     ("identity_int32", {}, [1, 2], 400, "JSON object"),
     ("identity_int32", {"return-ndarray": "true"}, {"gmap": {"s_i32": {"INPUT0": 1}}}, 200, ""),

@@ -34,7 +34,10 @@ def nbval_command(*paths: Path) -> list[str]:
 
 def test_every_notebook_is_listed() -> None:
     found = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
-    assert found == ["01-quickstart.ipynb", "02-add-models.ipynb", "03-protocols.ipynb"]
+    assert found == [
+        "01-quickstart.ipynb", "02-add-models.ipynb", "03-protocols.ipynb",
+        "04-to-production.ipynb",
+    ]  # fmt: skip
 
 
 @pytest.mark.timeout(900)

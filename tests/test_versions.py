@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from servers import start_server
 
 from app.config.compiler import ModelPlan, compile_plan
-from app.config.loader import parse_config
+from app.config.loader import ConfigError, parse_config
 from app.config.schema import VersionPolicy
 from app.config.versions import VersionSource, discover_versions, select_versions
 
@@ -61,6 +61,24 @@ def test_numbered_folders_sorted_numerically(tmp_path: Path) -> None:
     assert problem is None
     assert numbers(found) == [1, 2, 10]
     assert found[2].path == tmp_path / "10" / "model.onnx"
+
+
+def test_folders_named_by_version_labels(tmp_path: Path) -> None:
+    """grps names versions with strings: serve.yaml's versionLabels give them numbers."""
+    make(tmp_path, "m/1.0.0/model.onnx", "m/2/model.onnx", "m/notes/")
+    found, problem = discover_versions(tmp_path / "m", {"1.0.0": 1})
+    assert problem is None and numbers(found) == [1, 2]
+    assert found[0].path == tmp_path / "m" / "1.0.0" / "model.onnx"
+    found, _ = discover_versions(tmp_path / "m", {"1.0.0": 2})  # the label and 2/ collide
+    assert numbers(found) == [2] and found[0].problem and "'1.0.0'" in found[0].problem
+    text = (
+        "models:\n  - name: m\n    modelFormat: {name: onnx}\n    storageUri: m\n"
+        "    versionPolicy: {all: {}}\n    versionLabels: {'1.0.0': 1}\n"
+    )
+    plan = compile_plan(parse_config(text), tmp_path).models[0]
+    assert numbers(plan.versions) == [1, 2]
+    with pytest.raises(ConfigError, match="version label '7' is a number"):
+        parse_config(text.replace("'1.0.0'", "'7'"))
 
 
 def test_single_file_is_version_1(tmp_path: Path) -> None:

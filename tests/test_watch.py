@@ -218,7 +218,7 @@ def test_command_line_flags_hold_for_every_edit(tmp_path: Path) -> None:
         for other in ("add_sub", "added"):
             answer = httpx.get(f"{server.http_url}/v2/models/{other}")
             assert answer.status_code == 404, answer.text
-            assert answer.json() == {"error": f"unknown model {other!r}"}
+            assert answer.json() == {"error": f"Request for unknown model: {other!r} is not found"}
 
         # An edit that drops the one model --only names cannot be served: the old one stays.
         rewrite(config, "models:\n" + ADD_SUB + ADDED)

@@ -59,7 +59,9 @@ def from_object(obj: dict[str, Any]) -> tuple[pb.GrpsMessage, object]:
         raise InvalidArgument("set only one of gtensors, ndarray, str_data, bin_data or gmap")
     taken = _take_flat(obj)
     try:
-        message = json_format.ParseDict(obj, pb.GrpsMessage())
+        # grps ignores fields it does not know (a client's trace_id, gmap's s_t that its template
+        # client sends), at any depth; so do we
+        message = json_format.ParseDict(obj, pb.GrpsMessage(), ignore_unknown_fields=True)
     except json_format.ParseError as exc:
         raise InvalidArgument(f"not a GrpsMessage: {exc}") from None
     tensors = message.gtensors.tensors

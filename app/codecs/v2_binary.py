@@ -125,13 +125,17 @@ def _infer_shape(spec: TensorSpec, datatype: DataType, size: int) -> tuple[int, 
 def encode_response(request: InferRequest, response: InferResponse) -> tuple[bytes, int | None]:
     """Encode a response as JSON, or JSON plus binary data when any output asks for it.
 
-    Returns the body and the JSON header length (None when the body is pure JSON).
+    Returns the body and the JSON header length (None when the body is pure JSON). Outputs
+    written to shared memory carry no data (as Triton answers them).
     """
     entries: list[dict[str, Any]] = []
     buffers: list[Buffer] = []
+    in_shm = request.outputs_in_shared_memory() if request.shared_memory else None
     for tensor in response.outputs:
         entry = v2_json.output_entry(tensor)
-        if request.wants_binary(tensor.name, default=False):
+        if in_shm and tensor.name in in_shm:
+            pass  # its bytes are in the client's region: name, datatype and shape only
+        elif request.wants_binary(tensor.name, default=False):
             buffer = tensor_to_buffer(lookup(tensor.datatype), tensor.data)
             entry.setdefault("parameters", {})["binary_data_size"] = memoryview(buffer).nbytes
             buffers.append(buffer)

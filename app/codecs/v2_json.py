@@ -24,6 +24,17 @@ from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, 
 if TYPE_CHECKING:
     from app.codecs.v2_json_large import Segments
 
+SHARED_MEMORY_REGION = "shared_memory_region"
+"""The parameter naming a registered shared-memory region (Triton's extension)."""
+IN_SHARED_MEMORY: np.ndarray = np.empty(0, dtype=np.uint8)
+"""Placeholder data of an input whose bytes are in a shared-memory region: the DataPlane reads
+them (app/services/shared_memory.py) before anything looks at the data."""
+IN_SHARED_MEMORY.flags.writeable = False
+_ONE_SOURCE = (
+    "input {name!r}: Input must set only one of the following fields: 'data', "
+    "'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set {given}"
+)
+
 MAX_NESTING = 64
 """Deepest nesting of lists in ``data`` (a tensor has at most 64 dimensions)."""
 
@@ -88,13 +99,14 @@ def decode_request(
     raw_inputs = obj.get("inputs")
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("inference request needs an 'inputs' list")
-    inputs = [_decode_input(item, binary, segments) for item in raw_inputs]
+    shared: list[str] = []  # tensors in shared memory (rare: one list beats a test per tensor)
+    inputs = [_decode_input(item, binary, segments, shared) for item in raw_inputs]
     outputs = None
     raw_outputs = obj.get("outputs")
     if raw_outputs is not None:
         if not isinstance(raw_outputs, list):
             raise InvalidArgument("'outputs' must be a list")
-        outputs = [_decode_output(item) for item in raw_outputs]
+        outputs = [_decode_output(item, shared) for item in raw_outputs]
     request_id = obj.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidArgument("'id' must be a string")
@@ -105,17 +117,23 @@ def decode_request(
         inputs=inputs,
         outputs=outputs,
         parameters=_parameters("request", obj.get("parameters")),
+        shared_memory=bool(shared),
     )
 
 
-def _decode_output(item: object) -> RequestedOutput:
+def _decode_output(item: object, shared: list[str]) -> RequestedOutput:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise InvalidArgument("each requested output needs a 'name'")
     name = item["name"]
-    return RequestedOutput(name, _parameters(f"output {name!r}", item.get("parameters")))
+    parameters = _parameters(f"output {name!r}", item.get("parameters"))
+    if SHARED_MEMORY_REGION in parameters:
+        shared.append(name)
+    return RequestedOutput(name, parameters)
 
 
-def _decode_input(item: object, binary: BinaryResolver | None, segments: Segments | None) -> Tensor:
+def _decode_input(
+    item: object, binary: BinaryResolver | None, segments: Segments | None, shared: list[str]
+) -> Tensor:
     if not isinstance(item, dict):
         raise InvalidArgument("each input must be a JSON object")
     name = item.get("name")
@@ -135,10 +153,20 @@ def _decode_input(item: object, binary: BinaryResolver | None, segments: Segment
             )
         if type(size) is not int or size < 0:
             raise InvalidArgument(f"input {name!r}: binary_data_size must be a non-negative int")
+        if SHARED_MEMORY_REGION in parameters:
+            given = "'binary_data_size' 'shared_memory_region'"
+            raise InvalidArgument(_ONE_SOURCE.format(name=name, given=given))
         array = binary(name, datatype, shape, size)
     else:
         if "data" not in item:
+            if SHARED_MEMORY_REGION in parameters:  # read by the DataPlane from the region
+                shared.append(name)
+                return Tensor(name, datatype.name, shape, IN_SHARED_MEMORY, parameters)
             raise InvalidArgument(f"input {name!r}: missing 'data'")
+        if SHARED_MEMORY_REGION in parameters:
+            raise InvalidArgument(
+                _ONE_SOURCE.format(name=name, given="'data' 'shared_memory_region'")
+            )
         data = item["data"]
         if segments is not None and type(data) is dict and len(data) == 1:
             from app.codecs.v2_json_large import PLACEHOLDER

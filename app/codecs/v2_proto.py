@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from app.codecs.raw import MAX_DIMS, check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
+from app.codecs.v2_json import IN_SHARED_MEMORY, SHARED_MEMORY_REGION
 from app.datatypes import (
     DATATYPES,
     DataType,
@@ -26,7 +27,7 @@ from app.datatypes import (
     lookup,
     narrow_integers,
 )
-from app.errors import InvalidArgument
+from app.errors import InvalidArgument, contents_with_raw
 from app.protos import grpc_service_pb2 as pb
 from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
@@ -75,36 +76,49 @@ def parameter_to_proto(value: object) -> pb.InferParameter:
 
 # -- requests -----------------------------------------------------------------------------------
 def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
-    """Build an InferRequest from a ModelInferRequest, refusing inconsistent data early."""
+    """Build an InferRequest from a ModelInferRequest, refusing inconsistent data early.
+
+    An input naming a shared-memory region has no contents; ``raw_input_contents`` then holds
+    one entry per other input, in order (as tritonclient sends them)."""
     raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
-        raise InvalidArgument(
-            f"raw_input_contents has {len(raw)} entries but the request has {len(msg.inputs)} "
-            "inputs; give raw contents for every input or for none"
-        )
+    if raw:
+        for item in msg.inputs:  # Triton checks this first, and its clients check its words
+            if item.HasField("contents") and item.contents.ListFields():
+                raise contents_with_raw(item.name, msg.model_name)
+    taken = 0
+    shared = False
     inputs: list[Tensor] = []
-    for index, item in enumerate(msg.inputs):
+    for item in msg.inputs:
         name = item.name
         datatype = DATATYPES.get(item.datatype) or datatype_of(name, item.datatype)
         shape = tuple(item.shape)  # int64 on the wire: only the sign needs checking
         if shape and (min(shape) < 0 or len(shape) > MAX_DIMS):
             check_shape(name, shape)  # raises with the message
-        if raw:
+        params = parameters_from_proto(item.parameters) if item.parameters else {}
+        if params and SHARED_MEMORY_REGION in params:
             if item.HasField("contents") and item.contents.ListFields():
                 raise InvalidArgument(
-                    f"input {name!r} has both typed contents and raw_input_contents"
+                    f"input {name!r} has both typed contents and 'shared_memory_region'"
                 )
-            array = tensor_from_bytes(name, datatype, shape, raw[index])
+            shared = True
+            array = IN_SHARED_MEMORY  # read by the DataPlane from the region
+        elif raw:
+            if taken >= len(raw):
+                raise _raw_count(msg)
+            array = tensor_from_bytes(name, datatype, shape, raw[taken])
+            taken += 1
         else:
             array = typed_to_array(name, datatype, shape, item.contents)
-        params = parameters_from_proto(item.parameters) if item.parameters else {}
         inputs.append(Tensor(name, datatype.name, shape, array, params))
+    if taken != len(raw):
+        raise _raw_count(msg)
     outputs = None
     if msg.outputs:
         outputs = [
             RequestedOutput(o.name, parameters_from_proto(o.parameters) if o.parameters else {})
             for o in msg.outputs
         ]
+        shared = shared or any(SHARED_MEMORY_REGION in o.parameters for o in outputs)
     return InferRequest(
         model_name=msg.model_name,
         model_version=msg.model_version or None,
@@ -112,6 +126,15 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
         inputs=inputs,
         outputs=outputs,
         parameters=parameters_from_proto(msg.parameters) if msg.parameters else {},
+        shared_memory=shared,
+    )
+
+
+def _raw_count(msg: pb.ModelInferRequest) -> InvalidArgument:
+    raw = len(msg.raw_input_contents)
+    return InvalidArgument(
+        f"raw_input_contents has {raw} entries but the request has {len(msg.inputs)} "
+        "inputs; give raw contents for every input (not in shared memory) or for none"
     )
 
 
@@ -159,21 +182,31 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
     if any output wants raw (or is FP16, which has no typed field) all of them go raw.
     """
     outputs = response.outputs
-    typed = _typed_answer(request, outputs)
+    in_shm = request.outputs_in_shared_memory() if request.shared_memory else frozenset()
+    if in_shm:  # only outputs not in shared memory decide (none: raw, empty entries)
+        rest = [t for t in outputs if t.name not in in_shm]
+        typed = bool(rest) and _typed_answer(request, rest)
+    else:
+        typed = _typed_answer(request, outputs)
     tensors = []
     for t in outputs:
         tensor = _OUTPUT(name=t.name, datatype=t.datatype, shape=t.shape)
-        if typed:
+        if typed and not (in_shm and t.name in in_shm):
             tensor.contents.CopyFrom(_typed_contents(t))
         if t.parameters:
             tensor.parameters.update(_parameters_to_proto(t.parameters))
         tensors.append(tensor)
+    raw = None
+    if not typed and not in_shm:
+        raw = [_raw_bytes(t) for t in outputs]
+    elif not typed:  # an output in shared memory keeps its place, empty (as Triton answers)
+        raw = [b"" if t.name in in_shm else _raw_bytes(t) for t in outputs]
     message = pb.ModelInferResponse(
         model_name=response.model_name,
         model_version=response.model_version,
         id=response.id or "",
         outputs=tensors,
-        raw_output_contents=None if typed else [_raw_bytes(t) for t in outputs],
+        raw_output_contents=raw,
     )
     if response.parameters:
         message.parameters.update(_parameters_to_proto(response.parameters))
@@ -213,11 +246,47 @@ def _typed_contents(tensor: Tensor) -> pb.InferTensorContents:
     return pb.InferTensorContents(**{field: flat})
 
 
-def error_stream_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
-    """A stream response carrying an error, with the request's model and id for correlation."""
-    return pb.ModelStreamInferResponse(
-        error_message=message,
-        infer_response=pb.ModelInferResponse(
-            model_name=msg.model_name, model_version=msg.model_version, id=msg.id
-        ),
+# -- streams (ModelStreamInfer) -----------------------------------------------------------------
+FINAL_RESPONSE = "triton_final_response"
+"""Response parameter, as Triton sets it on every stream response: true on the last response
+of a request (the only one of a model that is not decoupled)."""
+EMPTY_FINAL_RESPONSE = "triton_enable_empty_final_response"
+"""Request parameter: a decoupled model's stream ends with an empty response marked final (else
+the client cannot tell the last response of a request; a generator knows it has ended only
+after its last yield)."""
+_FINAL = pb.InferParameter(bool_param=True)
+_NOT_FINAL = pb.InferParameter(bool_param=False)
+
+
+def stream_response(response: pb.ModelInferResponse, final: bool) -> pb.ModelStreamInferResponse:
+    """One encoded response on a stream, with its final-response flag."""
+    response.parameters[FINAL_RESPONSE].CopyFrom(_FINAL if final else _NOT_FINAL)
+    return pb.ModelStreamInferResponse(infer_response=response)
+
+
+def wants_empty_final(msg: pb.ModelInferRequest) -> bool:
+    """Whether the request asked for the empty final response (see EMPTY_FINAL_RESPONSE)."""
+    param = msg.parameters.get(EMPTY_FINAL_RESPONSE)
+    return (
+        param is not None
+        and param.WhichOneof("parameter_choice") == "bool_param"
+        and (param.bool_param)
     )
+
+
+def empty_final_response(msg: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
+    """The empty last response of a decoupled request: no outputs, flagged final."""
+    empty = pb.ModelInferResponse(
+        model_name=msg.model_name, model_version=msg.model_version, id=msg.id
+    )
+    return stream_response(empty, final=True)
+
+
+def error_stream_response(msg: pb.ModelInferRequest, message: str) -> pb.ModelStreamInferResponse:
+    """A stream response carrying an error, with the request's model and id for correlation;
+    it is the request's last response (flagged final)."""
+    failed = pb.ModelInferResponse(
+        model_name=msg.model_name, model_version=msg.model_version, id=msg.id
+    )
+    failed.parameters[FINAL_RESPONSE].CopyFrom(_FINAL)
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=failed)

@@ -77,11 +77,12 @@ class AccessPolicy:
 
     tokens: Mapping[ApiGroup, bytes] = field(default_factory=dict)
     _log: _RefusalLog = field(default_factory=_RefusalLog, compare=False, repr=False)
+    enabled: bool = field(init=False, compare=False)
+    """Whether any group needs a token (if not, adapters skip the check entirely). A field,
+    not a property: the inference fast path reads it on every request."""
 
-    @property
-    def enabled(self) -> bool:
-        """Whether any group needs a token (if not, adapters skip the check entirely)."""
-        return bool(self.tokens)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "enabled", bool(self.tokens))
 
     def protects(self, group: ApiGroup) -> bool:
         return group in self.tokens

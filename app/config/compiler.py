@@ -74,6 +74,15 @@ class ModelPlan:
     parameters: dict[str, Any] = field(default_factory=dict, hash=False, compare=True)
     config: ModelConfig | None = None
     problem: str | None = None  # why no version can load (missing folder, ...)
+    labels_file: tuple[str, ...] = field(default=(), hash=False, compare=True)
+    """The lines of labels.txt beside the model (classification labels by index), if any."""
+
+    def labels(self, output: str) -> tuple[str, ...]:
+        """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
+        for tensor in self.outputs or ():
+            if tensor.name == output and tensor.labels is not None:
+                return tuple(tensor.labels)
+        return self.labels_file
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,17 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
             line = line_in_file(config_path, ["models", index, key])
             issues.append(ConfigIssue(f"models[{index}].{key}", line, str(exc)))
             continue
+        if model.isolation == "process" and runtime.implementation != "python":
+            line = line_in_file(config_path, ["models", index, "isolation"])
+            issues.append(
+                ConfigIssue(
+                    f"models[{index}].isolation",
+                    line,
+                    f"isolation: process runs Python models only; runtime {runtime.name!r} is "
+                    f"{runtime.implementation}",
+                )
+            )
+            continue
         options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
         models.append(plan_model(model, runtime, options, base_dir))
     try:
@@ -157,7 +177,11 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
 
 
 def available_cores() -> int:
-    """Cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count)."""
+    """Cores this process may run on (respects taskset/cgroup affinity, unlike cpu_count); in
+    a worker of ``server.workers`` its share, so the workers never oversubscribe the machine."""
+    share = os.environ.get("_SERVEKIT_WORKER_CORES", "")
+    if share.isdigit() and int(share) > 0:
+        return int(share)
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # pragma: no cover - platforms without affinity
@@ -238,9 +262,12 @@ def plan_model(
     """The plan of one model: its versions on disk filtered by the version policy."""
     problem = None
     versions: tuple[VersionSource, ...] = ()
+    labels: tuple[str, ...] = ()
     if model.storage_uri is not None:
         location = (base_dir / model.storage_uri).resolve()
-        found, problem = discover_versions(location)
+        found, problem = discover_versions(location, model.version_labels)
+        labels, labels_problem = read_labels(location)
+        problem = problem or labels_problem
         versions = select_versions(found, model.version_policy)
         if not problem and not any(v.path for v in versions):
             # Versions that are on disk but cannot load say why ('1' and '01', no model file);
@@ -279,4 +306,26 @@ def plan_model(
         parameters=dict(model.parameters),
         config=model,
         problem=problem,
+        labels_file=labels,
     )
+
+
+LABELS_FILE = "labels.txt"
+"""Class labels beside a model, one per line (Triton's ``label_filename``): in a model's
+folder, or in the folder of a one-file model."""
+MAX_LABELS_BYTES = 16 * 1024 * 1024
+
+
+def read_labels(location: Path) -> tuple[tuple[str, ...], str | None]:
+    """The lines of the labels file beside ``location`` (none if there is no file), or why it
+    cannot be used (a problem of the model, shown as its reason)."""
+    path = (location if location.is_dir() else location.parent) / LABELS_FILE
+    try:
+        if not path.is_file():
+            return (), None
+        if path.stat().st_size > MAX_LABELS_BYTES:
+            return (), f"{path} is over {MAX_LABELS_BYTES} bytes"
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeError) as exc:
+        return (), f"{path} cannot be read as UTF-8 text: {exc}"
+    return tuple(text.splitlines()), None

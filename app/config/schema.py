@@ -290,6 +290,13 @@ class ServerConfig(Section):
     answered 504 / DEADLINE_EXCEEDED. Default: no cap. An edit applies to the next request."""
     grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
     """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        1, json_schema_extra=RESTART
+    )
+    """Server processes behind the same ports (`servekit serve`; notebooks always run one):
+    each has its own event loop, listeners and model sessions, and a supervisor keeps one
+    repository state and one set of statistics across them. `auto`: one per core this process
+    may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
 
 
 def _restart_only() -> frozenset[str]:
@@ -400,6 +407,13 @@ class TensorOverride(Section):
     """V2 datatype (FP32, INT64, BYTES, ...)."""
     shape: list[Annotated[int, Field(ge=-1, le=INT64_MAX)]] | None = None
     """Shape, -1 for a dynamic dimension."""
+    format: Literal["FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC"] | None = None
+    """Inputs only: the image layout the input expects, shown in the model configuration
+    (Triton's ModelInput.format; clients such as Triton's image_client read it)."""
+    labels: list[str] | None = None
+    """Outputs only: class labels by index, for the classification extension (an output
+    requested with `classification: k` answers its top k as "value:index:label"). Default: the
+    lines of labels.txt beside the model."""
 
 
 class DynamicBatching(Section):
@@ -455,6 +469,35 @@ class ModelConfig(Section):
     """Options overriding the runtime's for this model."""
     parameters: dict[str, Any] = {}
     """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+    isolation: Literal["none", "process"] = "none"
+    """Where a Python model runs. `none` (default): in the server's process. `process`: in a
+    child process of its own (one per instance), fed over a socket, as Triton's Python backend
+    stub: a crash (segfault, abort), an out-of-memory kill or a call that hangs past
+    `timeoutSeconds` makes this model UNAVAILABLE with the reason while its process restarts,
+    and every other model keeps serving. Costs a round trip per call (tens of microseconds)."""
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400)
+    """For `isolation: process`: longest one call may run in the child process (or the
+    request's own deadline when it is shorter); past it the process is killed and restarted
+    and the request answered 503 / UNAVAILABLE. Default 60."""
+    memory_limit_bytes: int | None = Field(None, ge=64 * 1024 * 1024, le=INT64_MAX)
+    """For `isolation: process`: the child's RLIMIT_DATA (heap and private anonymous memory,
+    not shared libraries or mapped files), so an allocation past it fails with MemoryError
+    inside the model, which restarts the process and answers 503. Default: no limit. At least
+    64 MiB; the child's Python with numpy uses about 40 MiB of it before the model loads."""
+    grps_message: bool = False
+    """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
+    does (also when predict's one argument is annotated GrpsMessage)."""
+    version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
+    """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
+    and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
+
+    @field_validator("version_labels")
+    @classmethod
+    def _labels_are_not_numbers(cls, value: dict[str, int]) -> dict[str, int]:
+        for label in value:
+            if label.isdigit():
+                raise ValueError(f"version label {label!r} is a number; labels name versions")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -472,6 +515,19 @@ class ModelConfig(Section):
             raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
         if self.dynamic_batching is not None and self.max_batch_size == 0:
             raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
+        for tensor in self.inputs or ():
+            if tensor.labels is not None:
+                raise ValueError(f"input {tensor.name!r}: labels belong to outputs")
+        for tensor in self.outputs or ():
+            if tensor.format is not None:
+                raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
+        if self.isolation != "process" and (
+            self.timeout_seconds is not None or self.memory_limit_bytes is not None
+        ):
+            raise ValueError(
+                "timeoutSeconds and memoryLimitBytes apply to isolation: process only (a model "
+                "in the server's process cannot be stopped or limited on its own)"
+            )
         return self
 
 

@@ -15,6 +15,7 @@ problem of the whole model: nothing could address that version.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,14 @@ def model_file_in(folder: Path) -> tuple[Path | None, str | None]:
     return None, f"several model files in {folder} ({names}); name one model.onnx"
 
 
-def discover_versions(location: Path) -> tuple[list[VersionSource], str | None]:
-    """Versions found at ``location``, or a problem a user can act on."""
+def discover_versions(
+    location: Path, labels: Mapping[str, int] | None = None
+) -> tuple[list[VersionSource], str | None]:
+    """Versions found at ``location``, or a problem a user can act on.
+
+    A folder named by one of the model's ``labels`` (serve.yaml ``versionLabels``, e.g. grps'
+    ``1.0.0/``) is the version that label names."""
+    labels = labels or {}
     if not location.exists():
         return [], f"storageUri {location} does not exist"
     if location.is_file():
@@ -58,6 +65,9 @@ def discover_versions(location: Path) -> tuple[list[VersionSource], str | None]:
     others: list[str] = []
     for entry in location.iterdir():
         if not entry.is_dir() or not _visible(entry):
+            continue
+        if entry.name in labels:
+            folders.setdefault(labels[entry.name], []).append(entry.name)
             continue
         if not _is_number(entry.name):
             others.append(entry.name)

@@ -16,6 +16,7 @@ from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
 from app.config.auth import ApiGroup
+from app.dashboard import bench
 from app.dashboard.render import STATIC_DIR
 from app.dashboard.routes import HANDLERS, SECURITY
 
@@ -33,7 +34,7 @@ def routes() -> list[Any]:
         middleware=SECURITY,
         opt={"api_group": ApiGroup.OPEN},  # our own CSS/JS/icon: nothing protected in them
     )
-    return [*HANDLERS, static]
+    return [*HANDLERS, *bench.HANDLERS, static]
 
 
 __all__ = ["STATIC_PATH", "routes"]

@@ -158,12 +158,32 @@ def config_map(plan: ServePlan, config_text: str) -> Manifest:
     }
 
 
+DEFAULT_CPU_REQUEST = "500m"
+
+
+def cpu_request(plan: ServePlan) -> str:
+    """The container's CPU request: one core per worker when serve.yaml sets a number of
+    workers above one, else half a core (one worker)."""
+    workers = plan.server.workers
+    return str(workers) if isinstance(workers, int) and workers > 1 else DEFAULT_CPU_REQUEST
+
+
+def workers_for_cpu(request: str) -> int:
+    """Workers for a CPU request (``500m``, ``2``, ``1.5``): the whole cores requested, at
+    least one. Passed as ``--workers`` because ``auto`` in a container counts the node's cores
+    (CPU affinity), not what the pod was given."""
+    cores = int(request[:-1]) / 1000 if request.endswith("m") else float(request)
+    return max(1, int(cores))
+
+
 def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifest]:
     """ConfigMap + Deployment + Service serving every model of ``plan`` from the image."""
     name, pod_labels = k8s_name(plan.server.name), labels(plan)
     grpc = plan.server.grpc_port is not None
     ports = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
+    cpu = cpu_request(plan)
     args = ["serve", "/srv/serve.yaml", "--host", "0.0.0.0", "--http-port", str(HTTP_PORT)]
+    args += ["--workers", str(workers_for_cpu(cpu))]
     if grpc:
         ports.append({"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"})
         args += ["--grpc-port", str(GRPC_PORT)]
@@ -183,7 +203,7 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
         "ports": ports,
         "livenessProbe": probe("/v2/health/live", "http", period=10, failures=3),
         "readinessProbe": probe("/v2/health/ready", "http", period=5, failures=2),
-        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
+        "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": container_security(),
         "volumeMounts": [*mounts, *tokens.mounts],
     }

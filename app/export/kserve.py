@@ -102,6 +102,7 @@ def _kserve_container(image: str) -> Manifest:
         "serve", f"{CONFIG_DIR}/serve.yaml", "--only", "{{.Name}}",
         "--storage-uri", MODEL_DIR, "--host", "0.0.0.0",
         "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT),
+        "--workers", "1",  # the predictor's CPU request below is one core
     ]  # fmt: skip
     return {
         # KServe merges the InferenceService's predictor into the container of this name.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import grpc
@@ -38,6 +39,13 @@ METHOD_GROUPS: dict[str, ApiGroup] = {
     _INFERENCE + "RepositoryIndex": ApiGroup.REPOSITORY,
     _INFERENCE + "RepositoryModelLoad": ApiGroup.REPOSITORY,
     _INFERENCE + "RepositoryModelUnload": ApiGroup.REPOSITORY,
+    # shared memory: the repository's group, as over HTTP (why: app/rest/shared_memory.py)
+    _INFERENCE + "SystemSharedMemoryStatus": ApiGroup.REPOSITORY,
+    _INFERENCE + "SystemSharedMemoryRegister": ApiGroup.REPOSITORY,
+    _INFERENCE + "SystemSharedMemoryUnregister": ApiGroup.REPOSITORY,
+    _INFERENCE + "CudaSharedMemoryStatus": ApiGroup.REPOSITORY,
+    _INFERENCE + "CudaSharedMemoryRegister": ApiGroup.REPOSITORY,
+    _INFERENCE + "CudaSharedMemoryUnregister": ApiGroup.REPOSITORY,
     # grps
     _GRPS + "Predict": ApiGroup.INFERENCE,
     _GRPS + "PredictStreaming": ApiGroup.INFERENCE,
@@ -52,7 +60,7 @@ METHOD_GROUPS: dict[str, ApiGroup] = {
     "/grpc.health.v1.Health/Watch": ApiGroup.OPEN,
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": ApiGroup.OPEN,
 }
-"""The group of every method; anything else (e.g. the shared-memory RPCs) is admin."""
+"""The group of every method; anything else (e.g. trace and log settings) is admin."""
 
 
 def group_of(method: str) -> ApiGroup:
@@ -93,8 +101,9 @@ def _checked(method: Any, policy: AccessPolicy, group: ApiGroup) -> Any:
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             if _refused(context, policy, group):
                 return
-            async for reply in method(request, context):
-                yield reply
+            async with aclosing(method(request, context)) as replies:  # closed if cancelled
+                async for reply in replies:
+                    yield reply
 
         return functools.wraps(method)(stream)
 

@@ -5,13 +5,15 @@ Handlers are thin: the select -> decode -> infer -> encode sequence lives in
 status of the one error table (:mod:`app.grpc.status`): INVALID_ARGUMENT, NOT_FOUND,
 UNAVAILABLE, ... with the message. CheckReadiness is a question, not a failure: a server that is
 not ready answers OK with a FAILURE status (code 503) and the reason, as over HTTP.
-PredictStreaming is server streaming; servekit's models answer once, so the stream carries one
-message (an error before it ends the stream with the mapped status).
+PredictStreaming is server streaming: one message per result of a decoupled model (a Python
+predict that yields), one message for any other model; an error ends the stream with the mapped
+status, before or after messages were sent.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from typing import TypeAlias
 
 import grpc
@@ -41,12 +43,13 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
 
     async def PredictStreaming(self, request: Message, context: Context) -> AsyncIterator[Message]:
         try:
-            kind, response = await grps_reply.predict(self._dataplane, request)
-            reply = grps_reply.encode_response(response, kind)
+            kind, responses = grps_reply.start_stream(self._dataplane, request)
+            async with aclosing(responses):  # a cancelled call closes the model's generator
+                async for response in responses:
+                    yield grps_reply.encode_response(response, kind)
         except Exception as exc:
             code, message = status_of(exc)
             await context.abort(code, message)
-        yield reply
 
     @guarded
     async def Online(self, request: Message, context: Context) -> Message:

@@ -40,6 +40,8 @@ async def start_grpc_server(
     services: Sequence[Registrar] = (),
     hosts: Sequence[str] | None = None,
     tls: TlsFiles | None = None,
+    reuse_port: bool = False,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one).
 
@@ -47,6 +49,8 @@ async def start_grpc_server(
     default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a
     client certificate when it has client CAs (mutual TLS). ``control`` enables the
     repository RPCs. ``server.grpcPollerNice`` is applied here, once (it is restart-only).
+    ``reuse_port`` lets the workers of ``server.workers`` share the port (and only they: the
+    supervisor reserved it); ``interceptors`` wrap every call (a worker's statistics refresh).
     """
     addresses = list(hosts) if hosts else [server.host]
     credentials = None
@@ -57,7 +61,9 @@ async def start_grpc_server(
             require_client_auth=tls.mutual,
         )
     for _ in range(PORT_ATTEMPTS):
-        aio_server, health_servicer = _build(dataplane, server, control, services)
+        aio_server, health_servicer = _build(
+            dataplane, server, control, services, reuse_port, interceptors
+        )
         try:
             port = _add_ports(aio_server, addresses, server.grpc_port or 0, credentials)
         except OSError:
@@ -78,10 +84,15 @@ def _build(
     server: ServerConfig,
     control: ModelControl | None,
     services: Sequence[Registrar],
+    reuse_port: bool = False,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, health.HealthServicer]:
     """The server with every service registered, not yet bound."""
     access = dataplane.access
-    aio_server = grpc.aio.server(options=server_options(server))
+    options = server_options(server)
+    if reuse_port:
+        options = [(k, 1 if k == "grpc.so_reuseport" else v) for k, v in options]
+    aio_server = grpc.aio.server(options=options, interceptors=list(interceptors) or None)
     # Every service registers through this stand-in, which makes undecodable requests
     # INVALID_ARGUMENT instead of grpcio's UNKNOWN plus an ERROR traceback per call.
     registry = SafeRegistration(aio_server)

@@ -4,22 +4,28 @@ Handlers are thin: decode with :mod:`app.codecs.v2_proto`, call the DataPlane (g
 servicer at construction), encode (configuration and statistics: :mod:`app.grpc.triton_proto`).
 Errors go through the one table in :mod:`app.grpc.status`. ModelStreamInfer pipelines a window
 of requests but answers strictly in order, and a failing request yields its ``error_message``
-without closing the stream. The repository RPCs are delegated to :mod:`app.grpc.repository` when
-the servicer is given a ModelControl; every RPC servekit does not offer answers UNIMPLEMENTED
-with the reason.
+without closing the stream. A decoupled model (its predict yields) answers a stream request
+with one response per result, flagged as Triton flags them (``triton_final_response``; see
+:mod:`app.codecs.v2_proto`); its requests run when the writer reaches them, so a stream's
+responses stay in request order. ModelInfer refuses a decoupled model (UNIMPLEMENTED, as
+Triton). The repository RPCs are delegated to :mod:`app.grpc.repository` when the servicer is
+given a ModelControl; the system shared-memory RPCs manage the DataPlane's regions
+(app/services/shared_memory.py) and the CUDA ones say why they are not offered; every other RPC
+servekit does not offer answers UNIMPLEMENTED with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from typing import Any, TypeAlias
 
 import grpc
 
 from app.codecs import v2_proto
-from app.errors import NotFound
+from app.errors import InvalidArgument, NotFound, shown_name
 from app.grpc import repository as repository_rpcs
 from app.grpc.status import guarded, status_of
 from app.grpc.triton_proto import model_config_message, statistics_message
@@ -27,12 +33,15 @@ from app.protos import grpc_service_pb2 as pb
 from app.protos import grpc_service_pb2_grpc as pb_grpc
 from app.services.dataplane import DataPlane
 from app.services.model_control import ModelControl
+from app.services.shared_memory import CUDA_UNSUPPORTED
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64
 """Requests of one stream decoded and running ahead of the response being written."""
 
 Context: TypeAlias = grpc.aio.ServicerContext
+_Response: TypeAlias = pb.ModelStreamInferResponse
+_Pending: TypeAlias = "asyncio.Future[_Response] | AsyncGenerator[_Response, None]"
 
 
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -90,30 +99,45 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context
     ) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        window: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None]
-        window = asyncio.Queue(STREAM_WINDOW)
+        window: asyncio.Queue[_Pending | None] = asyncio.Queue(STREAM_WINDOW)
         reader = asyncio.create_task(self._read_stream(request_iterator, window))
         try:
-            while (task := await window.get()) is not None:
-                yield await task
+            while (pending := await window.get()) is not None:
+                if isinstance(pending, asyncio.Future):
+                    yield await pending
+                    continue
+                # A decoupled request: its responses, as the model yields them. Cancelling the
+                # call (the client went away) closes the generator and frees the model.
+                async with aclosing(pending) as responses:
+                    async for response in responses:
+                        yield response
             await reader  # a failed read (not a client's half-close) surfaces here
         finally:
             reader.cancel()
             while not window.empty():
-                pending = window.get_nowait()
-                if pending is not None:
-                    pending.cancel()
+                left = window.get_nowait()
+                if isinstance(left, asyncio.Future):
+                    left.cancel()
+                elif left is not None:
+                    await left.aclose()  # never started: nothing runs, nothing is held
 
     async def _read_stream(
         self,
         request_iterator: AsyncIterator[pb.ModelInferRequest],
-        window: asyncio.Queue[asyncio.Task[pb.ModelStreamInferResponse] | None],
+        window: asyncio.Queue[_Pending | None],
     ) -> None:
         try:
             async for message in request_iterator:
-                await window.put(asyncio.create_task(self._stream_one(message)))
+                await window.put(self._start(message))
         finally:
             await window.put(None)  # end of stream (or of a failed read) for the writer
+
+    def _start(self, message: pb.ModelInferRequest) -> _Pending:
+        """A request of the stream, started (a task: one response) or ready to run when the
+        writer reaches it (a decoupled model's responses, written in request order)."""
+        if self._dataplane.decoupled(message.model_name, message.model_version or None):
+            return self._stream_many(message)
+        return asyncio.create_task(self._stream_one(message))
 
     async def _stream_one(self, message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
         try:
@@ -122,7 +146,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             encoded = v2_proto.encode_response(request, response)
         except Exception as exc:
             return v2_proto.error_stream_response(message, status_of(exc)[1])
-        return pb.ModelStreamInferResponse(infer_response=encoded)
+        return v2_proto.stream_response(encoded, final=True)
+
+    async def _stream_many(
+        self, message: pb.ModelInferRequest
+    ) -> AsyncGenerator[pb.ModelStreamInferResponse, None]:
+        """A decoupled request's responses, each flagged not final; an error ends them (flagged
+        final); with ``triton_enable_empty_final_response`` an empty final response closes them."""
+        try:
+            request = v2_proto.decode_request(message)
+            async with aclosing(self._dataplane.infer_stream(request)) as responses:
+                async for response in responses:
+                    encoded = v2_proto.encode_response(request, response)
+                    yield v2_proto.stream_response(encoded, final=False)
+        except Exception as exc:
+            yield v2_proto.error_stream_response(message, status_of(exc)[1])
+            return
+        if v2_proto.wants_empty_final(message):
+            yield v2_proto.empty_final_response(message)
 
     # -- model configuration and statistics extensions ----------------------------------------
     @guarded
@@ -155,6 +196,63 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         control = await self._repository(context, "RepositoryModelUnload")
         return await repository_rpcs.repository_model_unload(control, request, context)
 
+    # -- shared memory extensions (system: offered; CUDA: refused with the reason) -----------
+    # Same group as the repository RPCs (app/grpc/access.py); why: app/rest/shared_memory.py.
+    @guarded
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: Context
+    ) -> Any:
+        response = pb.SystemSharedMemoryStatusResponse()
+        for region in self._dataplane.shared_memory.status(request.name or None):
+            response.regions[region.name].CopyFrom(
+                _REGION(
+                    name=region.name,
+                    key=region.key,
+                    offset=region.offset,
+                    byte_size=region.byte_size,
+                )
+            )
+        return response
+
+    @guarded
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> Any:
+        self._dataplane.shared_memory.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    @guarded
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> Any:
+        self._dataplane.shared_memory.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    @guarded
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: Context
+    ) -> Any:
+        if request.name:
+            raise NotFound(
+                f"Unable to find cuda shared memory region: {shown_name(request.name)} "
+                "(servekit offers system shared memory only)"
+            )
+        return pb.CudaSharedMemoryStatusResponse()
+
+    @guarded
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> Any:
+        raise InvalidArgument(CUDA_UNSUPPORTED.format(name=shown_name(request.name)))
+
+    @guarded
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()  # nothing is ever registered
+
     async def _repository(self, context: Context, method: str) -> ModelControl:
         if self._control is None:
             await context.abort(
@@ -165,9 +263,8 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._control
 
 
+_REGION = pb.SystemSharedMemoryStatusResponse.RegionStatus
 _FEATURES = {
-    "SystemSharedMemory": "the system shared memory extension",
-    "CudaSharedMemory": "the CUDA shared memory extension",
     "TraceSetting": "the trace extension",
     "LogSettings": "the logging extension",
 }
@@ -175,12 +272,7 @@ _FEATURES = {
 
 def _unimplemented(method: str) -> Any:
     feature = next((f for key, f in _FEATURES.items() if method.startswith(key)), "this RPC")
-    message = (
-        f"{method} is not implemented: servekit does not offer {feature}; "
-        "send tensors in the request (typed or raw contents)"
-        if "SharedMemory" in method
-        else f"{method} is not implemented: servekit does not offer {feature}"
-    )
+    message = f"{method} is not implemented: servekit does not offer {feature}"
 
     async def handler(self: InferenceServicer, request: Any, context: Context) -> Any:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)

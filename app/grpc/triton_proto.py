@@ -40,6 +40,8 @@ def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
         )
     if config.default_model_filename is not None:
         message.default_model_filename = config.default_model_filename
+    if config.decoupled:
+        message.model_transaction_policy.decoupled = True
     return message
 
 
@@ -64,7 +66,10 @@ def _input(tensor: TensorConfig) -> mc.ModelInput:
 
 def _output(tensor: TensorConfig) -> mc.ModelOutput:
     return mc.ModelOutput(
-        name=tensor.name, data_type=mc.DataType.Value(tensor.data_type), dims=tensor.dims
+        name=tensor.name,
+        data_type=mc.DataType.Value(tensor.data_type),
+        dims=tensor.dims,
+        label_filename=tensor.label_filename or "",
     )
 
 

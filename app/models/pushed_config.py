@@ -15,7 +15,8 @@ A pushed config is a client's data, so it is checked before anything is written 
 * Nothing in it may choose code. A Python model's code-reaching fields (entrypoint,
   ``parameters`` that its ``load()`` receives, runtime, runtimeOptions, storageUri, format) come
   from serve.yaml (or the notebook API in the server's own process) and a load request may only
-  repeat them; no load request makes a model a Python model. An ONNX model may use only the
+  repeat them; no load request makes a model a Python model. The same holds for its isolation
+  settings (``isolation``, ``timeoutSeconds``, ``memoryLimitBytes``). An ONNX model may use only the
   execution providers serve.yaml gives it (a provider such as Azure's makes network calls).
 * Nothing in it may point outside the server's model folders: a new storageUri lies inside
   serve.yaml's folder, not in a hidden folder nor in the storage of pushed models.
@@ -59,6 +60,11 @@ CODE_FIELDS = (
     "model_format",
 )
 """Fields of a Python model that reach its code: only serve.yaml may set them."""
+CONTAINMENT_FIELDS = ("isolation", "timeout_seconds", "memory_limit_bytes")
+"""Fields that hold a Python model's code in its own process and bounds: only serve.yaml may
+set them too (a load request must not move an isolated model into the server's process, nor
+lift its limits; a Triton config, which cannot express them, keeps serve.yaml's)."""
+SERVE_YAML_ONLY = CODE_FIELDS + CONTAINMENT_FIELDS
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
 
 
@@ -236,7 +242,7 @@ def check_code(
         )
     changed = [
         field
-        for field in CODE_FIELDS
+        for field in SERVE_YAML_ONLY
         if field in model.model_fields_set
         and not _same(field, getattr(model, field), getattr(declared, field))
     ]
@@ -244,9 +250,9 @@ def check_code(
         fields = ", ".join(to_camel(f) for f in changed)
         raise PermissionDenied(
             f"{name!r} is a Python model: a load request cannot change its {fields} (they reach "
-            "its code); only serve.yaml can"
+            "or contain its code); only serve.yaml can"
         )
-    return model.model_copy(update={field: getattr(declared, field) for field in CODE_FIELDS})
+    return model.model_copy(update={field: getattr(declared, field) for field in SERVE_YAML_ONLY})
 
 
 def _same(field: str, given: Any, declared: Any) -> bool:

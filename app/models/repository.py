@@ -9,6 +9,7 @@ see a half-loaded model; the old runtimes close once their in-flight requests ha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -18,9 +19,9 @@ from typing import Any, Protocol
 
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
-from app.errors import NotFound, Unavailable, shown_name
+from app.errors import Unavailable, shown_name, unknown_model, version_not_integral
 from app.runtimes import load_runtime
-from app.runtimes.base import LoadError, ModelRuntime
+from app.runtimes.base import LoadError, ModelRuntime, Supervised
 from app.shown_paths import hide_paths
 
 log = logging.getLogger("servekit.repository")
@@ -41,6 +42,10 @@ class State(StrEnum):
 
 class Closeable(Protocol):
     def close(self) -> None: ...
+
+
+_SERVING = (State.READY, State.UNAVAILABLE)
+"""States a loaded version's runtime may move it between (see ModelRepository._watch)."""
 
 
 @dataclass(slots=True)
@@ -97,8 +102,12 @@ class ModelEntry:
         return sorted(v for v, e in self.versions.items() if e.state is not State.READY)
 
     def is_loaded(self) -> bool:
-        """Whether any version serves or is on its way (what unload and reload act on)."""
-        return any(e.state in (State.READY, State.LOADING) for e in self.versions.values())
+        """Whether any version serves, is on its way or holds a runtime (an isolated model
+        restarting its process): what unload and reload act on."""
+        return any(
+            e.state in (State.READY, State.LOADING) or e.runtime is not None
+            for e in self.versions.values()
+        )
 
 
 class ModelRepository:
@@ -132,7 +141,7 @@ class ModelRepository:
         """The entry serving ``name`` at ``version`` (None: default or highest ready)."""
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {shown_name(name)}")
+            raise unknown_model(name)
         if version is None or version == "":
             default = entry.plan.default_version
             if default is not None:
@@ -143,12 +152,10 @@ class ModelRepository:
                     raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
                 number = ready[-1]
         else:
-            if not version.isdigit():
-                raise NotFound(f"model {shown_name(name)} has no version {shown_name(version)}")
-            number = int(version)
+            number = int(version) if version.isdigit() else _labelled(entry, name, version)
         found = entry.versions.get(number)
         if found is None:
-            raise NotFound(f"model {shown_name(name)} has no version {number}")
+            raise unknown_model(name, number, f"it has {_has(entry)}")
         if found.state is not State.READY:
             why = f": {found.reason}" if found.reason else ""
             raise Unavailable(
@@ -159,7 +166,7 @@ class ModelRepository:
     def get(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
         if entry is None:
-            raise NotFound(f"unknown model {shown_name(name)}")
+            raise unknown_model(name)
         return entry
 
     def names(self) -> list[str]:
@@ -192,6 +199,8 @@ class ModelRepository:
                     loaded.reason = shown
                 versions[source.version] = loaded
             entry = ModelEntry(plan, versions)
+            for loaded in versions.values():
+                self._watch(plan.name, loaded)
             failed = bool(entry.failed_versions()) or not versions
             if failed:
                 why = entry.reason()
@@ -206,6 +215,31 @@ class ModelRepository:
             if previous is not None:
                 await _retire(previous)
             return entry
+
+    def _watch(self, name: str, version: VersionEntry) -> None:
+        """Follow a runtime whose health can change (an isolated model's process dies and
+        restarts): its reports, from any thread, become the version's state and reason on the
+        event loop, unless the version has been retired or replaced meanwhile."""
+        runtime = version.runtime
+        if not isinstance(runtime, Supervised):
+            return
+        loop = asyncio.get_running_loop()
+
+        def apply(problem: str | None) -> None:
+            if version.runtime is not runtime or version.state not in _SERVING:
+                return
+            if problem is None:
+                version.state, version.reason = State.READY, ""
+                log.info("%s version %s is READY again", name, version.version)
+            else:
+                version.reason, version.state = problem, State.UNAVAILABLE
+                self.record_error("process", f"model {name!r}: {problem}", name)
+
+        def report(problem: str | None) -> None:
+            with contextlib.suppress(RuntimeError):  # a closed loop: the server has stopped
+                loop.call_soon_threadsafe(apply, problem)
+
+        runtime.watch(report)
 
     def register(self, plan: ModelPlan, reason: str = "not loaded") -> None:
         """Know a model without loading it (start-up, or a changed plan not loaded)."""
@@ -305,3 +339,23 @@ async def _retire(entry: ModelEntry) -> None:
         version.runtime = None
         version.state = State.UNAVAILABLE
         version.reason = "unloaded"
+
+
+def _has(entry: ModelEntry) -> str:
+    """'versions 1, 2' (or 'no versions'): the detail a version error adds to Triton's words."""
+    numbers = sorted(entry.versions)
+    if not numbers:
+        return "no versions"
+    return ("version " if len(numbers) == 1 else "versions ") + ", ".join(map(str, numbers))
+
+
+def _labelled(entry: ModelEntry, name: str, version: str) -> int:
+    """The number serve.yaml's ``versionLabels`` gives ``version`` (grps' ``1.0.0``), else
+    Triton's refusal of a version that is not a number."""
+    config = entry.plan.config
+    labels = config.version_labels if config is not None else {}
+    number = labels.get(version)
+    if number is None:
+        named = f" or a label ({', '.join(map(repr, labels))})" if labels else ""
+        raise version_not_integral(version, f"model {shown_name(name)} has {_has(entry)}{named}")
+    return number

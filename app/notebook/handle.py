@@ -14,20 +14,21 @@ the notebook holding the handle started the server.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-
 from app.config.auth import ApiGroup
 from app.config.compiler import ServePlan
 from app.datatypes import from_numpy
-from app.notebook import html, registry, sources, wire
+from app.errors import ServeError
+from app.notebook import convert, html, registry, sources, wire
 from app.notebook.launcher import ServerThread
 from app.notebook.remote import RemoteServer
+from app.project import save as saving
 from app.server import ServeKit
 from app.services.dataplane import DataPlane
 from app.services.model_control import ModelControl
@@ -131,16 +132,20 @@ class Server(RemoteServer):
         model_format: str | None = None,
         inputs: sources.TensorsSpec | None = None,
         outputs: sources.TensorsSpec | None = None,
+        example: Any = None,
         **config: Any,
     ) -> html.ModelTable:
-        """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto`` (sent through
-        the repository load API), or a Python function or class (served from memory).
+        """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto``, a fitted
+        scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
+        an ``example`` input (exported by ``torch.onnx.export``) -- all sent through the
+        repository load API -- or a Python function or class (served from memory).
 
         A function takes the inputs as keyword numpy arrays and returns a dict of arrays; a
         class is instantiated once and its ``predict`` is called the same way. Python models
         declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
         Returns the model's index rows; a model that fails to load raises with the reason.
         """
+        source = convert.to_onnx_source(source, example)
         if sources.is_file_source(source):
             return super().add_model(
                 name,
@@ -183,6 +188,17 @@ class Server(RemoteServer):
         self._metadata.clear()
         return done
 
+    # -- projects -----------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """Write the models this server serves as a project in ``folder``: serve.yaml, the model
+        files, Python models as source (``notebook_models.py``), requirements.txt and a
+        Dockerfile. ``servekit serve folder/serve.yaml`` serves the same models with the same
+        outputs anywhere; ``servekit build folder`` makes its image. A model whose source cannot
+        be written (a lambda, a closure, ...) raises SaveError naming it; nothing is written."""
+        control = self._control()
+        project = saving.from_plans(control.served_plans(), control.plan.runtimes)
+        return project.write(os.fspath(folder))
+
     # -- inference ----------------------------------------------------------------------------
     def infer(
         self,
@@ -200,15 +216,21 @@ class Server(RemoteServer):
         wanted = [RequestedOutput(n) for n in outputs] if outputs else None
         label = None if version is None else str(version)
 
-        async def run() -> dict[str, Any]:
-            declared: dict[str, str] = {}
-            if any(not isinstance(v, np.ndarray) for v in inputs.values()):
+        async def declared() -> dict[str, str]:
+            try:
                 signature = dataplane.signature_of(model, label)
-                declared = {s.name: s.datatype for s in signature.inputs}
-            tensors = []
-            for key, value in inputs.items():
-                array = wire.to_array(key, value, declared.get(key))
-                tensors.append(Tensor(key, from_numpy(array.dtype).name, array.shape, array))
+            except ServeError:  # not servable: the request itself fails with the right error
+                return {}
+            return {s.name: s.datatype for s in signature.inputs}
+
+        # Cast here, in the caller's thread, so a cast warning points at the caller's line.
+        arrays = wire.to_arrays(model, inputs, self._thread.run(declared()), self._casts)
+
+        async def run() -> dict[str, Any]:
+            tensors = [
+                Tensor(key, from_numpy(array.dtype).name, array.shape, array)
+                for key, array in arrays.items()
+            ]
             request = InferRequest(model, tensors, model_version=label, outputs=wanted)
             response = await dataplane.infer(request)
             return {t.name: t.data for t in response.outputs}

@@ -127,6 +127,12 @@ class ServerThread:
             loop.close()
 
     async def _serve(self) -> None:
+        if self.plan.server.workers != 1:  # worker processes are `servekit serve`'s
+            log.warning(
+                "server.workers is %s: a notebook serves from one process, in this kernel "
+                "(run `servekit serve` for several workers)",
+                self.plan.server.workers,
+            )
         servekit = ServeKit(self.plan)
         self.servekit = servekit
         try:

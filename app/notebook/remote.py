@@ -17,15 +17,15 @@ from __future__ import annotations
 import os
 import ssl
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import numpy as np
-
 from app.config.auth import ApiGroup
 from app.errors import Unauthenticated
-from app.notebook import html, sources, wire
+from app.notebook import convert, html, sources, wire
 from app.notebook.transport import Reply, Transport, check
+from app.project import save as saving
 
 TOKEN_ENV = "SERVEKIT_TOKEN"
 """Where ``app.connect`` looks for a token when none is given."""
@@ -64,6 +64,9 @@ class RemoteServer:
         self._grpc_target = grpc_target
         self._token = None if token is None else valid_token(token, "token")
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
+        self._casts: set[tuple[str, str, str]] = set()  # (model, input, cast) warned about
+        self.missing: list[str] = []
+        """What the last ``save`` could not fetch from the server (empty: nothing)."""
 
     # -- tokens -------------------------------------------------------------------------------
     @property
@@ -164,15 +167,20 @@ class RemoteServer:
         model_format: str = "onnx",
         inputs: sources.TensorsSpec | None = None,
         outputs: sources.TensorsSpec | None = None,
+        example: Any = None,
         **config: Any,
     ) -> html.ModelTable:
         """Serve ``source`` as model ``name`` (replacing a model of that name).
 
         ``source`` is a path (a model file, or a folder of numbered version folders), ONNX bytes,
-        or an ``onnx.ModelProto``; ``config`` takes any serve.yaml model field in snake_case
+        an ``onnx.ModelProto``, a fitted scikit-learn estimator or pipeline (converted with
+        skl2onnx: input ``X`` FP32, outputs ``label`` and ``probabilities`` for a classifier,
+        ``variable`` for a regressor), or a ``torch.nn.Module`` exported with ``example`` as
+        its input; ``config`` takes any serve.yaml model field in snake_case
         (``max_batch_size=8``, ``instances=2``, ...). Returns the new model's index rows; a
         model that fails to load raises with the server's reason.
         """
+        source = convert.to_onnx_source(source, example)
         if not sources.is_file_source(source):
             raise TypeError(
                 "a Python function or class can only be served by a server started in this "
@@ -193,6 +201,38 @@ class RemoteServer:
         path = _path("v2", "repository", "models", name, "unload")
         self._call(ApiGroup.REPOSITORY, "POST", path, {})
         self._forget(name)
+
+    # -- benchmark ----------------------------------------------------------------------------
+    def benchmark(
+        self,
+        model: str,
+        concurrency: Sequence[int] = (1, 16, 64),
+        seconds: float = 5.0,
+        protocols: Sequence[str] = ("http", "grpc"),
+    ) -> Any:
+        """Drive ``model`` over HTTP and gRPC with generated inputs, ``seconds`` per protocol
+        and concurrency; returns a table (requests/s, p50/p90/p99 ms) that shows a chart in a
+        notebook. Short runs on a shared machine are noisy: compare, do not quote."""
+        from app.notebook.bench import run_benchmark
+
+        return run_benchmark(self, model, concurrency, seconds, protocols)
+
+    # -- projects -----------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """Write what this server tells of its models as a project in ``folder`` (serve.yaml,
+        requirements.txt, Dockerfile). The V2 API does not hand out model files or code: each
+        model gets a placeholder ``storageUri`` and a note (``serve.yaml`` comments,
+        ``missing``) says what to copy there. Save from the notebook that serves the models
+        (``server.save``) to get everything."""
+        project = saving.Project()
+        for name in sorted({row["name"] for row in self.models}):
+            config = self._call(ApiGroup.METADATA, "GET", _path("v2", "models", name, "config"))
+            entry, note = _entry_from_config(name, config or {})
+            project.models.append(entry)
+            project.notes.append(note)
+        root = project.write(os.fspath(folder))
+        self.missing = list(project.notes)
+        return root
 
     # -- inference ----------------------------------------------------------------------------
     def infer(
@@ -225,13 +265,11 @@ class RemoteServer:
     def _arrays(
         self, model: str, inputs: Mapping[str, Any], version: int | str | None
     ) -> dict[str, Any]:
-        declared: dict[str, str] = {}
-        if any(not isinstance(v, np.ndarray) for v in inputs.values()):
-            key = (model, None if version is None else str(version))
-            if key not in self._metadata:
-                self._metadata[key] = self.metadata(model, version)
-            declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
-        return {n: wire.to_array(n, v, declared.get(n)) for n, v in inputs.items()}
+        key = (model, None if version is None else str(version))
+        if key not in self._metadata:
+            self._metadata[key] = self.metadata(model, version)
+        declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
+        return wire.to_arrays(model, inputs, declared, self._casts, stacklevel=4)
 
     def _forget(self, name: str) -> None:
         for key in [k for k in self._metadata if k[0] == name]:
@@ -275,6 +313,28 @@ class RemoteServer:
     def close(self) -> None:
         """Close this handle's connection (the server keeps running)."""
         self._http.close()
+
+
+def _entry_from_config(name: str, config: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """A serve.yaml entry from a model's Triton configuration, and what it lacks."""
+    python = config.get("backend") == "python"
+    entry: dict[str, Any] = {"name": name, "modelFormat": {"name": "python" if python else "onnx"}}
+    batch = config.get("max_batch_size")
+    if isinstance(batch, int) and batch > 0:
+        entry["maxBatchSize"] = batch
+    if python:
+        entry["entrypoint"] = "MODULE:ATTRIBUTE"
+        note = (
+            f"model {name!r}: the server does not hand out Python code; put its module beside "
+            "serve.yaml and set its entrypoint (module:attribute)"
+        )
+    else:
+        entry["storageUri"] = f"models/{name}"
+        note = (
+            f"model {name!r}: the server does not hand out model files; copy them to "
+            f"models/{name}/<version>/model.onnx"
+        )
+    return entry, note
 
 
 def connect(

@@ -7,7 +7,8 @@ layout is the server's own (``app.codecs.raw``), so client and server cannot dis
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Mapping, MutableSet, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from app.codecs import v2_json
 from app.codecs.raw import tensor_from_bytes, tensor_to_buffer
 from app.datatypes import DataType, as_bytes_array, from_numpy, lookup
 from app.errors import InvalidArgument
+from app.notebook.casting import CastWarning, cast_to
 
 Array = np.ndarray
 
@@ -36,6 +38,37 @@ def to_array(name: str, value: Any, datatype: str | None = None) -> Array:
         return as_bytes_array(array)
     # Row-major little-endian, as runtimes and the wire expect (a no-op for the usual array).
     return np.ascontiguousarray(array, dtype=from_numpy(array.dtype).dtype)
+
+
+def to_arrays(
+    model: str,
+    inputs: Mapping[str, Any],
+    declared: Mapping[str, str],
+    warned: MutableSet[tuple[str, str, str]],
+    stacklevel: int = 3,
+) -> dict[str, Array]:
+    """Every input as an array of the model's declared datatype: lists take it, numpy arrays are
+    cast to it when their values survive (app/notebook/casting.py). Each cast of a model's input
+    is reported once (``warned`` remembers which were)."""
+    arrays: dict[str, Array] = {}
+    for name, value in inputs.items():
+        datatype = declared.get(name)
+        array = to_array(name, value, datatype)
+        if isinstance(value, np.ndarray) and datatype is not None:
+            cast = cast_to(name, array, datatype)
+            if cast is not None:
+                key = (model, name, f"{array.dtype}->{datatype}")
+                if key not in warned:
+                    warned.add(key)
+                    warnings.warn(
+                        f"{model}: input {name!r} cast from {from_numpy(array.dtype).name} to "
+                        f"{datatype}, the model's datatype (the values fit; said once)",
+                        CastWarning,
+                        stacklevel=stacklevel,
+                    )
+                array = cast
+        arrays[name] = array
+    return arrays
 
 
 def encode_request(

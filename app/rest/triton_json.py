@@ -37,6 +37,7 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
         }
     if config.default_model_filename is not None:
         out["default_model_filename"] = config.default_model_filename
+    out["model_transaction_policy"] = {"decoupled": config.decoupled}
     return out
 
 
@@ -53,6 +54,8 @@ def _tensor(tensor: TensorConfig) -> dict[str, Any]:
     if tensor.format is not None:
         out["format"] = tensor.format
     out["dims"] = list(tensor.dims)
+    if tensor.label_filename:  # as protobuf JSON (the gRPC answer) omits an empty one
+        out["label_filename"] = tensor.label_filename
     return out
 
 

@@ -8,23 +8,29 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from app.config.compiler import ModelPlan
-from app.config.versions import VersionSource
 from app.errors import Internal
 from app.runtimes.base import ModelRuntime
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.compiler import ModelPlan
+    from app.config.versions import VersionSource
 
 # implementation name -> "module:function" taking (plan, version) and returning a ModelRuntime.
 IMPLEMENTATIONS: dict[str, str] = {
     "onnxruntime": "app.runtimes.onnx:load",
     "python": "app.runtimes.python:load",
 }
+ISOLATED = "isolated-python"
+"""Not a name serve.yaml's ``implementation`` can give: ``isolation: process`` selects it."""
+_LOADERS = {**IMPLEMENTATIONS, ISOLATED: "app.runtimes.isolated:load"}
 
 
 def loader_for(implementation: str) -> Callable[[ModelPlan, VersionSource], ModelRuntime]:
     """The load function of a runtime implementation."""
     try:
-        module_name, attr = IMPLEMENTATIONS[implementation].split(":")
+        module_name, attr = _LOADERS[implementation].split(":")
     except KeyError:
         raise Internal(f"no runtime implementation called {implementation!r}") from None
     loader: Callable[[ModelPlan, VersionSource], ModelRuntime] = getattr(
@@ -34,5 +40,11 @@ def loader_for(implementation: str) -> Callable[[ModelPlan, VersionSource], Mode
 
 
 def load_runtime(plan: ModelPlan, version: VersionSource) -> ModelRuntime:
-    """Load one version of a model with its plan's runtime (blocking: call from a thread)."""
+    """Load one version of a model with its plan's runtime (blocking: call from a thread).
+
+    A Python model with ``isolation: process`` loads in child processes instead
+    (app/runtimes/isolated.py); the compiler allows that setting on Python models only.
+    """
+    if plan.config is not None and plan.config.isolation == "process":
+        return loader_for(ISOLATED)(plan, version)
     return loader_for(plan.implementation)(plan, version)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncGenerator, Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.config.schema import TensorOverride
 from app.errors import InvalidArgument
 from app.types import ModelSignature, TensorSpec
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.schema import TensorOverride
 
 
 class LoadError(Exception):
@@ -29,6 +32,9 @@ class ModelRuntime(Protocol):
 
     signature: ModelSignature
     platform: str
+    off_loop: bool
+    """True: never call ``predict`` on the event loop thread, however fast it was measured (it
+    waits on another process and may wait up to its timeout: app/runtimes/isolated.py)."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """Run the model."""
@@ -56,6 +62,24 @@ class PerInstance(Protocol):
         ...
 
 
+@runtime_checkable
+class Supervised(Protocol):
+    """A runtime whose health can change after it loaded (an isolated model's process may die
+    and come back); the repository shows it as the version's state."""
+
+    def watch(self, report: Callable[[str | None], None]) -> None:
+        """Call ``report(reason)`` whenever the runtime stops serving, ``report(None)`` when it
+        serves again, from any thread; called at once if it is down already."""
+        ...
+
+
+CALL_DEADLINE: ContextVar[float | None] = ContextVar("servekit_call_deadline", default=None)
+"""The ``time.monotonic()`` by which the current request must be answered, when the caller
+knows one (a client's deadline); a runtime that can stop a call (an isolated model) stops it
+then, else at its own timeout. A context variable, so it follows the call into a worker thread
+(``asyncio.to_thread`` copies the context) without changing ``predict``'s arguments."""
+
+
 def apply_overrides(
     specs: tuple[TensorSpec, ...], overrides: tuple[TensorOverride, ...] | None, kind: str
 ) -> tuple[TensorSpec, ...]:
@@ -76,3 +100,21 @@ def apply_overrides(
             tuple(override.shape) if override.shape is not None else current.shape,
         )
     return tuple(by_name[s.name] for s in specs)
+
+
+def is_decoupled(runtime: object) -> bool:
+    """Whether ``runtime`` answers a request with a stream of responses (Triton's decoupled
+    transaction policy): it then has ``predict_stream`` and its ``predict`` refuses."""
+    return getattr(runtime, "decoupled", False) is True
+
+
+def predict_stream(
+    runtime: object, inputs: Arrays, outputs: list[str]
+) -> AsyncGenerator[Arrays, None]:
+    """The results of a decoupled runtime (see :func:`is_decoupled`), one per response.
+
+    Called on the event loop; closing the iterator early stops the model (its slot is freed).
+    """
+    stream: Callable[[Arrays, list[str]], AsyncGenerator[Arrays, None]]
+    stream = runtime.predict_stream  # type: ignore[attr-defined]
+    return stream(inputs, outputs)

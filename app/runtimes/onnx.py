@@ -80,6 +80,14 @@ def check_model_file(path: Path | None) -> Path:
 def _spec(arg: Any) -> TensorSpec:
     datatype = ONNX_TO_V2.get(arg.type)
     if datatype is None:
+        if arg.type.startswith("seq(map("):
+            # skl2onnx's default for classifiers: probabilities as a list of {class: p} maps.
+            raise LoadError(
+                f"output {arg.name!r} is a sequence of maps (scikit-learn's ZipMap), which V2 "
+                "cannot carry: convert the model again without it, skl2onnx.to_onnx(model, X, "
+                "options={id(clf): {'zipmap': False}}) (or add_model the estimator itself: "
+                "servekit converts it without ZipMap)"
+            )
         raise LoadError(f"tensor {arg.name!r} has ONNX type {arg.type}, which V2 cannot carry")
     shape = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in (arg.shape or []))
     return TensorSpec(arg.name, datatype, shape)
@@ -89,6 +97,7 @@ class OnnxModel:
     """A loaded ONNX model version with ``instances`` sessions used in turn."""
 
     platform = PLATFORM
+    off_loop = False
 
     def __init__(
         self,

@@ -5,25 +5,38 @@ Declared values win; a hint fills what the declaration leaves out. Inputs are pa
 one dict when the function takes a single argument. Datatypes come from
 ``NDArray[np.float32]``-style hints (or ``str``/``bytes``/``float``/``int``/``bool`` and lists of
 them), shapes from ``Annotated[..., (-1, 4)]`` (default ``[-1]``), several outputs from a
-``TypedDict`` return type.
+``TypedDict`` return type. A generator's return hint (``Iterator[str]``,
+``AsyncIterator[Out]``, ...) describes each item it yields.
 """
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import typing
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.config.schema import TensorOverride
 from app.datatypes import DATATYPES, from_numpy
 from app.errors import InvalidArgument
 from app.runtimes.base import LoadError
+from app.runtimes.python_stream import is_generator_function
 from app.types import ModelSignature, TensorSpec
 
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from app.config.schema import TensorOverride
+
 DEFAULT_SHAPE: tuple[int, ...] = (-1,)
+_STREAMS = (
+    collections.abc.Iterator,
+    collections.abc.Iterable,
+    collections.abc.Generator,
+    collections.abc.AsyncIterator,
+    collections.abc.AsyncIterable,
+    collections.abc.AsyncGenerator,
+)
 _SCALARS: dict[Any, str] = {float: "FP64", int: "INT64", bool: "BOOL", str: "BYTES", bytes: "BYTES"}
 Hint = tuple[str | None, tuple[int, ...] | None]
 
@@ -123,13 +136,75 @@ def signature_of(
             raise LoadError("predict takes no arguments: it needs at least one input")
         by_name = True
         in_specs = [_spec(n, "input", None, hint_of(hints.get(n))) for n in names]
-    return ModelSignature(tuple(in_specs), _outputs(hints.get("return"), outputs)), by_name
+    returns = hints.get("return")
+    if is_generator_function(func):
+        out_specs = _outputs(_yielded(returns), outputs)
+    elif not outputs and _is_mapping(returns) and not _typed_dict_fields(returns):
+        out_specs = _probe_outputs(func, tuple(in_specs), by_name, _value_hint(returns))
+    else:
+        out_specs = _outputs(returns, outputs)
+    return ModelSignature(tuple(in_specs), out_specs), by_name
+
+
+def _yielded(annotation: Any) -> Any:
+    """What each item of ``Iterator[X]`` (or Generator, AsyncIterator, ...) is: X."""
+    if typing.get_origin(annotation) in _STREAMS:
+        args = typing.get_args(annotation)
+        return args[0] if args else None
+    return annotation
+
+
+def _value_hint(annotation: Any) -> Hint:
+    """What ``dict[str, NDArray[np.float32]]`` says of each value (nothing for a bare dict)."""
+    args = typing.get_args(annotation)
+    return hint_of(args[1]) if len(args) == 2 else (None, None)
+
+
+def _probe_outputs(
+    func: Callable[..., Any], inputs: tuple[TensorSpec, ...], by_name: bool, value: Hint
+) -> tuple[TensorSpec, ...]:
+    """Outputs of a model annotated ``-> dict[str, NDArray]``: the names are only in the dict
+    it returns, so it is called once at load on one row of zeros per input (datatype from the
+    value hint, else from each array; shape ``[-1, ...]`` as returned for one row)."""
+    feed = {s.name: _zeros(s) for s in inputs}
+    try:
+        result = func(**feed) if by_name else func(feed)
+    except Exception as exc:
+        raise LoadError(
+            "predict returns a dict, so servekit called it once on zeros to learn its outputs, "
+            f"and it raised {type(exc).__name__}: {exc}; declare the outputs in serve.yaml "
+            "(outputs: - name: ..., datatype: FP32, shape: [-1]) or return a TypedDict"
+        ) from None
+    if not isinstance(result, dict) or not result:
+        raise LoadError(
+            f"predict is annotated to return a dict but returned {type(result).__name__}; "
+            "declare the outputs or fix the annotation"
+        )
+    specs = []
+    for name, array in result.items():
+        found = np.asarray(array)
+        try:
+            datatype = value[0] or from_numpy(found.dtype).name
+        except InvalidArgument:
+            datatype = "BYTES"
+        shape = value[1] or ((-1, *found.shape[1:]) if found.ndim else DEFAULT_SHAPE)
+        specs.append(TensorSpec(str(name), datatype, tuple(shape)))
+    return tuple(specs)
+
+
+def _zeros(spec: TensorSpec) -> np.ndarray:
+    shape = tuple(1 if d < 0 else d for d in spec.shape)
+    if spec.datatype == "BYTES":
+        return np.full(shape, b"", dtype=object)
+    return np.zeros(shape, dtype=DATATYPES[spec.datatype].dtype)
 
 
 def _outputs(returns: Any, declared: tuple[TensorOverride, ...] | None) -> tuple[TensorSpec, ...]:
     fields = _typed_dict_fields(returns)
     if declared:
         single = hint_of(returns) if len(declared) == 1 else (None, None)
+        if _is_mapping(returns):
+            single = _value_hint(returns)
         return tuple(
             _spec(t.name, "output", t, hint_of(fields[t.name]) if t.name in fields else single)
             for t in declared

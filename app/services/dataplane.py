@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
 from typing import Any
 
 from app import __version__
@@ -24,15 +25,16 @@ from app.errors import (
     NotFound,
     ServeError,
     Unavailable,
-    Unimplemented,
     internal_error,
 )
 from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from app.runtimes.base import ModelRuntime
+from app.runtimes.base import ModelRuntime, is_decoupled, predict_stream
+from app.services.classification import class_count, classify
 from app.services.executor import ModelExecutor
 from app.services.jobs import ExecutorSettings
 from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
+from app.services.shared_memory import SharedMemoryRegions
 from app.services.state import Listening, ServerState
 from app.services.stats import Statistics, VersionStats
 from app.types import (
@@ -46,8 +48,10 @@ from app.types import (
 
 log = logging.getLogger("servekit.dataplane")
 
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data",)
-"""The protocol extension every DataPlane implements (its codecs do)."""
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification", "system_shared_memory")
+"""The protocol extensions every DataPlane implements: binary tensor data (its codecs),
+classification (app/services/classification.py) and system shared memory
+(app/services/shared_memory.py; both adapters offer its registration)."""
 CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
 """Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
 REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
@@ -74,8 +78,12 @@ class DataPlane:
         repository: ModelRepository,
         statistics: Statistics | None = None,
         extensions: Sequence[str] = BINARY_DATA,
+        shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         self._state = state
+        self.shared_memory = shared_memory or SharedMemoryRegions()
+        """The system shared-memory regions clients registered (register/status/unregister
+        are called on it by the adapters; inference reads and writes them here)."""
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
@@ -202,7 +210,8 @@ class DataPlane:
         entry, found = self._repository.resolve(name, version)
         runtime = found.runtime
         platform = runtime.platform if runtime is not None else entry.plan.format_name
-        return model_configuration(entry.plan, _signature(found), platform)
+        decoupled = runtime is not None and is_decoupled(runtime)
+        return model_configuration(entry.plan, _signature(found), platform, decoupled)
 
     def model_statistics(
         self, name: str | None = None, version: str | None = None
@@ -224,7 +233,7 @@ class DataPlane:
         try:
             self._repository.resolve(name, version)
         except ServeError as exc:
-            if exc.code.value == "NOT_FOUND":
+            if exc.code.value in ("NOT_FOUND", "INVALID_ARGUMENT"):  # unknown, or not a version
                 raise
             return False
         return True
@@ -248,9 +257,13 @@ class DataPlane:
         request reaches the model (on the loop, in the model's threads, batched) is its
         version's executor's call.
         """
-        started = time.perf_counter_ns()
         if self._state.draining:
             raise Unavailable("the server is stopping; send the request to another replica")
+        if request.shared_memory:  # tensors in registered regions: read, run (here), write
+            return await self.shared_memory.infer(
+                request, lambda inner: self.infer(inner, deadline)
+            )
+        started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
@@ -260,7 +273,7 @@ class DataPlane:
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
             signature = runtime.signature
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted = requested_outputs(request, signature)
+            wanted, classes = requested_outputs(request, signature)
             queue_by = None
             state = self._state
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
@@ -283,6 +296,8 @@ class DataPlane:
                 )
             infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
+            if classes:  # the classification extension: top k instead of the tensor
+                outputs = classified(outputs, classes, entry.plan)
             stats.record_success(
                 rows,
                 queue_ns,
@@ -306,6 +321,73 @@ class DataPlane:
             outputs=outputs,
             id=request.id,
         )
+
+    async def infer_stream(
+        self, request: InferRequest, deadline: float | None = None
+    ) -> AsyncGenerator[InferResponse, None]:
+        """The responses to one request, as the model produces them (the streaming surfaces:
+        gRPC ModelStreamInfer, HTTP generate/generate_stream, grps streaming).
+
+        A model that is not decoupled answers through :meth:`infer`: one response. A decoupled
+        one (a Python ``predict`` that yields) answers one response per result. Adapters close
+        this iterator when their client leaves (or their task is cancelled): that closes the
+        model's generator and frees its instance; a server that is stopping ends it after the
+        next response (Unavailable). Statistics count the request once, as Triton
+        does for a decoupled model: a success timed from the first step to the last response,
+        or a failure; a stream its client abandons is neither. ``deadline`` is as for
+        :meth:`infer` (a decoupled model's stream is ended by its client, not by a deadline).
+        """
+        entry, version = self._repository.resolve(request.model_name, request.model_version)
+        runtime = version.runtime
+        if runtime is None or not is_decoupled(runtime):
+            yield await self.infer(request, deadline)
+            return
+        if self._state.draining:
+            raise Unavailable("the server is stopping; send the request to another replica")
+        started = time.perf_counter_ns()
+        stats = self.statistics.of(entry.plan.name, version.version)
+        version.enter()
+        try:
+            signature = runtime.signature
+            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            wanted, classes = requested_outputs(request, signature)
+            if classes:
+                raise InvalidArgument("classification is not offered for a decoupled model")
+            input_done = time.perf_counter_ns()
+            results = predict_stream(runtime, feed, [s.name for s in wanted])
+            async with aclosing(results):
+                async for result in results:
+                    yield InferResponse(
+                        model_name=entry.plan.name,
+                        model_version=str(version.version),
+                        outputs=[
+                            Tensor(s.name, s.datatype, tuple(result[s.name].shape), result[s.name])
+                            for s in wanted
+                        ],
+                        id=request.id,
+                    )
+                    if self._state.stopping:
+                        raise Unavailable("the server is shutting down; the stream ends here")
+            spent = time.perf_counter_ns() - input_done
+            stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
+        except ServeError:
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead stream
+            stats.record_failure(time.perf_counter_ns() - started)
+            where = f"model {request.model_name!r}"
+            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
+        finally:
+            version.leave()
+
+    def decoupled(self, name: str, version: str | None = None) -> bool:
+        """Whether the version a request for (name, version) would use streams its responses
+        (False for a model or version that cannot answer: the request itself says why)."""
+        try:
+            _, found = self._repository.resolve(name, version)
+        except ServeError:
+            return False
+        return found.runtime is not None and is_decoupled(found.runtime)
 
     def _deadlines(
         self, request: InferRequest, deadline: float | None
@@ -411,19 +493,22 @@ def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
         )
 
 
-def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[TensorSpec]:
-    """The outputs to compute: those asked for, in the order asked, or all of them."""
+def requested_outputs(
+    request: InferRequest, signature: ModelSignature
+) -> tuple[list[TensorSpec], dict[str, int] | None]:
+    """The outputs to compute: those asked for, in the order asked, or all of them; and the
+    class counts of those asked for with ``classification: k`` (checked before the model
+    runs; None when none is)."""
     if not request.outputs:
-        return list(signature.outputs)
+        return list(signature.outputs), None
     by_name = signature.output_index
     wanted = []
+    classes: dict[str, int] | None = None
     for requested in request.outputs:
-        if requested.parameters.get("classification"):
-            # Any transport may carry the parameter; none may have it silently ignored.
-            raise Unimplemented(
-                f"output {requested.name!r} asks for classification, an extension servekit "
-                "does not offer; request the tensor itself"
-            )
+        k = requested.parameters.get("classification")
+        if k is not None:
+            classes = classes or {}
+            classes[requested.name] = class_count(requested.name, k)
         spec = by_name.get(requested.name)
         if spec is None:
             raise InvalidArgument(
@@ -431,4 +516,14 @@ def requested_outputs(request: InferRequest, signature: ModelSignature) -> list[
                 f"its outputs are {', '.join(by_name)}"
             )
         wanted.append(spec)
-    return wanted
+    return wanted, classes
+
+
+def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
+    """``outputs`` with those in ``classes`` replaced by their top k classes
+    (app/services/classification.py)."""
+    batched = plan.max_batch_size > 0
+    return [
+        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
+        for t in outputs
+    ]

@@ -38,7 +38,7 @@ from typing import Any
 from app.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from app.models.repository import VersionEntry
 from app.runtimes import cancel
-from app.runtimes.base import Arrays, ModelRuntime, PerInstance, Predict
+from app.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, PerInstance, Predict
 from app.services import batching
 from app.services.jobs import ExecutorSettings, Job, JobState, Work
 from app.services.outputs import OutputCheck
@@ -67,8 +67,10 @@ class ModelExecutor:
         self._version = version
         self._runtime = runtime
         self._stats = stats
-        self.placement = Placement(
-            name, settings.inline_below_ns, may_inline=not settings.batch_rows
+        self.placement = Placement(  # a runtime that waits on a process never runs on the loop
+            name,
+            settings.inline_below_ns,
+            may_inline=not settings.batch_rows and not runtime.off_loop,
         )
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
@@ -328,6 +330,7 @@ class ModelExecutor:
         assert loop is not None
         while (work := self._inbox.get()) is not None:
             token = cancel.running_with(work.cancel)
+            deadline = CALL_DEADLINE.set(work.deadline)
             started = time.perf_counter_ns()
             try:
                 work.results = predict(work.feed, work.outputs)
@@ -336,6 +339,7 @@ class ModelExecutor:
             except BaseException as exc:  # SystemExit and the like in model code
                 work.error = Internal(f"the model raised {type(exc).__name__}")
             finally:
+                CALL_DEADLINE.reset(deadline)
                 cancel.restore(token)
             work.spent_ns = time.perf_counter_ns() - started
             if work.probe is not None:

@@ -1,6 +1,7 @@
 """grps replies: status, outputs back into a ``GrpsMessage``, and the metadata YAML texts.
 
-Also :func:`predict`, the select -> decode -> infer sequence both grps adapters (HTTP and gRPC)
+Also :func:`predict` (and :func:`start_stream`, its streaming twin), the select -> decode -> infer
+sequence both grps adapters (HTTP and gRPC)
 run, so that the two surfaces cannot drift apart. Outputs answer in the kind of the request
 where they fit (see :mod:`app.codecs.grps`); bytes that are not UTF-8 cannot be a grps string
 and UINT64 values past 2**63 cannot be a DT_INT64, so those fail with a clear message instead of
@@ -9,6 +10,7 @@ being mangled.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import numpy as np
@@ -17,10 +19,10 @@ from numpy.typing import NDArray
 
 from app.codecs.grps import CARRIER, KINDS, decode_request, request_kind
 from app.datatypes import as_bytes_array
-from app.errors import InvalidArgument, NotFound, Unimplemented, shown_name
+from app.errors import Internal, InvalidArgument, NotFound, Unimplemented, unknown_model
 from app.protos import grps_pb2 as pb
 from app.services.dataplane import DataPlane
-from app.types import InferResponse, Tensor
+from app.types import GRPS_MESSAGE, InferRequest, InferResponse, Tensor
 
 GMAP_OF: dict[pb.DataType, str] = {
     pb.DT_UINT8: "s_i32",
@@ -59,14 +61,68 @@ async def predict(
 ) -> tuple[str, InferResponse]:
     """Run one grps request; return the kind of its data and the model's response."""
     name, version = select_model(dataplane, message.model or query_model)
+    signature = dataplane.signature_of(name, version)
+    if signature.grps_message:
+        return WHOLE, await dataplane.infer(_whole_message(message, name, version, ndarray))
     kind = request_kind(message, ndarray)
-    specs = dataplane.signature_of(name, version).inputs
-    request = decode_request(message, name, version, specs, ndarray)
+    request = decode_request(message, name, version, signature.inputs, ndarray)
     return kind, await dataplane.infer(request)
+
+
+def start_stream(
+    dataplane: DataPlane, message: pb.GrpsMessage, *, query_model: str = "", ndarray: object = None
+) -> tuple[str, AsyncGenerator[InferResponse, None]]:
+    """Start one grps streaming request: the kind of its data and the model's responses (one
+    per result of a decoupled model, else one). Selection and decoding fail here, before
+    anything streams; the model's own failures surface while iterating."""
+    name, version = select_model(dataplane, message.model or query_model)
+    signature = dataplane.signature_of(name, version)
+    if signature.grps_message:
+        whole = _whole_message(message, name, version, ndarray)
+        return WHOLE, dataplane.infer_stream(whole)
+    kind = request_kind(message, ndarray)
+    request = decode_request(message, name, version, signature.inputs, ndarray)
+    return kind, dataplane.infer_stream(request)
+
+
+WHOLE = "message"
+"""The kind of a request to a model that takes whole messages (the reply is the model's)."""
+
+
+def _whole_message(
+    message: pb.GrpsMessage, name: str, version: str | None, ndarray: object
+) -> InferRequest:
+    """The request to a model that takes whole GrpsMessages: the message, serialized, as its
+    one BYTES element (an HTTP ``ndarray`` becomes a FP32 gtensor of the message first)."""
+    if ndarray is not None:
+        try:
+            array = np.asarray(ndarray, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InvalidArgument("ndarray must be a rectangular array of numbers") from None
+        tensor = Tensor("ndarray", "FP32", tuple(array.shape), array)
+        message.gtensors.tensors.append(gtensor(tensor))
+    message.ClearField("model")
+    data = np.array([message.SerializeToString()], dtype=object)
+    tensor = Tensor(GRPS_MESSAGE, "BYTES", (1,), data)
+    return InferRequest(model_name=name, model_version=version, inputs=[tensor])
+
+
+def _reply_of(response: InferResponse) -> pb.GrpsMessage:
+    """The GrpsMessage a whole-message model answered, with an OK status unless it set one."""
+    raw: bytes = as_bytes_array(response.outputs[0].data).reshape(-1)[0]
+    reply = pb.GrpsMessage()
+    reply.ParseFromString(raw)
+    if not reply.HasField("status"):
+        reply.status.CopyFrom(status())
+    if not reply.model:
+        reply.model = f"{response.model_name}-{response.model_version}"
+    return reply
 
 
 def encode_response(response: InferResponse, kind: str) -> pb.GrpsMessage:
     """The reply to a request of ``kind``, in that kind where the outputs fit it."""
+    if kind == WHOLE:
+        return _reply_of(response)
     message = ok(model=f"{response.model_name}-{response.model_version}")
     outputs = response.outputs
     if kind in ("str_data", "bin_data") and len(outputs) == 1 and _is_one_bytes(outputs[0]):
@@ -140,7 +196,17 @@ def _to_gmap(gmap: pb.GenericMapData, tensor: Tensor) -> None:
 
 
 def ndarray_output(response: InferResponse) -> NDArray[Any]:
-    """The single numeric output, for HTTP ``?return-ndarray=true``."""
+    """The single numeric output, for HTTP ``?return-ndarray=true`` (from a whole-message
+    model: its reply's one gtensor)."""
+    if response.outputs and response.outputs[0].name == GRPS_MESSAGE:
+        tensors = _reply_of(response).gtensors.tensors
+        if len(tensors) != 1 or KINDS[tensors[0].dtype].wire is None:
+            raise Internal(  # as grps: the model's reply, not the request, is at fault
+                "return-ndarray needs a reply with one numeric gtensor; the model answered "
+                f"{_reply_of(response).WhichOneof('data_oneof') or 'no data'}"
+            )
+        flat = getattr(tensors[0], KINDS[tensors[0].dtype].field)
+        return np.asarray(flat).reshape(tuple(tensors[0].shape))
     outputs = response.outputs
     if len(outputs) != 1 or outputs[0].datatype == "BYTES":
         names = ", ".join(f"{t.name} ({t.datatype})" for t in outputs)
@@ -181,6 +247,4 @@ def select_model(dataplane: DataPlane, model: str) -> tuple[str, str | None]:
     name, dash, version = model.rpartition("-")
     if dash and name in names:
         return name, version or None
-    raise NotFound(
-        f"unknown model {shown_name(model)} (expected name or name-version of {', '.join(names)})"
-    )
+    raise unknown_model(model, detail=f"expected name or name-version of {', '.join(names)}")

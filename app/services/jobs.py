@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -95,6 +96,7 @@ class Work:
 
     __slots__ = (
         "cancel",
+        "deadline",
         "error",
         "feed",
         "jobs",
@@ -110,6 +112,10 @@ class Work:
         self.feed = feed
         self.outputs = outputs
         self.cancel = threading.Event()
+        self.deadline = _latest(job.deadline for job in jobs)
+        """When nobody waits for this call's answer any more (the latest of its requests'
+        deadlines; None if one has none): a runtime that can stop a call (an isolated model)
+        reads it as CALL_DEADLINE (app/runtimes/base.py)."""
         self.started_ns = time.perf_counter_ns()
         self.results: Arrays | None = None
         self.error: BaseException | None = None
@@ -117,3 +123,12 @@ class Work:
         self.probe: threading.Event | None = None
         """Set by the worker thread when the call is done, for a call the loop waits for
         (a learning version's timed call: see ModelExecutor.submit)."""
+
+
+def _latest(deadlines: Iterable[float | None]) -> float | None:
+    latest: float | None = None
+    for deadline in deadlines:
+        if deadline is None:
+            return None
+        latest = deadline if latest is None else max(latest, deadline)
+    return latest

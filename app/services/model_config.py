@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from app.config.compiler import ModelPlan
+from app.config.compiler import LABELS_FILE, ModelPlan
 from app.config.schema import VersionPolicy
 from app.datatypes import lookup
 from app.types import ModelSignature, TensorSpec
@@ -43,7 +43,10 @@ class TensorConfig:
     data_type: str
     dims: tuple[int, ...]
     format: str | None = None
-    """Inputs only (FORMAT_NONE); None for outputs, which have no format."""
+    """Inputs only (serve.yaml's ``format``, default FORMAT_NONE); None for outputs."""
+    label_filename: str | None = None
+    """Outputs only: "labels.txt" when the labels file beside the model labels this output's
+    classes, "" when not (serve.yaml labels have no file); None for inputs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +80,12 @@ class ModelConfiguration:
     """Name -> string value (Triton's ModelParameter)."""
     dynamic_batching: DynamicBatchingConfig | None = None
     default_model_filename: str | None = None
+    decoupled: bool = False
+    """Triton's ``model_transaction_policy.decoupled``: the model streams its responses."""
 
 
 def model_configuration(
-    plan: ModelPlan, signature: ModelSignature, platform: str
+    plan: ModelPlan, signature: ModelSignature, platform: str, decoupled: bool = False
 ) -> ModelConfiguration:
     """Triton's ModelConfig of a planned and loaded model."""
     batch = plan.max_batch_size
@@ -91,8 +96,10 @@ def model_configuration(
         backend=BACKEND.get(plan.implementation, plan.implementation),
         version_policy=version_policy(plan.config.version_policy if plan.config else None),
         max_batch_size=batch,
-        inputs=tuple(_tensor(spec, batch, "FORMAT_NONE") for spec in signature.inputs),
-        outputs=tuple(_tensor(spec, batch, None) for spec in signature.outputs),
+        inputs=tuple(_tensor(spec, batch, _format(plan, spec.name)) for spec in signature.inputs),
+        outputs=tuple(
+            _tensor(spec, batch, None, _label_file(plan, spec.name)) for spec in signature.outputs
+        ),
         instance_groups=(InstanceGroupConfig(f"{plan.name}_0", "KIND_CPU", plan.instances),),
         parameters={key: _text(value) for key, value in plan.parameters.items()},
         dynamic_batching=(
@@ -103,6 +110,7 @@ def model_configuration(
             )
         ),
         default_model_filename="model.onnx" if plan.implementation == "onnxruntime" else None,
+        decoupled=decoupled,
     )
 
 
@@ -124,8 +132,25 @@ def dims(spec: TensorSpec, max_batch_size: int) -> tuple[int, ...]:
     return shape[1:] if max_batch_size > 0 and shape else shape
 
 
-def _tensor(spec: TensorSpec, batch: int, fmt: str | None) -> TensorConfig:
-    return TensorConfig(spec.name, lookup(spec.datatype).config_name, dims(spec, batch), fmt)
+def _tensor(
+    spec: TensorSpec, batch: int, fmt: str | None, label_filename: str | None = None
+) -> TensorConfig:
+    config_name = lookup(spec.datatype).config_name
+    return TensorConfig(spec.name, config_name, dims(spec, batch), fmt, label_filename)
+
+
+def _format(plan: ModelPlan, name: str) -> str:
+    """serve.yaml's ``format`` of input ``name`` (Triton's default FORMAT_NONE)."""
+    for tensor in plan.inputs or ():
+        if tensor.name == name and tensor.format is not None:
+            return tensor.format
+    return "FORMAT_NONE"
+
+
+def _label_file(plan: ModelPlan, name: str) -> str:
+    """Triton's ``label_filename`` of output ``name``: the file its labels come from, if any."""
+    own = any(t.name == name and t.labels is not None for t in plan.outputs or ())
+    return LABELS_FILE if plan.labels_file and not own else ""
 
 
 def _text(value: object) -> str:

@@ -46,7 +46,14 @@ from app.config.compiler import (
     resolve_options,
 )
 from app.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
-from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, shown_name
+from app.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    ServeError,
+    load_failed,
+)
 from app.models import storage
 from app.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from app.models.repository import ModelEntry, ModelRepository, State
@@ -108,6 +115,11 @@ class ModelControl:
         rows = self._repository.index()
         return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
 
+    def served_plans(self) -> list[ModelPlan]:
+        """The plan of every model in the index, as it serves now: serve.yaml's, pushed by a
+        client, or added from memory (what ``save`` writes as a project)."""
+        return [entry.plan for entry in self._repository.entries()]
+
     async def start(self) -> None:
         """Register every planned model and load those ``startupModels`` asks for; readiness
         waits for this (ServerState.startup_done)."""
@@ -124,8 +136,17 @@ class ModelControl:
 
     # -- repository extension ---------------------------------------------------------------
     async def load(self, name: str, parameters: dict[str, object] | None = None) -> None:
-        """Load or reload ``name``; ``config`` and ``file:<version>/<path>`` as in Triton."""
+        """Load or reload ``name``; ``config`` and ``file:<version>/<path>`` as in Triton.
+
+        Any refusal after the client-control check says "failed to load '<name>', ..." first,
+        as Triton's does (its clients look for those words)."""
         self._check_client_control("load")
+        try:
+            await self._load_request(name, parameters)
+        except ServeError as exc:
+            raise load_failed(name, exc) from None
+
+    async def _load_request(self, name: str, parameters: dict[str, object] | None) -> None:
         _check_name(name)
         params = dict(parameters or {})
         config_text = params.pop("config", None)
@@ -143,7 +164,7 @@ class ModelControl:
             if config_text is None:
                 if current is None:
                     raise NotFound(
-                        f"unknown model {shown_name(name)}; push it with a config parameter"
+                        "serve.yaml has no model of that name; push it with a config parameter"
                     )
                 await self._load(self._recompile(current), None)
                 return
@@ -344,7 +365,7 @@ class ModelControl:
             raise
         if entry.plan is not plan or entry.failed_versions() or not entry.versions:
             storage.discard(self.storage_dir, folder)
-            raise InvalidArgument(f"failed to load {plan.name!r}: {entry.reason()}")
+            raise load_failed(plan.name, InvalidArgument(entry.reason()))
         self._fingerprints[plan.name] = fingerprint(plan)
         self._repository.requested.add(plan.name)  # loaded on request: now asked for
         self._release_push(plan.name, plan)

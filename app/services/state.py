@@ -45,6 +45,7 @@ class ServerState:
         "request_timeout_s",
         "started_at",
         "startup_done",
+        "stopping",
     )
 
     def __init__(self, plan: ServePlan) -> None:
@@ -64,6 +65,9 @@ class ServerState:
         """Start-up loading (``startupModels``) has finished."""
         self.started_at = time.time()
         self.listening: Listening | None = None
+        self.stopping = False
+        """The server is shutting down: streams of decoupled models end at their next response
+        (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
 
     @property
     def plan(self) -> ServePlan:

@@ -30,9 +30,20 @@ def test_unknown_model(client: Client) -> None:
     assert "no_such_model" in message
 
 
-@pytest.mark.parametrize("version", ["9", "0", "latest"])
+@pytest.mark.parametrize("version", ["9", "0"])
 def test_unknown_version(client: Client, version: str) -> None:
-    client.expect_error("NOT_FOUND", client.infer, "mlp", {"input": MLP_ROWS}, version=version)
+    message = client.expect_error(
+        "NOT_FOUND", client.infer, "mlp", {"input": MLP_ROWS}, version=version
+    )
+    assert message.startswith(f"Request for unknown model: 'mlp' version {version} is not found")
+
+
+def test_version_that_is_not_a_number(client: Client) -> None:
+    """As Triton: INVALID_ARGUMENT with the words its clients look for."""
+    message = client.expect_error(
+        "INVALID_ARGUMENT", client.infer, "mlp", {"input": MLP_ROWS}, version="latest"
+    )
+    assert "failed to get model version from specified version string 'latest'" in message
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN_MODELS))

@@ -5,7 +5,7 @@
 import { announce, gated, initTokenPanel, showPageWith } from "./access.js";
 import { accessToken, duration, el, forgetAccessToken, getJSON, poll, timestampMs } from "./common.js";
 import { initIndex } from "./index.js";
-import { initModelPage } from "./modelpage.js";
+import { initBenchmark, initModelPage } from "./modelpage.js";
 
 function bind(name) {
   return document.querySelectorAll(`[data-bind="${name}"]`);
@@ -84,6 +84,7 @@ async function start() {
   }, 3000);
   initIndex();
   initModelPage();
+  initBenchmark();
   if (document.getElementById("try-form")) (await import("./tryit.js")).initTry();
 }
 

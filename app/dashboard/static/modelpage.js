@@ -1,5 +1,5 @@
 // Model page: statistics and version states refresh in place every two seconds.
-import { getJSON, ms, poll, timestampMs } from "./common.js";
+import { el, getJSON, ms, poll, readError, timestampMs, withToken } from "./common.js";
 
 function pick(object, path) {
   return path.split(".").reduce((value, key) => (value == null ? undefined : value[key]), object);
@@ -31,4 +31,53 @@ export function initModelPage() {
       }
     }
   }, 2000);
+}
+
+// The Benchmark button: the server drives this model over its own HTTP and gRPC listeners
+// (POST /dashboard/api/models/NAME/benchmark, admin group) and answers a table.
+export function initBenchmark() {
+  const button = document.getElementById("benchmark-run");
+  const head = document.querySelector(".page-head[data-model]");
+  const section = document.getElementById("benchmark");
+  if (!button || !head || !section) return;
+  const status = document.getElementById("benchmark-status");
+  const table = document.getElementById("benchmark-table");
+  const url = `/dashboard/api/models/${encodeURIComponent(head.dataset.model)}/benchmark`;
+  button.addEventListener("click", async () => {
+    section.hidden = false;
+    button.disabled = true;
+    status.textContent = "Running: HTTP and gRPC, 1 and 8 requests in flight, 2 s each…";
+    try {
+      const response = await fetch(url, {
+        method: "POST",
+        headers: withToken({ "Content-Type": "application/json" }),
+        body: JSON.stringify({ seconds: 2, concurrency: [1, 8] }),
+        signal: AbortSignal.timeout(120000),
+      });
+      if (!response.ok) {
+        status.textContent = `Benchmark failed: ${await readError(response)}`;
+        return;
+      }
+      const result = await response.json();
+      const peak = Math.max(1, ...result.rows.map((row) => row.rps));
+      const body = table.querySelector("tbody");
+      body.replaceChildren(...result.rows.map((row) => el("tr", {},
+        el("td", { "data-label": "Protocol", text: row.protocol }),
+        el("td", { class: "num", "data-label": "In flight", text: row.concurrency }),
+        el("td", { class: "num", "data-label": "Requests/s", text: row.rps.toFixed(1) }),
+        el("td", { "data-label": "Throughput" },
+          el("meter", { min: 0, max: peak, value: row.rps, title: `${row.rps} requests/s` })),
+        el("td", { class: "num", "data-label": "p50 ms", text: ms(row.p50_ms) }),
+        el("td", { class: "num", "data-label": "p90 ms", text: ms(row.p90_ms) }),
+        el("td", { class: "num", "data-label": "p99 ms", text: ms(row.p99_ms) }),
+        el("td", { class: "num", "data-label": "Errors", text: row.errors }),
+      )));
+      table.hidden = false;
+      status.textContent = "Done. Numbers include the server driving itself: compare, do not quote.";
+    } catch (error) {
+      status.textContent = `Benchmark failed: ${error}`;
+    } finally {
+      button.disabled = false;
+    }
+  });
 }

@@ -1,0 +1,296 @@
+"""``server.benchmark(model)`` and ``servekit bench URL MODEL``: how fast a model serves.
+
+The running server is driven the way clients drive it: over HTTP (binary tensor extension) and
+over gRPC, by ``concurrency`` client threads each sending one request after the other, for
+``seconds`` per protocol and concurrency level. Inputs are generated from the model's metadata
+(every free dimension 1, values 1). The result is a table (requests/s, p50/p90/p99 latency in
+ms, errors) that shows itself in a notebook with an inline SVG chart of throughput and p99
+latency against concurrency, and as text on a terminal. The numbers include this client's own
+work: run it from another machine for a server's true capacity.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from html import escape
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import numpy as np
+
+from app.codecs.raw import tensor_to_buffer
+from app.config.auth import ApiGroup
+from app.datatypes import from_numpy, lookup
+from app.notebook import wire
+
+if TYPE_CHECKING:
+    from app.notebook.remote import RemoteServer
+
+MAX_SECONDS = 60.0
+MAX_CONCURRENCY = 256
+
+
+@dataclass
+class BenchmarkRow:
+    protocol: str
+    concurrency: int
+    requests: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds > 0 else 0.0
+
+    def percentile(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "protocol": self.protocol,
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "errors": self.errors,
+            "rps": round(self.rps, 1),
+            "p50_ms": round(self.percentile(50), 3),
+            "p90_ms": round(self.percentile(90), 3),
+            "p99_ms": round(self.percentile(99), 3),
+        }
+
+
+@dataclass
+class BenchmarkTable:
+    """The result: one row per protocol and concurrency; shows as a table and chart."""
+
+    model: str
+    rows: list[BenchmarkRow]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [r.as_dict() for r in self.rows]
+
+    def text(self) -> str:
+        head = f"{'protocol':8} {'conc':>5} {'req/s':>9} {'p50 ms':>8} {'p90 ms':>8} "
+        lines = [f"benchmark of {self.model}", head + f"{'p99 ms':>8} {'errors':>6}"]
+        for row in self.to_list():
+            lines.append(
+                f"{row['protocol']:8} {row['concurrency']:>5} {row['rps']:>9.1f} "
+                f"{row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} {row['p99_ms']:>8.2f} "
+                f"{row['errors']:>6}"
+            )
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def _repr_svg_(self) -> str:
+        return chart_svg(self.rows)
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            "<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row.values()) + "</tr>"
+            for row in self.to_list()
+        )
+        head = "".join(
+            f"<th>{h}</th>"
+            for h in ("protocol", "concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms")
+        )
+        return (
+            f"<div><b>benchmark of {escape(self.model)}</b><table><tr>{head}<th>p99 ms</th></tr>"
+            f"{cells}</table>{chart_svg(self.rows)}</div>"
+        )
+
+
+def chart_svg(rows: Sequence[BenchmarkRow], width: int = 560, height: int = 220) -> str:
+    """Two small panels: requests/s and p99 latency against concurrency, a line per protocol."""
+    colors = {"http": "#1f77b4", "grpc": "#d62728"}
+    panel = (width - 40) // 2
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">'
+    ]
+    levels = sorted({r.concurrency for r in rows})
+    panels: list[tuple[str, Callable[[BenchmarkRow], float]]] = [
+        ("requests/s", _rps),
+        ("p99 latency (ms)", _p99),
+    ]
+    for index, (title, value) in enumerate(panels):
+        left = 30 + index * (panel + 20)
+        top, bottom = 20, height - 30
+        values = [v for v in (value(r) for r in rows) if np.isfinite(v)]
+        peak = max(values, default=1.0) or 1.0
+        parts.append(f'<text x="{left}" y="12">{title} (max {peak:.1f})</text>')
+        parts.append(
+            f'<line x1="{left}" y1="{bottom}" x2="{left + panel}" y2="{bottom}" stroke="#888"/>'
+        )
+        parts.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#888"/>')
+        for i, level in enumerate(levels):
+            x = left + (i + 0.5) * panel / max(len(levels), 1)
+            parts.append(f'<text x="{x:.0f}" y="{bottom + 14}" text-anchor="middle">{level}</text>')
+        for protocol, color in colors.items():
+            points = []
+            for row in (r for r in rows if r.protocol == protocol):
+                v = value(row)
+                if not np.isfinite(v):
+                    continue
+                x = left + (levels.index(row.concurrency) + 0.5) * panel / max(len(levels), 1)
+                y = bottom - (bottom - top) * v / peak
+                points.append(f"{x:.1f},{y:.1f}")
+            if points:
+                parts.append(
+                    f'<polyline fill="none" stroke="{color}" stroke-width="2" '
+                    f'points="{" ".join(points)}"/>'
+                )
+    parts.append(
+        f'<text x="30" y="{height - 4}">concurrency; '
+        f'<tspan fill="{colors["http"]}">HTTP</tspan> '
+        f'<tspan fill="{colors["grpc"]}">gRPC</tspan></text></svg>'
+    )
+    return "".join(parts)
+
+
+def _rps(row: BenchmarkRow) -> float:
+    return row.rps
+
+
+def _p99(row: BenchmarkRow) -> float:
+    return row.percentile(99)
+
+
+def example_inputs(metadata: dict[str, Any]) -> dict[str, np.ndarray]:
+    """One request's inputs from V2 metadata: free dimensions 1, every value 1."""
+    inputs: dict[str, np.ndarray] = {}
+    for spec in metadata.get("inputs", []):
+        shape = tuple(1 if int(d) < 0 else int(d) for d in spec.get("shape", []))
+        if spec["datatype"] == "BYTES":
+            inputs[spec["name"]] = np.full(shape, b"1", dtype=object)
+        else:
+            inputs[spec["name"]] = np.ones(shape, dtype=lookup(spec["datatype"]).dtype)
+    return inputs
+
+
+def _http_sender(
+    server: RemoteServer, model: str, inputs: dict[str, np.ndarray]
+) -> Callable[[], None]:
+    body, length = wire.encode_request(inputs)
+    path = f"/v2/models/{quote(model, safe='')}/infer"
+    headers = {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(length),
+    }
+
+    def send() -> None:
+        server._send(ApiGroup.INFERENCE, "POST", path, body, headers)
+
+    return send
+
+
+def _grpc_sender(
+    target: str, token: str | None, model: str, inputs: dict[str, np.ndarray]
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    import grpc
+
+    from app.protos import grpc_service_pb2 as pb
+    from app.protos import grpc_service_pb2_grpc as pb_grpc
+
+    request = pb.ModelInferRequest(model_name=model)
+    for name, array in inputs.items():
+        datatype = from_numpy(array.dtype)
+        request.inputs.add(name=name, datatype=datatype.name, shape=list(array.shape))
+        request.raw_input_contents.append(bytes(tensor_to_buffer(datatype, array)))
+    channel = grpc.insecure_channel(target)
+    stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
+    metadata = [("authorization", f"Bearer {token}")] if token else None
+
+    def send() -> None:
+        stub.ModelInfer(request, metadata=metadata, timeout=60)
+
+    return send, channel.close
+
+
+def _measure(send: Callable[[], None], concurrency: int, seconds: float, protocol: str,
+             on_exit: Callable[[], None] | None = None) -> BenchmarkRow:  # fmt: skip
+    row = BenchmarkRow(protocol, concurrency, 0, 0, seconds)
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def worker() -> None:
+        latencies: list[float] = []
+        errors = 0
+        try:
+            while time.perf_counter() < stop_at:
+                started = time.perf_counter()
+                try:
+                    send()
+                except Exception:
+                    errors += 1
+                    continue
+                latencies.append((time.perf_counter() - started) * 1000.0)
+        finally:
+            if on_exit is not None:
+                on_exit()
+        with lock:
+            row.latencies_ms.extend(latencies)
+            row.requests += len(latencies)
+            row.errors += errors
+
+    begun = time.perf_counter()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 120)
+    row.seconds = time.perf_counter() - begun
+    return row
+
+
+def _progress(done: int, total: int, label: str) -> None:
+    """A one-line progress bar on stderr (shown under the cell in a notebook)."""
+    filled = int(30 * done / total) if total else 30
+    bar = "#" * filled + "." * (30 - filled)
+    end = "\n" if done == total else ""
+    print(f"\r[{bar}] {done}/{total} {label:<24}", end=end, file=sys.stderr, flush=True)
+
+
+def run_benchmark(
+    server: RemoteServer,
+    model: str,
+    concurrency: Sequence[int] = (1, 16, 64),
+    seconds: float = 5.0,
+    protocols: Sequence[str] = ("http", "grpc"),
+    progress: bool = True,
+) -> BenchmarkTable:
+    """Drive ``model`` of ``server`` (see the module docstring)."""
+    levels = [int(c) for c in concurrency]
+    if not levels or any(c < 1 or c > MAX_CONCURRENCY for c in levels):
+        raise ValueError(f"concurrency: numbers from 1 to {MAX_CONCURRENCY}")
+    if not 0 < seconds <= MAX_SECONDS:
+        raise ValueError(f"seconds: more than 0, at most {MAX_SECONDS}")
+    inputs = example_inputs(server.metadata(model))
+    # gRPC is driven in plain text: over TLS (an https:// server) HTTP alone is measured.
+    grpc_ok = server.grpc_target is not None and not server.url.startswith("https://")
+    plan = [p for p in protocols if p == "http" or (p == "grpc" and grpc_ok)]
+    total = len(plan) * len(levels)
+    rows: list[BenchmarkRow] = []
+    for protocol in plan:
+        for level in levels:
+            if progress:
+                _progress(len(rows), total, f"{protocol}, {level} in flight")
+            if protocol == "http":
+                send = _http_sender(server, model, inputs)
+                rows.append(_measure(send, level, seconds, protocol, server._http.close))
+            else:
+                assert server.grpc_target is not None
+                token = server._token_for(ApiGroup.INFERENCE)
+                send, close = _grpc_sender(server.grpc_target, token, model, inputs)
+                try:
+                    rows.append(_measure(send, level, seconds, protocol))
+                finally:
+                    close()
+    if progress:
+        _progress(total, total, "done")
+    return BenchmarkTable(model, rows)

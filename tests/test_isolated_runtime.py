@@ -1,0 +1,132 @@
+"""The isolated runtime driven directly (real child processes, no server): what a request's
+deadline does, what the model's own errors become, and that close leaves no process behind.
+
+Slow tier: it starts processes. The server-level behaviour is in tests/test_isolation.py.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from waits import wait_until
+
+from app.config.compiler import BUILTIN_RUNTIMES, plan_model, resolve_options
+from app.config.schema import ModelConfig
+from app.errors import Internal, InvalidArgument, Unavailable
+from app.runtimes import load_runtime
+from app.runtimes.base import CALL_DEADLINE, LoadError, Supervised
+from app.runtimes.isolated import IsolatedModel
+
+pytestmark = pytest.mark.slow
+
+MODULE = """
+import time
+import numpy as np
+from numpy.typing import NDArray
+from app.errors import InvalidArgument
+
+
+def slow(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    time.sleep(float(x[0]))
+    return x
+
+
+def picky(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    if x[0] < 0:
+        raise InvalidArgument("x must not be negative")
+    if x[0] > 100:
+        raise ValueError("too big")
+    return x
+
+
+def exits(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    import os
+    os._exit(7)
+
+"""
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("isolated_runtime")
+    (root / "iso_runtime_models.py").write_text(MODULE)
+    sys.path.append(str(root))
+    yield root
+    sys.path.remove(str(root))
+
+
+def load(folder: Path, entrypoint: str, **settings: Any) -> IsolatedModel:
+    runtime = next(r for r in BUILTIN_RUNTIMES if r.implementation == "python")
+    config = ModelConfig.model_validate(
+        {
+            "name": entrypoint.split(":")[1],
+            "modelFormat": {"name": "python"},
+            "entrypoint": entrypoint,
+            "isolation": "process",
+            **settings,
+        }
+    )
+    plan = plan_model(config, runtime, resolve_options(runtime.options, None, 1, 1), folder)
+    model = load_runtime(plan, plan.versions[0])
+    assert isinstance(model, IsolatedModel) and isinstance(model, Supervised)
+    assert model.off_loop  # never called on the event loop
+    return model
+
+
+def test_the_request_deadline_wins_over_a_longer_timeout(folder: Path) -> None:
+    model = load(folder, "iso_runtime_models:slow", timeoutSeconds=60)
+    try:
+        x = np.array([0.0], np.float32)
+        assert model.predict({"x": x}, ["output"])["output"].tolist() == [0.0]
+        context = contextvars.copy_context()
+        context.run(CALL_DEADLINE.set, time.monotonic() + 0.5)
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match="the request's deadline"):
+            context.run(model.predict, {"x": np.array([30.0], np.float32)}, ["output"])
+        assert time.monotonic() - started < 10
+        reports: list[str | None] = []
+        model.watch(reports.append)  # down at once, then back
+        wait_until(lambda: reports and reports[-1] is None, 60, "the process to come back")
+        assert model.predict({"x": x}, ["output"])["output"].tolist() == [0.0]
+    finally:
+        pids = model.pids()
+        model.close()
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+
+
+def test_model_errors_pass_through_and_keep_the_process(folder: Path) -> None:
+    model = load(folder, "iso_runtime_models:picky")
+    try:
+        (pid,) = model.pids()
+        with pytest.raises(InvalidArgument, match="x must not be negative"):
+            model.predict({"x": np.array([-1.0], np.float32)}, ["output"])
+        with pytest.raises(Internal, match="the model raised ValueError: too big"):
+            model.predict({"x": np.array([101.0], np.float32)}, ["output"])
+        assert model.predict({"x": np.array([1.0], np.float32)}, ["output"])["output"][0] == 1.0
+        assert model.pids() == [pid]
+    finally:
+        model.close()
+
+
+def test_an_exit_is_reported_with_its_status(folder: Path) -> None:
+    model = load(folder, "iso_runtime_models:exits")
+    try:
+        with pytest.raises(Unavailable, match="exited with status 7"):
+            model.predict({"x": np.array([1.0], np.float32)}, ["output"])
+    finally:
+        model.close()
+
+
+def test_load_failures_are_reasons(folder: Path) -> None:
+    with pytest.raises(LoadError, match="cannot import 'no_such_module'"):
+        load(folder, "no_such_module:f")
+    with pytest.raises(LoadError, match="has no attribute"):
+        load(folder, "iso_runtime_models:nothing_here")

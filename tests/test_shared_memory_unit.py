@@ -1,0 +1,335 @@
+"""System shared memory in process: the region service (app/services/shared_memory.py) and the
+DataPlane reading inputs from and writing outputs to regions, through the real codecs.
+
+Regions are real POSIX shared memory objects made with tritonclient's ``utils.shared_memory``
+(what Triton's example programs use), under keys unique to this test run; the confinement
+checks (symbolic links, directories, FIFOs) use a stand-in directory for ``/dev/shm``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.utils.shared_memory as shm
+from fakes import python_model
+from inprocess import Serve, Services
+from shm_models import Simple, SimpleString
+from tritonclient import utils
+
+from app.codecs import v2_binary, v2_json, v2_proto
+from app.errors import AlreadyExists, InvalidArgument, NotFound
+from app.protos import grpc_service_pb2 as pb
+from app.services.shared_memory import SharedMemoryRegions
+
+pytestmark = pytest.mark.anyio
+
+SIXTEEN = 16 * 4  # bytes of one [1, 16] INT32 tensor
+
+
+@pytest.fixture
+def regions() -> Iterator[SharedMemoryRegions]:
+    made = SharedMemoryRegions()
+    yield made
+    made.close()
+
+
+class Objects:
+    """Shared memory objects made for one test (destroyed afterwards)."""
+
+    def __init__(self) -> None:
+        self.handles: list[Any] = []
+
+    def make(self, size: int) -> tuple[str, Any]:
+        key = f"/servekit-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        handle = shm.create_shared_memory_region(key[1:], key, size)
+        self.handles.append(handle)
+        return key, handle
+
+    def destroy(self) -> None:
+        for handle in self.handles:
+            shm.destroy_shared_memory_region(handle)
+
+
+@pytest.fixture
+def objects() -> Iterator[Objects]:
+    made = Objects()
+    yield made
+    made.destroy()
+
+
+# -- registration ---------------------------------------------------------------------------
+def test_register_status_unregister(regions: SharedMemoryRegions, objects: Objects) -> None:
+    key, _ = objects.make(256)
+    regions.register("in", key, 0, 128)
+    regions.register("out", key, 128, 128)
+    assert [r.as_dict() for r in regions.status()] == [
+        {"name": "in", "key": key, "offset": 0, "byte_size": 128},
+        {"name": "out", "key": key, "offset": 128, "byte_size": 128},
+    ]
+    assert regions.status("out")[0].offset == 128
+    with pytest.raises(AlreadyExists, match="'in' already in manager"):
+        regions.register("in", key, 0, 8)
+    regions.unregister("in")
+    regions.unregister("in")  # idempotent, as in Triton
+    with pytest.raises(NotFound, match="Unable to find system shared memory region: 'in'"):
+        regions.status("in")
+    regions.unregister()
+    assert regions.status() == []
+
+
+def test_the_window_must_lie_inside_the_object(
+    regions: SharedMemoryRegions, objects: Objects
+) -> None:
+    key, _ = objects.make(64)
+    with pytest.raises(InvalidArgument, match=r"invalid args.*holds 64 bytes"):
+        regions.register("r", key, 32, 64)
+    with pytest.raises(InvalidArgument, match="byte_size must be at least 1"):
+        regions.register("r", key, 0, 0)
+    with pytest.raises(InvalidArgument, match="offset must be a non-negative integer"):
+        regions.register("r", key, -1, 8)
+    regions.register("r", key, 5, 59)  # an offset need not be page-aligned
+    assert len(regions) == 1
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "/", "//x", "/a/b", "../etc/passwd", "/..", ".", "a\0b", "/dev/shm/x", "x" * 300],
+)
+def test_keys_name_one_object_in_dev_shm(regions: SharedMemoryRegions, key: str) -> None:
+    with pytest.raises(InvalidArgument, match="invalid shm key"):
+        regions.register("r", key, 0, 8)
+
+
+def test_unknown_key(regions: SharedMemoryRegions) -> None:
+    with pytest.raises(InvalidArgument, match=r"Unable to open shared memory region.*no such"):
+        regions.register("r", f"/servekit-absent-{uuid.uuid4().hex}", 0, 8)
+
+
+def test_only_regular_objects_are_mapped(tmp_path: Path) -> None:
+    """Links are refused, never followed (O_NOFOLLOW); directories and FIFOs are no objects."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"s" * 64)
+    directory = tmp_path / "shm"
+    directory.mkdir()
+    (directory / "link").symlink_to(secret)
+    (directory / "folder").mkdir()
+    os.mkfifo(directory / "fifo")
+    (directory / "plain").write_bytes(bytes(64))
+    regions = SharedMemoryRegions(str(directory))
+    with pytest.raises(InvalidArgument, match="symbolic link, refused"):
+        regions.register("r", "/link", 0, 8)
+    with pytest.raises(InvalidArgument, match=r"Unable to open|not a shared memory object"):
+        regions.register("r", "/folder", 0, 8)
+    with pytest.raises(InvalidArgument, match="not a shared memory object"):
+        regions.register("r", "/fifo", 0, 8)
+    regions.register("r", "/plain", 0, 64)
+    regions.close()
+    assert len(regions) == 0
+
+
+def test_a_region_shrunk_by_its_client_is_not_touched(
+    regions: SharedMemoryRegions, objects: Objects, tmp_path: Path
+) -> None:
+    (tmp_path / "obj").write_bytes(bytes(8192))
+    own = SharedMemoryRegions(str(tmp_path))
+    own.register("r", "/obj", 0, 8192)
+    os.truncate(tmp_path / "obj", 16)  # touching the mapping past 16 bytes would be SIGBUS
+    with pytest.raises(InvalidArgument, match="shrank below the 8192 bytes registered"):
+        own._read("input 'x'", "r", 0, 4)
+    own.close()
+
+
+# -- inference through the codecs --------------------------------------------------------------
+async def simple(serve: Serve) -> Services:
+    services = await serve()
+    ints = {"datatype": "INT32", "shape": [-1, 16]}
+    await services.control.add(
+        python_model(
+            "simple",
+            inputs=[{"name": "INPUT0", **ints}, {"name": "INPUT1", **ints}],
+            outputs=[{"name": "OUTPUT0", **ints}, {"name": "OUTPUT1", **ints}],
+        ),
+        Simple(),
+    )
+    text = {"datatype": "BYTES", "shape": [-1, 16]}
+    await services.control.add(
+        python_model(
+            "simple_string",
+            inputs=[{"name": "INPUT0", **text}, {"name": "INPUT1", **text}],
+            outputs=[{"name": "OUTPUT0", **text}, {"name": "OUTPUT1", **text}],
+        ),
+        SimpleString(),
+    )
+    return services
+
+
+def _shm(region: str, size: int, offset: int = 0) -> dict[str, Any]:
+    params: dict[str, Any] = {"shared_memory_region": region, "shared_memory_byte_size": size}
+    if offset:
+        params["shared_memory_offset"] = offset
+    return params
+
+
+def _json_request(params0: dict[str, Any], params1: dict[str, Any]) -> dict[str, Any]:
+    shape = [1, 16]
+    return {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": shape, "parameters": params0},
+            {"name": "INPUT1", "datatype": "INT32", "shape": shape, "parameters": params1},
+        ],
+        "outputs": [
+            {"name": "OUTPUT0", "parameters": {"binary_data": False, **_shm("out", SIXTEEN)}},
+            {"name": "OUTPUT1", "parameters": _shm("out", SIXTEEN, SIXTEEN)},
+        ],
+    }
+
+
+async def test_http_json_inputs_and_outputs_in_regions(serve: Serve, objects: Objects) -> None:
+    services = await simple(serve)
+    regions = services.dataplane.shared_memory
+    in_key, in_handle = objects.make(2 * SIXTEEN)
+    out_key, out_handle = objects.make(2 * SIXTEEN)
+    a, b = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
+    shm.set_shared_memory_region(in_handle, [a])
+    shm.set_shared_memory_region(in_handle, [b], offset=SIXTEEN)
+    regions.register("in", in_key, 0, 2 * SIXTEEN)
+    regions.register("out", out_key, 0, 2 * SIXTEEN)
+
+    body = _json_request(_shm("in", SIXTEEN), _shm("in", SIXTEEN, SIXTEEN))
+    request = v2_json.decode_request(body, "simple", None)
+    assert request.shared_memory
+    response = await services.dataplane.infer(request)
+    content, header = v2_binary.encode_response(request, response)
+    assert header is None  # no binary data follows: the outputs are in the region
+    answer = v2_json.loads(content)
+    assert answer["outputs"] == [
+        {"name": "OUTPUT0", "datatype": "INT32", "shape": [1, 16]},
+        {"name": "OUTPUT1", "datatype": "INT32", "shape": [1, 16]},
+    ]
+    total = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16])
+    difference = shm.get_contents_as_numpy(out_handle, np.int32, [1, 16], offset=SIXTEEN)
+    assert (total[0] == a + b).all() and (difference[0] == a - b).all()
+
+
+async def test_grpc_raw_inputs_beside_a_region(serve: Serve, objects: Objects) -> None:
+    """raw_input_contents holds the inputs not in shared memory, in order; an output in a region
+    keeps its place in raw_output_contents, empty, as Triton answers."""
+    services = await simple(serve)
+    key, handle = objects.make(SIXTEEN)
+    a = np.arange(16, dtype=np.int32)
+    shm.set_shared_memory_region(handle, [a])
+    services.dataplane.shared_memory.register("in", key, 0, SIXTEEN)
+    out_key, out_handle = objects.make(SIXTEEN)
+    services.dataplane.shared_memory.register("out", out_key, 0, SIXTEEN)
+
+    def param(value: object) -> pb.InferParameter:
+        return v2_proto.parameter_to_proto(value)
+
+    message = pb.ModelInferRequest(model_name="simple")
+    first = message.inputs.add(name="INPUT0", datatype="INT32", shape=[1, 16])
+    first.parameters["shared_memory_region"].CopyFrom(param("in"))
+    first.parameters["shared_memory_byte_size"].CopyFrom(param(SIXTEEN))
+    message.inputs.add(name="INPUT1", datatype="INT32", shape=[1, 16])
+    message.raw_input_contents.append(np.full(16, 3, np.int32).tobytes())
+    wanted = message.outputs.add(name="OUTPUT0")
+    wanted.parameters["shared_memory_region"].CopyFrom(param("out"))
+    wanted.parameters["shared_memory_byte_size"].CopyFrom(param(SIXTEEN))
+    message.outputs.add(name="OUTPUT1")
+
+    request = v2_proto.decode_request(message)
+    answer = v2_proto.encode_response(request, await services.dataplane.infer(request))
+    assert [o.name for o in answer.outputs] == ["OUTPUT0", "OUTPUT1"]
+    assert answer.raw_output_contents[0] == b""
+    assert (np.frombuffer(answer.raw_output_contents[1], np.int32) == a - 3).all()
+    assert (shm.get_contents_as_numpy(out_handle, np.int32, [16]) == a + 3).all()
+
+
+async def test_bytes_tensors_in_regions(serve: Serve, objects: Objects) -> None:
+    services = await simple(serve)
+    regions = services.dataplane.shared_memory
+    numbers = np.array([str(i).encode() for i in range(16)], dtype=np.object_).reshape(1, 16)
+    ones = np.array([b"1"] * 16, dtype=np.object_).reshape(1, 16)
+    serialized = [utils.serialize_byte_tensor(t) for t in (numbers, ones)]
+    sizes = [utils.serialized_byte_size(s) for s in serialized]
+    keys = []
+    for name, data, size in zip(("in0", "in1"), serialized, sizes, strict=True):
+        key, handle = objects.make(size)
+        shm.set_shared_memory_region(handle, [data])
+        regions.register(name, key, 0, size)
+        keys.append(key)
+    out_key, out_handle = objects.make(256)
+    regions.register("out", out_key, 0, 256)
+    body = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16],
+             "parameters": _shm("in0", sizes[0])},
+            {"name": "INPUT1", "datatype": "BYTES", "shape": [1, 16],
+             "parameters": _shm("in1", sizes[1])},
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": _shm("out", 256)}, {"name": "OUTPUT1"}],
+    }  # fmt: skip
+    request = v2_json.decode_request(body, "simple_string", None)
+    response = await services.dataplane.infer(request)
+    answer = v2_json.loads(v2_binary.encode_response(request, response)[0])
+    assert "data" not in answer["outputs"][0]
+    assert answer["outputs"][1]["data"][:3] == ["-1", "0", "1"]
+    total = shm.get_contents_as_numpy(out_handle, np.object_, [1, 16])
+    assert list(total[0][:3]) == [b"1", b"2", b"3"]
+
+
+async def test_windows_and_names_are_checked(serve: Serve, objects: Objects) -> None:
+    services = await simple(serve)
+    key, _ = objects.make(2 * SIXTEEN)
+    services.dataplane.shared_memory.register("in", key, 0, 2 * SIXTEEN)
+    out_key, _ = objects.make(SIXTEEN)
+    services.dataplane.shared_memory.register("out", out_key, 0, SIXTEEN)
+    good = _shm("in", SIXTEEN)
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        (_shm("nowhere", SIXTEEN), NotFound, "Unable to find shared memory region: 'nowhere'"),
+        (_shm("in", SIXTEEN, 2 * SIXTEEN), InvalidArgument, "Invalid offset for shared memory"),
+        (_shm("in", SIXTEEN, SIXTEEN + 4), InvalidArgument, "Invalid offset \\+ byte size"),
+        (_shm("in", 8), InvalidArgument, "needs 64 bytes, got 8"),
+        ({**good, "shared_memory_offset": -4}, InvalidArgument, "non-negative integer"),
+        ({"shared_memory_region": "in"}, InvalidArgument, "'shared_memory_byte_size' must be"),
+        ({**good, "shared_memory_region": 7}, InvalidArgument, "must be a region name"),
+    ]
+    for params, error, message in cases:
+        request = v2_json.decode_request(_json_request(good, params), "simple", None)
+        with pytest.raises(error, match=message):
+            await services.dataplane.infer(request)
+    # An output window too small for the result; classification into a region.
+    small = _json_request(good, good)
+    small["outputs"] = [{"name": "OUTPUT0", "parameters": _shm("out", 32)}]
+    with pytest.raises(InvalidArgument, match="should be at least 64 bytes"):
+        await services.dataplane.infer(v2_json.decode_request(small, "simple", None))
+    both = _json_request(good, good)
+    both["outputs"] = [{"name": "OUTPUT0", "parameters": {**_shm("out", 64), "classification": 1}}]
+    with pytest.raises(InvalidArgument, match="can't set both 'shared_memory_region' and 'class"):
+        await services.dataplane.infer(v2_json.decode_request(both, "simple", None))
+    # An input with data as well as a region.
+    doubled = _json_request(good, good)
+    doubled["inputs"][0]["data"] = list(range(16))
+    with pytest.raises(InvalidArgument, match="Input must set only one of the following"):
+        v2_json.decode_request(doubled, "simple", None)
+
+
+async def test_stop_unregisters_every_region(serve: Serve, objects: Objects) -> None:
+    services = await simple(serve)
+    key, _ = objects.make(64)
+    services.dataplane.shared_memory.register("r", key, 0, 64)
+    await services.stop()
+    assert services.dataplane.shared_memory.status() == []
+
+
+def test_metadata_names_the_extensions(tmp_path: Path) -> None:
+    from inprocess import plan_of
+
+    services = Services(plan_of("models: []\n", tmp_path))
+    extensions = services.dataplane.server_metadata()["extensions"]
+    assert {"system_shared_memory", "classification", "binary_tensor_data"} <= set(extensions)
