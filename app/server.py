@@ -120,7 +120,7 @@ class ServeKit:
 
         A worker of ``server.workers`` loads first and opens its listeners once it holds the
         state every worker holds (the others serve meanwhile)."""
-        self.state.draining = False
+        self.state.end_drain()
         self.state.stopping = False
         server = self.plan.server
         tls = self.plan.tls
@@ -209,7 +209,7 @@ class ServeKit:
         loop = asyncio.get_running_loop()
         grace = self.plan.server.drain_seconds if grace is None else grace
         deadline = loop.time() + grace
-        self.state.draining = True
+        self.state.begin_drain()
         self.state.stopping = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()

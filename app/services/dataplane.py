@@ -247,7 +247,9 @@ class DataPlane:
         return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
 
     # -- inference ----------------------------------------------------------------------------
-    async def infer(self, request: InferRequest, deadline: float | None = None) -> InferResponse:
+    async def infer(
+        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+    ) -> InferResponse:
         """Validate, run and answer one inference request.
 
         ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
@@ -256,12 +258,16 @@ class DataPlane:
         request is answered DeadlineExceeded and, if it had not started, never runs. How the
         request reaches the model (on the loop, in the model's threads, batched) is its
         version's executor's call.
+
+        ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
+        that read a body after that: a request whose upload began before a graceful stop was
+        accepted and is served; one without it counts as arriving now.
         """
-        if self._state.draining:
+        if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         if request.shared_memory:  # tensors in registered regions: read, run (here), write
             return await self.shared_memory.infer(
-                request, lambda inner: self.infer(inner, deadline)
+                request, lambda inner: self.infer(inner, deadline, arrived)
             )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
@@ -323,7 +329,7 @@ class DataPlane:
         )
 
     async def infer_stream(
-        self, request: InferRequest, deadline: float | None = None
+        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
     ) -> AsyncGenerator[InferResponse, None]:
         """The responses to one request, as the model produces them (the streaming surfaces:
         gRPC ModelStreamInfer, HTTP generate/generate_stream, grps streaming).
@@ -334,15 +340,16 @@ class DataPlane:
         model's generator and frees its instance; a server that is stopping ends it after the
         next response (Unavailable). Statistics count the request once, as Triton
         does for a decoupled model: a success timed from the first step to the last response,
-        or a failure; a stream its client abandons is neither. ``deadline`` is as for
-        :meth:`infer` (a decoupled model's stream is ended by its client, not by a deadline).
+        or a failure; a stream its client abandons is neither. ``deadline`` and ``arrived`` are
+        as for :meth:`infer` (a decoupled model's stream is ended by its client, not by a
+        deadline).
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         runtime = version.runtime
         if runtime is None or not is_decoupled(runtime):
-            yield await self.infer(request, deadline)
+            yield await self.infer(request, deadline, arrived)
             return
-        if self._state.draining:
+        if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         started = time.perf_counter_ns()
         stats = self.statistics.of(entry.plan.name, version.version)
