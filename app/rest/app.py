@@ -20,7 +20,6 @@ from litestar import Litestar, Router
 from litestar.config.app import AppConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
 
 from app import __version__
 from app.config.auth import ApiGroup
@@ -29,6 +28,7 @@ from app.rest.access import group_opt, token_guard
 from app.rest.errors import EXCEPTION_HANDLERS
 from app.rest.infer import FastPath
 from app.rest.inject import dependencies
+from app.rest.openapi import DocumentPlugin, no_such_document
 from app.services.dataplane import DataPlane
 from app.services.metrics import make_registry
 from app.services.model_control import ModelControl
@@ -69,9 +69,16 @@ def create_app(
             title="servekit",
             version=__version__,
             path="/openapi",
-            render_plugins=[JsonRenderPlugin()],
-            # The document describes routes, not models: open like the health endpoints.
-            openapi_router=Router("/openapi", route_handlers=[], opt=group_opt(ApiGroup.OPEN)),
+            render_plugins=[DocumentPlugin()],
+            # The document describes routes, not models: open like the health endpoints. Its
+            # own routes are not in it (as in Litestar's default router).
+            openapi_router=Router(
+                "/openapi",
+                route_handlers=[],
+                opt=group_opt(ApiGroup.OPEN),
+                include_in_schema=False,
+                after_request=no_such_document,
+            ),
         ),
         debug=False,
     )

@@ -9,7 +9,7 @@ by app/rest/triton_json.py, so the gRPC RPCs answer the very same content.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from litestar import get
 from litestar.params import FromPath
@@ -17,13 +17,22 @@ from litestar.params import FromPath
 from app.config.auth import ApiGroup
 from app.rest.access import group_opt
 from app.rest.inject import Dataplane
+from app.rest.openapi import ModelStatistics, failures
 from app.rest.triton_json import model_config_json, statistics_json
+
+ONE = failures(ApiGroup.ADMIN, 400, 404)
+"""Failures of one model's configuration or statistics."""
 
 # Versioned and unversioned paths get a handler each: Litestar would read an optional
 # `version` on the unversioned path as a query parameter.
 
 
-@get("/v2/models/{model:str}/config", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
+@get(
+    "/v2/models/{model:str}/config",
+    opt=group_opt(ApiGroup.ADMIN),
+    sync_to_thread=False,
+    responses=ONE,
+)
 def model_config(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
     return model_config_json(dataplane.model_config(model, None))
 
@@ -32,6 +41,7 @@ def model_config(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
     "/v2/models/{model:str}/versions/{version:str}/config",
     opt=group_opt(ApiGroup.ADMIN),
     sync_to_thread=False,
+    responses=ONE,
 )
 def model_version_config(
     dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
@@ -39,27 +49,38 @@ def model_version_config(
     return model_config_json(dataplane.model_config(model, version))
 
 
-@get("/v2/models/stats", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
-def all_model_stats(dataplane: Dataplane) -> dict[str, Any]:
+@get(
+    "/v2/models/stats",
+    opt=group_opt(ApiGroup.ADMIN),
+    sync_to_thread=False,
+    responses=failures(ApiGroup.ADMIN),
+)
+def all_model_stats(dataplane: Dataplane) -> ModelStatistics:
     # A handler of its own: OpenAPI operation ids ignore path parameters, so sharing the handler
     # with /v2/models/{model}/stats would give two operations the same id.
-    return statistics_json(dataplane.model_statistics())
+    return cast("ModelStatistics", statistics_json(dataplane.model_statistics()))
 
 
-@get("/v2/models/{model:str}/stats", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False)
-def model_stats(dataplane: Dataplane, model: FromPath[str]) -> dict[str, Any]:
-    return statistics_json(dataplane.model_statistics(model, None))
+@get(
+    "/v2/models/{model:str}/stats",
+    opt=group_opt(ApiGroup.ADMIN),
+    sync_to_thread=False,
+    responses=ONE,
+)
+def model_stats(dataplane: Dataplane, model: FromPath[str]) -> ModelStatistics:
+    return cast("ModelStatistics", statistics_json(dataplane.model_statistics(model, None)))
 
 
 @get(
     "/v2/models/{model:str}/versions/{version:str}/stats",
     opt=group_opt(ApiGroup.ADMIN),
     sync_to_thread=False,
+    responses=ONE,
 )
 def model_version_stats(
     dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
-) -> dict[str, Any]:
-    return statistics_json(dataplane.model_statistics(model, version))
+) -> ModelStatistics:
+    return cast("ModelStatistics", statistics_json(dataplane.model_statistics(model, version)))
 
 
 ROUTES = [

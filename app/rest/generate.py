@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 from litestar import Request, Response, post
+from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromPath
 from litestar.response import Stream
 
@@ -30,6 +31,7 @@ from app.errors import InvalidArgument, ServeError, internal_error
 from app.rest.access import group_opt
 from app.rest.infer import read_body
 from app.rest.inject import Dataplane
+from app.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from app.services.dataplane import DataPlane
 from app.types import InferResponse
 
@@ -38,6 +40,13 @@ EVENT_STREAM = "text/event-stream"
 GENERATE: tuple[str, ...] = ("generate",)
 """The protocol extension these routes add to server metadata (Triton names it so)."""
 AnyRequest = Request[Any, Any, Any]
+Answer = Response[dict[str, Any]]
+"""A generate answer: one JSON object (the model's outputs by name, and its parameters)."""
+GENERATE_BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    description="The model's inputs by name (a value or a list each), and 'parameters'.",
+)
+"""A generate body (read by hand: described here)."""
 
 
 async def _start(
@@ -54,7 +63,7 @@ async def _start(
 
 async def _generate(
     request: AnyRequest, dataplane: DataPlane, model: str, version: str | None
-) -> Response[bytes]:
+) -> Answer:
     responses = await _start(request, dataplane, model, version)
     async with aclosing(responses):
         answer = None
@@ -70,9 +79,8 @@ async def _generate(
         raise InvalidArgument(
             "generate expects model to produce exactly 1 response; the model produced none"
         )
-    return Response(
-        v2_json.dumps(generate_json.encode_response(answer)), media_type="application/json"
-    )
+    content = v2_json.dumps(generate_json.encode_response(answer))
+    return cast("Answer", Response(content, media_type="application/json"))
 
 
 async def _generate_stream(
@@ -109,10 +117,15 @@ def _event(obj: dict[str, Any]) -> bytes:
     return b"data: " + v2_json.dumps(obj) + b"\n\n"
 
 
-@post("/v2/models/{model:str}/generate", opt=group_opt(ApiGroup.INFERENCE), status_code=200)
-async def generate(
-    request: AnyRequest, dataplane: Dataplane, model: FromPath[str]
-) -> Response[bytes]:
+DOC: dict[str, Any] = {
+    "responses": failures(ApiGroup.INFERENCE, *INFERENCE_FAILURES),
+    "operation_class": with_media(body=GENERATE_BODY),
+}
+"""What the document says beyond the signatures: the failures and the body."""
+
+
+@post("/v2/models/{model:str}/generate", opt=group_opt(ApiGroup.INFERENCE), status_code=200, **DOC)
+async def generate(request: AnyRequest, dataplane: Dataplane, model: FromPath[str]) -> Answer:
     return await _generate(request, dataplane, model, None)
 
 
@@ -120,14 +133,21 @@ async def generate(
     "/v2/models/{model:str}/versions/{version:str}/generate",
     opt=group_opt(ApiGroup.INFERENCE),
     status_code=200,
+    **DOC,
 )
 async def generate_version(
     request: AnyRequest, dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
-) -> Response[bytes]:
+) -> Answer:
     return await _generate(request, dataplane, model, version)
 
 
-@post("/v2/models/{model:str}/generate_stream", opt=group_opt(ApiGroup.INFERENCE), status_code=200)
+@post(
+    "/v2/models/{model:str}/generate_stream",
+    opt=group_opt(ApiGroup.INFERENCE),
+    status_code=200,
+    media_type=EVENT_STREAM,
+    **DOC,
+)
 async def generate_stream(
     request: AnyRequest, dataplane: Dataplane, model: FromPath[str]
 ) -> Response[Any]:
@@ -138,6 +158,8 @@ async def generate_stream(
     "/v2/models/{model:str}/versions/{version:str}/generate_stream",
     opt=group_opt(ApiGroup.INFERENCE),
     status_code=200,
+    media_type=EVENT_STREAM,
+    **DOC,
 )
 async def generate_stream_version(
     request: AnyRequest, dataplane: Dataplane, model: FromPath[str], version: FromPath[str]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 from litestar import HttpMethod, Request, Response, route
 from litestar.exceptions import HTTPException
@@ -39,6 +39,16 @@ from app.rest.access import cross_site_guard, group_opt
 from app.rest.errors import HTTP_STATUS
 from app.rest.infer import read_body
 from app.rest.inject import Dataplane
+from app.rest.openapi import (
+    GRPS_MODEL_REQUEST,
+    GRPS_REQUEST,
+    INFERENCE_FAILURES,
+    ErrorBody,
+    GrpsFailure,
+    GrpsMessage,
+    failures,
+    with_media,
+)
 from app.services import grps as grps_reply
 from app.types import InferResponse
 
@@ -48,14 +58,17 @@ OCTETS = "application/octet-stream"
 ENCODING = "content-encoding"
 BOTH = [HttpMethod.GET, HttpMethod.POST]
 AnyRequest = Request[Any, Any, Any]
+Answer = Response[GrpsMessage]
+"""Every grps answer: a GrpsMessage as JSON (bin_data answers: the raw bytes)."""
 
 
-def _json(message: pb.GrpsMessage, extra: dict[str, Any] | None = None) -> Response[bytes]:
+def _json(message: pb.GrpsMessage, extra: dict[str, Any] | None = None) -> Answer:
     code = message.status.code or 200
-    return Response(grps_json.dumps(message, extra), status_code=code, media_type=JSON)
+    answer = Response(grps_json.dumps(message, extra), status_code=code, media_type=JSON)
+    return cast("Answer", answer)  # the JSON of a GrpsMessage: what the document shows
 
 
-def _failure(exc: Exception) -> Response[bytes]:
+def _failure(exc: Exception) -> Answer:
     if isinstance(exc, ServeError):
         code, msg = HTTP_STATUS[exc.code], exc.message
     elif isinstance(exc, HTTPException):  # e.g. a body over server.maxRequestBytes
@@ -66,22 +79,25 @@ def _failure(exc: Exception) -> Response[bytes]:
 
 
 async def _read(
-    request: AnyRequest, control: GrpsStreaming | None = None
+    request: AnyRequest, json_limit: int, control: GrpsStreaming | None = None
 ) -> tuple[pb.GrpsMessage, object, bool]:
     """The request's GrpsMessage, its ndarray (None if absent) and, for a predict request
-    (``control`` given), whether it asks for a streamed answer."""
+    (``control`` given), whether it asks for a streamed answer. A JSON body is bounded by
+    ``json_limit`` (server.maxJsonRequestBytes, as V2 JSON), a bin_data body by
+    server.maxRequestBytes."""
     streaming = False  # no control, or body_param with an octet-stream body (no field to read)
     if control is not None and control.ctrl_mode == "query_param":
         streaming = _flag(request.query_params.get(control.ctrl_key))
     elif control is not None and control.ctrl_mode == "header_param":
         streaming = _flag(request.headers.get(control.ctrl_key))
-    # bytes() of a bytes object is that object: only a large body read into a buffer is copied
-    body = bytes(
-        await read_body(request.scope, request.receive, None, request.headers.get(ENCODING))
-    )
-    if request.content_type[0].lower() == OCTETS:
-        return pb.GrpsMessage(bin_data=body), None, streaming
-    obj = grps_json.parse_object(body)
+    octets = request.content_type[0].lower() == OCTETS
+    encoding = request.headers.get(ENCODING)
+    body = await read_body(request.scope, request.receive, None if octets else json_limit, encoding)
+    if octets:
+        return pb.GrpsMessage(bin_data=bytes(body)), None, streaming
+    if body and not body.strip():  # nothing is {}, but blanks are not JSON
+        raise InvalidArgument("the body is blank: send a JSON object (a GrpsMessage) or nothing")
+    obj = grps_json.parse_object(bytes(body))
     if control is not None and control.ctrl_mode == "body_param":
         value = obj.pop(control.ctrl_key, False)
         if not isinstance(value, bool):
@@ -91,6 +107,16 @@ async def _read(
         streaming = value
     message, ndarray = grps_json.from_object(obj)
     return message, ndarray, streaming
+
+
+def grps_failures(group: ApiGroup, *statuses: int) -> dict[int, Any]:
+    """:func:`~app.rest.openapi.failures` as grps answers them: a GrpsMessage with the status,
+    except the token and cross-site refusals (guards, before the handler) and the edge's 503,
+    which are ``{"error": ...}``."""
+    shapes: dict[str, Any] = {
+        f"s{code}": GrpsFailure for code in statuses if code not in (401, 403)
+    }
+    return failures(group, *statuses, s503=GrpsFailure | ErrorBody, **shapes)
 
 
 def _flag(value: str | None) -> bool:
@@ -105,8 +131,9 @@ def _flag(value: str | None) -> bool:
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,
+    responses=grps_failures(ApiGroup.ADMIN, 403),
 )
-def online(dataplane: Dataplane) -> Response[bytes]:
+def online(dataplane: Dataplane) -> Answer:
     dataplane.set_online(True)
     return _json(grps_reply.ok())
 
@@ -118,8 +145,9 @@ def online(dataplane: Dataplane) -> Response[bytes]:
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,
+    responses=grps_failures(ApiGroup.ADMIN, 403),
 )
-def offline(dataplane: Dataplane) -> Response[bytes]:
+def offline(dataplane: Dataplane) -> Answer:
     dataplane.set_online(False)
     return _json(grps_reply.ok())
 
@@ -130,8 +158,9 @@ def offline(dataplane: Dataplane) -> Response[bytes]:
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,
+    responses=grps_failures(ApiGroup.OPEN),
 )
-def live() -> Response[bytes]:
+def live() -> Answer:
     return _json(grps_reply.ok())
 
 
@@ -141,8 +170,9 @@ def live() -> Response[bytes]:
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,
+    responses=grps_failures(ApiGroup.OPEN),
 )
-def ready(dataplane: Dataplane) -> Response[bytes]:
+def ready(dataplane: Dataplane) -> Answer:
     return _json(grps_reply.readiness(dataplane))
 
 
@@ -152,26 +182,30 @@ def ready(dataplane: Dataplane) -> Response[bytes]:
     opt=group_opt(ApiGroup.INFERENCE),
     http_method=[HttpMethod.POST],
     status_code=200,
+    responses=grps_failures(ApiGroup.INFERENCE, *INFERENCE_FAILURES),
+    operation_class=with_media(body=GRPS_REQUEST, binary_answer=True),
 )
-async def predict(request: AnyRequest, dataplane: Dataplane) -> Response[Any]:
+async def predict(request: AnyRequest, dataplane: Dataplane) -> Answer:
     query = request.query_params
     control = dataplane.grps_streaming()
     ndarray_out = _flag(query.get("return-ndarray"))
     try:
-        message, ndarray, streaming = await _read(request, control)
+        limit = dataplane.plan.server.max_json_request_bytes
+        message, ndarray, streaming = await _read(request, limit, control)
         if streaming:
             model = query.get("model") or ""
             return await _stream(dataplane, message, ndarray, model, control, ndarray_out)
         kind, response = await grps_reply.predict(
             dataplane, message, query_model=query.get("model") or "", ndarray=ndarray
         )
-        reply = _answer(response, kind, ndarray_out)
-        return await compression.compressed(request.headers.get("accept-encoding"), reply)
+        reply = cast("Response[bytes]", _answer(response, kind, ndarray_out))
+        compressed = await compression.compressed(request.headers.get("accept-encoding"), reply)
+        return cast("Answer", compressed)
     except Exception as exc:
         return _failure(exc)
 
 
-def _answer(response: InferResponse, kind: str, ndarray_out: bool) -> Response[bytes]:
+def _answer(response: InferResponse, kind: str, ndarray_out: bool) -> Answer:
     """One response as grps answers it: JSON, bytes for bin_data, or ``ndarray``."""
     if ndarray_out:
         array = grps_reply.ndarray_output(response)
@@ -181,13 +215,14 @@ def _answer(response: InferResponse, kind: str, ndarray_out: bool) -> Response[b
         )
     answer = grps_reply.encode_response(response, kind)
     if answer.WhichOneof("data_oneof") == "bin_data":
-        return Response(answer.bin_data, media_type=OCTETS)
+        return cast("Answer", Response(answer.bin_data, media_type=OCTETS))
     return _json(answer)
 
 
-def _chunk(reply: Response[bytes]) -> bytes:
+def _chunk(reply: Answer) -> bytes:
     """A streamed message: raw bytes for bin_data, else its JSON and a newline."""
-    return reply.content if reply.media_type == OCTETS else bytes(reply.content) + b"\n"
+    content = cast("bytes", reply.content)  # the typing of Answer is the document's
+    return content if reply.media_type == OCTETS else content + b"\n"
 
 
 async def _stream(
@@ -197,7 +232,7 @@ async def _stream(
     query_model: str,
     control: GrpsStreaming,
     ndarray_out: bool,
-) -> Response[Any]:
+) -> Answer:
     """A streamed answer: one chunk per response (a decoupled model yields several). The first
     response is awaited before the status line, so a request that fails before the model
     answers gets the failure status; a later failure is a last chunk, a FAILURE message."""
@@ -214,7 +249,7 @@ async def _stream(
     # even one that already names its charset; the configured value is sent as written.
     content_type = {"Content-Type": control.res_content_type}
     chunks = _chunks(chunk, responses, kind, ndarray_out)
-    return Stream(chunks, media_type=control.res_content_type, headers=content_type)
+    return cast("Answer", Stream(chunks, media_type=control.res_content_type, headers=content_type))
 
 
 async def _chunks(
@@ -226,7 +261,7 @@ async def _chunks(
             async for response in responses:
                 yield _chunk(_answer(response, kind, ndarray_out))
         except Exception as exc:  # the status line is gone: the failure is the last chunk
-            yield bytes(_failure(exc).content) + b"\n"
+            yield _chunk(_failure(exc))
 
 
 # -- metadata -----------------------------------------------------------------------------------
@@ -236,18 +271,24 @@ async def _chunks(
     http_method=BOTH,
     status_code=200,
     sync_to_thread=False,
+    responses=grps_failures(ApiGroup.METADATA),
 )
-def server_metadata(dataplane: Dataplane) -> Response[bytes]:
+def server_metadata(dataplane: Dataplane) -> Answer:
     return _json(grps_reply.ok(str_data=grps_reply.server_metadata(dataplane)))
 
 
 @route(
-    "/grps/v1/metadata/model", opt=group_opt(ApiGroup.METADATA), http_method=BOTH, status_code=200
+    "/grps/v1/metadata/model",
+    opt=group_opt(ApiGroup.METADATA),
+    http_method=BOTH,
+    status_code=200,
+    responses=grps_failures(ApiGroup.METADATA, 400, 404, 413),
+    operation_class=with_media(body=GRPS_MODEL_REQUEST, body_required=False),
 )
-async def model_metadata(request: AnyRequest, dataplane: Dataplane) -> Response[bytes]:
+async def model_metadata(request: AnyRequest, dataplane: Dataplane) -> Answer:
     """The request's str_data names the model (else its model field, ?model=, the default)."""
     try:
-        message, _, _ = await _read(request)
+        message, _, _ = await _read(request, dataplane.plan.server.max_json_request_bytes)
         selector = message.str_data or message.model or request.query_params.get("model") or ""
         text = grps_reply.model_metadata(dataplane, selector)
     except Exception as exc:

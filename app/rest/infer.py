@@ -8,8 +8,8 @@ Litestar builds a ``Request``, resolves handler arguments, opens the dependency 
 turns a return value into a response. For a tiny model, with the server on one core, that
 framework work plus ``Request.body()`` was about 30 us of the ~110 us one request cost
 (docs/performance.md); the body is read here instead, under the same ``request_max_body_size``
-rules. The handler functions return the same ASGI app, so the routes still answer (slower)
-should the middleware ever be dropped.
+rules. The handler functions are never called: their signatures are what the OpenAPI
+document shows (the body Litestar would read, the answer it would send).
 
 (A Litestar ``@asgi`` route would be the obvious tool, but Litestar 2.x fails to route an
 ``@asgi`` handler with path parameters for any HTTP method, and drops it from OpenAPI.)
@@ -21,10 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, cast
 
-from litestar import Request, post
+from litestar import post
 from litestar.exceptions import ClientException, InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
+from litestar.params import JSONBody
 from litestar.types import (
     ASGIApp,
     HTTPResponseBodyEvent,
@@ -39,6 +40,13 @@ from app.config.auth import AccessPolicy, ApiGroup
 from app.errors import ResourceExhausted
 from app.rest import compression, large
 from app.rest.access import client_of, group_opt
+from app.rest.openapi import (
+    INFERENCE_FAILURES,
+    InferenceRequest,
+    InferenceResponse,
+    failures,
+    with_media,
+)
 from app.services.dataplane import DataPlane
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
@@ -213,14 +221,24 @@ def _answer_directly(app: ASGIApp) -> ASGIApp:
     return serve_infer
 
 
+INFER_DOC: dict[str, Any] = {
+    "responses": failures(ApiGroup.INFERENCE, *INFERENCE_FAILURES),
+    "operation_class": with_media(binary_answer=True),
+}
+"""What the document says beyond the signatures: the failures, and binary answers (outputs
+asked for with ``binary_data``, or a request sent with the binary extension)."""
+
+
 @post(
     "/v2/models/{model:str}/infer",
     opt=group_opt(ApiGroup.INFERENCE),
     status_code=200,
     middleware=[_answer_directly],
+    **INFER_DOC,
 )
-async def infer(request: Request[Any, Any, Any]) -> ASGIApp:
-    return serve_infer
+async def infer(data: JSONBody[InferenceRequest]) -> InferenceResponse:
+    """Run an inference (JSON, or binary tensors with Inference-Header-Content-Length)."""
+    raise _NEVER  # the signature is the document's: serve_infer (middleware) answers
 
 
 @post(
@@ -228,6 +246,11 @@ async def infer(request: Request[Any, Any, Any]) -> ASGIApp:
     opt=group_opt(ApiGroup.INFERENCE),
     status_code=200,
     middleware=[_answer_directly],
+    **INFER_DOC,
 )
-async def infer_version(request: Request[Any, Any, Any]) -> ASGIApp:
-    return serve_infer
+async def infer_version(data: JSONBody[InferenceRequest]) -> InferenceResponse:
+    """Run an inference on one version of the model."""
+    raise _NEVER
+
+
+_NEVER = InternalServerException("the inference route answered without its middleware")

@@ -16,7 +16,7 @@ import contextlib
 import ctypes
 import ctypes.util
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from litestar.exceptions import InternalServerException
 from litestar.types import Receive
@@ -31,6 +31,8 @@ CONCURRENT = 2
 GENERIC_JSON_BYTES = 16 * 1024 * 1024
 """Most bytes of a large JSON body decoded the generic way (Python objects, ~10-20x the text):
 everything but the numeric ``data`` arrays."""
+
+T = TypeVar("T")
 
 _slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
 
@@ -48,6 +50,12 @@ def _slot() -> asyncio.Semaphore:
 async def _off_loop(work: Callable[[], Any]) -> Any:
     async with _slot():
         return await asyncio.to_thread(work)
+
+
+async def run(work: Callable[[], T]) -> T:
+    """Any large decode (V1 instances) in a worker thread, under the same bound."""
+    result: T = await _off_loop(work)
+    return result
 
 
 async def release() -> None:

@@ -7,12 +7,25 @@ from litestar.datastructures import State
 
 from app.config.auth import ApiGroup
 from app.rest.access import group_opt
+from app.rest.openapi import failures
 from app.services.metrics import CONTENT_TYPE, render
 
 
-@get("/metrics", opt=group_opt(ApiGroup.ADMIN), sync_to_thread=False, include_in_schema=True)
+@get(
+    "/metrics",
+    opt=group_opt(ApiGroup.ADMIN),
+    sync_to_thread=False,
+    media_type=CONTENT_TYPE,
+    responses=failures(ApiGroup.ADMIN),
+)
 def metrics(state: State) -> Response[bytes]:
-    return Response(render(state.metrics_registry), media_type=CONTENT_TYPE)
+    # Content-Type as a header: Litestar appends "; charset=utf-8" to a text/* media type even
+    # when it names its charset already (the answer carried the charset twice).
+    return Response(
+        render(state.metrics_registry),
+        media_type=CONTENT_TYPE,
+        headers={"Content-Type": CONTENT_TYPE},
+    )
 
 
 ROUTES = [metrics]

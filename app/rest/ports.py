@@ -19,10 +19,16 @@ from litestar import get
 from app.config.auth import ApiGroup
 from app.rest.access import group_opt
 from app.rest.inject import Dataplane
+from app.rest.openapi import Ports, failures
 
 
-@get("/servekit/v1/ports", opt=group_opt(ApiGroup.METADATA), sync_to_thread=False)
-def ports(dataplane: Dataplane) -> dict[str, int | None]:
+@get(
+    "/servekit/v1/ports",
+    opt=group_opt(ApiGroup.METADATA),
+    sync_to_thread=False,
+    responses=failures(ApiGroup.METADATA),
+)
+def ports(dataplane: Dataplane) -> Ports:
     """The bound HTTP and gRPC ports (gRPC null when disabled)."""
     bound = dataplane.ports()  # Unavailable (503) while they are not known yet
     return {"httpPort": bound.http_port, "grpcPort": bound.grpc_port}

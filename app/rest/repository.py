@@ -10,17 +10,72 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Annotated, Any, cast
 
 import orjson
 from litestar import Request, Response, post
-from litestar.params import FromPath
+from litestar.openapi.spec import OpenAPIType, Schema
+from litestar.params import Parameter
 
 from app.config.auth import ApiGroup
+from app.config.schema import MODEL_NAME
 from app.errors import InvalidArgument
 from app.models.storage import FILE_PREFIX
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.inject import Control
+from app.rest.openapi import BODY_FAILURES, Empty, IndexRow, failures, with_media
+
+INDEX_BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    properties={"ready": Schema(type=OpenAPIType.BOOLEAN, description="ready versions only")},
+)
+"""The index's optional body (an empty body is ``{}``)."""
+LOAD_BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    properties={
+        "parameters": Schema(
+            type=OpenAPIType.OBJECT,
+            description="Triton's load parameters; without them, a model serve.yaml or an "
+            "earlier push named is loaded again.",
+            properties={
+                "config": Schema(
+                    type=OpenAPIType.STRING,
+                    description="The model configuration (Triton's JSON text): pushes a model.",
+                )
+            },
+            pattern_properties={
+                f"^{FILE_PREFIX}": Schema(
+                    type=OpenAPIType.STRING,
+                    description="file:<version>/<name>: a file of the pushed model, base64.",
+                )
+            },
+            additional_properties=False,
+        )
+    },
+)
+"""A load's optional body."""
+UNLOAD_BODY = Schema(
+    type=OpenAPIType.OBJECT,
+    properties={
+        "parameters": Schema(
+            type=OpenAPIType.OBJECT,
+            properties={"unload_dependents": Schema(type=OpenAPIType.BOOLEAN)},
+        )
+    },
+)
+"""An unload's optional body."""
+ModelName = Annotated[
+    str,
+    Parameter(
+        # In the document only (schema_extra): the core checks the name and says what is wrong
+        # in words, the same over HTTP and gRPC.
+        schema_extra={"pattern": MODEL_NAME.pattern},
+        description="letters, digits, '_', '.', '-'; starts with a letter or digit; at most 128",
+    ),
+]
+"""The name a load may give a model (push), as the document shows it."""
+CONTROL_FAILURES = failures(ApiGroup.REPOSITORY, *BODY_FAILURES, 403, 404, 409)
+"""Load and unload: bad parameters, cross-site refusals, unknown models, conflicts."""
 
 
 async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -37,7 +92,7 @@ async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 def _parameters(body: dict[str, Any]) -> dict[str, object]:
-    params = body.get("parameters") or {}
+    params = body.get("parameters", {})
     if not isinstance(params, dict):
         raise InvalidArgument("'parameters' must be a JSON object")
     out: dict[str, object] = {}
@@ -54,14 +109,18 @@ def _parameters(body: dict[str, Any]) -> dict[str, object]:
     return out
 
 
-@post("/v2/repository/index", opt=group_opt(ApiGroup.REPOSITORY), status_code=200)
-async def repository_index(
-    request: Request[Any, Any, Any], control: Control
-) -> list[dict[str, Any]]:
+@post(
+    "/v2/repository/index",
+    opt=group_opt(ApiGroup.REPOSITORY),
+    status_code=200,
+    responses=failures(ApiGroup.REPOSITORY, *BODY_FAILURES),
+    operation_class=with_media(body=INDEX_BODY, body_required=False),
+)
+async def repository_index(request: Request[Any, Any, Any], control: Control) -> list[IndexRow]:
     ready = (await _body(request)).get("ready", False)
     if not isinstance(ready, bool):
         raise InvalidArgument("'ready' must be true or false")
-    return control.index(ready_only=ready)
+    return cast("list[IndexRow]", control.index(ready_only=ready))
 
 
 @post(
@@ -69,10 +128,12 @@ async def repository_index(
     opt=group_opt(ApiGroup.REPOSITORY),
     guards=[cross_site_guard],
     status_code=200,
+    responses=CONTROL_FAILURES,
+    operation_class=with_media(body=LOAD_BODY, body_required=False),
 )
 async def repository_load(
-    request: Request[Any, Any, Any], control: Control, model: FromPath[str]
-) -> Response[dict[str, Any]]:
+    request: Request[Any, Any, Any], control: Control, model: ModelName
+) -> Response[Empty]:
     await control.load(model, _parameters(await _body(request)))
     return Response({}, status_code=200)
 
@@ -82,10 +143,12 @@ async def repository_load(
     opt=group_opt(ApiGroup.REPOSITORY),
     guards=[cross_site_guard],
     status_code=200,
+    responses=CONTROL_FAILURES,
+    operation_class=with_media(body=UNLOAD_BODY, body_required=False),
 )
 async def repository_unload(
-    request: Request[Any, Any, Any], control: Control, model: FromPath[str]
-) -> Response[dict[str, Any]]:
+    request: Request[Any, Any, Any], control: Control, model: ModelName
+) -> Response[Empty]:
     params = _parameters(await _body(request))
     dependents = params.get("unload_dependents", False)
     if not isinstance(dependents, bool):

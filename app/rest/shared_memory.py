@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from litestar import Request, Response, get, post
+from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromPath
 
 from app.codecs.v2_json import loads
@@ -29,11 +30,24 @@ from app.config.auth import ApiGroup
 from app.errors import InvalidArgument, NotFound, shown_name
 from app.rest.access import cross_site_guard, group_opt
 from app.rest.inject import Dataplane
+from app.rest.openapi import failures, with_media
 from app.services.shared_memory import CUDA_UNSUPPORTED
 
 _SYSTEM = "/v2/systemsharedmemory"
 _CUDA = "/v2/cudasharedmemory"
 _GROUP = group_opt(ApiGroup.REPOSITORY)
+_FAILS = failures(ApiGroup.REPOSITORY, 400, 404, 409, 413)
+"""What a shared-memory route can refuse (a bad key or window, an unknown or taken name)."""
+_REGISTER = Schema(
+    type=OpenAPIType.OBJECT,
+    required=["key", "byte_size"],
+    properties={
+        "key": Schema(type=OpenAPIType.STRING),
+        "offset": Schema(type=OpenAPIType.INTEGER, minimum=0),
+        "byte_size": Schema(type=OpenAPIType.INTEGER, minimum=0),
+    },
+)
+"""Triton's register body (system shared memory)."""
 
 
 def _done() -> Response[dict[str, Any]]:
@@ -52,12 +66,12 @@ async def _register_body(request: Request[Any, Any, Any]) -> dict[str, Any]:
 
 
 # -- system shared memory -----------------------------------------------------------------------
-@get(f"{_SYSTEM}/status", opt=_GROUP, sync_to_thread=False)
+@get(f"{_SYSTEM}/status", opt=_GROUP, sync_to_thread=False, responses=_FAILS)
 def system_status(dataplane: Dataplane) -> list[dict[str, Any]]:
     return [region.as_dict() for region in dataplane.shared_memory.status()]
 
 
-@get(f"{_SYSTEM}/region/{{name:str}}/status", opt=_GROUP, sync_to_thread=False)
+@get(f"{_SYSTEM}/region/{{name:str}}/status", opt=_GROUP, sync_to_thread=False, responses=_FAILS)
 def system_region_status(dataplane: Dataplane, name: FromPath[str]) -> list[dict[str, Any]]:
     return [region.as_dict() for region in dataplane.shared_memory.status(name)]
 
@@ -67,6 +81,8 @@ def system_region_status(dataplane: Dataplane, name: FromPath[str]) -> list[dict
     opt=_GROUP,
     guards=[cross_site_guard],
     status_code=200,
+    responses=_FAILS,
+    operation_class=with_media(body=_REGISTER),
 )
 async def system_register(
     request: Request[Any, Any, Any], dataplane: Dataplane, name: FromPath[str]
@@ -76,7 +92,13 @@ async def system_register(
     return _done()
 
 
-@post(f"{_SYSTEM}/unregister", opt=_GROUP, guards=[cross_site_guard], status_code=200)
+@post(
+    f"{_SYSTEM}/unregister",
+    opt=_GROUP,
+    guards=[cross_site_guard],
+    status_code=200,
+    responses=_FAILS,
+)
 async def system_unregister_all(dataplane: Dataplane) -> Response[dict[str, Any]]:
     dataplane.shared_memory.unregister()
     return _done()
@@ -87,6 +109,7 @@ async def system_unregister_all(dataplane: Dataplane) -> Response[dict[str, Any]
     opt=_GROUP,
     guards=[cross_site_guard],
     status_code=200,
+    responses=_FAILS,
 )
 async def system_unregister(dataplane: Dataplane, name: FromPath[str]) -> Response[dict[str, Any]]:
     dataplane.shared_memory.unregister(name)
@@ -98,12 +121,12 @@ async def system_unregister(dataplane: Dataplane, name: FromPath[str]) -> Respon
 # Triton's examples call unregister_cuda_shared_memory() to start clean. Registering is refused.
 
 
-@get(f"{_CUDA}/status", opt=_GROUP, sync_to_thread=False)
+@get(f"{_CUDA}/status", opt=_GROUP, sync_to_thread=False, responses=_FAILS)
 def cuda_status() -> list[dict[str, Any]]:
     return []
 
 
-@get(f"{_CUDA}/region/{{name:str}}/status", opt=_GROUP, sync_to_thread=False)
+@get(f"{_CUDA}/region/{{name:str}}/status", opt=_GROUP, sync_to_thread=False, responses=_FAILS)
 def cuda_region_status(name: FromPath[str]) -> list[dict[str, Any]]:
     raise NotFound(
         f"Unable to find cuda shared memory region: {shown_name(name)} (servekit offers system "
@@ -111,12 +134,19 @@ def cuda_region_status(name: FromPath[str]) -> list[dict[str, Any]]:
     )
 
 
-@post(f"{_CUDA}/region/{{name:str}}/register", opt=_GROUP, guards=[cross_site_guard])
+@post(
+    f"{_CUDA}/region/{{name:str}}/register",
+    opt=_GROUP,
+    guards=[cross_site_guard],
+    responses=_FAILS,
+)
 async def cuda_register(name: FromPath[str]) -> Response[dict[str, Any]]:
     raise InvalidArgument(CUDA_UNSUPPORTED.format(name=shown_name(name)))
 
 
-@post(f"{_CUDA}/unregister", opt=_GROUP, guards=[cross_site_guard], status_code=200)
+@post(
+    f"{_CUDA}/unregister", opt=_GROUP, guards=[cross_site_guard], status_code=200, responses=_FAILS
+)
 async def cuda_unregister_all() -> Response[dict[str, Any]]:
     return _done()
 
@@ -126,6 +156,7 @@ async def cuda_unregister_all() -> Response[dict[str, Any]]:
     opt=_GROUP,
     guards=[cross_site_guard],
     status_code=200,
+    responses=_FAILS,
 )
 async def cuda_unregister(name: FromPath[str]) -> Response[dict[str, Any]]:
     return _done()
