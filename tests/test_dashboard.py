@@ -30,8 +30,9 @@ if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
 import tritonclient.http as httpclient
-from playwright.sync_api import Browser, Page, ViewportSize, expect
+from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
 from servers import ServerProcess, grpc_available, start_server
+from waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -315,6 +316,32 @@ def _png(rgb: np.ndarray) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     body = chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
     return b"\x89PNG\r\n\x1a\n" + body
+
+
+def test_unload_clicked_before_the_first_refresh_answers(
+    page: Page, page_errors: list[str], triton: httpclient.InferenceServerClient
+) -> None:
+    """On a slow server the index's first refresh may not have answered when the user clicks:
+    the action is still sent, and the rows update once the refresh answers."""
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        held.append(route)  # every refresh waits until released
+
+    page.route("**/dashboard/api/models", hold)
+    page.goto("/models")
+    model = page.locator('tbody[data-model="add_sub"]')
+    page.once("dialog", lambda dialog: dialog.accept())
+    model.get_by_role("button", name="Unload", exact=True).click()
+    wait_until(lambda: not triton.is_model_ready("add_sub"), what="add_sub to be unloaded")
+    for route in held:
+        route.continue_()
+    page.unroute("**/dashboard/api/models", hold)  # also lets through any refresh held since
+    expect(model.locator('tr[data-version="1"] [data-col=state]')).to_have_text("UNAVAILABLE")
+    expect(model.locator(".action-msg")).to_have_text("Unloaded add_sub.")
+    model.get_by_role("button", name="Load", exact=True).click()
+    expect(model.locator(".action-msg")).to_have_text("Loaded add_sub.")
+    assert triton.is_model_ready("add_sub")
 
 
 def test_unload_and_load_from_the_index(

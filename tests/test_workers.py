@@ -42,8 +42,10 @@ def predict(x: NDArray[np.float32]) -> NDArray[np.float32]:
     return x + 1
 """
 
+# drainSeconds: each worker runs "slow" one call at a time (one instance), so a worker's share of
+# the SIGTERM test's requests takes longer than the default drain; the supervisor waits for it.
 CONFIG = """\
-server: {strictReadiness: false}
+server: {strictReadiness: false, drainSeconds: 30}
 models:
   - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}
   - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}

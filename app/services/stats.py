@@ -7,7 +7,28 @@ endpoints, the dashboard and /metrics read. One source of truth for all of them.
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
+
+QUEUE_BUCKETS_S: tuple[float, ...] = (
+    0.0001,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Upper bounds (seconds) of the queue-time histogram in /metrics (+Inf implied)."""
+_QUEUE_BOUNDS_NS = tuple(round(b * 1e9) for b in QUEUE_BUCKETS_S)
 
 
 @dataclass(slots=True)
@@ -36,6 +57,11 @@ class VersionStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     batch_sizes: dict[int, Duration] = field(default_factory=dict)
+    """Executions by batch size (rows): Triton's batch_stats, and /metrics' batch histogram."""
+    queue_histogram: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_S) + 1))
+    """Successful requests by queue time, per bucket of QUEUE_BUCKETS_S (last: beyond)."""
+    batch_reasons: dict[str, int] = field(default_factory=dict)
+    """Why dynamic batches stopped where they did (app/services/batching.py), by reason."""
 
     def record_success(
         self,
@@ -46,10 +72,12 @@ class VersionStats:
         output_ns: int,
         executed: bool = True,
     ) -> None:
-        """One successful request; ``executed`` is False when a batcher counted the execution."""
+        """One successful request of ``batch`` inferences (rows of a batching model, else 1);
+        ``executed`` is False when the executor counted the model run (worker threads)."""
         total = queue_ns + input_ns + infer_ns + output_ns
         self.success.add(total)
         self.queue.add(queue_ns)
+        self.queue_histogram[bisect_left(_QUEUE_BOUNDS_NS, queue_ns) if queue_ns else 0] += 1
         self.compute_input.add(input_ns)
         self.compute_infer.add(infer_ns)
         self.compute_output.add(output_ns)
@@ -62,6 +90,10 @@ class VersionStats:
         """One model execution of ``batch`` rows (several requests when batched)."""
         self.execution_count += 1
         self.batch_sizes.setdefault(batch, Duration()).add(ns)
+
+    def record_dispatch(self, reason: str) -> None:
+        """Why a dynamic batch stopped at its size (queue drained, max or preferred size)."""
+        self.batch_reasons[reason] = self.batch_reasons.get(reason, 0) + 1
 
     def record_failure(self, ns: int) -> None:
         self.fail.add(ns)

@@ -35,8 +35,9 @@ from app.workers.spec import WorkerSpec, worker_environment
 
 log = logging.getLogger("servekit.workers")
 
-STOP_SECONDS = 60.0
-"""How long workers may drain after SIGTERM before they are killed."""
+STOP_SECONDS = 30.0
+"""How long workers may take after SIGTERM beyond ``server.drainSeconds`` (their drain) before
+they are killed: closing listeners, answering what drained, releasing models."""
 RESTART_BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before restarting a worker that died again soon after its last start."""
 STABLE_SECONDS = 30.0
@@ -340,7 +341,8 @@ class Supervisor:
             shutil.rmtree(self._folder, ignore_errors=True)
 
     async def stop_workers(self) -> None:
-        """SIGTERM every worker (each drains), then wait; kill what outlives STOP_SECONDS."""
+        """SIGTERM every worker (each drains for ``server.drainSeconds``), then wait; kill what
+        outlives the drain and STOP_SECONDS more."""
         self.stopping = True
         processes = [s.process for s in self.slots if s.process is not None]
         for process in processes:
@@ -348,7 +350,8 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), STOP_SECONDS)
+            limit = self.plan.server.drain_seconds + STOP_SECONDS
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), limit)
         except TimeoutError:
             for process in processes:
                 if process.returncode is None:
