@@ -31,6 +31,7 @@ from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
 from app.rest import shared_memory as rest_shared_memory
+from app.rest import workers as rest_workers
 from app.services.dataplane import DataPlane, server_extensions
 from app.services.model_control import ModelControl
 from app.services.state import Listening, ServerState
@@ -191,6 +192,7 @@ class ServeKit:
                 *rest_shared_memory.ROUTES,
                 *rest_grps.ROUTES,
                 *rest_ports.ROUTES,
+                *rest_workers.ROUTES,
             ],
         )
 

@@ -74,7 +74,7 @@ def test_sigterm_under_load_loses_no_accepted_request(tmp_path: Path) -> None:
         for thread in threads:
             thread.start()
         warmed.wait(WAIT)  # every client has had one answer and is calling again
-        time.sleep(0.15)  # noqa: the calls in flight are accepted (the model takes 0.3 s)
+        time.sleep(0.15)  # the calls in flight are accepted (the model takes 0.3 s)
         signalled = time.monotonic()
         code = server.stop(timeout=WAIT)
         for thread in threads:

@@ -9,6 +9,7 @@ checks the outputs against the metadata (app/services/outputs.py) and records st
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
@@ -36,7 +37,7 @@ from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
 from app.services.shared_memory import SharedMemoryRegions
 from app.services.state import Listening, ServerState
-from app.services.stats import Statistics, VersionStats
+from app.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
 from app.types import (
     InferRequest,
     InferResponse,
@@ -200,6 +201,19 @@ class DataPlane:
     def recent_errors(self) -> list[dict[str, Any]]:
         """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
         return list(self._repository.recent_errors)
+
+    def workers(self) -> list[WorkerStatus]:
+        """Each worker process with its figures (``server.workers``); a single server answers
+        one entry, this process."""
+        found = self.statistics.workers()
+        if found is not None:
+            return found
+        success, failure = self.statistics.requests()
+        state: WorkerState = "serving" if self._state.startup_done else "starting"
+        if self._state.stopping:
+            state = "stopping"
+        started = self._state.started_at
+        return [WorkerStatus(0, os.getpid(), state, started, 0, success, failure)]
 
     def version_stats(self, name: str, version: int) -> VersionStats:
         """The statistics of one version (zeros if it has served nothing)."""

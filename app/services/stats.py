@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 QUEUE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
@@ -115,3 +116,38 @@ class Statistics:
 
     def find(self, model: str, version: int) -> VersionStats | None:
         return self._by_version.get((model, version))
+
+    def requests(self) -> tuple[int, int]:
+        """Inference requests this process answered: (successes, failures), every version."""
+        stats = list(self._by_version.values())
+        return sum(s.success.count for s in stats), sum(s.fail.count for s in stats)
+
+    def workers(self) -> list[WorkerStatus] | None:
+        """Each worker process of ``server.workers`` with its own figures, or None for a
+        single server (which has no breakdown: it is its one process)."""
+        return None
+
+
+WorkerState = Literal["starting", "serving", "restarting", "stopping"]
+"""What a worker process is doing: loading before its listeners open, serving, dead and
+waiting to be started again, draining at shutdown."""
+WORKER_STATES: tuple[WorkerState, ...] = get_args(WorkerState)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """One worker process, as ``GET /servekit/v1/workers``, ``/metrics`` and the dashboard show
+    it. The request counts are of the worker *position* (``index``) since the server started,
+    the processes restarted there included, so the workers' counts add up to the totals the
+    statistics answer (a worker's last counts before it died stay in both)."""
+
+    index: int
+    pid: int | None
+    """The current process (None while restarting)."""
+    state: WorkerState
+    up_since: float | None
+    """When the current process started (Unix seconds; None while restarting)."""
+    restarts: int
+    """How often the supervisor started this position again after its process died."""
+    success: int
+    failure: int
