@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -310,7 +311,9 @@ def _raw_request(port: int, value: int) -> socket.socket:
     return sock
 
 
-def test_http_requests_whose_clients_left_never_run(tmp_path: Path) -> None:
+def test_http_requests_whose_clients_left_never_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """One instance held busy; three HTTP requests queue behind it and their clients close
     their sockets; a fourth queues after them and stays. Released, the model runs the first
     and the fourth only, and the statistics count two successes (the dropped ones are neither
@@ -341,6 +344,8 @@ def test_http_requests_whose_clients_left_never_run(tmp_path: Path) -> None:
 
     async def scenario() -> tuple[list[tuple[int, object]], dict[str, object]]:
         addresses = await kit.start(wait_for_models=True)
+        uvicorn_log = logging.getLogger("uvicorn.error")  # does not propagate to caplog's
+        uvicorn_log.addHandler(caplog.handler)
         try:
             url = f"http://127.0.0.1:{addresses.http_port}"
             first = asyncio.create_task(asyncio.to_thread(post, url, 1))
@@ -361,6 +366,7 @@ def test_http_requests_whose_clients_left_never_run(tmp_path: Path) -> None:
         finally:
             held.release.set()
             await kit.stop()
+            uvicorn_log.removeHandler(caplog.handler)
 
     answers, stats = run_in_own_loop(scenario)
     assert [status for status, _ in answers] == [200, 200], answers
@@ -369,3 +375,5 @@ def test_http_requests_whose_clients_left_never_run(tmp_path: Path) -> None:
     assert isinstance(inference, dict)
     assert inference["success"]["count"] == 2 and inference["fail"]["count"] == 0
     assert stats["execution_count"] == 2
+    # dropped quietly: no "Exception in ASGI application", no 500 attempted
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

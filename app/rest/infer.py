@@ -53,7 +53,7 @@ from app.services.dataplane import DataPlane
 
 WAITING = "servekit.waiting"
 """Scope key holding the task of an inference request while it awaits the DataPlane. The edge
-(app/edge.py) pops it and cancels that task when the client's connection is lost, so a request
+(app/edge.py) clears it and cancels that task when the client's connection is lost, so a request
 still queued leaves the queue and never runs (and a running one's cancel flag is set), as a
 cancelled gRPC call does. Costs the hot path two dictionary stores, no task and no wakeup."""
 
