@@ -247,7 +247,11 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()
-    print("servekit: stopping (in-flight requests finish first)", flush=True)
+    print(
+        "servekit: stopping: not ready, new requests refused, accepted ones finish first "
+        f"(up to server.drainSeconds: {server.plan.server.drain_seconds:g} s)",
+        flush=True,
+    )
     if watcher is not None:
         watcher.cancel()
     await server.stop()

@@ -24,6 +24,8 @@ class ErrorCode(StrEnum):
     UNIMPLEMENTED = "UNIMPLEMENTED"
     ALREADY_EXISTS = "ALREADY_EXISTS"
     INTERNAL = "INTERNAL"
+    OVERLOADED = "OVERLOADED"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
 
 
 NAME_SHOWN = 80
@@ -88,6 +90,28 @@ class ResourceExhausted(ServeError):
     """A size or queue limit was hit."""
 
     code = ErrorCode.RESOURCE_EXHAUSTED
+
+
+class Overloaded(ServeError):
+    """A model's queue is full (``maxQueueSize``): try again shortly.
+
+    Distinct from ResourceExhausted (a request too large, which retrying does not fix): this
+    one is HTTP 429 with ``Retry-After`` and gRPC RESOURCE_EXHAUSTED, so clients back off and
+    retry instead of waiting on a queue that only grows.
+    """
+
+    code = ErrorCode.OVERLOADED
+
+    def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = max(1, retry_after_seconds)
+
+
+class DeadlineExceeded(ServeError):
+    """The request's deadline (client deadline, ``timeout`` parameter, queue timeout or
+    ``server.requestTimeoutSeconds``) passed before it could be answered."""
+
+    code = ErrorCode.DEADLINE_EXCEEDED
 
 
 class Unauthenticated(ServeError):

@@ -31,6 +31,7 @@ from app.rest import grps as rest_grps
 from app.rest import ports as rest_ports
 from app.rest import repository as rest_repository
 from app.rest import shared_memory as rest_shared_memory
+from app.rest import workers as rest_workers
 from app.services.dataplane import DataPlane, server_extensions
 from app.services.model_control import ModelControl
 from app.services.state import Listening, ServerState
@@ -120,6 +121,7 @@ class ServeKit:
 
         A worker of ``server.workers`` loads first and opens its listeners once it holds the
         state every worker holds (the others serve meanwhile)."""
+        self.state.end_drain()
         self.state.stopping = False
         server = self.plan.server
         tls = self.plan.tls
@@ -190,6 +192,7 @@ class ServeKit:
                 *rest_shared_memory.ROUTES,
                 *rest_grps.ROUTES,
                 *rest_ports.ROUTES,
+                *rest_workers.ROUTES,
             ],
         )
 
@@ -197,19 +200,34 @@ class ServeKit:
         if self._loading is not None:
             await self._loading
 
-    async def stop(self, grace: float = 10.0) -> None:
-        """Stop accepting, let in-flight requests finish (up to ``grace`` s), release models.
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain, then stop: readiness turns false and new inference requests are refused
+        (503 / UNAVAILABLE) while accepted ones, queued or running, finish for up to ``grace``
+        seconds (default ``server.drainSeconds``); then the listeners close (keep-alive
+        connections after their current response, gRPC calls still open get the rest of the
+        grace) and models are released. Refusing first, closing after, means no request a
+        client saw accepted is cut off: a load balancer retries the refused ones elsewhere.
         Streams of decoupled models (which may never finish) end at their next response."""
+        loop = asyncio.get_running_loop()
+        grace = self.plan.server.drain_seconds if grace is None else grace
+        deadline = loop.time() + grace
+        self.state.begin_drain()
         self.state.stopping = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._loading
+        while self.dataplane.in_flight() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if self.dataplane.in_flight():
+            log.warning("stopping with %d request(s) unfinished after %.1f s of drain",
+                        self.dataplane.in_flight(), grace)  # fmt: skip
+        rest = max(1.0, deadline - loop.time())  # responses being written, open streams
         if self._grpc is not None:
-            await self._grpc.stop(grace)
+            await self._grpc.stop(rest)
             self._grpc = None
         if self._http is not None and self._http_task is not None:
-            self._http.config.timeout_graceful_shutdown = int(grace)
+            self._http.config.timeout_graceful_shutdown = math.ceil(rest)
             self._http.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
                 await self._http_task

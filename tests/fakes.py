@@ -44,8 +44,9 @@ class Slow:
     """Blocks in ``predict`` until ``release()``: its requests are provably in flight.
 
     ``entered`` counts the calls that have started; the gate starts open so a warm-up call
-    can teach the DataPlane that this model is slow to schedule (it then runs in a worker
-    thread, see DataPlane.infer), after which ``hold()`` closes it.
+    can pass, after which ``hold()`` closes it. Serve it with ``inlineBelowMicroseconds: 0``
+    so that every call runs in the model's own worker thread (app/services/executor.py), never
+    on the event loop the test waits on.
     """
 
     def __init__(self) -> None:

@@ -30,8 +30,9 @@ if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
 import tritonclient.http as httpclient
-from playwright.sync_api import Browser, Page, ViewportSize, expect
-from servers import ServerProcess, grpc_available, start_server
+from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
+from servers import ServerProcess, grpc_available, running_server, start_server
+from waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -140,6 +141,7 @@ def test_home_shows_health_addresses_states_and_errors(
         expect(page.locator(".chips").get_by_text(extension, exact=True)).to_be_visible()
     expect(page.locator("[data-bind=problems]")).to_contain_text("not a valid ONNX model")
     expect(page.locator("[data-bind=errors] li").first).to_contain_text("broken")
+    expect(page.locator("#workers")).to_have_count(0)  # one process: no Workers panel
     snap(page, shots, "home")
 
 
@@ -317,6 +319,32 @@ def _png(rgb: np.ndarray) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + body
 
 
+def test_unload_clicked_before_the_first_refresh_answers(
+    page: Page, page_errors: list[str], triton: httpclient.InferenceServerClient
+) -> None:
+    """On a slow server the index's first refresh may not have answered when the user clicks:
+    the action is still sent, and the rows update once the refresh answers."""
+    held: list[Route] = []
+
+    def hold(route: Route) -> None:
+        held.append(route)  # every refresh waits until released
+
+    page.route("**/dashboard/api/models", hold)
+    page.goto("/models")
+    model = page.locator('tbody[data-model="add_sub"]')
+    page.once("dialog", lambda dialog: dialog.accept())
+    model.get_by_role("button", name="Unload", exact=True).click()
+    wait_until(lambda: not triton.is_model_ready("add_sub"), what="add_sub to be unloaded")
+    for route in held:
+        route.continue_()
+    page.unroute("**/dashboard/api/models", hold)  # also lets through any refresh held since
+    expect(model.locator('tr[data-version="1"] [data-col=state]')).to_have_text("UNAVAILABLE")
+    expect(model.locator(".action-msg")).to_have_text("Unloaded add_sub.")
+    model.get_by_role("button", name="Load", exact=True).click()
+    expect(model.locator(".action-msg")).to_have_text("Loaded add_sub.")
+    assert triton.is_model_ready("add_sub")
+
+
 def test_unload_and_load_from_the_index(
     page: Page, page_errors: list[str], triton: httpclient.InferenceServerClient
 ) -> None:
@@ -347,3 +375,51 @@ def test_benchmark_button_shows_the_servers_table(page: Page, page_errors: list[
     assert protocols[:2] == ["http", "http"]
     errors = rows.locator("td:last-child").all_inner_texts()
     assert set(errors) == {"0"}
+
+
+def test_workers_panel_shows_each_workers_figures_live(
+    browser: Browser, tmp_path: Path, shots: Path
+) -> None:
+    """With ``--workers 2`` the overview has a Workers panel: the figures of
+    ``GET /servekit/v1/workers``, polled (requests sent while the page is open show up)."""
+    _save(onnx_builders.add_sub(), tmp_path / "add_sub" / "1" / "model.onnx")
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "models:\n  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub}\n"
+    )
+    with running_server(config, grpc=False, extra=["--workers", "2"]) as workers_server:
+        context = browser.new_context(base_url=workers_server.http_url, viewport=LAPTOP)
+        try:
+            page = context.new_page()
+            errors = collect_errors(page)
+            page.goto("/")
+            rows = page.locator("#worker-table tbody tr")
+            expect(rows).to_have_count(2)
+            listed = httpx.get(f"{workers_server.http_url}/servekit/v1/workers").json()["workers"]
+            for worker in listed:
+                row = page.locator(f'#worker-table tr[data-worker="{worker["index"]}"]')
+                expect(row.locator("[data-col=pid]")).to_have_text(str(worker["pid"]))
+                expect(row.locator("[data-col=state]")).to_have_text("serving")
+                expect(row.locator("[data-col=restarts]")).to_have_text("0")
+            data = [1.0] * 16
+            body = {"inputs": [{"name": n, "shape": [1, 16], "datatype": "FP32", "data": data}
+                               for n in ("INPUT0", "INPUT1")]}  # fmt: skip
+            for _ in range(10):  # new connections: spread over both workers
+                answer = httpx.post(f"{workers_server.http_url}/v2/models/add_sub/infer", json=body)
+                assert answer.status_code == 200
+
+            def shown_total() -> int:
+                cells = page.locator("#worker-table [data-col=success]").all_inner_texts()
+                return sum(int(c) for c in cells)
+
+            expect(page.locator("#worker-table")).to_be_visible()
+            page.wait_for_function(  # polled, no reload
+                "() => [...document.querySelectorAll('#worker-table [data-col=success]')]"
+                ".reduce((n, td) => n + Number(td.textContent), 0) === 10",
+                timeout=15_000,
+            )
+            assert shown_total() == 10
+            snap(page, shots, "home-workers")
+            assert errors == []
+        finally:
+            context.close()

@@ -28,6 +28,8 @@ def test_every_code_has_an_http_status() -> None:
         (errors.Unimplemented, 501),
         (errors.AlreadyExists, 409),
         (errors.Internal, 500),
+        (errors.Overloaded, 429),
+        (errors.DeadlineExceeded, 504),
     ],
 )
 def test_error_classes_map_to_their_status(cls: type[ServeError], status: int) -> None:

@@ -139,8 +139,9 @@ async def test_remove_forgets_the_model(serve: Serve) -> None:
 
 # -- requests in flight ---------------------------------------------------------------------
 async def in_flight(services: Services, slow: Slow) -> asyncio.Task[InferResponse]:
-    """A request to ``slow`` that is inside the model (warmed up so it runs in a thread)."""
-    await services.dataplane.infer(request("slow", x=[0.0]))  # measured: off the loop next time
+    """A request to ``slow`` that is inside the model (in its worker thread: the server runs
+    with ``inlineBelowMicroseconds: 0``)."""
+    await services.dataplane.infer(request("slow", x=[0.0]))  # warm-up, with the gate open
     slow.hold()
     entered = slow.entered
     task = asyncio.create_task(services.dataplane.infer(request("slow", x=[1.0, 2.0])))

@@ -21,6 +21,7 @@ import app
 from app.config.overrides import Overrides, load_plan
 from app.config.schema import RESTART_ONLY, ServerConfig
 from app.server import ServeKit
+from app.services import placement
 from app.services.watch import watch_config
 from app.types import InferRequest, Tensor
 
@@ -52,13 +53,15 @@ def test_every_server_setting_is_marked_live_or_restart_only() -> None:
     assert {n for n, mark in marks.items() if mark == {"live": False}} == RESTART_ONLY
     assert {"host", "http_port", "grpc_port", "auth", "tls", "storage_dir"} <= RESTART_ONLY
     live = {"inline_below_microseconds", "strict_readiness", "grps_streaming", "limits", "name"}
+    live.add("request_timeout_seconds")  # read per request (ServerState.request_timeout_s)
     assert not live & RESTART_ONLY
 
 
 @pytest.mark.slow  # binds its listeners
 def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> None:
     """Bug: the DataPlane kept the threshold it was built with, so the edit was reported
-    applied and ignored. Huge threshold: the model runs on the loop thread; 0: in a worker."""
+    applied and ignored. Huge threshold: once measured (its first calls run in its worker
+    thread, app/services/placement.py), the model runs on the loop thread; 0: in its worker."""
     module = "svc_state_probe"
     (tmp_path / f"{module}.py").write_text(PROBE)
     config = tmp_path / "serve.yaml"
@@ -70,7 +73,7 @@ def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> No
         await kit.start(wait_for_models=True)
         watcher = asyncio.create_task(watch_config(kit, LOCAL, debounce_ms=50))
         try:
-            for _ in range(3):
+            for _ in range(placement.LEARN_FAST + 3):
                 await kit.dataplane.infer(_probe_request())
             config.write_text("server: {inlineBelowMicroseconds: 0}\nmodels:\n" + model)
             async with asyncio.timeout(30):
@@ -88,7 +91,7 @@ def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> No
         return threads
 
     on_loop = asyncio.run(scenario())
-    assert on_loop == [True] * 3 + [False] * 3
+    assert on_loop == [False] * placement.LEARN_FAST + [True] * 3 + [False] * 3
 
 
 def test_restart_only_settings_keep_their_running_values(tmp_path: Path) -> None:

@@ -14,12 +14,14 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
 import numpy as np
 import onnx_builders
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from repo_helpers import onnx_bytes
 from servers import ServerProcess, running_server, start_server
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -42,8 +44,10 @@ def predict(x: NDArray[np.float32]) -> NDArray[np.float32]:
     return x + 1
 """
 
+# drainSeconds: each worker runs "slow" one call at a time (one instance), so a worker's share of
+# the SIGTERM test's requests takes longer than the default drain; the supervisor waits for it.
 CONFIG = """\
-server: {strictReadiness: false}
+server: {strictReadiness: false, drainSeconds: 30}
 models:
   - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}
   - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}
@@ -70,7 +74,7 @@ def server(store: Path) -> Iterator[ServerProcess]:
 
 def call(server: ServerProcess, method: str, path: str, **kwargs: object) -> httpx.Response:
     """One request on a new connection."""
-    return httpx.request(method, server.http_url + path, timeout=30.0, **kwargs)  # type: ignore[arg-type]
+    return httpx.request(method, server.http_url + path, timeout=30.0, **kwargs)
 
 
 def add_sub_body(value: float = 1.0) -> dict[str, object]:
@@ -98,6 +102,35 @@ def workers_of(server: ServerProcess) -> list[int]:
     pid = server.process.pid
     text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
     return [int(p) for p in text.split()]
+
+
+def worker_rows(server: ServerProcess) -> dict[int, dict[str, Any]]:
+    """``GET /servekit/v1/workers`` by worker index."""
+    answer = call(server, "GET", "/servekit/v1/workers")
+    assert answer.status_code == 200, answer.text
+    return {int(row["index"]): row for row in answer.json()["workers"]}
+
+
+def samples(server: ServerProcess) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    """/metrics as sample name -> labels -> value (parsed by prometheus-client)."""
+    text = call(server, "GET", "/metrics").text
+    out: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def by_worker(
+    metrics: dict[str, dict[tuple[tuple[str, str], ...], float]], name: str
+) -> dict[int, float]:
+    return {int(dict(labels)["worker"]): value for labels, value in metrics[name].items()}
+
+
+def total_success(server: ServerProcess) -> int:
+    """Successful requests of every model version, from the statistics extension."""
+    stats = call(server, "GET", "/v2/models/stats").json()["model_stats"]
+    return int(sum(s["inference_stats"]["success"]["count"] for s in stats))
 
 
 def states(server: ServerProcess, name: str) -> set[str]:
@@ -194,6 +227,45 @@ def test_statistics_add_up_across_workers(server: ServerProcess) -> None:
         assert float(line.rsplit(" ", 1)[1]) == before + sent
 
 
+def test_each_workers_share_adds_up_to_the_totals_and_to_what_was_sent(
+    server: ServerProcess,
+) -> None:
+    """The shares count every request since start, models unloaded since included (the
+    per-model totals forget those), so it is their growth that is compared."""
+
+    def success_sums() -> tuple[float, float]:
+        metrics = samples(server)
+        shares = by_worker(metrics, "servekit_worker_inference_success_total")
+        return sum(shares.values()), sum(metrics["servekit_inference_success_total"].values())
+
+    before = worker_rows(server)
+    assert set(before) == {0, 1}
+    assert {row["pid"] for row in before.values()} == set(workers_of(server))
+    assert all(row["state"] == "serving" and row["restarts"] == 0 for row in before.values())
+    assert all(str(row["upSince"]).endswith("Z") for row in before.values())
+    total_before, (shares_before, models_before) = total_success(server), success_sums()
+    sent = 40
+    for _ in range(sent):  # each on a new connection: the kernel spreads them over both
+        answer = call(server, "POST", "/v2/models/add_sub/infer", json=add_sub_body())
+        assert answer.status_code == 200
+    for _ in range(6):  # every answer, from either worker, is the same
+        after = worker_rows(server)
+        grown = {i: after[i]["inferenceSuccess"] - before[i]["inferenceSuccess"] for i in after}
+        assert sum(grown.values()) == sent, grown
+        assert all(n > 0 for n in grown.values()), f"one worker served everything: {grown}"
+        assert total_success(server) == total_before + sent
+        shares, models = success_sums()
+        assert (shares - shares_before, models - models_before) == (sent, sent)
+        metrics = samples(server)
+        success = by_worker(metrics, "servekit_worker_inference_success_total")
+        assert success == {i: float(row["inferenceSuccess"]) for i, row in after.items()}
+        failure = by_worker(metrics, "servekit_worker_inference_failure_total")
+        assert failure == {i: float(row["inferenceFailure"]) for i, row in after.items()}
+        assert by_worker(metrics, "servekit_worker_up") == {0: 1.0, 1: 1.0}
+        assert by_worker(metrics, "servekit_worker_restarts_by_worker_total") == {0: 0.0, 1: 0.0}
+        assert set(by_worker(metrics, "servekit_worker_start_time_seconds")) == {0, 1}
+
+
 def test_sigkill_of_a_worker_under_load_is_survived(store: Path) -> None:
     with running_server(store, extra=["--workers", "2"]) as server:
         # A pushed model: the restarted worker must hold it too (it replays the journal).
@@ -217,6 +289,7 @@ def test_sigkill_of_a_worker_under_load_is_survived(store: Path) -> None:
         try:
             wait_until(lambda: len(answers) >= 20, 30, "requests before the kill")
             victim, survivor = workers_of(server)
+            index = next(i for i, row in worker_rows(server).items() if row["pid"] == victim)
             os.kill(victim, signal.SIGKILL)
             wait_until(
                 lambda: len(workers_of(server)) == 2 and victim not in workers_of(server),
@@ -238,6 +311,20 @@ def test_sigkill_of_a_worker_under_load_is_survived(store: Path) -> None:
             30,
             "the restart counted",
         )
+        # ... per worker too: the victim's position restarted once, under a new process.
+        wait_until(
+            lambda: worker_rows(server)[index]["state"] == "serving", 30, "the new worker serving"
+        )
+        rows = worker_rows(server)
+        assert rows[index]["restarts"] == 1 and rows[1 - index]["restarts"] == 0
+        assert rows[index]["pid"] not in (victim, survivor) and rows[1 - index]["pid"] == survivor
+        metrics = samples(server)
+        restarts = by_worker(metrics, "servekit_worker_restarts_by_worker_total")
+        assert restarts == {index: 1.0, 1 - index: 0.0}
+        assert by_worker(metrics, "servekit_worker_up") == {0: 1.0, 1: 1.0}
+        # What the dead worker counted (up to the last read) stays, in its share and the total.
+        shares = sum(int(row["inferenceSuccess"]) for row in rows.values())
+        assert shares == total_success(server)
         # Both the survivor and the new worker serve the pushed model.
         for _ in range(20):
             answer = call(server, "POST", "/v2/models/kept/infer", json=add_sub_body())
@@ -363,3 +450,27 @@ def test_a_model_that_loads_on_one_worker_only_is_unavailable_everywhere(tmp_pat
             (row,) = once_rows()
             assert row["state"] == "UNAVAILABLE" and "worker" in row["reason"], row
             assert call(server, "GET", "/v2/models/once/ready").status_code != 200
+
+
+def test_worker_figures_need_the_admin_token(tmp_path: Path) -> None:
+    """Process ids, restarts and request counts are admin data, on every surface."""
+    token = "admin-token-for-workers"
+    (tmp_path / "add_sub.onnx").write_bytes(onnx_bytes(onnx_builders.add_sub()))
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        f"server: {{auth: {{admin: {token}}}}}\n"
+        "models:\n  - {name: add_sub, modelFormat: {name: onnx}, storageUri: add_sub.onnx}\n"
+    )
+    bearer = {"Authorization": f"Bearer {token}"}
+    with running_server(config, grpc=False, extra=["--workers", "2"]) as server:
+        refused = call(server, "GET", "/servekit/v1/workers")
+        assert refused.status_code == 401 and "error" in refused.json()
+        listed = call(server, "GET", "/servekit/v1/workers", headers=bearer).json()["workers"]
+        assert [row["index"] for row in listed] == [0, 1]
+        overview = call(server, "GET", "/dashboard/api/overview").json()
+        assert overview["workers"] == []
+        overview = call(server, "GET", "/dashboard/api/overview", headers=bearer).json()
+        assert [row["pid"] for row in overview["workers"]] == [row["pid"] for row in listed]
+        home = call(server, "GET", "/").text
+        assert 'id="worker-table"' not in home and 'data-gated="admin"' in home
+        assert 'id="worker-table"' in call(server, "GET", "/", headers=bearer).text

@@ -287,8 +287,20 @@ class ServerConfig(Section):
     watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
     inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
-    """Models whose average compute time is below this run on the event loop thread (no
-    thread hop); slower ones run in a worker thread so the server stays responsive."""
+    """Models measured faster than this (wall time of a call, measured in the model's worker
+    threads first) run on the event loop thread, where a thread hop would cost more than the
+    model; all others run in their own worker threads. A version seen slower than this while
+    on the loop goes back to its threads, and after a few such moments stays there until it is
+    reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
+    """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
+    inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones
+    finish for up to this many seconds (as Triton's `--exit-timeout-secs`); then keep-alive
+    connections close after their current response and the listeners close."""
+    request_timeout_seconds: float | None = Field(None, gt=0, json_schema_extra=LIVE)
+    """Server-wide cap on how long one inference request may take, queue and compute (a
+    client's own deadline or `timeout` parameter may only shorten it); past it the request is
+    answered 504 / DEADLINE_EXCEEDED. Default: no cap. An edit applies to the next request."""
     grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
     """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
     workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
@@ -429,9 +441,13 @@ class DynamicBatching(Section):
     """Server-side batching of concurrent requests into one model call."""
 
     max_queue_delay_microseconds: int = Field(100, ge=0, le=INT64_MAX)
-    """How long a request may wait for others to join its batch."""
+    """Longest a request may wait for others to join its batch. servekit never holds a
+    request back while an instance of the model is free: batches form from the requests that
+    queue while every instance is busy, so batching adds no latency at low load and this
+    bound is rarely reached (kept for Triton compatibility)."""
     preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] = []
-    """Batch sizes to aim for."""
+    """Batch sizes to aim for: when more rows wait than fit, a batch stops at the largest
+    preferred size it can reach (else at maxBatchSize)."""
 
 
 class ModelConfig(Section):
@@ -456,7 +472,16 @@ class ModelConfig(Section):
     dynamic_batching: DynamicBatching | None = None
     """Batch concurrent requests together (needs maxBatchSize > 0)."""
     instances: int = Field(1, ge=1, le=INT32_MAX)
-    """Number of model instances (sessions) serving requests in parallel."""
+    """Number of model instances serving requests in parallel: each has its own session (or
+    Python object) and its own worker thread."""
+    max_queue_size: int = Field(1024, ge=0, le=INT32_MAX)
+    """Most requests that may wait for an instance of this model; one more is refused at once
+    with HTTP 429 (and `Retry-After`) / gRPC RESOURCE_EXHAUSTED, rather than waiting on a
+    queue that only grows. 0: no limit (as Triton's max_queue_size)."""
+    queue_timeout_microseconds: int = Field(0, ge=0, le=INT64_MAX)
+    """Longest a request may wait in this model's queue before it starts; past it the request
+    is answered 504 / DEADLINE_EXCEEDED and never runs (Triton's default_timeout_microseconds).
+    0: no queue timeout (client deadlines and server.requestTimeoutSeconds still apply)."""
     inputs: list[TensorOverride] | None = None
     """Input metadata overrides, or the full list for Python models."""
     outputs: list[TensorOverride] | None = None

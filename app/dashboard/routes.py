@@ -89,7 +89,13 @@ def home(dataplane: Dataplane, control: Control, request: AnyRequest) -> Respons
     seen = who(dataplane, request)
     if seen.locked:
         return _locked()
-    return _page("home.html", page="home", server=views.overview(views.Sources(dataplane, control)))
+    admin = seen.may(ApiGroup.ADMIN)
+    server = views.overview(views.Sources(dataplane, control), admin=admin)
+    asks, gated = [], []
+    if not admin and len(dataplane.workers()) > 1:  # the Workers panel is admin data
+        asks.append("see the workers")
+        gated.append(ApiGroup.ADMIN.value)
+    return _page("home.html", asks=asks, gated=gated, page="home", server=server)
 
 
 @get("/models", **PAGE)
@@ -156,8 +162,9 @@ def try_page(
 def overview_json(
     dataplane: Dataplane, control: Control, request: AnyRequest
 ) -> Response[dict[str, Any]]:
-    json_viewer(dataplane, request)
-    return Response(views.overview(views.Sources(dataplane, control)), headers=NO_STORE)
+    seen = json_viewer(dataplane, request)
+    overview = views.overview(views.Sources(dataplane, control), admin=seen.may(ApiGroup.ADMIN))
+    return Response(overview, headers=NO_STORE)
 
 
 @get("/dashboard/api/models", **JSON)

@@ -37,10 +37,11 @@ class Sources:
     control: ModelControl
 
 
-def overview(src: Sources) -> dict[str, Any]:
+def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
     """Home page: identity, health, addresses, models counted by state, recent errors; and
     what the pages' controls depend on: the model control mode and which API groups need a
-    token (booleans: tokens never leave the server)."""
+    token (booleans: tokens never leave the server). ``admin`` (the request opens the admin
+    group): also the workers' figures, which are admin data like the statistics."""
     dp = src.dataplane
     meta = dp.server_metadata()
     entries = dp.models()
@@ -63,7 +64,30 @@ def overview(src: Sources) -> dict[str, Any]:
         "errors": recent_errors(dp),
         "modelControl": src.control.mode,
         "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
+        "workers": workers(dp) if admin else [],
     }
+
+
+def workers(dataplane: DataPlane) -> list[dict[str, Any]]:
+    """The Workers panel: each worker process of ``server.workers`` with its figures (the
+    same as ``GET /servekit/v1/workers``); empty for a single server, which shows none."""
+    found = dataplane.workers()
+    if len(found) < 2:
+        return []
+    now = time.time()
+    return [
+        {
+            "index": w.index,
+            "pid": w.pid,
+            "state": w.state,
+            "up_since": w.up_since,
+            "uptime_s": None if w.up_since is None else max(0.0, now - w.up_since),
+            "restarts": w.restarts,
+            "success": w.success,
+            "failure": w.failure,
+        }
+        for w in found
+    ]
 
 
 def _count(states: Any) -> dict[str, int]:

@@ -17,6 +17,7 @@ servekit does not offer answers UNIMPLEMENTED with the reason.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, TypeAlias
@@ -90,7 +91,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     @guarded
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> Any:
         infer_request = v2_proto.decode_request(request)
-        response = await self._dataplane.infer(infer_request)
+        remaining = context.time_remaining()  # the client's deadline, None when it set none
+        deadline = None if remaining is None else time.monotonic() + remaining
+        response = await self._dataplane.infer(infer_request, deadline)
         return v2_proto.encode_response(infer_request, response)
 
     async def ModelStreamInfer(

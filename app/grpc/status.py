@@ -29,6 +29,8 @@ GRPC_STATUS: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     ErrorCode.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
     ErrorCode.INTERNAL: grpc.StatusCode.INTERNAL,
+    ErrorCode.OVERLOADED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 

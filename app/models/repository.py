@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from app.config.compiler import ModelPlan
 from app.config.versions import VersionSource
@@ -40,6 +40,10 @@ class State(StrEnum):
     UNLOADING = "UNLOADING"
 
 
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
 _SERVING = (State.READY, State.UNAVAILABLE)
 """States a loaded version's runtime may move it between (see ModelRepository._watch)."""
 
@@ -53,7 +57,12 @@ class VersionEntry:
     reason: str = ""
     runtime: ModelRuntime | None = None
     in_flight: int = 0
+    """Requests using this version, counted until their compute has really ended (a request
+    whose client left still counts while its worker thread runs)."""
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    executor: Closeable | None = None
+    """How requests reach the runtime (app/services/executor.py, made on first use); closed
+    with the runtime when the version is retired."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -320,6 +329,9 @@ async def _retire(entry: ModelEntry) -> None:
                 version.in_flight,
                 DRAIN_TIMEOUT_S,
             )
+        if version.executor is not None:  # its worker threads end once their call returns
+            version.executor.close()
+            version.executor = None
         try:
             version.runtime.close()
         except Exception:  # a user model's unload() failing must not stop the others closing

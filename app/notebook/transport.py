@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from app.errors import Internal, ResourceExhausted, ServeError
+from app.errors import Internal, ServeError
 from app.rest.errors import HTTP_STATUS
 
 # The server's own code -> status table, read backwards: a client-side error is the same
@@ -27,7 +27,7 @@ _ERROR_CLASS = {cls.code: cls for cls in ServeError.__subclasses__()}
 _BY_STATUS: dict[int, type[ServeError]] = {
     status: _ERROR_CLASS[code] for code, status in HTTP_STATUS.items() if code in _ERROR_CLASS
 }
-_BY_STATUS[429] = ResourceExhausted  # proxies in front of a server may answer "too many"
+# 429 comes from the table: Overloaded (a full model queue, or a proxy answering "too many").
 
 
 @dataclass(frozen=True)

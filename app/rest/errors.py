@@ -7,7 +7,7 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from app.errors import ErrorCode, ServeError, internal_error
+from app.errors import ErrorCode, Overloaded, ServeError, internal_error
 
 log = logging.getLogger("servekit.http")
 
@@ -21,6 +21,8 @@ HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNIMPLEMENTED: 501,
     ErrorCode.ALREADY_EXISTS: 409,
     ErrorCode.INTERNAL: 500,
+    ErrorCode.OVERLOADED: 429,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
 }
 
 
@@ -38,6 +40,8 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="servekit"'}
 
 def serve_error_handler(_: Request, exc: ServeError) -> Response[dict[str, str]]:  # type: ignore[type-arg]
     headers = CHALLENGE if exc.code is ErrorCode.UNAUTHENTICATED else None
+    if isinstance(exc, Overloaded):  # RFC 9110: how long to back off before retrying
+        headers = {"Retry-After": str(exc.retry_after_seconds)}
     return error_response(HTTP_STATUS[exc.code], exc.message, headers)
 
 

@@ -16,6 +16,7 @@ JSON in and out (:mod:`app.codecs.generate_json`), over ``DataPlane.infer_stream
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, cast
@@ -53,12 +54,13 @@ async def _start(
     request: AnyRequest, dataplane: DataPlane, model: str, version: str | None
 ) -> AsyncGenerator[InferResponse, None]:
     """Read and decode the request; the model's responses, not yet started."""
+    arrived = time.monotonic()  # before the body: see DataPlane.infer
     limit = request.app.state.fast_path.json_limit
     body = await read_body(request.scope, request.receive, limit)
     obj = v2_json.loads(body)
     inputs = dataplane.signature_of(model, version).inputs
     decoded = generate_json.decode_request(obj, model, version, inputs)
-    return dataplane.infer_stream(decoded)
+    return dataplane.infer_stream(decoded, arrived=arrived)
 
 
 async def _generate(

@@ -21,6 +21,7 @@ a FAILURE message in JSON.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Any, cast
@@ -186,6 +187,7 @@ def ready(dataplane: Dataplane) -> Answer:
     operation_class=with_media(body=GRPS_REQUEST, binary_answer=True),
 )
 async def predict(request: AnyRequest, dataplane: Dataplane) -> Answer:
+    arrived = time.monotonic()  # before the body: see DataPlane.infer
     query = request.query_params
     control = dataplane.grps_streaming()
     ndarray_out = _flag(query.get("return-ndarray"))
@@ -194,10 +196,11 @@ async def predict(request: AnyRequest, dataplane: Dataplane) -> Answer:
         message, ndarray, streaming = await _read(request, limit, control)
         if streaming:
             model = query.get("model") or ""
-            return await _stream(dataplane, message, ndarray, model, control, ndarray_out)
+            return await _stream(dataplane, message, ndarray, model, control, ndarray_out, arrived)
         kind, response = await grps_reply.predict(
-            dataplane, message, query_model=query.get("model") or "", ndarray=ndarray
-        )
+            dataplane, message, query_model=query.get("model") or "", ndarray=ndarray,
+            arrived=arrived,
+        )  # fmt: skip
         reply = cast("Response[bytes]", _answer(response, kind, ndarray_out))
         compressed = await compression.compressed(request.headers.get("accept-encoding"), reply)
         return cast("Answer", compressed)
@@ -232,12 +235,13 @@ async def _stream(
     query_model: str,
     control: GrpsStreaming,
     ndarray_out: bool,
+    arrived: float,
 ) -> Answer:
     """A streamed answer: one chunk per response (a decoupled model yields several). The first
     response is awaited before the status line, so a request that fails before the model
     answers gets the failure status; a later failure is a last chunk, a FAILURE message."""
     kind, responses = grps_reply.start_stream(
-        dataplane, message, query_model=query_model, ndarray=ndarray
+        dataplane, message, query_model=query_model, ndarray=ndarray, arrived=arrived
     )
     try:
         first = await anext(responses)

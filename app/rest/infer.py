@@ -18,6 +18,7 @@ document shows (the body Litestar would read, the answer it would send).
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -72,6 +73,7 @@ class FastPath:
 
 async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     """Answer one inference request (JSON, binary extension or raw binary) on its own."""
+    arrived = time.monotonic()  # before the body: see DataPlane.infer
     params = scope["path_params"]
     model: str = params["model"]
     version: str | None = params.get("version")
@@ -107,7 +109,7 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
     else:
         infer_request = v2_binary.decode_request(body, header_length, model, version)
-    response = await dataplane.infer(infer_request)
+    response = await dataplane.infer(infer_request, arrived=arrived)
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)

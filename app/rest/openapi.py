@@ -39,6 +39,7 @@ from litestar.routes import HTTPRoute
 
 from app.config.auth import AccessPolicy, ApiGroup
 from app.rest.access import group_of
+from app.services.stats import WorkerState
 
 # -- answers --------------------------------------------------------------------------------------
 
@@ -174,6 +175,23 @@ class Empty(TypedDict):
 class Ports(TypedDict):
     httpPort: int
     grpcPort: int | None
+
+
+class Worker(TypedDict):
+    """One worker process (with one worker: this process)."""
+
+    index: int
+    pid: int | None
+    state: WorkerState
+    upSince: str | None
+    """When its current process started, ISO 8601 UTC (null while restarting)."""
+    restarts: int
+    inferenceSuccess: int
+    inferenceFailure: int
+
+
+class Workers(TypedDict):
+    workers: list[Worker]
 
 
 class GrpsStatus(TypedDict):

@@ -16,6 +16,7 @@ the loop keeps answering.
 
 from __future__ import annotations
 
+import time
 from typing import Any, cast
 
 import numpy as np
@@ -107,6 +108,7 @@ def _allowed(target: str) -> str:
 async def predict(
     request: Request[Any, Any, Any], dataplane: Dataplane, model: FromPath[str]
 ) -> Response[V1Predictions]:
+    arrived = time.monotonic()  # before the body: see DataPlane.infer
     name, colon, verb = model.rpartition(":")
     if not colon:
         raise MethodNotAllowedException(headers={"Allow": _allowed(model)})
@@ -121,7 +123,7 @@ async def predict(
     else:
         infer_request = await large.run(lambda: _decode(body, name, signature))
         del body
-    response = await dataplane.infer(infer_request)
+    response = await dataplane.infer(infer_request, arrived=arrived)
     first = response.outputs[0]
     content = v2_json.dumps({"predictions": v2_json.output_json_data_nested(first)})
     answer = Response(content, media_type="application/json")

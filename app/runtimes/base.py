@@ -45,6 +45,23 @@ class ModelRuntime(Protocol):
         ...
 
 
+Predict = Callable[[Arrays, list[str]], Arrays]
+
+
+@runtime_checkable
+class PerInstance(Protocol):
+    """A runtime with ``instances`` sessions (or objects) that a caller may use one each.
+
+    The executor gives each of a model's worker threads its own instance through
+    ``predictor(index)``, so threads never wait for one another's session; ``predict`` stays
+    for callers that do not care which instance runs (the event loop's inline calls).
+    """
+
+    def predictor(self, index: int) -> Predict:
+        """The predict function of instance ``index`` (0 <= index < instances)."""
+        ...
+
+
 @runtime_checkable
 class Supervised(Protocol):
     """A runtime whose health can change after it loaded (an isolated model's process may die

@@ -167,6 +167,8 @@ class _Child:
     sock: socket.socket
     started: float = field(default_factory=time.monotonic)
     dead: bool = False
+    loose: frozenset[str] = frozenset()
+    """The model's outputs whose shape was never declared, as its process reports them."""
 
 
 class IsolatedModel:
@@ -179,6 +181,9 @@ class IsolatedModel:
         self, settings: ChildSettings, children: list[_Child], signature: ModelSignature
     ) -> None:
         self.signature = signature
+        self.loose_outputs = children[0].loose if children else frozenset()
+        """Outputs whose shape was never declared (PythonModel.loose_outputs, from the child):
+        the executor checks only their datatype."""
         self._settings = settings
         self._instances = len(children)
         self._cond = threading.Condition()
@@ -419,6 +424,9 @@ def start_child(settings: ChildSettings, slot: int) -> tuple[_Child, ModelSignat
     except (TypeError, ValueError, KeyError) as exc:
         _stop(child, 0.0)
         raise LoadError(f"the model's process sent unusable metadata: {exc}") from None
+    loose = header["signature"].get("loose", [])
+    if isinstance(loose, list) and all(isinstance(name, str) for name in loose):
+        child.loose = frozenset(loose)
     log.info("model %s: process %d (instance %d) loaded", settings.model, proc.pid, slot)
     return child, signature
 

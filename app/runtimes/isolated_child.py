@@ -105,6 +105,7 @@ def _load(sock: socket.socket, header: dict[str, Any]) -> PythonModel | None:
     signature = {
         "inputs": [s.as_dict() for s in model.signature.inputs],
         "outputs": [s.as_dict() for s in model.signature.outputs],
+        "loose": sorted(model.loose_outputs),
     }
     send_message(sock, {"ok": True, "signature": signature}, {})
     return model

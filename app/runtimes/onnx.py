@@ -21,7 +21,7 @@ from app.config.compiler import ModelPlan, ResolvedOptions
 from app.config.versions import VersionSource
 from app.errors import Internal, InvalidArgument
 from app.runtimes import onnx_files
-from app.runtimes.base import Arrays, LoadError, apply_overrides
+from app.runtimes.base import Arrays, LoadError, Predict, apply_overrides
 from app.shown_paths import hide_paths
 from app.types import ModelSignature, TensorSpec
 
@@ -99,21 +99,38 @@ class OnnxModel:
     platform = PLATFORM
     off_loop = False
 
-    def __init__(self, sessions: list[ort.InferenceSession], signature: ModelSignature) -> None:
+    def __init__(
+        self,
+        sessions: list[ort.InferenceSession],
+        signature: ModelSignature,
+        outputs_overridden: bool = False,
+    ) -> None:
         self._sessions = sessions
+        self.outputs_trusted = not outputs_overridden
+        """onnxruntime returns the graph's own output types and ranks; only serve.yaml output
+        overrides can make the metadata differ, so without them outputs are not re-checked
+        (app/services/outputs.py) on the hot path."""
         self._next = itertools.cycle(sessions).__next__
         self.signature = signature
         self._string_inputs = {s.name for s in signature.inputs if s.datatype == "BYTES"}
         self._string_outputs = {s.name for s in signature.outputs if s.datatype == "BYTES"}
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+        return self._run(self._next(), inputs, outputs)
+
+    def predictor(self, index: int) -> Predict:
+        """Instance ``index``'s session alone (one worker thread each, see PerInstance)."""
+        session = self._sessions[index]
+        return lambda inputs, outputs: self._run(session, inputs, outputs)
+
+    def _run(self, session: ort.InferenceSession, inputs: Arrays, outputs: list[str]) -> Arrays:
         feed = inputs
         if self._string_inputs:
             feed = dict(inputs)
             for name in self._string_inputs:
                 feed[name] = _bytes_to_str(name, inputs[name])
         try:
-            results = self._next().run(outputs, feed)
+            results = session.run(outputs, feed)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
             why = hide_paths(str(exc))
             raise InvalidArgument(f"onnxruntime rejected the input: {why}") from None
@@ -181,4 +198,4 @@ def load(plan: ModelPlan, version: VersionSource) -> OnnxModel:
         )
     except InvalidArgument as exc:
         raise LoadError(exc.message) from None
-    return OnnxModel(sessions, ModelSignature(inputs, outputs))
+    return OnnxModel(sessions, ModelSignature(inputs, outputs), bool(plan.outputs))

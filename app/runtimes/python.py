@@ -23,6 +23,13 @@ absolute paths cut to their last part and at most 1000 characters; the traceback
 goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the model
 raises on purpose (e.g. InvalidArgument) passes through with its own code.
 
+Each instance runs in its own worker thread (never two requests at once on one instance). A
+model that waits (sleeps, does I/O, polls a device) can stop early when its request is
+abandoned (client gone, deadline passed): see app/runtimes/cancel.py (``cancelled()``,
+``cancel_event()``). Outputs are checked against the declared metadata after the call: ``None``
+or a wrong shape is a 500 naming the output, never a 200 with made-up values (an output whose
+shape is declared nowhere, a bare ``NDArray`` return hint, has only its datatype checked).
+
 What a model imports and the keyword arguments its ``load()`` receives (``parameters``) come
 from serve.yaml or the notebook API only: a repository load request cannot change them
 (app/models/pushed_config.py).
@@ -48,8 +55,8 @@ from google.protobuf.message import DecodeError
 from app.datatypes import DATATYPES, as_bytes_array
 from app.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
 from app.protos import grps_pb2
-from app.runtimes.base import Arrays, LoadError
-from app.runtimes.python_hints import signature_of
+from app.runtimes.base import Arrays, LoadError, Predict
+from app.runtimes.python_hints import guessed_output_shapes, signature_of
 from app.runtimes.python_stream import is_generator_function, steps
 from app.shown_paths import hide_paths
 from app.types import GRPS_MESSAGE, ModelSignature, TensorSpec
@@ -174,13 +181,29 @@ class PythonModel:
         for instance in instances:
             self._free.put(_predict_of(instance))
         self._outputs = {s.name: s for s in signature.outputs}
+        self.loose_outputs: frozenset[str] = frozenset()
+        """Outputs whose shape was never declared (a bare NDArray hint): only their datatype
+        is checked against the metadata (app/services/outputs.py)."""
         self._stream_slots: asyncio.Semaphore | None = None
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         if self.decoupled:
             raise Unimplemented(decoupled_refusal(self._name))
-        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         call = self._free.get()
+        try:
+            return self._run(call, inputs, outputs)
+        finally:
+            self._free.put(call)
+
+    def predictor(self, index: int) -> Predict:
+        """Instance ``index`` alone, for its own worker thread (see PerInstance)."""
+        if self.decoupled:
+            return self.predict  # refuses, as predict does
+        call = _predict_of(self._instances[index])
+        return lambda inputs, outputs: self._run(call, inputs, outputs)
+
+    def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
+        feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
         try:
             result = call(**feed) if self._by_name else call(feed)
         except ServeError:
@@ -189,8 +212,6 @@ class PythonModel:
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
-        finally:
-            self._free.put(call)
         return self._convert(result, outputs)
 
     async def predict_stream(
@@ -248,6 +269,8 @@ class PythonModel:
                 raise Internal(f"the model did not return output {name!r}")
             datatype = self._outputs[name].datatype
             value = produced[name]
+            if value is None:  # np.asarray(None, float) would answer 200 with "NaN"
+                raise Internal(f"the model returned None for output {name!r}")
             try:
                 if datatype == "BYTES":
                     out[name] = as_bytes_array(np.asarray(value, dtype=object))
@@ -332,7 +355,9 @@ def build(
             "a model whose predict yields (decoupled: a stream of responses per request) "
             "cannot use dynamic batching; remove dynamic_batching from its config"
         )
-    return PythonModel(built, signature, by_name, name, decoupled)
+    model = PythonModel(built, signature, by_name, name, decoupled)
+    model.loose_outputs = guessed_output_shapes(predict, outputs)
+    return model
 
 
 # -- models that take whole grps messages ---------------------------------------------------------
@@ -367,7 +392,7 @@ class GrpsMessageModel(PythonModel):
     def __init__(self, instances: list[object], signature: ModelSignature) -> None:
         super().__init__(instances, signature, by_name=False)
 
-    def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+    def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
         raw = as_bytes_array(inputs[GRPS_MESSAGE]).reshape(-1)
         if raw.size != 1:
             raise InvalidArgument(f"{GRPS_MESSAGE} holds one serialized GrpsMessage")
@@ -375,15 +400,14 @@ class GrpsMessageModel(PythonModel):
             message = grps_pb2.GrpsMessage.FromString(bytes(raw[0]))
         except DecodeError:
             raise InvalidArgument(f"{GRPS_MESSAGE} is not a serialized GrpsMessage") from None
-        call = self._free.get()
         try:
             result = call(message)
         except ServeError:
             raise
+        except self.fatal:
+            raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
-        finally:
-            self._free.put(call)
         reply = _as_message(result)
         return {GRPS_MESSAGE: np.array([reply.SerializeToString()], dtype=object)}
 

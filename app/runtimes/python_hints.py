@@ -223,3 +223,27 @@ def _typed_dict_fields(annotation: Any) -> dict[str, Any]:
     if isinstance(annotation, type) and typing.is_typeddict(annotation):
         return typing.get_type_hints(annotation, include_extras=True)
     return {}
+
+
+def guessed_output_shapes(
+    func: Callable[..., Any], declared: tuple[TensorOverride, ...] | None
+) -> frozenset[str]:
+    """Outputs whose shape neither serve.yaml nor a type hint gives (``DEFAULT_SHAPE`` was
+    assumed): their rank is a guess, so the server checks only their datatype."""
+    returns = _hints(func).get("return")
+    fields = _typed_dict_fields(returns)
+    if declared:
+        names = [t.name for t in declared]
+        single = hint_of(returns) if len(declared) == 1 else (None, None)
+    else:
+        names = list(fields) or ["output"]
+        single = (None, None) if fields else hint_of(returns)
+    guessed = set()
+    for name in names:
+        entry = next((t for t in declared or () if t.name == name), None)
+        if entry is not None and entry.shape is not None:
+            continue
+        hint = hint_of(fields[name]) if name in fields else single
+        if hint[1] is None:
+            guessed.add(name)
+    return frozenset(guessed)

@@ -1,110 +1,125 @@
-"""Dynamic batching: concurrent requests to one model version run as one model call.
+"""Dynamic batching: which queued requests run together, and how the answers are split back.
 
-Requests wait at most ``maxQueueDelayMicroseconds`` for others to join; a batch is cut as soon as
-it reaches ``maxBatchSize`` rows (or a preferred size). Only requests whose inputs agree on every
-dimension but the first (and ask for the same outputs) are stacked together; the others simply
-form batches of their own. The batched call runs in a worker thread, so the event loop keeps
-accepting requests that join the next batch meanwhile.
+The executor (app/services/executor.py) decides *when* a batch leaves: as soon as an instance
+of the model is free and requests are queued, so a request is never held back while the model
+could run it, and batching costs nothing at low load. Batches therefore form from the requests
+that queue while every instance is busy, which is exactly when stacking them pays. This module
+decides *which*: the oldest request and the later ones it can be stacked with (same input
+datatypes and same dimensions but the first), in arrival order, up to ``maxBatchSize`` rows,
+stopping at the largest preferred size reachable when there are more. Requests asking for
+different outputs still share a batch: the model computes the union and each request gets
+only its own. Nothing is padded, so nothing padded can leak into an answer.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Sequence
+from itertools import islice
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-from app.runtimes.base import Arrays, ModelRuntime
-from app.services.stats import VersionStats
+from app.errors import Internal
+from app.runtimes.base import Arrays
+
+Key = tuple[tuple[str, str, tuple[int, ...]], ...]
+
+QUEUE_DRAINED = "queue_drained"
+"""Why a batch was smaller than it could be: the queue held nothing more to add."""
+MAX_SIZE = "max_size"
+PREFERRED_SIZE = "preferred_size"
+INCOMPATIBLE = "incompatible"
+"""Requests were waiting, but none could be stacked with the oldest (other dimensions)."""
 
 
-@dataclass(slots=True)
-class _Pending:
+class Batchable(Protocol):
     feed: Arrays
     outputs: tuple[str, ...]
     rows: int
-    key: tuple[object, ...]
-    enqueued_ns: int
-    future: asyncio.Future[tuple[Arrays, int]] = field(repr=False)
+    key: Key
 
 
-class DynamicBatcher:
-    """Collects requests for one model version and runs them in batches."""
+J = TypeVar("J", bound=Batchable)
 
-    def __init__(
-        self,
-        runtime: ModelRuntime,
-        stats: VersionStats,
-        max_batch_size: int,
-        max_delay_us: int,
-        preferred: list[int] | None = None,
-    ) -> None:
-        self._runtime = runtime
-        self._stats = stats
-        self._max = max_batch_size
-        self._delay = max_delay_us / 1e6
-        self._preferred = set(preferred or ())
-        self._pending: list[_Pending] = []
-        self._timer: asyncio.TimerHandle | None = None
 
-    async def submit(self, feed: Arrays, outputs: list[str]) -> tuple[Arrays, int]:
-        """Queue one request; returns its outputs and how long it waited for its batch (ns)."""
-        loop = asyncio.get_running_loop()
-        first = next(iter(feed.values()))
-        key = (tuple(outputs), *((n, a.dtype.str, a.shape[1:]) for n, a in sorted(feed.items())))
-        item = _Pending(
-            feed, tuple(outputs), first.shape[0], key, time.perf_counter_ns(), loop.create_future()
-        )
-        self._pending.append(item)
-        rows = sum(p.rows for p in self._pending if p.key == key)
-        if rows >= self._max or rows in self._preferred:
-            self._flush()
-        elif self._timer is None:
-            self._timer = loop.call_later(self._delay, self._flush)
-        result, waited_ns = await item.future
-        return result, waited_ns
+def batch_key(feed: Arrays) -> Key:
+    """What must agree for two requests to be stacked: each input's datatype and the
+    dimensions after the first (the batch dimension)."""
+    return tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(feed.items()))
 
-    def _flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        pending, self._pending = self._pending, []
-        while pending:
-            key = pending[0].key
-            batch: list[_Pending] = []
-            rest: list[_Pending] = []
-            rows = 0
-            for item in pending:
-                if item.key == key and rows + item.rows <= self._max:
-                    batch.append(item)
-                    rows += item.rows
-                else:
-                    rest.append(item)
-            if not batch:  # a single request larger than maxBatchSize was refused earlier
-                batch, rest = [rest[0]], rest[1:]
-            pending = rest
-            asyncio.get_running_loop().create_task(self._run(batch))
 
-    async def _run(self, batch: list[_Pending]) -> None:
-        started = time.perf_counter_ns()
-        names = batch[0].feed.keys()
-        if len(batch) == 1:
-            feed = batch[0].feed
-        else:
-            feed = {n: np.concatenate([p.feed[n] for p in batch]) for n in names}
-        try:
-            results = await asyncio.to_thread(self._runtime.predict, feed, list(batch[0].outputs))
-        except Exception as exc:
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(exc)
-            return
-        rows = sum(p.rows for p in batch)
-        self._stats.record_execution(rows, time.perf_counter_ns() - started)
-        offset = 0
-        for item in batch:
-            part = {n: a[offset : offset + item.rows] for n, a in results.items()}
-            offset += item.rows
-            if not item.future.done():
-                item.future.set_result((part, started - item.enqueued_ns))
+def take(queue: deque[J], max_rows: int, preferred: frozenset[int]) -> tuple[list[J], str]:
+    """Remove the next batch from ``queue`` (not empty) and say why it stopped where it did."""
+    first = queue[0]
+    chosen = [first]
+    sums = [first.rows]
+    rows = first.rows
+    reason = QUEUE_DRAINED
+    skipped = False
+    for job in islice(queue, 1, None):
+        if job.key != first.key:
+            skipped = True
+            continue
+        if rows + job.rows > max_rows:
+            reason = MAX_SIZE
+            break
+        chosen.append(job)
+        rows += job.rows
+        sums.append(rows)
+        if rows == max_rows:
+            reason = MAX_SIZE
+            break
+    if reason == QUEUE_DRAINED and skipped and len(chosen) == 1:
+        reason = INCOMPATIBLE
+    if preferred and rows not in preferred and reason == MAX_SIZE:
+        cut = max((i for i, total in enumerate(sums) if total in preferred), default=None)
+        if cut is not None:
+            chosen = chosen[: cut + 1]
+            reason = PREFERRED_SIZE
+    elif preferred and rows in preferred:
+        reason = PREFERRED_SIZE
+    _remove(queue, chosen)
+    return chosen, reason
+
+
+def _remove(queue: deque[J], chosen: list[J]) -> None:
+    if all(queue[i] is job for i, job in enumerate(chosen)):  # the usual case: a prefix
+        for _ in chosen:
+            queue.popleft()
+        return
+    ids = {id(job) for job in chosen}
+    kept = [job for job in queue if id(job) not in ids]
+    queue.clear()
+    queue.extend(kept)
+
+
+def stack(batch: Sequence[Batchable]) -> tuple[Arrays, list[str]]:
+    """The model's feed for a batch, and the outputs to compute (every request's, in order)."""
+    if len(batch) == 1:
+        return batch[0].feed, list(batch[0].outputs)
+    names = batch[0].feed.keys()
+    feed = {n: np.concatenate([job.feed[n] for job in batch]) for n in names}
+    outputs = list(dict.fromkeys(name for job in batch for name in job.outputs))
+    return feed, outputs
+
+
+def split(results: Arrays, batch: Sequence[Batchable]) -> list[Arrays]:
+    """Each request's own rows of each output it asked for (views, not copies)."""
+    if len(batch) == 1:
+        return [results]
+    total = sum(job.rows for job in batch)
+    for name, array in results.items():
+        if not isinstance(array, np.ndarray) or array.ndim == 0 or array.shape[0] != total:
+            got = list(array.shape) if isinstance(array, np.ndarray) else type(array).__name__
+            raise Internal(
+                f"output {name!r} of a batch of {total} rows has shape {got}: a batched model "
+                "must return one row per input row"
+            )
+    parts = []
+    offset = 0
+    for job in batch:
+        end = offset + job.rows
+        parts.append({n: results[n][offset:end] for n in job.outputs})
+        offset = end
+    return parts

@@ -1,17 +1,16 @@
 """The one dataplane: every protocol adapter calls these methods and nothing else.
 
 It validates a request against the model's metadata (names, datatypes, shapes), picks the
-version, runs the model and records statistics. Small models run right on the event loop thread
-(a thread hop costs more than they do); models whose average compute time exceeds
-``server.inlineBelowMicroseconds`` run in a worker thread so the loop stays responsive.
+version, hands the request to that version's executor (app/services/executor.py: on the loop
+for models measured fast, else the model's own worker threads, queue, deadlines and batching),
+checks the outputs against the metadata (app/services/outputs.py) and records statistics.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import os
 import time
-import weakref
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
@@ -21,6 +20,7 @@ from app.config.auth import AccessPolicy
 from app.config.compiler import ModelPlan, ServePlan
 from app.config.schema import GrpsStreaming
 from app.errors import (
+    DeadlineExceeded,
     Internal,
     InvalidArgument,
     NotFound,
@@ -29,14 +29,15 @@ from app.errors import (
     internal_error,
 )
 from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from app.runtimes.base import Arrays, ModelRuntime, is_decoupled, predict_stream
-from app.services.batching import DynamicBatcher
+from app.runtimes.base import ModelRuntime, is_decoupled, predict_stream
 from app.services.classification import class_count, classify
+from app.services.executor import ModelExecutor
+from app.services.jobs import ExecutorSettings
 from app.services.model_config import ModelConfiguration, model_configuration
 from app.services.model_stats import VersionStatistics, model_statistics
 from app.services.shared_memory import SharedMemoryRegions
 from app.services.state import Listening, ServerState
-from app.services.stats import Statistics, VersionStats
+from app.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
 from app.types import (
     InferRequest,
     InferResponse,
@@ -67,10 +68,6 @@ def server_extensions(*, config_and_statistics: bool, repository: bool) -> tuple
     )
 
 
-_EWMA = 0.2  # weight of the newest compute time in the running average
-_OUTLIER = 4.0  # one sample counts as at most this many times the running average
-
-
 class DataPlane:
     """Health, metadata, inference, configuration and statistics over the model repository:
     the API every adapter is given (it never reaches past it into the repository or the plan).
@@ -91,8 +88,6 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
-        self._compute_avg_ns: dict[tuple[str, int], float] = {}
-        self._batchers: weakref.WeakKeyDictionary[Any, DynamicBatcher] = weakref.WeakKeyDictionary()
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -149,6 +144,8 @@ class DataPlane:
     def not_ready_reason(self) -> str | None:
         """Why the server is not ready, or None when it is. Says how many models are missing,
         not which: readiness is open to unauthenticated probes, model names are not."""
+        if self._state.draining:
+            return "the server is stopping (requests already accepted finish first)"
         if not self._state.online:
             return "the server is offline (draining); Online brings it back"
         if not self._state.startup_done:
@@ -205,6 +202,19 @@ class DataPlane:
         """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
         return list(self._repository.recent_errors)
 
+    def workers(self) -> list[WorkerStatus]:
+        """Each worker process with its figures (``server.workers``); a single server answers
+        one entry, this process."""
+        found = self.statistics.workers()
+        if found is not None:
+            return found
+        success, failure = self.statistics.requests()
+        state: WorkerState = "serving" if self._state.startup_done else "starting"
+        if self._state.stopping:
+            state = "stopping"
+        started = self._state.started_at
+        return [WorkerStatus(0, os.getpid(), state, started, 0, success, failure)]
+
     def version_stats(self, name: str, version: int) -> VersionStats:
         """The statistics of one version (zeros if it has served nothing)."""
         return self.statistics.find(name, version) or VersionStats()
@@ -251,10 +261,28 @@ class DataPlane:
         return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
 
     # -- inference ----------------------------------------------------------------------------
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """Validate, run and answer one inference request."""
+    async def infer(
+        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+    ) -> InferResponse:
+        """Validate, run and answer one inference request.
+
+        ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
+        ``server.requestTimeoutSeconds`` may make it earlier, and a ``timeout`` request
+        parameter (microseconds, as Triton) bounds its wait in the queue. Past either the
+        request is answered DeadlineExceeded and, if it had not started, never runs. How the
+        request reaches the model (on the loop, in the model's threads, batched) is its
+        version's executor's call.
+
+        ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
+        that read a body after that: a request whose upload began before a graceful stop was
+        accepted and is served; one without it counts as arriving now.
+        """
+        if self._state.refuses(arrived):
+            raise Unavailable("the server is stopping; send the request to another replica")
         if request.shared_memory:  # tensors in registered regions: read, run (here), write
-            return await self.shared_memory.infer(request, self.infer)
+            return await self.shared_memory.infer(
+                request, lambda inner: self.infer(inner, deadline, arrived)
+            )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         stats = self.statistics.of(entry.plan.name, version.version)
@@ -266,44 +294,37 @@ class DataPlane:
             signature = runtime.signature
             feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
             wanted, classes = requested_outputs(request, signature)
+            queue_by = None
+            state = self._state
+            if request.parameters or deadline is not None or state.request_timeout_s is not None:
+                deadline, queue_by = self._deadlines(request, deadline)
+            executor = version.executor
+            if not isinstance(executor, ModelExecutor):
+                executor = self._executor(entry.plan, version, runtime, stats)
+            elif executor.placement.threshold_ns != state.inline_below_ns:  # a live edit
+                executor.placement.retune(state.inline_below_ns)
             input_done = time.perf_counter_ns()
-            key = (entry.plan.name, version.version)
-            batching = entry.plan.config.dynamic_batching if entry.plan.config else None
             names = [s.name for s in wanted]
-            queue_ns = 0
-            busy_ns: int | None = None
-            if batching is not None:
-                batcher = self._batcher(entry.plan, version, stats)
-                results, queue_ns = await batcher.submit(feed, names)
-            elif (
-                self._compute_avg_ns.get(key, 0.0) <= self._state.inline_below_ns
-                and not runtime.off_loop  # waits on a process: never on the loop
-            ):
-                results = runtime.predict(feed, names)
+            rows = _batch_size(request, entry.plan.max_batch_size)
+            inline = executor.inline
+            if inline:  # starts now: nothing can expire before it does
+                results, spent = executor.run_inline(feed, names)
+                queue_ns = 0
             else:
-                results, busy_ns = await asyncio.to_thread(_predict_timed, runtime, feed, names)
+                results, queue_ns, spent = await executor.submit(
+                    feed, names, rows, deadline, queue_by
+                )
             infer_done = time.perf_counter_ns()
-            spent = infer_done - input_done - queue_ns
-            sample = spent if busy_ns is None else busy_ns
-            avg = self._compute_avg_ns.get(key)
-            if avg is None:
-                self._compute_avg_ns[key] = sample
-            else:  # clipped: a run preempted by another process must not move a fast model
-                # off the loop (in a thread, on a busy core, every GIL hand-off costs ~5 ms)
-                self._compute_avg_ns[key] = avg + _EWMA * (min(sample, _OUTLIER * avg) - avg)
-            outputs = [
-                Tensor(s.name, s.datatype, tuple(results[s.name].shape), results[s.name])
-                for s in wanted
-            ]
+            outputs = executor.check.tensors(results, wanted)
             if classes:  # the classification extension: top k instead of the tensor
                 outputs = classified(outputs, classes, entry.plan)
             stats.record_success(
-                _batch_size(request, entry.plan.max_batch_size),
+                rows,
                 queue_ns,
                 input_done - started,
                 spent,
                 time.perf_counter_ns() - infer_done,
-                executed=batching is None,
+                executed=inline,  # else the executor counted the model run
             )
         except ServeError:
             stats.record_failure(time.perf_counter_ns() - started)
@@ -321,7 +342,9 @@ class DataPlane:
             id=request.id,
         )
 
-    async def infer_stream(self, request: InferRequest) -> AsyncGenerator[InferResponse, None]:
+    async def infer_stream(
+        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+    ) -> AsyncGenerator[InferResponse, None]:
         """The responses to one request, as the model produces them (the streaming surfaces:
         gRPC ModelStreamInfer, HTTP generate/generate_stream, grps streaming).
 
@@ -331,13 +354,17 @@ class DataPlane:
         model's generator and frees its instance; a server that is stopping ends it after the
         next response (Unavailable). Statistics count the request once, as Triton
         does for a decoupled model: a success timed from the first step to the last response,
-        or a failure; a stream its client abandons is neither.
+        or a failure; a stream its client abandons is neither. ``deadline`` and ``arrived`` are
+        as for :meth:`infer` (a decoupled model's stream is ended by its client, not by a
+        deadline).
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         runtime = version.runtime
         if runtime is None or not is_decoupled(runtime):
-            yield await self.infer(request)
+            yield await self.infer(request, deadline, arrived)
             return
+        if self._state.refuses(arrived):
+            raise Unavailable("the server is stopping; send the request to another replica")
         started = time.perf_counter_ns()
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
@@ -383,42 +410,54 @@ class DataPlane:
             return False
         return found.runtime is not None and is_decoupled(found.runtime)
 
-    def _batcher(
-        self, plan: ModelPlan, version: VersionEntry, stats: VersionStats
-    ) -> DynamicBatcher:
-        """The batcher of a loaded version (one per runtime object, made on first use)."""
-        runtime = version.runtime
-        assert runtime is not None and plan.config is not None
-        batcher = self._batchers.get(runtime)
-        if batcher is None:
-            settings = plan.config.dynamic_batching
-            assert settings is not None
-            batcher = DynamicBatcher(
-                runtime,
-                stats,
-                plan.max_batch_size,
-                settings.max_queue_delay_microseconds,
-                settings.preferred_batch_size,
+    def _deadlines(
+        self, request: InferRequest, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """When the request expires as a whole (the client's deadline, capped by
+        ``server.requestTimeoutSeconds``) and when it must have started: its ``timeout``
+        parameter, in microseconds from now (0 or absent: none). As in Triton, ``timeout``
+        bounds the wait in the model's queue; a request that starts at once never expires by it.
+        """
+        now = time.monotonic()
+        cap_s = self._state.request_timeout_s
+        if cap_s is not None:
+            cap = now + cap_s
+            deadline = cap if deadline is None else min(deadline, cap)
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceeded(
+                f"model {request.model_name!r}: the request's deadline had passed when it arrived"
             )
-            self._batchers[runtime] = batcher
-        return batcher
+        timeout = request.parameters.get("timeout")
+        if timeout is None:
+            return deadline, None
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            raise InvalidArgument(
+                "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
+            )
+        return deadline, (now + timeout / 1e6) if timeout else None
+
+    def _executor(
+        self, plan: ModelPlan, version: VersionEntry, runtime: ModelRuntime, stats: VersionStats
+    ) -> ModelExecutor:
+        """The executor of a loaded version (made on first use, closed when it is retired)."""
+        settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
+        executor = ModelExecutor(plan.name, version, runtime, stats, settings)
+        version.executor = executor
+        return executor
+
+    def in_flight(self) -> int:
+        """Inference requests accepted and not yet finished, queued or running, over every
+        model (a graceful stop waits for this to reach 0)."""
+        return sum(
+            version.in_flight
+            for entry in self._repository.entries()
+            for version in entry.versions.values()
+        )
 
     def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
         """The signature of the version a request for (name, version) would use."""
         _, found = self._repository.resolve(name, version)
         return _signature(found)
-
-
-def _predict_timed(runtime: ModelRuntime, feed: Arrays, names: list[str]) -> tuple[Arrays, int]:
-    """Run in a worker thread; also return this thread's CPU time for the run.
-
-    The inline-or-thread estimate must not count the thread hop, the wait for the GIL or for
-    the event loop, nor other processes: under load those grow, and a wall-clock estimate
-    would keep a fast model off the loop for good after one slow moment.
-    """
-    started = time.thread_time_ns()
-    results = runtime.predict(feed, names)
-    return results, time.thread_time_ns() - started
 
 
 def _signature(found: VersionEntry) -> ModelSignature:

@@ -57,20 +57,32 @@ def readiness(dataplane: DataPlane) -> pb.GrpsMessage:
 
 
 async def predict(
-    dataplane: DataPlane, message: pb.GrpsMessage, *, query_model: str = "", ndarray: object = None
+    dataplane: DataPlane,
+    message: pb.GrpsMessage,
+    *,
+    query_model: str = "",
+    ndarray: object = None,
+    arrived: float | None = None,
 ) -> tuple[str, InferResponse]:
-    """Run one grps request; return the kind of its data and the model's response."""
+    """Run one grps request; return the kind of its data and the model's response.
+    ``arrived`` is as for :meth:`DataPlane.infer`."""
     name, version = select_model(dataplane, message.model or query_model)
     signature = dataplane.signature_of(name, version)
     if signature.grps_message:
-        return WHOLE, await dataplane.infer(_whole_message(message, name, version, ndarray))
+        whole = _whole_message(message, name, version, ndarray)
+        return WHOLE, await dataplane.infer(whole, arrived=arrived)
     kind = request_kind(message, ndarray)
     request = decode_request(message, name, version, signature.inputs, ndarray)
-    return kind, await dataplane.infer(request)
+    return kind, await dataplane.infer(request, arrived=arrived)
 
 
 def start_stream(
-    dataplane: DataPlane, message: pb.GrpsMessage, *, query_model: str = "", ndarray: object = None
+    dataplane: DataPlane,
+    message: pb.GrpsMessage,
+    *,
+    query_model: str = "",
+    ndarray: object = None,
+    arrived: float | None = None,
 ) -> tuple[str, AsyncGenerator[InferResponse, None]]:
     """Start one grps streaming request: the kind of its data and the model's responses (one
     per result of a decoupled model, else one). Selection and decoding fail here, before
@@ -79,10 +91,10 @@ def start_stream(
     signature = dataplane.signature_of(name, version)
     if signature.grps_message:
         whole = _whole_message(message, name, version, ndarray)
-        return WHOLE, dataplane.infer_stream(whole)
+        return WHOLE, dataplane.infer_stream(whole, arrived=arrived)
     kind = request_kind(message, ndarray)
     request = decode_request(message, name, version, signature.inputs, ndarray)
-    return kind, dataplane.infer_stream(request)
+    return kind, dataplane.infer_stream(request, arrived=arrived)
 
 
 WHOLE = "message"

@@ -10,13 +10,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from app.models.repository import State
 from app.services.dataplane import DataPlane
+from app.services.stats import QUEUE_BUCKETS_S, VersionStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+"""Upper bounds of the batch-size histogram (rows per model execution)."""
 
 
 class DataPlaneCollector(Collector):
@@ -49,6 +57,19 @@ class DataPlaneCollector(Collector):
             "1 for the current state of each model version",
             labels=[*labels, "state"],
         )
+        batch_sizes = HistogramMetricFamily(
+            "servekit_batch_size", "Rows per model execution", labels=labels
+        )
+        queue_seconds = HistogramMetricFamily(
+            "servekit_queue_seconds", "Time successful requests waited in the queue", labels=labels
+        )
+        dispatches = CounterMetricFamily(
+            "servekit_batch_dispatch",
+            "Dynamic batches by why they stopped at their size (queue_drained: nothing more "
+            "was waiting when an instance freed; max_size, preferred_size; incompatible: the "
+            "waiting requests had other dimensions)",
+            labels=[*labels, "reason"],
+        )
         for entry in self._dataplane.models():
             name = entry.plan.name
             for number, version in entry.versions.items():
@@ -64,7 +85,34 @@ class DataPlaneCollector(Collector):
                 executions.add_metric(key, stats.execution_count)
                 for phase in ("queue", "compute_input", "compute_infer", "compute_output"):
                     seconds.add_metric([*key, phase], getattr(stats, phase).ns / 1e9)
+                _histograms(stats, key, batch_sizes, queue_seconds)
+                for reason, count in sorted(stats.batch_reasons.items()):
+                    dispatches.add_metric([*key, reason], count)
         yield from (success, failure, rows, executions, seconds, state)
+        yield from (batch_sizes, queue_seconds, dispatches)
+
+
+def _histograms(
+    stats: VersionStats,
+    key: list[str],
+    batch_sizes: HistogramMetricFamily,
+    queue_seconds: HistogramMetricFamily,
+) -> None:
+    """Cumulative buckets, as Prometheus wants them, from the counts the statistics keep."""
+    executed = sorted((size, d.count) for size, d in stats.batch_sizes.items())
+    buckets = [
+        (str(bound), float(sum(c for size, c in executed if size <= bound)))
+        for bound in BATCH_BUCKETS
+    ]
+    total = sum(c for _, c in executed)
+    buckets.append(("+Inf", float(total)))
+    batch_sizes.add_metric(key, buckets, sum_value=float(sum(s * c for s, c in executed)))
+    running = 0
+    queue_buckets = []
+    for bound, count in zip((*QUEUE_BUCKETS_S, "+Inf"), stats.queue_histogram, strict=True):
+        running += count
+        queue_buckets.append((str(bound), float(running)))
+    queue_seconds.add_metric(key, queue_buckets, sum_value=stats.queue.ns / 1e9)
 
 
 def make_registry(dataplane: DataPlane) -> CollectorRegistry:

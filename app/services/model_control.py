@@ -65,12 +65,20 @@ Fingerprint = tuple[tuple[int, str, int, int], ...]
 
 
 class ModelControl:
-    """Load, unload, push and hot-reload models of one repository (one operation at a time)."""
+    """Load, unload, push and hot-reload models of one repository.
+
+    Operations on one model run one at a time (a lock per model name); operations on
+    different models do not wait for each other, so unloading a model whose stuck request
+    holds it for minutes leaves every other model loadable. serve.yaml edits are applied one
+    at a time too, each model's change under that model's lock.
+    """
 
     def __init__(self, state: ServerState, repository: ModelRepository) -> None:
         self._state = state
         self._repository = repository
-        self._lock = asyncio.Lock()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._plan_lock = asyncio.Lock()
+        self._staged: dict[str, Path] = {}  # pushed folders written, their load not yet done
         self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
         plan = state.plan
         self._fingerprints = {m.name: fingerprint(m) for m in plan.models}
@@ -151,7 +159,7 @@ class ModelControl:
         if files and config_text is None:
             raise InvalidArgument("file: parameters need a config parameter as well")
         pushed_files = storage.validate_files(files, self.plan.server.max_request_bytes)
-        async with self._lock:
+        async with self._lock(name):
             current = self._current(name)
             if config_text is None:
                 if current is None:
@@ -178,15 +186,22 @@ class ModelControl:
                 check_sources(model, base, self.plan.base_dir, self.storage_dir)
             # Everything is checked: only now is anything written.
             folder = storage.stage(self.storage_dir, name, pushed_files) if pushed_files else None
-            if folder is not None:
-                model = model.model_copy(update={"storage_uri": str(folder)})
-            await self._load(self.compile_model(model), folder)
+            if folder is None:
+                await self._load(self.compile_model(model), None)
+                return
+            model = model.model_copy(update={"storage_uri": str(folder)})
+            self._staged[name] = folder  # counted by _check_room while it loads
+            try:
+                await self._load(self.compile_model(model), folder)
+            finally:
+                self._staged.pop(name, None)
 
     def _check_room(self, name: str, files: list[tuple[PurePosixPath, bytes]]) -> None:
         """``server.limits.maxPushedModels`` and ``maxPushedBytes``, counted on disk; a push
         replacing ``name``'s files does not count those (they are deleted once it loads)."""
         limits = self.plan.server.limits
-        others = [folder for model, folder in self._pushed.items() if model != name]
+        folders = {**self._pushed, **self._staged}  # a push of another model may be loading
+        others = [folder for model, folder in folders.items() if model != name]
         if len(others) + 1 > limits.max_pushed_models:
             raise ResourceExhausted(
                 f"{len(others)} pushed models are stored, server.limits.maxPushedModels is "
@@ -206,7 +221,7 @@ class ModelControl:
         ``unload_dependents`` has nothing more to unload."""
         self._check_client_control("unload")
         _check_name(name)
-        async with self._lock:
+        async with self._lock(name):
             plan = self._repository.get(name).plan
             if not self._is_pushed(name, plan):
                 await self._repository.unload(name)
@@ -223,7 +238,7 @@ class ModelControl:
     async def remove(self, name: str) -> None:
         """Unload ``name`` and forget it: it leaves the index and its pushed files are deleted."""
         _check_name(name)
-        async with self._lock:
+        async with self._lock(name):
             self._repository.get(name)
             await self._forget(name)
 
@@ -233,7 +248,7 @@ class ModelControl:
         if python_object is not None:
             model = model.model_copy(update={"entrypoint": register_object(python_object)})
         try:
-            async with self._lock:
+            async with self._lock(model.name):
                 await self._load(self.compile_model(model), None)
         except BaseException:
             if python_object is not None:
@@ -244,46 +259,67 @@ class ModelControl:
     async def apply_plan(self, new_plan: ServePlan) -> dict[str, list[str]]:
         """Apply an edited serve.yaml; returns the names added, removed, reloaded and failed."""
         done: dict[str, list[str]] = {"added": [], "removed": [], "reloaded": [], "failed": []}
-        async with self._lock:
+        async with self._plan_lock:
             old = self._state.plan
             new_plan = self._state.replace_plan(new_plan)
             _import_root(new_plan.base_dir)
             wanted = {m.name: m for m in new_plan.models}
             for model in old.models:
-                if model.name not in wanted and self._current(model.name) is not None:
-                    await self._forget(model.name)
-                    done["removed"].append(model.name)
+                if model.name in wanted:
+                    continue
+                async with self._lock(model.name):
+                    if self._current(model.name) is not None:
+                        await self._forget(model.name)
+                        done["removed"].append(model.name)
             previous = {m.name: m for m in old.models}
             for plan in new_plan.models:
-                before = previous.get(plan.name)
-                if before is not None and self._unchanged(before, plan, old, new_plan):
-                    continue
-                entry = self._entry(plan.name)
-                loaded = entry is not None and entry.is_loaded()
-                if before is None and new_plan.loads_at_start(plan.name):
-                    self._repository.requested.add(plan.name)
-                # A model asked for loads again when its entry changes (a failed one may be fixed)
-                should_load = loaded or plan.name in self._repository.requested
-                done["added" if before is None else "reloaded"].append(plan.name)
-                if not should_load:
-                    self._release_push(plan.name, plan)
-                    self._repository.register(plan)
-                    self._fingerprints[plan.name] = fingerprint(plan)
-                    continue
-                try:
-                    await self._load(plan, None)
-                except InvalidArgument:
-                    done["failed"].append(plan.name)  # the repository recorded why
-                    # Tried as it stands: an unrelated edit must not retry it (and report it
-                    # "reloaded" again); an edit of its entry or files will.
-                    self._fingerprints[plan.name] = fingerprint(plan)
+                async with self._lock(plan.name):
+                    await self._apply_one(plan, previous.get(plan.name), old, new_plan, done)
         return done
+
+    async def _apply_one(
+        self,
+        plan: ModelPlan,
+        before: ModelPlan | None,
+        old: ServePlan,
+        new_plan: ServePlan,
+        done: dict[str, list[str]],
+    ) -> None:
+        """One model of an edited serve.yaml (under that model's lock)."""
+        if before is not None and self._unchanged(before, plan, old, new_plan):
+            return
+        entry = self._entry(plan.name)
+        loaded = entry is not None and entry.is_loaded()
+        if before is None and new_plan.loads_at_start(plan.name):
+            self._repository.requested.add(plan.name)
+        # A model asked for loads again when its entry changes (a failed one may be fixed)
+        should_load = loaded or plan.name in self._repository.requested
+        done["added" if before is None else "reloaded"].append(plan.name)
+        if not should_load:
+            self._release_push(plan.name, plan)
+            self._repository.register(plan)
+            self._fingerprints[plan.name] = fingerprint(plan)
+            return
+        try:
+            await self._load(plan, None)
+        except InvalidArgument:
+            done["failed"].append(plan.name)  # the repository recorded why
+            # Tried as it stands: an unrelated edit must not retry it (and report it
+            # "reloaded" again); an edit of its entry or files will.
+            self._fingerprints[plan.name] = fingerprint(plan)
 
     # -- helpers ------------------------------------------------------------------------------
     @property
     def client_control(self) -> bool:
         """Whether clients may load and unload models (``server.modelControl`` in force)."""
         return self.mode == "explicit"
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        """The lock of one model name (kept: a handful of bytes per name ever used)."""
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
 
     def _check_client_control(self, action: str) -> None:
         if not self.client_control:

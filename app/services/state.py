@@ -12,6 +12,7 @@ start are never out of step with the plan they are read from.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 
@@ -38,9 +39,12 @@ class ServerState:
 
     __slots__ = (
         "_plan",
+        "drain_started",
+        "draining",
         "inline_below_ns",
         "listening",
         "online",
+        "request_timeout_s",
         "started_at",
         "startup_done",
         "stopping",
@@ -51,6 +55,14 @@ class ServerState:
         self.inline_below_ns = plan.server.inline_below_microseconds * 1000
         """``server.inlineBelowMicroseconds`` in ns, derived with each plan (the inference hot
         path reads one attribute, and an edit takes effect on the next request)."""
+        self.request_timeout_s = plan.server.request_timeout_seconds
+        """``server.requestTimeoutSeconds`` (None: no cap), derived likewise."""
+        self.draining = False
+        """True once a graceful stop began (ServeKit.stop): readiness is false and new
+        inference requests are refused, while those already accepted finish."""
+        self.drain_started = math.inf
+        """When the drain began (``time.monotonic()``; infinity when not draining). A request
+        whose headers arrived before it was accepted, even if its body is still uploading."""
         self.online = True
         """False after grps Offline: readiness answers false (on every surface) so a load
         balancer drains this server, while requests that still arrive are served."""
@@ -62,6 +74,22 @@ class ServerState:
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
 
+    def begin_drain(self) -> None:
+        """Refuse inference requests that arrive from now on (those already accepted finish)."""
+        self.drain_started = time.monotonic()
+        self.draining = True
+
+    def end_drain(self) -> None:
+        """Accept requests again (a stopped server that starts anew)."""
+        self.draining = False
+        self.drain_started = math.inf
+
+    def refuses(self, arrived: float | None) -> bool:
+        """Whether a request is refused because the server is draining: it is, unless its
+        headers ``arrived`` (``time.monotonic()``) before the drain began. A client whose
+        upload was under way when SIGTERM came had its request accepted, and it finishes."""
+        return self.draining and (arrived is None or arrived >= self.drain_started)
+
     @property
     def plan(self) -> ServePlan:
         """The compiled serve.yaml in force (read it on use; never keep it)."""
@@ -72,6 +100,7 @@ class ServerState:
         now in force. Only ModelControl.apply_plan calls this (it also applies the models)."""
         self._plan = keep_restart_only(plan, self._plan)
         self.inline_below_ns = self._plan.server.inline_below_microseconds * 1000
+        self.request_timeout_s = self._plan.server.request_timeout_seconds
         return self._plan
 
     def ports(self) -> Listening:

@@ -9,7 +9,16 @@ models whose files changed on disk reload). An invalid edit is logged and record
 Each server setting is marked live or restart-only where it is declared (app/config/schema.py,
 ``RESTART_ONLY``): live ones take effect with the new plan; an edit of a restart-only one
 (listeners, tokens, TLS, storage dir) is reported as needing a restart, and the running value
-stays in force (ServerState.replace_plan). Every re-read goes through
+stays in force (ServerState.replace_plan).
+
+Two guards stand between a half-written file and the running models. A change is applied only
+once serve.yaml has *settled*: unchanged (modification time, size and content) for
+``SETTLE_STEP_S``, waited for at most ``SETTLE_MAX_S`` (a template writer or an editor writes
+in several steps; a shell redirect truncates first). And an edit that would leave no models at
+all while models are served is refused (logged, recorded in ``recent_errors``, the running
+configuration kept) unless the file says so explicitly with a ``models:`` list (``models: []``
+unloads every model on purpose): an empty or cut-short file (``> serve.yaml``, a failed
+template render) once unloaded every model of a busy server. Every re-read goes through
 :func:`app.config.overrides.load_plan` with the command line's
 :class:`~app.config.overrides.Overrides`, so
 ``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
@@ -20,9 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+import yaml
 from pydantic.alias_generators import to_camel
 from watchfiles import Change, awatch
 
@@ -44,6 +55,15 @@ class ServeKit(Protocol):
 
 
 log = logging.getLogger("servekit.watch")
+
+SETTLE_STEP_S = 0.15
+"""serve.yaml must stay unchanged this long before an edit is applied."""
+SETTLE_MAX_S = 2.0
+"""At most this long is waited for it to settle; then the latest content is taken."""
+NO_MODELS = (
+    "serve.yaml now names no models (empty, cut short or no 'models:' list); still serving "
+    "the previous configuration. To unload every model on purpose, write 'models: []'"
+)
 
 
 class _Watcher:
@@ -90,8 +110,12 @@ class _Watcher:
         return folders
 
     async def check(self, touched: bool) -> None:
-        """Re-read serve.yaml if it changed or a model file was touched, and apply it."""
+        """Re-read serve.yaml if it changed or a model file was touched, and apply it once the
+        file has settled (see the module docstring)."""
         text = _read(self.path)
+        if text == self.applied and not touched:
+            return
+        text = await settled(self.path)
         if text == self.applied and not touched:
             return
         self.applied = text
@@ -102,6 +126,10 @@ class _Watcher:
                 "watch",
                 f"serve.yaml edit rejected; still serving the previous configuration:\n{exc}",
             )
+            return
+        if not plan.models and self.server.control.plan.models and not names_models(text):
+            log.warning(NO_MODELS)
+            self.server.control.record_error("watch", NO_MODELS)
             return
         done = await self.server.control.apply_plan(plan)
         changes = {k: v for k, v in done.items() if v}
@@ -119,6 +147,42 @@ class _Watcher:
             )
         self.effective = plan.server
         return plan  # apply_plan keeps the restart-only settings as they run
+
+
+async def settled(path: Path) -> bytes | None:
+    """serve.yaml's content once unchanged for ``SETTLE_STEP_S`` (mtime, size and bytes), or
+    the latest after ``SETTLE_MAX_S`` of changes."""
+    last = _snapshot(path)
+    deadline = time.monotonic() + SETTLE_MAX_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(SETTLE_STEP_S)
+        now = _snapshot(path)
+        if now == last:
+            break
+        last = now
+    else:
+        log.warning("serve.yaml kept changing for %.1f s; reading it as it is now", SETTLE_MAX_S)
+    return last[2]
+
+
+def _snapshot(path: Path) -> tuple[int, int, bytes | None]:
+    try:
+        stat = path.stat()
+    except OSError:
+        return (0, -1, None)
+    return (stat.st_mtime_ns, stat.st_size, _read(path))
+
+
+def names_models(text: bytes | None) -> bool:
+    """Whether serve.yaml has a ``models:`` list of its own (``models: []`` included): the
+    explicit way to serve no models, as opposed to an empty or cut-short file."""
+    if not text:
+        return False
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("models"), list)
 
 
 def _read(path: Path) -> bytes | None:

@@ -2,19 +2,35 @@
 
 Inference records into the plain ``Statistics.of`` (nothing changes on the hot path); every
 reader (the statistics extension, ``/metrics``, the dashboard) reads through ``find``, which here
-adds the snapshots of the other workers, fetched right before the read
-(``set_others``: the worker's ASGI wrapper and gRPC interceptor fetch them for statistics
-requests only).
+adds the snapshots of the other workers, fetched right before the read (``set_cluster``: the
+worker's ASGI wrapper and gRPC interceptor fetch them for statistics requests only).
+
+The same fetch carries each worker position's process, state and restarts, and the counts of
+its processes that died (merged into one snapshot by the supervisor), so ``workers`` answers the
+per-worker breakdown from the very numbers the totals are made of: the workers' request counts
+add up to the totals, whichever worker answers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from app.services.stats import Duration, Statistics, VersionStats
+from app.services.stats import (
+    WORKER_STATES,
+    Duration,
+    Statistics,
+    VersionStats,
+    WorkerState,
+    WorkerStatus,
+)
 
 Snapshot = list[dict[str, Any]]
 """One worker's statistics as JSON: ``[{"model", "version", "stats": {...}}, ...]``."""
+SlotReport = dict[str, Any]
+"""One worker position as the supervisor reports it: ``index``, ``pid``, ``state``, ``since``
+(Unix seconds), ``restarts``, ``retired`` (the merged snapshot of its dead processes) and
+``current`` (its live process's snapshot; null for the worker asking, which adds its own)."""
 
 _DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
 
@@ -30,6 +46,8 @@ def stats_to_json(stats: VersionStats) -> dict[str, Any]:
     out["execution_count"] = stats.execution_count
     out["last_inference_ms"] = stats.last_inference_ms
     out["batch_sizes"] = [[size, d.count, d.ns] for size, d in stats.batch_sizes.items()]
+    out["queue_histogram"] = list(stats.queue_histogram)
+    out["batch_reasons"] = dict(stats.batch_reasons)
     return out
 
 
@@ -43,14 +61,41 @@ def add_json(into: VersionStats, data: dict[str, Any]) -> None:
     into.last_inference_ms = max(into.last_inference_ms, int(data["last_inference_ms"]))
     for size, count, ns in data["batch_sizes"]:
         into.batch_sizes.setdefault(int(size), Duration()).add(int(ns), int(count))
+    for bucket, count in enumerate(data["queue_histogram"]):
+        into.queue_histogram[bucket] += int(count)
+    for reason, count in data["batch_reasons"].items():
+        into.batch_reasons[str(reason)] = into.batch_reasons.get(str(reason), 0) + int(count)
+
+
+def merge(snapshots: Iterable[Snapshot]) -> Snapshot:
+    """Several snapshots as one (the counts of a worker position's processes that died)."""
+    total: dict[tuple[str, int], VersionStats] = {}
+    for snapshot in snapshots:
+        for row in snapshot:
+            key = (str(row["model"]), int(row["version"]))
+            add_json(total.setdefault(key, VersionStats()), row["stats"])
+    return [
+        {"model": model, "version": version, "stats": stats_to_json(stats)}
+        for (model, version), stats in total.items()
+    ]
+
+
+def requests_of(snapshot: Snapshot | None) -> tuple[int, int]:
+    """A snapshot's inference requests: (successes, failures), every model version."""
+    rows = [row["stats"] for row in snapshot or []]
+    return sum(int(r["success"][0]) for r in rows), sum(int(r["fail"][0]) for r in rows)
 
 
 class ClusterStatistics(Statistics):
-    """This worker's statistics; ``find`` answers the totals of every worker."""
+    """This worker's statistics; ``find`` answers the totals of every worker, ``workers``
+    each worker's share."""
 
-    def __init__(self) -> None:
+    def __init__(self, index: int = 0) -> None:
         super().__init__()
+        self.index = index
+        """This worker's position (its own counts are read locally, never from a report)."""
         self._others: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        self._slots: list[SlotReport] = []
 
     def local_snapshot(self) -> Snapshot:
         """This worker's own counts, as the channel carries them."""
@@ -59,14 +104,41 @@ class ClusterStatistics(Statistics):
             for (model, version), stats in self._by_version.items()
         ]
 
-    def set_others(self, snapshots: list[Snapshot]) -> None:
-        """The other workers' counts, as fetched right before a statistics read."""
+    def set_cluster(self, slots: list[SlotReport]) -> None:
+        """Every worker position as fetched right before a statistics read: the counts of the
+        other workers and of every dead process join this worker's own in the totals."""
         others: dict[tuple[str, int], list[dict[str, Any]]] = {}
-        for snapshot in snapshots:
-            for row in snapshot:
-                key = (str(row["model"]), int(row["version"]))
-                others.setdefault(key, []).append(row["stats"])
+        for slot in slots:
+            current = slot.get("current") if int(slot["index"]) != self.index else None
+            for snapshot in (slot.get("retired"), current):
+                for row in snapshot or []:
+                    key = (str(row["model"]), int(row["version"]))
+                    others.setdefault(key, []).append(row["stats"])
         self._others = others
+        self._slots = slots
+
+    def workers(self) -> list[WorkerStatus] | None:
+        """Each worker position with its process and counts (None before the first fetch)."""
+        if not self._slots:
+            return None
+        found = []
+        for slot in self._slots:
+            index = int(slot["index"])
+            success, failure = requests_of(slot.get("retired"))
+            alive = self.requests() if index == self.index else requests_of(slot.get("current"))
+            pid, since = slot.get("pid"), slot.get("since")
+            found.append(
+                WorkerStatus(
+                    index=index,
+                    pid=None if pid is None else int(pid),
+                    state=_state(slot["state"]),
+                    up_since=None if since is None else float(since),
+                    restarts=int(slot["restarts"]),
+                    success=success + alive[0],
+                    failure=failure + alive[1],
+                )
+            )
+        return found
 
     def find(self, model: str, version: int) -> VersionStats | None:
         key = (model, version)
@@ -80,3 +152,10 @@ class ClusterStatistics(Statistics):
         for data in remote:
             add_json(total, data)
         return total
+
+
+def _state(value: object) -> WorkerState:
+    for state in WORKER_STATES:
+        if value == state:
+            return state
+    raise ValueError(f"unknown worker state {str(value)[:40]!r}")

@@ -7,7 +7,8 @@ socket in a private folder (app/workers/protocol.py). It is the one place model 
 serialised: an operation a worker forwards is applied by every worker before it is answered, and
 recorded in a journal a restarted worker replays before it opens its listeners. It restarts a
 worker that dies (a log line, and ``servekit_worker_restarts_total``), answers a worker's
-statistics read with the other workers' snapshots, and on SIGTERM/SIGINT drains every worker.
+statistics read with every worker position's state and snapshots (app/workers/stats.py), and on
+SIGTERM/SIGINT drains every worker.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import socket
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +32,16 @@ from app.config.overrides import Overrides
 from app.errors import ServeError
 from app.listen import Addresses, bind_http, bound_address
 from app.models import storage
+from app.services.stats import WorkerState
 from app.workers.protocol import Channel, Message
 from app.workers.spec import WorkerSpec, worker_environment
+from app.workers.stats import SlotReport, Snapshot, merge
 
 log = logging.getLogger("servekit.workers")
 
-STOP_SECONDS = 60.0
-"""How long workers may drain after SIGTERM before they are killed."""
+STOP_SECONDS = 30.0
+"""How long workers may take after SIGTERM beyond ``server.drainSeconds`` (their drain) before
+they are killed: closing listeners, answering what drained, releasing models."""
 RESTART_BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before restarting a worker that died again soon after its last start."""
 STABLE_SECONDS = 30.0
@@ -54,8 +59,28 @@ class _Slot:
     listening: bool = False
     failures: int = 0
     started: float = 0.0
-    last_snapshot: Any = None
-    """Its statistics as last read: kept in the totals once it dies."""
+    state: WorkerState = "starting"
+    since: float | None = None
+    """When its current process started (Unix seconds), for the per-worker figures."""
+    restarts: int = 0
+    last_snapshot: Snapshot | None = None
+    """Its current process's statistics as last read."""
+    retired: Snapshot = field(default_factory=list)
+    """The last read statistics of its processes that died, merged: they stay in the totals
+    and in this position's share of them."""
+
+    def report(self) -> SlotReport:
+        """This position as a statistics read carries it (app/workers/stats.py)."""
+        alive = self.state != "restarting" and self.process is not None
+        return {
+            "index": self.index,
+            "pid": self.process.pid if alive and self.process is not None else None,
+            "state": self.state,
+            "since": self.since if alive else None,
+            "restarts": self.restarts,
+            "retired": self.retired,
+            "current": self.last_snapshot,
+        }
 
 
 @dataclass
@@ -96,9 +121,6 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(workers)]
         self.journal = Journal()
         self.restarts = 0
-        self.retired: list[Any] = []
-        """Last statistics snapshots of workers that died (their counts stay in the totals,
-        up to the last read before they died)."""
         self.stopping = False
         self._lock = asyncio.Lock()
         self._folder = Path(tempfile.mkdtemp(prefix="servekit-workers-"))
@@ -141,7 +163,9 @@ class Supervisor:
         )
         slot.joined = slot.listening = False
         slot.channel = None
+        slot.state = "starting"
         slot.started = asyncio.get_running_loop().time()
+        slot.since = time.time()
         slot.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -158,11 +182,12 @@ class Supervisor:
             code = await slot.process.wait()
             slot.channel = None
             slot.joined = False
-            if slot.last_snapshot is not None:
-                self.retired.append(slot.last_snapshot)
+            if slot.last_snapshot is not None:  # its counts up to the last read stay
+                slot.retired = merge([slot.retired, slot.last_snapshot])
                 slot.last_snapshot = None
             if self.stopping:
                 return
+            slot.state = "restarting"
             if not self.all_listening.is_set() and not slot.listening:
                 log.error("worker %d exited during start-up (code %s)", slot.index, code)
                 self.failed_start.set()
@@ -170,6 +195,7 @@ class Supervisor:
             ran = asyncio.get_running_loop().time() - slot.started
             slot.failures = 0 if ran > STABLE_SECONDS else slot.failures + 1
             self.restarts += 1
+            slot.restarts += 1
             log.warning(
                 "worker %d (pid %d) exited (%s); restarting it",
                 slot.index,
@@ -195,14 +221,17 @@ class Supervisor:
         if op == "hello":
             return await self.join(channel, int(message["worker"]), message.get("summary") or {})
         if op == "listening":
-            self.slots[int(message["worker"])].listening = True
+            slot = self.slots[int(message["worker"])]
+            slot.listening = True
+            if not self.stopping:
+                slot.state = "serving"
             if all(s.listening for s in self.slots):
                 self.all_listening.set()
             return None
         if op == "control":
             return await self.fan_out(message)
         if op == "stats":
-            return await self.statistics(channel)
+            return await self.statistics()
         raise ValueError(f"unknown request {str(op)[:40]!r}")
 
     async def join(self, channel: Channel, index: int, summary: dict[str, str]) -> None:
@@ -279,21 +308,20 @@ class Supervisor:
         )
         self.journal.record(fail)
 
-    async def statistics(self, asking: Channel) -> Message:
-        """The snapshots of every worker but the one asking (which adds its own)."""
+    async def statistics(self) -> Message:
+        """Every worker position: its process, state, restarts and counts, read now (a slow
+        worker: its last read counts; the one asking uses its own, fresher)."""
         everyone = [(s, s.channel) for s in self.slots if s.joined and s.channel is not None]
         results = await asyncio.gather(
             *(c.request({"op": "snapshot"}, timeout=5.0) for _, c in everyone),
             return_exceptions=True,
         )
-        snapshots = list(self.retired)
         for (slot, channel), result in zip(everyone, results, strict=True):
-            if isinstance(result, BaseException):
-                continue
-            slot.last_snapshot = result
-            if channel is not asking:  # the one asking adds its own, fresher
-                snapshots.append(result)
-        return {"snapshots": snapshots, "workers": self.count, "restarts": self.restarts}
+            # A process that died meanwhile was retired with its last read counts already.
+            if not isinstance(result, BaseException) and slot.channel is channel:
+                slot.last_snapshot = result
+        slots = [slot.report() for slot in self.slots]
+        return {"workers": self.count, "restarts": self.restarts, "slots": slots}
 
     # -- life cycle -----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -340,15 +368,19 @@ class Supervisor:
             shutil.rmtree(self._folder, ignore_errors=True)
 
     async def stop_workers(self) -> None:
-        """SIGTERM every worker (each drains), then wait; kill what outlives STOP_SECONDS."""
+        """SIGTERM every worker (each drains for ``server.drainSeconds``), then wait; kill what
+        outlives the drain and STOP_SECONDS more."""
         self.stopping = True
+        for slot in self.slots:
+            slot.state = "stopping"
         processes = [s.process for s in self.slots if s.process is not None]
         for process in processes:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), STOP_SECONDS)
+            limit = self.plan.server.drain_seconds + STOP_SECONDS
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), limit)
         except TimeoutError:
             for process in processes:
                 if process.returncode is None:

@@ -42,13 +42,15 @@ ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 STATS_SERVICE_SUFFIX = "/ModelStatistics"
 NOT_FAILURES = (None, "", "unloaded", "not loaded")
 """Reasons of a model that is not loaded on purpose (app/models/repository.py)."""
+WORKERS_PATH = "/servekit/v1/workers"
+"""The per-worker figures (app/rest/workers.py)."""
 
 
 def needs_totals(path: str) -> bool:
     """HTTP paths that show statistics (read totals across workers before answering)."""
     return (
         path.endswith("/stats")
-        or path == "/metrics"
+        or path in ("/metrics", WORKERS_PATH)
         or path == "/"
         or path.startswith(("/dashboard/", "/models"))
     )
@@ -60,7 +62,7 @@ class Worker:
     def __init__(self, spec: WorkerSpec, overrides: Overrides) -> None:
         self.spec = spec
         self.overrides = overrides
-        self.statistics = ClusterStatistics()
+        self.statistics = ClusterStatistics(spec.index)
         self.control: ClusterControl | None = None
         self.channel: Channel | None = None
         self.workers = 1
@@ -138,7 +140,7 @@ class Worker:
             return
         self.workers = int(answer["workers"])
         self.restarts = int(answer["restarts"])
-        self.statistics.set_others(list(answer["snapshots"]))
+        self.statistics.set_cluster(list(answer["slots"]))
 
 
 class _TotalsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -154,7 +156,18 @@ class _TotalsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class _WorkerCollector(Collector):
-    """``servekit_workers`` and ``servekit_worker_restarts_total`` on /metrics."""
+    """The worker metrics of /metrics: ``servekit_workers`` and ``servekit_worker_restarts_total``
+    (totals), and per worker position (label ``worker``, its index: stable across restarts,
+    unlike a pid) whether it serves, when its process started, its restarts and its share of
+    the inference requests. Whichever worker answers the scrape, it reports every worker (read
+    through the supervisor just before), so one scrape of the one port is the whole picture.
+
+    The per-worker series have names of their own, so ``sum`` over them gives the totals and
+    never adds a total in: ``sum(servekit_worker_inference_success_total)`` equals
+    ``sum(servekit_inference_success_total)`` (per model version) as long as no model was
+    removed (the shares keep counting its requests, a counter never goes down), and
+    ``sum(servekit_worker_restarts_by_worker_total)`` equals ``servekit_worker_restarts_total``.
+    """
 
     def __init__(self, worker: Worker) -> None:
         self._worker = worker
@@ -166,7 +179,41 @@ class _WorkerCollector(Collector):
             "servekit_worker_restarts", "Workers restarted by the supervisor after they died"
         )
         restarts.add_metric([], self._worker.restarts)
-        return [workers, restarts]
+        label = ["worker"]
+        up = GaugeMetricFamily(
+            "servekit_worker_up",
+            "1 while the worker serves, 0 while it starts or restarts",
+            labels=label,
+        )
+        started = GaugeMetricFamily(
+            "servekit_worker_start_time_seconds",
+            "When the worker's current process started (Unix time)",
+            labels=label,
+        )
+        by_worker = CounterMetricFamily(
+            "servekit_worker_restarts_by_worker",
+            "Restarts of each worker (they add up to servekit_worker_restarts_total)",
+            labels=label,
+        )
+        success = CounterMetricFamily(
+            "servekit_worker_inference_success",
+            "Successful inference requests answered by each worker, every model and restart",
+            labels=label,
+        )
+        failure = CounterMetricFamily(
+            "servekit_worker_inference_failure",
+            "Failed inference requests answered by each worker, every model and restart",
+            labels=label,
+        )
+        for status in self._worker.statistics.workers() or []:
+            key = [str(status.index)]
+            up.add_metric(key, float(status.state == "serving"))
+            if status.up_since is not None:
+                started.add_metric(key, status.up_since)
+            by_worker.add_metric(key, status.restarts)
+            success.add_metric(key, status.success)
+            failure.add_metric(key, status.failure)
+        return [workers, restarts, up, started, by_worker, success, failure]
 
 
 async def _run(spec: WorkerSpec) -> None:

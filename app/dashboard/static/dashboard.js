@@ -35,6 +35,28 @@ function showOverview(o) {
     el("li", {}, el("time", { class: "muted small", text: timestamp(e.time) }), " ",
       el("strong", { text: e.source }), " ", el("span", { class: "reason", text: e.message })),
   "No errors since the server started.");
+  showWorkers(o.workers || []);
+}
+
+/** The Workers panel's rows (the panel exists only with several workers and admin access). */
+function showWorkers(workers) {
+  const signature = JSON.stringify(workers.map(({ uptime_s, ...rest }) => rest)); // uptime ticks
+  for (const body of bind("workers")) {
+    if (!workers.length || body.dataset.signature === signature) continue;
+    body.dataset.signature = signature;
+    body.replaceChildren(...workers.map((w) =>
+      el("tr", { dataset: { worker: String(w.index) } },
+        el("td", { dataset: { label: "Worker" }, text: String(w.index) }),
+        el("td", { dataset: { label: "State", col: "state" } }, el("span", {},
+          el("span", { class: `dot ${w.state === "serving" ? "ok" : "warn"}`, "aria-hidden": "true" }), w.state)),
+        el("td", { class: "num", dataset: { label: "PID", col: "pid" }, text: w.pid ?? "—" }),
+        el("td", { dataset: { label: "Uptime", col: "uptime" } }, w.up_since
+          ? el("span", { dataset: { bind: "uptime", started: String(w.up_since) }, text: duration(w.uptime_s) })
+          : "—"),
+        el("td", { class: "num", dataset: { label: "Restarts", col: "restarts" }, text: String(w.restarts) }),
+        el("td", { class: "num", dataset: { label: "OK", col: "success" }, text: String(w.success) }),
+        el("td", { class: "num", dataset: { label: "Failed", col: "failure" }, text: String(w.failure) }))));
+  }
 }
 
 /** Re-render a list only when its data changed (so focus inside it survives polling). */

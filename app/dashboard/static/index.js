@@ -99,17 +99,20 @@ function newBody(name) {
 
 function updateBody(body, versions) {
   const name = body.dataset.model;
+  const isBusy = busy.has(name);
+  for (const button of body.querySelectorAll("button[data-action]")) button.disabled = isBusy;
+  body.toggleAttribute("aria-busy", isBusy);
+  // A click before the first refresh has answered (a slow server) knows no rows yet: the
+  // server-rendered ones stay until it does.
+  if (versions.length === 0) return;
   const state = versions[0].model_state;
   const badge = body.querySelector('[data-bind="model-state"]');
-  const isBusy = busy.has(name);
   if (!isBusy) {
     badge.textContent = state;
     badge.className = `badge state-${state.toLowerCase()}${versions[0].model_failed ? " failed" : ""}`;
   }
   const load = body.querySelector('[data-action="load"]');
   if (load) load.textContent = state === "READY" ? "Reload" : "Load";
-  for (const button of body.querySelectorAll("button[data-action]")) button.disabled = isBusy;
-  body.toggleAttribute("aria-busy", isBusy);
   const signature = JSON.stringify(versions);
   if (body.dataset.signature === signature) return;
   body.dataset.signature = signature;

@@ -1,0 +1,91 @@
+"""Graceful stop, in process: readiness false and new requests refused (UNAVAILABLE) at once,
+while a request already accepted (running in its model's thread) finishes and is answered."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from app.config.compiler import compile_plan
+from app.config.loader import parse_config
+from app.errors import Unavailable
+from app.runtimes.python import register_object
+from app.server import ServeKit
+from app.types import InferRequest, Tensor
+
+WAIT = 10.0
+
+
+def test_stop_refuses_new_requests_and_lets_accepted_ones_finish(tmp_path: Path) -> None:
+    release = threading.Event()
+    started = threading.Event()
+
+    def gate(x: Any) -> Any:
+        started.set()
+        assert release.wait(WAIT)
+        return x
+
+    text = (
+        "server: {drainSeconds: 30}\nmodels:\n  - name: gate\n    modelFormat: {name: python}\n"
+        f"    entrypoint: {register_object(gate)}\n"
+        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+        "    outputs: [{name: y, datatype: FP32, shape: [-1]}]\n"
+    )
+    x = np.ones(2, np.float32)
+    request = InferRequest("gate", [Tensor("x", "FP32", x.shape, x)])
+
+    async def scenario() -> None:
+        kit = ServeKit(compile_plan(parse_config(text), tmp_path))
+        await kit.control.start()
+        dataplane = kit.dataplane
+        assert dataplane.ready()
+        accepted = asyncio.create_task(dataplane.infer(request))
+        assert await asyncio.to_thread(started.wait, WAIT)
+        stopping = asyncio.create_task(kit.stop())
+        await asyncio.sleep(0)  # stop() has begun: draining
+        assert not dataplane.ready()
+        assert "stopping" in (dataplane.not_ready_reason() or "")
+        with pytest.raises(Unavailable):
+            await dataplane.infer(request)
+        assert not stopping.done()  # waits for the accepted request
+        release.set()
+        response = await asyncio.wait_for(accepted, WAIT)
+        assert response.outputs[0].data.tolist() == [1.0, 1.0]
+        await asyncio.wait_for(stopping, WAIT)
+
+    asyncio.run(scenario())
+
+
+def test_a_request_whose_headers_came_before_the_drain_is_served(tmp_path: Path) -> None:
+    """An upload under way when the stop began (headers read, body still arriving) was
+    accepted: it is served, while one that arrives after the drain began is refused."""
+    text = (
+        "server: {drainSeconds: 30}\nmodels:\n  - name: echo\n    modelFormat: {name: python}\n"
+        f"    entrypoint: {register_object(lambda x: x)}\n"
+        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+        "    outputs: [{name: y, datatype: FP32, shape: [-1]}]\n"
+    )
+    x = np.ones(2, np.float32)
+    request = InferRequest("echo", [Tensor("x", "FP32", x.shape, x)])
+
+    async def scenario() -> None:
+        kit = ServeKit(compile_plan(parse_config(text), tmp_path))
+        await kit.control.start()
+        dataplane = kit.dataplane
+        before = time.monotonic()
+        kit.state.begin_drain()
+        response = await dataplane.infer(request, arrived=before)
+        assert response.outputs[0].data.tolist() == [1.0, 1.0]
+        with pytest.raises(Unavailable):
+            await dataplane.infer(request, arrived=time.monotonic())
+        with pytest.raises(Unavailable):
+            await dataplane.infer(request)  # no arrival time: counts as arriving now
+        await kit.stop(0)
+
+    asyncio.run(scenario())

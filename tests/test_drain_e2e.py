@@ -1,0 +1,100 @@
+"""SIGTERM under load loses no accepted request: 16 real gRPC clients keep a slow Python model
+busy; after SIGTERM every call the server had accepted (in flight or queued) is answered OK,
+later ones are refused with UNAVAILABLE (retryable), no accepted call is CANCELLED, and the
+server exits cleanly."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from servers import running_server
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.slow  # end to end: a real server process and Triton gRPC clients
+
+MODEL = """\
+import time
+
+
+def slow(x):
+    time.sleep(0.3)
+    return x
+"""
+CLIENTS = 16
+WAIT = 60.0
+
+
+def test_sigterm_under_load_loses_no_accepted_request(tmp_path: Path) -> None:
+    (tmp_path / "drain_models.py").write_text(MODEL)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server: {drainSeconds: 20}\nmodels:\n"
+        "  - name: slow\n    modelFormat: {name: python}\n"
+        "    entrypoint: drain_models:slow\n    instances: 4\n"
+        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+        "    outputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+    )
+    calls: list[tuple[float, str]] = []  # (start time, "OK" or the gRPC status)
+    drained: list[float] = []  # when calls answered OK ended
+    lock = threading.Lock()
+    warmed = threading.Barrier(CLIENTS + 1)
+
+    with running_server(config) as server:
+        assert server.grpc_target is not None
+        target = server.grpc_target
+
+        def client() -> None:
+            grpc = grpcclient.InferenceServerClient(target)
+            x = grpcclient.InferInput("x", [1], "FP32")
+            x.set_data_from_numpy(np.ones(1, np.float32))
+            first = True
+            while True:
+                began = time.monotonic()
+                try:
+                    grpc.infer("slow", [x], client_timeout=WAIT)
+                    status = "OK"
+                except InferenceServerException as exc:
+                    status = str(exc.status()) + " " + str(exc.message())[:80]
+                with lock:
+                    calls.append((began, status))
+                    if status == "OK":
+                        drained.append(time.monotonic())
+                if first:
+                    first = False
+                    warmed.wait(WAIT)
+                if status != "OK":
+                    return
+
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        warmed.wait(WAIT)  # every client has had one answer and is calling again
+        time.sleep(0.15)  # the calls in flight are accepted (the model takes 0.3 s)
+        signalled = time.monotonic()
+        code = server.stop(timeout=WAIT)
+        for thread in threads:
+            thread.join(WAIT)
+        assert not any(t.is_alive() for t in threads)
+
+    # Refused calls are retryable: UNAVAILABLE while draining; a call that reaches the gRPC
+    # listener while it closes (after every accepted call was answered) is cancelled by
+    # grpc-core before servekit sees it; never a call that was accepted.
+    last_ok = max(began for began, status in calls if status == "OK")
+    odd = [
+        (round(began - signalled, 3), status)
+        for began, status in calls
+        if status != "OK"
+        and "stopping" not in status
+        and not (status.startswith("StatusCode.CANCELLED") and began > last_ok)
+    ]
+    assert not odd, odd
+    # (a call the server had not yet accepted when the signal came, on this busy machine, was
+    # refused above with "stopping": not lost). Accepted ones were answered while draining:
+    assert sum(1 for ended in drained if ended > signalled) >= 4, calls
+    assert sum(1 for began, _ in calls if began < signalled - 0.1) >= CLIENTS * 2
+    assert code == 0, code

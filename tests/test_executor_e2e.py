@@ -1,0 +1,271 @@
+"""One slow model never stalls the others: a real server and the real Triton clients.
+
+* a 50 ms sleeping Python model kept busy by 16 clients while the fast mlp is hammered: the
+  mlp's p99 stays low (before the executor it was 420 ms: the sleeper ran on the event loop);
+* a full queue answers 429 with Retry-After / RESOURCE_EXHAUSTED at once;
+* a request whose gRPC deadline passed in the queue never runs;
+* abandoned calls stuck in one model delay neither another model nor a load.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import numpy as np
+import onnx
+import onnx_builders
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from servers import ServerProcess, running_server
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.slow  # end to end: real server processes and Triton clients
+
+MODELS = """\
+import time
+from pathlib import Path
+
+
+def sleepy(x):
+    time.sleep(0.05)
+    return x
+
+
+def busy(x):
+    time.sleep(0.5)
+    return x
+
+
+def stuck(x):
+    time.sleep(3.0)  # ignores its cancel flag, as most user code would
+    return x
+
+
+class Recorder:
+    def load(self, log):
+        self.log = Path(log)
+
+    def predict(self, x):
+        with self.log.open("a") as out:
+            out.write(f"{int(x[0])}\\n")
+        time.sleep(float(x[1]))
+        return x
+"""
+
+IO = (
+    "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+    "    outputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+)
+
+
+def python_model(name: str, entrypoint: str, extra: str = "") -> str:
+    return (
+        f"  - name: {name}\n    modelFormat: {{name: python}}\n"
+        f"    entrypoint: exec_models:{entrypoint}\n{IO}{extra}"
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("executor")
+    (root / "exec_models.py").write_text(MODELS)
+    onnx.save(onnx_builders.mlp(), str(root / "mlp.onnx"))
+    config = root / "serve.yaml"
+    config.write_text(
+        "server: {strictReadiness: false, startupModels: [mlp, sleepy, busy, recorder, stuck]}\n"
+        "models:\n"
+        "  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
+        "  - {name: mlp_later, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
+        + python_model("sleepy", "sleepy", "    instances: 4\n")
+        + python_model("busy", "busy", "    maxQueueSize: 2\n")
+        + python_model("recorder", "Recorder", f"    parameters: {{log: {root / 'calls.txt'}}}\n")
+        + python_model("stuck", "stuck", "    instances: 2\n")
+    )
+    with running_server(config) as process:
+        yield process
+
+
+SLEEPERS = """
+import sys, threading
+import numpy as np
+import tritonclient.http as httpclient
+
+stop = threading.Event()
+counts = [0] * 16
+started = threading.Barrier(17)
+
+
+def sleeper(index):
+    client = httpclient.InferenceServerClient(sys.argv[1])
+    x = httpclient.InferInput("x", [1], "FP32")
+    x.set_data_from_numpy(np.ones(1, np.float32))
+    client.infer("sleepy", [x])
+    started.wait(60)
+    while not stop.is_set():
+        client.infer("sleepy", [x])
+        counts[index] += 1
+
+
+threads = [threading.Thread(target=sleeper, args=(i,)) for i in range(16)]
+for thread in threads:
+    thread.start()
+started.wait(60)
+print("busy", flush=True)
+sys.stdin.read()
+stop.set()
+for thread in threads:
+    thread.join(60)
+print(sum(counts), flush=True)
+"""
+
+
+def http_input(name: str, x: np.ndarray) -> httpclient.InferInput:
+    tensor = httpclient.InferInput(name, list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return tensor
+
+
+def grpc_input(x: np.ndarray) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput("x", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return tensor
+
+
+def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> None:
+    """The bound is generous but meaningful on this shared, noisy machine: 5 ms, or four
+    times the mlp's own p99 measured alone just before when the machine is slower, never
+    above 25 ms. A sleeper running on the event loop stalls everything behind it for 50 ms at
+    a time (p99 420 ms before the executor), which no bound here lets through."""
+    client = httpclient.InferenceServerClient(server.http_host_port)
+    x = np.ones((1, 16), dtype=np.float32)
+
+    def one() -> float:
+        started = time.perf_counter()
+        client.infer("mlp", [http_input("input", x)])
+        return time.perf_counter() - started
+
+    for _ in range(50):
+        one()
+    alone = [one() for _ in range(500)]
+    # The 16 clients run in a process of their own: in this one, their threads would take the
+    # GIL from the measuring client and the test would time itself, not the server.
+    sleepers = subprocess.Popen(
+        [sys.executable, "-c", SLEEPERS, server.http_host_port],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert sleepers.stdout is not None and sleepers.stdin is not None
+        assert sleepers.stdout.readline().strip() == "busy"  # every client has had an answer
+        # Best of two runs of 2,000: a stall caused by the server shows in both, a burst of
+        # another process on this shared machine rarely does.
+        runs = [[one() for _ in range(2000)] for _ in range(2)]
+        sleepers.stdin.close()  # tells them to stop
+        slept = int(sleepers.stdout.readline())
+        sleepers.wait(30)
+    finally:
+        if sleepers.poll() is None:
+            sleepers.kill()
+            sleepers.wait(10)
+        for pipe in (sleepers.stdin, sleepers.stdout):
+            if pipe is not None:
+                pipe.close()
+    assert slept >= 32, "the sleeping model was not kept busy"
+    p99_alone = float(np.percentile(alone, 99))
+    p99 = min(float(np.percentile(busy, 99)) for busy in runs)
+    bound = min(0.025, max(0.005, 4 * p99_alone))
+    assert p99 < bound, (
+        f"mlp p99 {p99 * 1e3:.1f} ms (alone {p99_alone * 1e3:.1f} ms)\n{server.log()[-3000:]}"
+    )
+
+
+def test_a_full_queue_is_refused_at_once(server: ServerProcess) -> None:
+    """busy: one instance taking 0.5 s, maxQueueSize 2. Of 6 simultaneous requests at most 3
+    are accepted; the others are refused long before the first could finish."""
+
+    def post(_: int) -> tuple[int, float, str | None]:
+        with server.http_client(timeout=30) as http:
+            body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]}
+            started = time.perf_counter()
+            reply = http.post("/v2/models/busy/infer", json=body)
+            elapsed = time.perf_counter() - started
+        return reply.status_code, elapsed, reply.headers.get("retry-after")
+
+    with ThreadPoolExecutor(6) as pool:
+        replies = list(pool.map(post, range(6)))
+    refused = [r for r in replies if r[0] == 429]
+    assert refused, replies
+    assert {r[0] for r in replies} == {200, 429}
+    assert all(elapsed < 0.25 and retry and int(retry) >= 1 for _, elapsed, retry in refused), (
+        replies
+    )
+
+    client = grpcclient.InferenceServerClient(server.grpc_target or "")
+
+    def call(_: int) -> str:
+        try:
+            client.infer("busy", [grpc_input(np.ones(1, np.float32))])
+        except InferenceServerException as exc:
+            return str(exc.status())
+        return "OK"
+
+    with ThreadPoolExecutor(6) as pool:
+        statuses = list(pool.map(call, range(6)))
+    assert "StatusCode.RESOURCE_EXHAUSTED" in statuses, statuses
+
+
+def test_a_request_whose_deadline_passed_never_runs(server: ServerProcess) -> None:
+    calls = Path(server.log_path.parent / "calls.txt")
+    client = grpcclient.InferenceServerClient(server.grpc_target or "")
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(client.infer, "recorder", [grpc_input(np.array([1, 1.0], np.float32))])
+        deadline = time.monotonic() + 10
+        while not (calls.exists() and calls.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(InferenceServerException) as expired:
+            client.infer(
+                "recorder", [grpc_input(np.array([2, 0.0], np.float32))], client_timeout=0.2
+            )
+        assert expired.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+        first.result(timeout=10)
+    client.infer("recorder", [grpc_input(np.array([3, 0.0], np.float32))])  # after 2, if queued
+    assert calls.read_text().split() == ["1", "3"]
+
+
+def test_abandoned_calls_delay_neither_another_model_nor_a_load(server: ServerProcess) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_target or "")
+
+    def abandon(_: int) -> str:
+        try:
+            client.infer("stuck", [grpc_input(np.ones(1, np.float32))], client_timeout=0.3)
+        except InferenceServerException as exc:
+            return str(exc.status())
+        return "OK"
+
+    with ThreadPoolExecutor(8) as pool:  # more than the loop's default executor threads
+        assert set(pool.map(abandon, range(8))) == {"StatusCode.DEADLINE_EXCEEDED"}
+    # Both stuck threads keep sleeping for about 3 s; none of this may wait for them.
+    started = time.perf_counter()
+    http = httpclient.InferenceServerClient(server.http_host_port)
+    answer = http.infer("mlp", [http_input("input", np.ones((1, 16), np.float32))])
+    assert answer.as_numpy("output").shape == (1, 4)
+    with server.http_client(timeout=30) as raw:
+        assert raw.post("/v2/repository/models/mlp_later/load").status_code == 200
+        assert raw.get("/v2/models/mlp_later/ready").status_code == 200
+    assert time.perf_counter() - started < 2.0
+
+
+def test_the_server_stays_healthy(server: ServerProcess) -> None:
+    server.assert_healthy()
+    with httpx.Client(base_url=server.http_url, timeout=10) as http:
+        metrics = http.get("/metrics").text
+    assert 'servekit_queue_seconds_bucket{le="+Inf",model="sleepy",version="1"}' in metrics
+    assert 'servekit_batch_size_count{model="mlp",version="1"}' in metrics
