@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(json_schema(), indent=2))
         return 0
-    if args.command in ("save", "build", "bench"):
-        from app import cli_project
+    from app import cli_project
 
+    if args.command in cli_project.COMMANDS:
         return cli_project.run(args)
     try:
         if args.command == "validate":

@@ -1,5 +1,6 @@
-"""``servekit save``, ``servekit build`` and ``servekit bench``: from a running server to a
-project folder, from a folder to an image, and how fast a model serves.
+"""``servekit save``, ``servekit build``, ``servekit requirements`` and ``servekit bench``: from
+a running server to a project folder, from a folder to an image (and the packages it installs),
+and how fast a model serves.
 
 Kept apart from app/cli.py (which registers them with :func:`register` and hands the parsed
 arguments to :func:`run`), so the serving command line stays small.
@@ -10,11 +11,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-COMMANDS = ("save", "build", "bench")
+COMMANDS = ("save", "build", "requirements", "bench")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the three subcommands to ``servekit``'s parser."""
+    """Add the subcommands of :data:`COMMANDS` to ``servekit``'s parser."""
     save = sub.add_parser("save", help="write what a running server serves as a project folder")
     save.add_argument("url", help="the server's HTTP URL, e.g. http://127.0.0.1:8000")
     save.add_argument("folder", help="where to write serve.yaml, requirements.txt, Dockerfile")
@@ -23,6 +24,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     build.add_argument("folder", nargs="?", default=".")
     build.add_argument("--tag", "-t", help="image tag (default: the folder's name)")
     build.add_argument("--base", help="servekit's image to build on (default: servekit:VERSION)")
+    requirements = sub.add_parser(
+        "requirements",
+        help="print CONFIG's server.requirements, one per line (what a project image installs)",
+    )
+    requirements.add_argument("config", nargs="?", default="serve.yaml")
     bench = sub.add_parser("bench", help="measure a model of a running server (HTTP and gRPC)")
     bench.add_argument("url", help="the server's HTTP URL")
     bench.add_argument("model")
@@ -34,6 +40,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from app.config.loader import ConfigError
     from app.errors import ServeError
 
     try:
@@ -41,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
             return _save(args)
         if args.command == "build":
             return _build(args)
+        if args.command == "requirements":
+            return _requirements(args)
         return _bench(args)
+    except ConfigError as exc:
+        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        return 1
     except (ConnectionError, ServeError, ValueError) as exc:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1
@@ -71,6 +83,16 @@ def _build(args: argparse.Namespace) -> int:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1
     print(f"servekit: built {built.tag} with {built.engine}; run it with:\n  {built.run_command()}")
+    return 0
+
+
+def _requirements(args: argparse.Namespace) -> int:
+    """The project Dockerfile runs this to learn what to pip-install besides requirements.txt:
+    the entries come out validated (app/config/pip_requirements.py), one per line."""
+    from app.project.requirements import declared
+
+    for line in declared(args.config):
+        print(line)
     return 0
 
 

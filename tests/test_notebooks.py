@@ -36,7 +36,7 @@ def test_every_notebook_is_listed() -> None:
     found = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
     assert found == [
         "01-quickstart.ipynb", "02-add-models.ipynb", "03-protocols.ipynb",
-        "04-to-production.ipynb",
+        "04-to-production.ipynb", "05-pytorch.ipynb",
     ]  # fmt: skip
 
 

@@ -133,15 +133,3 @@ def test_dashboard_benchmark_route_is_admin_bounded_and_same_site() -> None:
             f"{server.url}/dashboard/api/models/nope/benchmark", json=body, headers=auth
         )
         assert unknown.status_code == 404, unknown.text
-
-
-def test_torch_module_exported_when_torch_is_installed() -> None:
-    torch = pytest.importorskip("torch", reason="torch is optional (heavy); tested where present")
-    net = torch.nn.Sequential(torch.nn.Linear(4, 3))
-    x = np.ones((2, 4), np.float32)
-    with app.serve(grpc_port=None) as server:
-        server.add_model("net", net, example=torch.randn(1, 4))
-        out = server.infer("net", {"input": x})["output"]
-    with torch.no_grad():
-        expected = net(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)

@@ -12,10 +12,12 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -23,12 +25,23 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from app.config.pip_requirements import NAME_START, check_requirement
+
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 """A name that works unchanged as a query parameter, a header and a JSON field."""
 _TOKEN = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]*"
 MEDIA_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(;[ -~]*)?$")
 """type/subtype with optional parameters, printable ASCII only (it becomes a header value)."""
+
+
+PipRequirement = Annotated[
+    str,
+    AfterValidator(check_requirement),
+    WithJsonSchema({"type": "string", "pattern": NAME_START, "minLength": 1}),
+]
+"""One entry of ``server.requirements`` (app/config/pip_requirements.py says what is refused
+and why); the JSON Schema lets editors flag an option or a path at once."""
 
 
 class Section(BaseModel):
@@ -297,6 +310,14 @@ class ServerConfig(Section):
     each has its own event loop, listeners and model sessions, and a supervisor keeps one
     repository state and one set of statistics across them. `auto`: one per core this process
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
+    requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
+    """Python packages the project's image installs (`servekit build`), one PEP 508
+    requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,
+    `pandas[parquet]>=2`). Installed from the package index the build's pip uses, together with
+    the folder's requirements.txt when it has one (one pip run: a conflict fails the build).
+    Options (`-e`, `--index-url`, ...), URLs and paths are refused: a setting must not decide
+    where the build fetches code (requirements.txt can). A running server never installs
+    anything: an edit takes effect at the next build."""
 
 
 def _restart_only() -> frozenset[str]:

@@ -1,10 +1,11 @@
 """Models from other libraries, turned into ONNX before ``add_model`` serves them.
 
 scikit-learn estimators and pipelines go through skl2onnx (``pip install servekit[sklearn]``),
-PyTorch modules through ``torch.onnx.export`` with the example input the caller gives. Neither
-library is imported unless the object handed over comes from it, so a notebook without them
-pays nothing. The result is ONNX bytes, which then travel like any other model file: served by
-onnxruntime, saved as a file by ``server.save``, pushed over the network by ``connect``.
+PyTorch modules through ``torch.onnx.export`` with the example input the caller gives
+(app/notebook/torch_onnx.py, ``pip install "servekit[torch]"``). Neither library is imported
+unless the object handed over comes from it, so a notebook without them pays nothing. The
+result is ONNX bytes, which then travel like any other model file: served by onnxruntime, saved
+as a file by ``server.save``, pushed over the network by ``connect``.
 
 scikit-learn classifiers are converted with ZipMap off: skl2onnx's default returns the
 probabilities as a sequence of maps, which the V2 protocol cannot carry; without it the outputs
@@ -13,24 +14,19 @@ are ``label`` and ``probabilities`` (one row of class probabilities per input ro
 
 from __future__ import annotations
 
-import inspect
-import io
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from app.notebook import torch_onnx
 
 
 def is_sklearn(source: object) -> bool:
     """An instance of a scikit-learn estimator (or pipeline), without importing sklearn."""
     base = getattr(sys.modules.get("sklearn.base"), "BaseEstimator", None)
     return base is not None and isinstance(source, base)
-
-
-def is_torch_module(source: object) -> bool:
-    """An instance of ``torch.nn.Module``, without importing torch."""
-    module = getattr(sys.modules.get("torch.nn"), "Module", None)
-    return module is not None and isinstance(source, module)
 
 
 def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
@@ -61,41 +57,40 @@ def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
     return data
 
 
-def torch_to_onnx(module: Any, example: Any) -> bytes:
-    """ONNX bytes of a ``torch.nn.Module`` traced on ``example`` (a tensor, or a tuple of
-    tensors); the first dimension of every input and output is left free (the batch)."""
-    if example is None:
-        raise ValueError(
-            "a torch.nn.Module is exported by running it once: pass example=torch.randn(1, ...)"
+def to_onnx_source(
+    source: object,
+    example: Any = None,
+    *,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    dynamic_batch: bool | None = None,
+) -> object:
+    """``source`` as ONNX bytes when it is a scikit-learn or PyTorch model, else unchanged.
+
+    ``input_names``, ``output_names`` and ``dynamic_batch`` shape a PyTorch export only; given
+    with any other source they would be silently ignored, so they are refused instead.
+    """
+    if torch_onnx.is_torch_module(source):
+        return torch_onnx.to_onnx(
+            source,
+            example,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_batch=True if dynamic_batch is None else dynamic_batch,
         )
-    import torch
-
-    examples = example if isinstance(example, tuple) else (example,)
-    names = ["input"] if len(examples) == 1 else [f"input{i}" for i in range(len(examples))]
-    buffer = io.BytesIO()
-    # The TorchScript exporter: no extra dependency (the newer one needs onnxscript).
-    export_parameters = inspect.signature(torch.onnx.export).parameters
-    legacy = {"dynamo": False} if "dynamo" in export_parameters else {}
-    module.eval()
-    with torch.no_grad():
-        torch.onnx.export(
-            module,
-            examples,
-            buffer,
-            input_names=names,
-            output_names=["output"],
-            dynamic_axes={n: {0: "batch"} for n in [*names, "output"]},
-            **legacy,
+    given = {
+        "input_names": input_names,
+        "output_names": output_names,
+        "dynamic_batch": dynamic_batch,
+    }
+    named = [key for key, value in given.items() if value is not None]
+    if named:
+        raise TypeError(
+            f"{', '.join(named)} apply to a torch.nn.Module only (they shape its ONNX export); "
+            f"got {type(source).__name__}"
         )
-    return buffer.getvalue()
-
-
-def to_onnx_source(source: object, example: Any = None) -> object:
-    """``source`` as ONNX bytes when it is a scikit-learn or PyTorch model, else unchanged."""
     if is_sklearn(source):
         return sklearn_to_onnx(source, example)
-    if is_torch_module(source):
-        return torch_to_onnx(source, example)
     return source
 
 

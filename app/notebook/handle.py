@@ -133,19 +133,30 @@ class Server(RemoteServer):
         inputs: sources.TensorsSpec | None = None,
         outputs: sources.TensorsSpec | None = None,
         example: Any = None,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        dynamic_batch: bool | None = None,
         **config: Any,
     ) -> html.ModelTable:
         """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto``, a fitted
         scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
-        an ``example`` input (exported by ``torch.onnx.export``) -- all sent through the
-        repository load API -- or a Python function or class (served from memory).
+        an ``example`` input (exported by ``torch.onnx.export``; ``input_names``,
+        ``output_names`` and ``dynamic_batch`` shape that export, see
+        app/notebook/torch_onnx.py) -- all sent through the repository load API -- or a Python
+        function or class (served from memory).
 
         A function takes the inputs as keyword numpy arrays and returns a dict of arrays; a
         class is instantiated once and its ``predict`` is called the same way. Python models
         declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
         Returns the model's index rows; a model that fails to load raises with the reason.
         """
-        source = convert.to_onnx_source(source, example)
+        source = convert.to_onnx_source(
+            source,
+            example,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_batch=dynamic_batch,
+        )
         if sources.is_file_source(source):
             return super().add_model(
                 name,
@@ -196,7 +207,8 @@ class Server(RemoteServer):
         outputs anywhere; ``servekit build folder`` makes its image. A model whose source cannot
         be written (a lambda, a closure, ...) raises SaveError naming it; nothing is written."""
         control = self._control()
-        project = saving.from_plans(control.served_plans(), control.plan.runtimes)
+        plan = control.plan
+        project = saving.from_plans(control.served_plans(), plan.runtimes, plan.server.requirements)
         return project.write(os.fspath(folder))
 
     # -- inference ----------------------------------------------------------------------------

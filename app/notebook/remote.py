@@ -168,6 +168,9 @@ class RemoteServer:
         inputs: sources.TensorsSpec | None = None,
         outputs: sources.TensorsSpec | None = None,
         example: Any = None,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        dynamic_batch: bool | None = None,
         **config: Any,
     ) -> html.ModelTable:
         """Serve ``source`` as model ``name`` (replacing a model of that name).
@@ -176,11 +179,20 @@ class RemoteServer:
         an ``onnx.ModelProto``, a fitted scikit-learn estimator or pipeline (converted with
         skl2onnx: input ``X`` FP32, outputs ``label`` and ``probabilities`` for a classifier,
         ``variable`` for a regressor), or a ``torch.nn.Module`` exported with ``example`` as
-        its input; ``config`` takes any serve.yaml model field in snake_case
+        its input (a tensor, an array, or a tuple of them; inputs ``input`` or ``input0``, ...,
+        outputs ``output`` or ``output0``, ... unless ``input_names`` / ``output_names`` say
+        otherwise; the first dimension free for the batch unless ``dynamic_batch=False``);
+        ``config`` takes any serve.yaml model field in snake_case
         (``max_batch_size=8``, ``instances=2``, ...). Returns the new model's index rows; a
         model that fails to load raises with the server's reason.
         """
-        source = convert.to_onnx_source(source, example)
+        source = convert.to_onnx_source(
+            source,
+            example,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_batch=dynamic_batch,
+        )
         if not sources.is_file_source(source):
             raise TypeError(
                 "a Python function or class can only be served by a server started in this "

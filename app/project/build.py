@@ -2,7 +2,11 @@
 
 A project image is servekit's image (the repository's Dockerfile: non-root user 10001, health
 check, ``servekit serve`` as PID 1 draining on SIGTERM, fine with a read-only root) plus the
-folder: its requirements.txt installed, then serve.yaml, modules and models copied to /srv.
+folder: serve.yaml, modules and models copied to /srv, then the packages of its requirements.txt
+and serve.yaml's ``server.requirements`` installed (app/project/dockerfile.py). serve.yaml is
+validated here first, so a refused requirement (an option, a URL, a path) or any other mistake
+is said before the engine starts.
+
 servekit's image is built first when the engine does not have it yet, from the servekit source
 tree this command runs from (a checkout or an editable install); an installed wheel has no
 Dockerfile, so then the command says how to get that image (docs/ops.md).
@@ -22,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import app
+from app.config.loader import ConfigError
 from app.project.dockerfile import BASE_IMAGE, PROJECT_DOCKERFILE
+from app.project.requirements import declared
 
 ENGINE_ENV = "SERVEKIT_CONTAINER_ENGINE"
 """Names the engine (docker or podman) when both are installed; default: docker, then podman."""
@@ -120,6 +126,10 @@ def build(
     root = Path(folder).expanduser()
     if not (root / "serve.yaml").is_file():
         raise BuildError(f"{root} has no serve.yaml: `servekit build` builds a project folder")
+    try:
+        declared(root / "serve.yaml")
+    except ConfigError as exc:
+        raise BuildError(f"the project's serve.yaml is not valid:\n{exc}") from None
     engine_name = engine()
     image = ensure_base(engine_name, base, timeout)
     chosen = tag or default_tag(root)

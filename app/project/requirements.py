@@ -1,4 +1,5 @@
-"""``requirements.txt`` of a saved project: the packages its model code imports, pinned.
+"""What a project image installs: ``requirements.txt`` of a saved project (the packages its
+model code imports, pinned) and serve.yaml's ``server.requirements`` (:func:`declared`).
 
 Module names become distribution names through ``importlib.metadata.packages_distributions``
 (``sklearn`` -> ``scikit-learn``) and are pinned at the versions installed here, so the image
@@ -12,6 +13,8 @@ import ast
 import sys
 from importlib import metadata
 from pathlib import Path
+
+from app.config.loader import load_config
 
 _OURS = {"app", "servekit"}
 
@@ -62,3 +65,9 @@ def is_installed(path: Path) -> bool:
     resolved = path.resolve()
     roots = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     return "site-packages" in resolved.parts or any(resolved.is_relative_to(r) for r in roots)
+
+
+def declared(serve_yaml: str | Path) -> list[str]:
+    """``server.requirements`` of a serve.yaml, each entry checked (no options, URLs or paths)
+    and written as packaging renders it; ConfigError when the file is not valid."""
+    return list(load_config(serve_yaml).server.requirements)

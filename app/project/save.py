@@ -48,6 +48,9 @@ class Project:
     """Top-level modules imported by the copied modules."""
     notes: list[str] = field(default_factory=list)
     """What the saved project lacks (e.g. files a remote server does not hand out)."""
+    requirements: list[str] = field(default_factory=list)
+    """serve.yaml's ``server.requirements`` of the server saved (packages its models need that
+    no saved module imports): kept, so the saved project's image installs them too."""
 
     def write(self, folder: str | Path) -> Path:
         """Write the project into ``folder`` (created if needed; files of the same name and
@@ -77,7 +80,11 @@ class Project:
             "# Build its image: servekit build . (Dockerfile and requirements.txt beside it)\n"
         )
         notes = "".join(f"# NOTE: {note}\n" for note in self.notes)
-        document: dict[str, Any] = {"runtimes": self.runtimes} if self.runtimes else {}
+        document: dict[str, Any] = {}
+        if self.requirements:
+            document["server"] = {"requirements": self.requirements}
+        if self.runtimes:
+            document["runtimes"] = self.runtimes
         document["models"] = self.models
         body: str = yaml.safe_dump(document, sort_keys=False, allow_unicode=True)
         return header + notes + body
@@ -94,10 +101,15 @@ def entry_of(plan: ModelPlan) -> dict[str, Any]:
     return entry
 
 
-def from_plans(plans: list[ModelPlan], runtimes: Sequence[RuntimeConfig] = ()) -> Project:
+def from_plans(
+    plans: list[ModelPlan],
+    runtimes: Sequence[RuntimeConfig] = (),
+    requirements: Sequence[str] = (),
+) -> Project:
     """A project of the models a server serves now (its ``served_plans``), with the declared
-    ``runtimes`` (serve.yaml's ``runtimes:``) those models use."""
-    project = Project()
+    ``runtimes`` (serve.yaml's ``runtimes:``) those models use and the server's
+    ``requirements`` (``server.requirements``)."""
+    project = Project(requirements=list(requirements))
     used = {plan.runtime for plan in plans}
     project.runtimes = [
         runtime.model_dump(mode="json", by_alias=True, exclude_unset=True)

@@ -1,0 +1,56 @@
+"""``server.requirements``: the packages a project image installs, one requirement per entry.
+
+An entry is a PEP 508 requirement as ``packaging`` parses it: a distribution name, optional
+extras, a version specifier and an environment marker (``numpy>=1.26``, ``scipy==1.14.1``,
+``pandas[parquet]``, ``uvloop; sys_platform != 'win32'``). Everything else pip would accept in
+a requirements file is refused:
+
+- options (``-e``, ``-r``, ``-c``, ``--index-url``, ``--extra-index-url``, ``--find-links``,
+  ``--trusted-host``, ...): one line of a requirements file can redirect where pip fetches
+  *every* package of the build, or pull in more files;
+- URLs and paths (``name @ https://...``, ``git+https://...``, ``./wheels/x.whl``): code from
+  wherever the line points, outside the index the builder chose.
+
+serve.yaml is configuration: it is edited beside the models, set from ``SERVEKIT_*`` variables,
+shipped in ConfigMaps and reviewed as settings, not as build scripts. So a serve.yaml can name
+packages, and the build fetches them from the package index the build machine's pip is set up
+with, never from anywhere the file says. A project that needs more (a private index, a local
+wheel) says so in its ``requirements.txt``, pip's own format, which the build also installs.
+"""
+
+from __future__ import annotations
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+NAME_START = r"^[A-Za-z0-9]"
+"""What an entry starts with (a distribution name), for editors through the JSON Schema; the
+validator below checks the rest."""
+
+
+def check_requirement(text: str) -> str:
+    """``text`` as packaging renders it (one canonical line), or ValueError saying what is
+    refused and why."""
+    entry = text.strip()
+    if not entry:
+        raise ValueError("an empty requirement; give a package name, e.g. numpy>=1.26")
+    if "\n" in entry or "\r" in entry:
+        raise ValueError("one requirement per entry (no line breaks)")
+    if entry.startswith("-"):
+        raise ValueError(
+            f"{entry!r} is a pip option: serve.yaml names packages only (options such as "
+            "--index-url or -e would change where the build fetches code; put them in "
+            "requirements.txt if the project needs them)"
+        )
+    try:
+        requirement = Requirement(entry)
+    except InvalidRequirement as exc:
+        raise ValueError(
+            f"{entry!r} is not a package requirement (name, extras, version, marker; URLs and "
+            f"paths are refused): {str(exc).splitlines()[0]}"
+        ) from None
+    if requirement.url is not None:
+        raise ValueError(
+            f"{entry!r} points at a URL: serve.yaml names packages from the build's package "
+            "index only (put direct references in requirements.txt if the project needs them)"
+        )
+    return str(requirement)
