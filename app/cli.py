@@ -76,7 +76,8 @@ def load_plan(
     storage_uri: str | None = None,
 ) -> ServePlan:
     """Load, override (flags beat file and environment) and compile a config file
-    (:func:`app.config.overrides.load_plan` with keyword arguments, for scripts and benchmarks)."""
+    (:func:`app.config.overrides.load_plan` with keyword arguments, for scripts and
+    benchmarks)."""
     return load_overridden(path, Overrides(dict(overrides or {}), only, storage_uri))
 
 

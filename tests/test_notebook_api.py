@@ -1,4 +1,4 @@
-"""The notebook API in one process: ``app.serve`` handles and ``app.connect`` to a subprocess.
+"""The notebook API in process: ``app.serve`` handles, ``app.connect`` to a subprocess.
 
 Leaks are checked the way a notebook user would notice them: Python threads still alive
 (``threading.enumerate``) and ports that cannot be bound again after ``stop``. Results are

@@ -1,7 +1,7 @@
 """The web dashboard at ``/``: health, repository index, model pages and try-it-out forms.
 
-``routes()`` is what the server hands to ``app.rest.app.create_app(extra_routes=...)``: the page
-and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
+``routes()`` is what the server hands to ``app.rest.app.create_app(extra_routes=...)``: the
+page and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
 internet). How the dashboard works when tokens are configured: :mod:`app.dashboard.viewer`.
 Handlers are given the DataPlane and ModelControl like every HTTP handler
 (app/rest/inject.py) and views read only their methods, so the dashboard and the API can never

@@ -79,7 +79,7 @@ def container_tokens(
     filled: tuple[str, ...] = (),
     mode: int | None = None,
 ) -> export_secrets.ContainerTokens:
-    """:func:`app.export.secrets.container_tokens` for ``plan``, its refusals as ExportError."""
+    """:func:`app.export.secrets.container_tokens` for ``plan``; its refusals: ExportError."""
     try:
         return export_secrets.container_tokens(
             plan.server.auth, secret_name(plan), config_dir, used=used, filled=filled, mode=mode

@@ -1,4 +1,4 @@
-"""The notebook API: ``app.serve`` a serve.yaml from a cell, ``app.connect`` to a running server.
+"""The notebook API: ``app.serve`` a serve.yaml from a cell, ``app.connect`` to a server.
 
 ``serve`` runs the server in a background thread with its own event loop (a Jupyter kernel
 already runs one on its main thread) and returns a :class:`Server` handle once it is ready;

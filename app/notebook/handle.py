@@ -100,7 +100,7 @@ class Server(RemoteServer):
     def _servekit(self) -> ServeKit:
         if not self.running or self._thread.servekit is None:
             raise RuntimeError(
-                f"servekit {self.name!r} is stopped{self._note}; start it again with app.serve()"
+                f"servekit {self.name!r} is stopped{self._note}; run app.serve() to restart"
             )
         return self._thread.servekit
 

@@ -1,4 +1,4 @@
-"""The child process of an isolated Python model: ``python -m app.runtimes.isolated_child FD PID``.
+"""An isolated Python model's child process: ``python -m app.runtimes.isolated_child FD PID``.
 
 ``FD`` is its end of a socket pair with the server (app/runtimes/isolation_wire.py), ``PID`` the
 server's process id. The first message says what to load, exactly the serve.yaml fields of the

@@ -20,8 +20,8 @@ A user exception becomes the request's error, never a dead server: 500 / INTERNA
 ``the model raised <type>: <message>``. The message is the model author's own words and usually
 what the caller needs (``ValueError: the model refuses negative numbers``), so it is shown, with
 absolute paths cut to their last part and at most 1000 characters; the traceback never is. It
-goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the model
-raises on purpose (e.g. InvalidArgument) passes through with its own code.
+goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the
+model raises on purpose (e.g. InvalidArgument) passes through with its own code.
 
 Each instance runs in its own worker thread (never two requests at once on one instance). A
 model that waits (sleeps, does I/O, polls a device) can stop early when its request is
