@@ -36,7 +36,7 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.config.schema import NetworkLimits
+from servekit.config.schema import NetworkLimits
 
 log = logging.getLogger("servekit.http")
 
