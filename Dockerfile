@@ -52,7 +52,7 @@ COPY --from=deps /opt/venv /opt/venv
 COPY --from=wheel /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && python3 -c "import app.cli, app.server, app.export.k8s"
+    && python3 -c "import servekit.cli, servekit.server, servekit.export.k8s"
 WORKDIR /srv
 # serve.yaml, the modules of Python models beside it (if any), and the model files.
 COPY serve.yaml *.py ./

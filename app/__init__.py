@@ -1,12 +1,18 @@
 """servekit: serve.yaml -> one server speaking the Open Inference Protocol over HTTP and gRPC.
 
-The notebook API (``app.serve``, ``app.connect``) is imported lazily so that ``import app``
-stays cheap and never starts anything.
+The notebook API (``servekit.serve``, ``servekit.connect``) is imported lazily so that
+``import servekit`` stays cheap and never starts anything. The package lives in the ``app/``
+folder (pyproject.toml maps the name); ``import app`` still works, with a warning.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+if __name__ == "app":  # this folder imported under its old name: become servekit (_old_name.py)
+    from servekit._old_name import install
+
+    install(__name__)
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "connect", "serve"]
@@ -15,7 +21,7 @@ __all__ = ["__version__", "connect", "serve"]
 def __getattr__(name: str) -> Any:
     """Resolve the notebook entry points on first use (no work at import time)."""
     if name in ("serve", "connect"):
-        from app import notebook
+        from servekit import notebook
 
         return getattr(notebook, name)
-    raise AttributeError(f"module 'app' has no attribute {name!r}")
+    raise AttributeError(f"module 'servekit' has no attribute {name!r}")

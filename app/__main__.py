@@ -1,7 +1,7 @@
-"""``python -m app`` behaves like ``servekit``."""
+"""``python -m servekit`` behaves like ``servekit``."""
 
 import sys
 
-from app.cli import main
+from servekit.cli import main
 
 sys.exit(main())

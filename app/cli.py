@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from app import __version__
-from app.config.compiler import ServePlan
-from app.config.loader import ConfigError, ConfigIssue, line_in_file
-from app.config.overrides import Overrides
-from app.config.overrides import load_plan as load_overridden
+from servekit import __version__
+from servekit.config.compiler import ServePlan
+from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.overrides import Overrides
+from servekit.config.overrides import load_plan as load_overridden
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
-    from app import cli_project
+    from servekit import cli_project
 
     cli_project.register(sub)
     return parser
@@ -76,18 +76,19 @@ def load_plan(
     storage_uri: str | None = None,
 ) -> ServePlan:
     """Load, override (flags beat file and environment) and compile a config file
-    (:func:`app.config.overrides.load_plan` with keyword arguments, for scripts and benchmarks)."""
+    (:func:`servekit.config.overrides.load_plan` with keyword arguments, for scripts and
+    benchmarks)."""
     return load_overridden(path, Overrides(dict(overrides or {}), only, storage_uri))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "schema":
-        from app.config.schema import json_schema
+        from servekit.config.schema import json_schema
 
         print(json.dumps(json_schema(), indent=2))
         return 0
-    from app import cli_project
+    from servekit import cli_project
 
     if args.command in cli_project.COMMANDS:
         return cli_project.run(args)
@@ -140,8 +141,8 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
 def _clear_token_warnings(plan: ServePlan, path: str) -> list[str]:
     """One warning per token written in serve.yaml itself (a clear token from a SERVEKIT_*
     environment variable is not in the file, and the environment is where it belongs)."""
-    from app.config.auth import clear_tokens
-    from app.config.loader import _env_source
+    from servekit.config.auth import clear_tokens
+    from servekit.config.loader import _env_source
 
     warnings = []
     for field_path in clear_tokens(plan.server.auth):
@@ -183,11 +184,11 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    from app.workers.spec import worker_count
+    from servekit.workers.spec import worker_count
 
     workers = worker_count(plan.server.workers)
     if workers > 1:  # a supervisor and worker processes (app/workers/); 1: this process serves
-        from app.workers import supervisor
+        from servekit.workers import supervisor
 
         config = str(Path(args.config).absolute())
         try:
@@ -212,8 +213,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     """Print manifests (``servekit export k8s|kserve``); warnings about the image to stderr."""
-    from app.export import k8s as export
-    from app.export import kserve as export_kserve
+    from servekit.export import k8s as export
+    from servekit.export import kserve as export_kserve
 
     plan = export.load_plan(args.config)
     try:
@@ -232,7 +233,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
-    from app.server import ServeKit
+    from servekit.server import ServeKit
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -243,7 +244,7 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
     print(addresses.listening_line(), flush=True)
     watcher = None
     if plan.server.watch:
-        from app.services.watch import watch_config
+        from servekit.services.watch import watch_config
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()

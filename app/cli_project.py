@@ -40,8 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from app.config.loader import ConfigError
-    from app.errors import ServeError
+    from servekit.config.loader import ConfigError
+    from servekit.errors import ServeError
 
     try:
         if args.command == "save":
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _save(args: argparse.Namespace) -> int:
-    from app.notebook.remote import connect
+    from servekit.notebook.remote import connect
 
     server = connect(args.url, token=args.token)
     try:
@@ -74,7 +74,7 @@ def _save(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from app.project import build as building
+    from servekit.project import build as building
 
     try:
         kwargs = {"base": args.base} if args.base else {}
@@ -89,7 +89,7 @@ def _build(args: argparse.Namespace) -> int:
 def _requirements(args: argparse.Namespace) -> int:
     """The project Dockerfile runs this to learn what to pip-install besides requirements.txt:
     the entries come out validated (app/config/pip_requirements.py), one per line."""
-    from app.project.requirements import declared
+    from servekit.project.requirements import declared
 
     for line in declared(args.config):
         print(line)
@@ -97,8 +97,8 @@ def _requirements(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from app.notebook.bench import run_benchmark
-    from app.notebook.remote import connect
+    from servekit.notebook.bench import run_benchmark
+    from servekit.notebook.remote import connect
 
     try:
         levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())

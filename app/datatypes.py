@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from app.errors import InvalidArgument
+from servekit.errors import InvalidArgument
 
 
 @dataclass(frozen=True, slots=True)

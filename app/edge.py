@@ -40,8 +40,8 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.config.schema import NetworkLimits
-from app.rest.infer import WAITING
+from servekit.config.schema import NetworkLimits
+from servekit.rest.infer import WAITING
 
 log = logging.getLogger("servekit.http")
 

@@ -20,22 +20,22 @@ from typing import Any, Protocol
 import uvicorn
 from litestar import Litestar
 
-from app import dashboard, edge
-from app.config.compiler import ServePlan
-from app.listen import Addresses, bind_http, bound_address
-from app.models.repository import ModelRepository
-from app.rest import create_app
-from app.rest import extensions as rest_extensions
-from app.rest import generate as rest_generate
-from app.rest import grps as rest_grps
-from app.rest import ports as rest_ports
-from app.rest import repository as rest_repository
-from app.rest import shared_memory as rest_shared_memory
-from app.rest import workers as rest_workers
-from app.services.dataplane import DataPlane, server_extensions
-from app.services.model_control import ModelControl
-from app.services.state import Listening, ServerState
-from app.services.stats import Statistics
+from servekit import dashboard, edge
+from servekit.config.compiler import ServePlan
+from servekit.listen import Addresses, bind_http, bound_address
+from servekit.models.repository import ModelRepository
+from servekit.rest import create_app
+from servekit.rest import extensions as rest_extensions
+from servekit.rest import generate as rest_generate
+from servekit.rest import grps as rest_grps
+from servekit.rest import ports as rest_ports
+from servekit.rest import repository as rest_repository
+from servekit.rest import shared_memory as rest_shared_memory
+from servekit.rest import workers as rest_workers
+from servekit.services.dataplane import DataPlane, server_extensions
+from servekit.services.model_control import ModelControl
+from servekit.services.state import Listening, ServerState
+from servekit.services.stats import Statistics
 
 log = logging.getLogger("servekit")
 
@@ -155,11 +155,11 @@ class ServeKit:
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         self._publish(self.addresses)
         if server.grpc_port is not None:
-            from app.grpc import tuning
+            from servekit.grpc import tuning
 
             tuning.prefer_poller_io()  # before grpcio is imported (below)
-            from app.grpc import grps_servicer
-            from app.grpc.server import start_grpc_server
+            from servekit.grpc import grps_servicer
+            from servekit.grpc.server import start_grpc_server
 
             self._grpc, port = await start_grpc_server(
                 self.dataplane,

@@ -44,7 +44,7 @@ def main() -> int:
         try:
             for name, tree in trees.items():
                 os.environ["PYTHONPATH"] = str(Path(tree).resolve())
-                argv = [sys.executable, "-m", "app", "serve", str(workload.config),
+                argv = [sys.executable, "-m", "servekit", "serve", str(workload.config),
                         "--http-port", "0", "--no-grpc", "--host", "127.0.0.1",
                         "--log-level", "warning"]  # fmt: skip
                 servers[name] = Server(

@@ -42,7 +42,7 @@ LIMIT = 0.97  # issue 10: at most 3% fewer requests/s with tokens on
 
 
 def start(config: Path, token: bool) -> Server:
-    argv = [sys.executable, "-m", "app", "serve", str(config), "--http-port", "0",
+    argv = [sys.executable, "-m", "servekit", "serve", str(config), "--http-port", "0",
             "--grpc-port", "0", "--host", "127.0.0.1", "--log-level", "warning"]  # fmt: skip
     env_token = {"BENCH_TOKEN": TOKEN} if token else {}
     os.environ.update(env_token)
@@ -133,8 +133,8 @@ def check_cost_us(calls: int = 200_000) -> dict[str, float]:
     import asyncio
     import time
 
-    from app.config.auth import AccessPolicy, ApiGroup
-    from app.grpc.access import _checked
+    from servekit.config.auth import AccessPolicy, ApiGroup
+    from servekit.grpc.access import _checked
 
     policy = AccessPolicy({ApiGroup.INFERENCE: TOKEN.encode()})
     header = f"Bearer {TOKEN}".encode()

@@ -29,12 +29,12 @@ from litestar import Litestar, Request, post
 from litestar.types import ASGIApp, Receive, Scope, Send
 from workload import make_workload
 
-from app.cli import load_plan
-from app.codecs import v2_binary, v2_json
-from app.grpc.servicer import InferenceServicer
-from app.protos import grpc_service_pb2 as pb
-from app.rest import create_app
-from app.server import ServeKit
+from servekit.cli import load_plan
+from servekit.codecs import v2_binary, v2_json
+from servekit.grpc.servicer import InferenceServicer
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.rest import create_app
+from servekit.server import ServeKit
 
 PATH = "/v2/models/mlp/infer"
 

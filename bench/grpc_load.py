@@ -50,8 +50,8 @@ import onnx_builders
 from procs import load_average
 from report import machine, write_section
 
-from app.protos import grpc_service_pb2 as pb
-from app.protos import grpc_service_pb2_grpc as pb_grpc
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.protos import grpc_service_pb2_grpc as pb_grpc
 
 SERVICE = "/inference.GRPCInferenceService"
 START, END = "<!-- grpc-bench:start -->", "<!-- grpc-bench:end -->"
@@ -110,7 +110,7 @@ def frame(message: Any) -> bytes:
 
 
 def start_server(folder: Path, cpu: int) -> tuple[subprocess.Popen[str], str, str]:
-    argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "app", "serve", "serve.yaml",
+    argv = ["taskset", "-c", str(cpu), sys.executable, "-m", "servekit", "serve", "serve.yaml",
             "--http-port", "0", "--grpc-port", "0", "--host", "127.0.0.1"]  # fmt: skip
     log = (folder / "server.log").open("w")
     process = subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=log, text=True)

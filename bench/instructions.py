@@ -47,9 +47,12 @@ def count(tree: Path, config: Path, body: bytes, header_length: int | None, requ
     env = dict(os.environ, PYTHONPATH=str(tree.resolve()), PYTHONMALLOC="malloc")
     out_file = out_dir / f"callgrind.{name}.out"
     prefix = f"--vgdb-prefix={out_dir / name}-vgdb"
+    # A checkout from before the package was called servekit (issue 16) serves as `app`.
+    package = "servekit" if (tree / "servekit").exists() else "app"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--vgdb=yes", prefix,
-            f"--callgrind-out-file={out_file}", sys.executable, "-m", "app", "serve", str(config),
-            "--http-port", "0", "--host", "127.0.0.1", "--log-level", "warning"]  # fmt: skip
+            f"--callgrind-out-file={out_file}", sys.executable, "-m", package, "serve",
+            str(config), "--http-port", "0", "--host", "127.0.0.1",
+            "--log-level", "warning"]  # fmt: skip
     argv += ["--grpc-port", "0"] if body == GRPC else ["--no-grpc"]
     log_path = out_dir / f"{name}.log"
     with log_path.open("w") as log_file:

@@ -53,7 +53,7 @@ from onnx_builders import mlp  # noqa: E402
 from procs import Server, load_average  # noqa: E402
 from report import machine, write_section  # noqa: E402
 
-from app.protos import grpc_service_pb2 as pb  # noqa: E402
+from servekit.protos import grpc_service_pb2 as pb  # noqa: E402
 
 SERVER_CPU, CLIENT_CPU = "0", "1"
 SIZES = (512, 1024, 1024, 10)
@@ -227,8 +227,9 @@ def serve(folder: Path, config: str) -> Server:
     (folder / "serve.yaml").write_text(
         MODEL_YAML.format(max_batch=MAX_BATCH, batching=CONFIGS[config])
     )
-    argv = [sys.executable, "-m", "app", "serve", str(folder / "serve.yaml"), "--http-port", "0",
-            "--grpc-port", "0", "--host", "127.0.0.1", "--log-level", "warning"]  # fmt: skip
+    argv = [sys.executable, "-m", "servekit", "serve", str(folder / "serve.yaml"),
+            "--http-port", "0", "--grpc-port", "0", "--host", "127.0.0.1",
+            "--log-level", "warning"]  # fmt: skip
     return Server(argv, SERVER_CPU, r"listening http://127\.0\.0\.1:(\d+)", cwd=ROOT)
 
 

@@ -17,8 +17,8 @@ import time
 import numpy as np
 import onnxruntime as ort
 
-from app.cli import load_plan
-from app.runtimes.onnx import session_options
+from servekit.cli import load_plan
+from servekit.runtimes.onnx import session_options
 
 
 def measure(session: ort.InferenceSession, feed: dict[str, np.ndarray], duration: float) -> dict:  # type: ignore[type-arg]

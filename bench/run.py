@@ -120,7 +120,7 @@ def raw_ort(workload: Workload, seconds: float) -> dict[str, Any]:
 
 
 def start_servekit(workload: Workload) -> Server:
-    argv = [sys.executable, "-m", "app", "serve", str(workload.config), "--http-port", "0"]
+    argv = [sys.executable, "-m", "servekit", "serve", str(workload.config), "--http-port", "0"]
     argv += ["--no-grpc", "--host", "127.0.0.1", "--log-level", "warning"]
     return Server(argv, SERVER_CPU, r"listening http://127\.0\.0\.1:(\d+)", cwd=ROOT)
 

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         workloads = write_workload(folder)
         for workers in args.workers:
-            argv_ = [sys.executable, "-m", "app", "serve", str(folder / "serve.yaml"),
+            argv_ = [sys.executable, "-m", "servekit", "serve", str(folder / "serve.yaml"),
                      "--http-port", "0", "--grpc-port", "0", "--host", "127.0.0.1",
                      "--workers", str(workers), "--log-level", "warning"]  # fmt: skip
             server = Server(argv_, cpus, r"listening http://127\.0\.0\.1:(\d+)", cwd=ROOT)

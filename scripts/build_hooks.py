@@ -2,7 +2,8 @@
 
 The contract keeps the templates in the repository's top-level ``templates/`` folder, but a
 wheel can only carry files that live inside a package. This ``build_py`` copies ``templates/``
-into ``app/dashboard/templates`` of the build, where ``app.dashboard.render`` looks first; a
+into ``servekit/dashboard/templates`` of the build (the package ``servekit``, whose code is
+the ``app/`` folder), where ``servekit.dashboard.render`` looks first; a
 source checkout (editable install, tests) reads ``templates/`` itself. No symlinks, nothing
 copied into the source tree. Wired by ``[tool.setuptools] cmdclass`` in pyproject.toml.
 """
@@ -16,7 +17,7 @@ from setuptools.command.build_py import build_py  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = ROOT / "templates"
-TARGET = Path("app", "dashboard", "templates")
+TARGET = Path("servekit", "dashboard", "templates")  # in the build: the package name
 
 
 class BuildPy(build_py):  # type: ignore[misc]

@@ -29,7 +29,7 @@ Post-processing applied to protoc's output (all of it is mechanical, so the
    ``import model_config_pb2 as model__config__pb2`` (top-level module), which
    only works with the output directory on ``sys.path``; we rewrite it to
    ``from . import model_config_pb2 as model__config__pb2`` so the modules work
-   as ``app.protos.grpc_service_pb2``. Same in the ``.pyi`` stubs and
+   as ``servekit.protos.grpc_service_pb2``. Same in the ``.pyi`` stubs and
    the ``*_pb2_grpc.py`` files.
 2. The module name handed to ``_builder.BuildTopDescriptorsAndMessages`` is
    the full dotted name, so message classes get a correct ``__module__``
@@ -68,7 +68,7 @@ part of the gRPC method paths and of reflection / Any type URLs), so the
 default pool can hold only one of the two definitions. Therefore our
 generated modules register their files in a private
 ``google.protobuf.descriptor_pool.DescriptorPool`` (``POOL`` in
-``app.protos``). This is fully supported by protobuf (builder and
+``servekit.protos``). This is fully supported by protobuf (builder and
 message_factory work with any pool) and changes nothing on the wire: the
 binary encoding depends only on field numbers and types, and gRPC method paths
 (``/inference.GRPCInferenceService/ModelInfer``) are string literals in the
@@ -80,7 +80,7 @@ binary encoding depends only on field numbers and types, and gRPC method paths
 * anything that looks types up *by name* in the default pool will not find
   ours: e.g. gRPC server reflection must be given the pool explicitly,
   ``grpc_reflection.v1alpha.reflection.enable_server_reflection(names, server,
-  pool=app.protos.POOL)``; ``json_format`` and ``text_format`` work
+  pool=servekit.protos.POOL)``; ``json_format`` and ``text_format`` work
   unchanged on message instances.
 
 Caveat, pure-python protobuf backend only (PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=
@@ -110,7 +110,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_DIR = ROOT / "proto"
 OUT_DIR = ROOT / "app" / "protos"
-PACKAGE = "app.protos"
+PACKAGE = "servekit.protos"
 
 INIT_PY = '''\
 """Generated protobuf / gRPC modules. DO NOT EDIT: run ``python scripts/gen_protos.py``.

@@ -15,9 +15,9 @@ from typing import Annotated, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.config.schema import ModelConfig
-from app.errors import InvalidArgument
-from app.types import InferRequest, RequestedOutput, Tensor
+from servekit.config.schema import ModelConfig
+from servekit.errors import InvalidArgument
+from servekit.types import InferRequest, RequestedOutput, Tensor
 
 WAIT_S = 10.0
 """How long a gated model waits to be released before it gives up (a bounded wait)."""

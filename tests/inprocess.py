@@ -17,12 +17,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from app.config.compiler import ServePlan, compile_plan
-from app.config.loader import parse_config
-from app.rest.triton_json import statistics_json
-from app.server import ServeKit
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
+from servekit.config.compiler import ServePlan, compile_plan
+from servekit.config.loader import parse_config
+from servekit.rest.triton_json import statistics_json
+from servekit.server import ServeKit
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
 
 
 def plan_of(yaml_text: str, base_dir: Path) -> ServePlan:

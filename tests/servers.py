@@ -3,7 +3,7 @@
 End-to-end tests must exercise the real command line, the real process start-up, the printed
 ``servekit: listening ...`` line and real signal handling, so nothing here imports the server:
 it writes a serve.yaml with small ONNX models (built by :mod:`onnx_builders`), starts
-``python -m app serve``, waits (bounded) for the listening line and for readiness, and always
+``python -m servekit serve``, waits (bounded) for the listening line and for readiness, and always
 stops the process (SIGTERM, then SIGKILL) so no test leaves a server behind.
 """
 
@@ -53,7 +53,7 @@ LFS_POINTER = (
 def grpc_available() -> bool:
     """Whether the gRPC adapter exists yet (it is built in parallel with these tests)."""
     try:
-        return importlib.util.find_spec("app.grpc.server") is not None
+        return importlib.util.find_spec("servekit.grpc.server") is not None
     except ImportError:
         return False
 
@@ -168,10 +168,10 @@ def _release(process: subprocess.Popen[str], pump: threading.Thread | None) -> N
 
 
 def server_command(config: Path, *, grpc: bool = True, extra: Sequence[str] = ()) -> list[str]:
-    """The argv of ``python -m app serve`` on free ports of the loopback interface."""
+    """The argv of ``python -m servekit serve`` on free ports of the loopback interface."""
     ports = ["--grpc-port", "0"] if grpc else ["--no-grpc"]
     return [
-        sys.executable, "-m", "app", "serve", str(config),
+        sys.executable, "-m", "servekit", "serve", str(config),
         "--http-port", "0", *ports, "--host", "127.0.0.1", *extra,
     ]  # fmt: skip
 

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from app.config.auth import AccessPolicy, ApiGroup, TokenError, clear_tokens, resolve_policy
-from app.config.compiler import compile_plan, is_loopback
-from app.config.schema import AuthConfig, ServeConfig
-from app.errors import Unauthenticated
-from app.grpc import grps_servicer
-from app.grpc import servicer as inference_servicer
-from app.grpc.access import METHOD_GROUPS, protect
-from app.rest.access import API_GROUP, cross_site_guard
-from app.server import ServeKit
+from servekit.config.auth import AccessPolicy, ApiGroup, TokenError, clear_tokens, resolve_policy
+from servekit.config.compiler import compile_plan, is_loopback
+from servekit.config.schema import AuthConfig, ServeConfig
+from servekit.errors import Unauthenticated
+from servekit.grpc import grps_servicer
+from servekit.grpc import servicer as inference_servicer
+from servekit.grpc.access import METHOD_GROUPS, protect
+from servekit.rest.access import API_GROUP, cross_site_guard
+from servekit.server import ServeKit
 
 POLICY = AccessPolicy({ApiGroup.INFERENCE: b"abc123", ApiGroup.ADMIN: b"zz-top"})
 

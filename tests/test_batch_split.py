@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.datatypes import DATATYPES
-from app.errors import Internal
-from app.runtimes.base import Arrays
-from app.services import batching
+from servekit.datatypes import DATATYPES
+from servekit.errors import Internal
+from servekit.runtimes.base import Arrays
+from servekit.services import batching
 
 OUTPUTS = ("same", "flipped", "first")
 

@@ -11,10 +11,10 @@ import onnx
 import onnx_builders
 import pytest
 
-from app.config.compiler import compile_plan
-from app.config.loader import ConfigError, parse_config
-from app.server import ServeKit
-from app.types import InferRequest, Tensor
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import ConfigError, parse_config
+from servekit.server import ServeKit
+from servekit.types import InferRequest, Tensor
 
 CONFIG = """
 models:

@@ -25,10 +25,10 @@ from loops import run_in_own_loop
 from repo_helpers import onnx_bytes
 from servers import ALSO, LISTENING, ServerProcess, start_server
 
-import app
-from app.config.overrides import Overrides, load_plan
-from app.listen import Addresses, resolve_host
-from app.server import ServeKit
+import servekit
+from servekit.config.overrides import Overrides, load_plan
+from servekit.listen import Addresses, resolve_host
+from servekit.server import ServeKit
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def serve(config: Path, *host: str) -> ServerProcess:
     """``servekit serve`` on free ports, with ``--host`` only when given."""
     flags = ["--host", *host] if host else []
-    argv = [sys.executable, "-m", "app", "serve", str(config), "--http-port", "0",
+    argv = [sys.executable, "-m", "servekit", "serve", str(config), "--http-port", "0",
             "--grpc-port", "0", *flags]  # fmt: skip
     return start_server(config, command=argv)
 
@@ -131,7 +131,7 @@ def test_ipv6_loopback_in_brackets(config: Path, started: list[ServerProcess]) -
     http, grpc_port = port_of(server.http_url), port_of(server.grpc_target)
     assert http_answers("::1", http) and grpc_answers("::1", grpc_port)
     assert not http_answers("127.0.0.1", http)
-    remote = app.connect(server.http_url)
+    remote = servekit.connect(server.http_url)
     try:
         assert remote.grpc_target == server.grpc_target
     finally:
@@ -211,7 +211,7 @@ def test_addresses_tell_bound_from_local_client() -> None:
 
 
 def test_app_serve_listens_on_loopback(config: Path) -> None:
-    with app.serve(config, name="bind-test") as server:
+    with servekit.serve(config, name="bind-test") as server:
         assert server.url.startswith("http://127.0.0.1:")
         assert server._thread.addresses is not None
         assert server._thread.addresses.hosts == ("127.0.0.1",)
@@ -224,7 +224,7 @@ def test_app_serve_listens_on_loopback(config: Path) -> None:
 def test_an_address_that_cannot_be_bound_is_a_message(
     config: Path, host: str, message: str
 ) -> None:
-    argv = [sys.executable, "-m", "app", "serve", str(config), "--http-port", "0", "--no-grpc",
+    argv = [sys.executable, "-m", "servekit", "serve", str(config), "--http-port", "0", "--no-grpc",
             "--host", host]  # fmt: skip
     done = subprocess.run(
         argv,

@@ -13,12 +13,12 @@ from onnx_builders import identity
 from pydantic import ValidationError
 from shm_models import LABELS, SERVE_YAML
 
-from app.config.schema import ModelConfig
-from app.errors import InvalidArgument
-from app.grpc.triton_proto import model_config_message
-from app.rest.triton_json import model_config_json
-from app.services.classification import classify
-from app.types import InferRequest, RequestedOutput, Tensor
+from servekit.config.schema import ModelConfig
+from servekit.errors import InvalidArgument
+from servekit.grpc.triton_proto import model_config_message
+from servekit.rest.triton_json import model_config_json
+from servekit.services.classification import classify
+from servekit.types import InferRequest, RequestedOutput, Tensor
 
 pytestmark = pytest.mark.anyio
 

@@ -143,7 +143,7 @@ def test_schema_is_json_schema_with_descriptions() -> None:
 
 def test_python_dash_m_app_is_servekit() -> None:
     for args in (["--version"], ["validate", "serve.yaml"]):
-        console, module = run(SERVEKIT, *args), run(sys.executable, "-m", "app", *args)
+        console, module = run(SERVEKIT, *args), run(sys.executable, "-m", "servekit", *args)
         assert (console.returncode, console.stdout) == (module.returncode, module.stdout), args
         assert console.returncode == 0 and console.stdout.startswith(("servekit ", "serve.yaml"))
 
@@ -166,7 +166,7 @@ def test_serve_on_a_busy_port_exits_with_a_message(
     server: ServerProcess, model_store: Path
 ) -> None:
     port = server.http_url.rsplit(":", 1)[1]
-    argv = [sys.executable, "-m", "app", "serve", str(model_store), "--http-port", port,
+    argv = [sys.executable, "-m", "servekit", "serve", str(model_store), "--http-port", port,
             "--no-grpc", "--host", "127.0.0.1"]  # fmt: skip
     done = run(*argv, cwd=model_store.parent)
     assert done.returncode != 0
@@ -188,7 +188,16 @@ def test_serve_refuses_an_out_of_range_port_flag(
     model_store: Path, flags: list[str], message: str
 ) -> None:
     """Flags are checked like the file: a message naming the flag, not a traceback at bind."""
-    argv = [sys.executable, "-m", "app", "serve", str(model_store), "--host", "127.0.0.1", *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "servekit",
+        "serve",
+        str(model_store),
+        "--host",
+        "127.0.0.1",
+        *flags,
+    ]
     done = run(*argv, cwd=model_store.parent, timeout=30)
     assert done.returncode == 1
     assert message in done.stderr and "Traceback" not in done.stderr

@@ -23,10 +23,10 @@ from hypothesis.extra import numpy as hnp
 from tritonclient.http._utils import _get_inference_request
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
-from app.codecs import raw, v2_binary, v2_json
-from app.datatypes import DATATYPES, DataType, lookup
-from app.errors import InvalidArgument
-from app.types import InferRequest, InferResponse, RequestedOutput, Tensor, TensorSpec
+from servekit.codecs import raw, v2_binary, v2_json
+from servekit.datatypes import DATATYPES, DataType, lookup
+from servekit.errors import InvalidArgument
+from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor, TensorSpec
 
 ALL = sorted(DATATYPES)
 FAST = settings(

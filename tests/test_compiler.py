@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.config.compiler import BUILTIN_RUNTIMES, ServePlan, compile_plan, resolve_options
-from app.config.loader import ConfigError, load_config
-from app.config.schema import RuntimeOptions
+from servekit.config.compiler import BUILTIN_RUNTIMES, ServePlan, compile_plan, resolve_options
+from servekit.config.loader import ConfigError, load_config
+from servekit.config.schema import RuntimeOptions
 
 
 def compiled(tmp_path: Path, text: str) -> ServePlan:

@@ -8,8 +8,8 @@ import zlib
 import pytest
 from litestar.exceptions import HTTPException
 
-from app.errors import InvalidArgument, ResourceExhausted
-from app.rest import compression
+from servekit.errors import InvalidArgument, ResourceExhausted
+from servekit.rest import compression
 
 TOO_LARGE = ResourceExhausted("too large")
 

@@ -12,9 +12,9 @@ import jsonschema
 import pytest
 import yaml
 
-from app.config.compiler import compile_plan
-from app.config.loader import ConfigError, load_config, parse_config
-from app.config.schema import ServeConfig, json_schema
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import ConfigError, load_config, parse_config
+from servekit.config.schema import ServeConfig, json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -99,7 +99,7 @@ def image(podman_env: dict[str, str]) -> str:
 def exported(target: str) -> dict[str, list[dict[str, Any]]]:
     """``servekit export TARGET`` of the repository's serve.yaml, grouped by kind."""
     out = subprocess.run(
-        [sys.executable, "-m", "app", "export", target, str(REPO / "serve.yaml"),
+        [sys.executable, "-m", "servekit", "export", target, str(REPO / "serve.yaml"),
          "--image", IMAGE],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout  # fmt: skip

@@ -25,8 +25,8 @@ import onnx_builders
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
 
-from app import __version__
-from app.dashboard.headers import CONTENT_SECURITY_POLICY
+from servekit import __version__
+from servekit.dashboard.headers import CONTENT_SECURITY_POLICY
 
 if not CHROMIUM.exists() and not os.environ.get("CI"):
     pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
@@ -179,7 +179,7 @@ def test_app_wide_headers_leave_the_dashboards_stricter_ones() -> None:
     from litestar import Litestar, get
     from litestar.testing import TestClient
 
-    from app.dashboard.headers import API_HEADERS, DASHBOARD_HEADERS, add_headers
+    from servekit.dashboard.headers import API_HEADERS, DASHBOARD_HEADERS, add_headers
 
     @get("/api", sync_to_thread=False)
     def api() -> dict[str, str]:

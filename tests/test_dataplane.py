@@ -25,8 +25,8 @@ from fakes import (
 )
 from inprocess import Serve, Services
 
-from app.errors import Internal, InvalidArgument, NotFound, Unavailable
-from app.types import InferRequest, RequestedOutput, Tensor
+from servekit.errors import Internal, InvalidArgument, NotFound, Unavailable
+from servekit.types import InferRequest, RequestedOutput, Tensor
 
 pytestmark = pytest.mark.anyio
 

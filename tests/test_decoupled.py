@@ -31,8 +31,8 @@ from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 from waits import async_wait_until, wait_until
 
-from app.protos import grps_pb2 as gpb
-from app.protos import grps_pb2_grpc as gpb_grpc
+from servekit.protos import grps_pb2 as gpb
+from servekit.protos import grps_pb2_grpc as gpb_grpc
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,9 @@ import pytest
 from fakes import python_model, tensor
 from inprocess import Serve
 
-from app.codecs import generate_json
-from app.errors import Internal, InvalidArgument, Unimplemented
-from app.types import InferRequest, InferResponse, Tensor, TensorSpec
+from servekit.codecs import generate_json
+from servekit.errors import Internal, InvalidArgument, Unimplemented
+from servekit.types import InferRequest, InferResponse, Tensor, TensorSpec
 
 pytestmark = pytest.mark.anyio
 

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.config.compiler import compile_plan
-from app.config.loader import parse_config
-from app.errors import Unavailable
-from app.runtimes.python import register_object
-from app.server import ServeKit
-from app.types import InferRequest, Tensor
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import parse_config
+from servekit.errors import Unavailable
+from servekit.runtimes.python import register_object
+from servekit.server import ServeKit
+from servekit.types import InferRequest, Tensor
 
 WAIT = 10.0
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from servers import ServerProcess, identity_name
 
-from app.protos import grpc_service_pb2 as pb
+from servekit.protos import grpc_service_pb2 as pb
 
 pytestmark = pytest.mark.slow  # end to end: real server processes
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from app.errors import ErrorCode, ServeError
-from app.grpc.status import GRPC_STATUS, status_of
+from servekit.errors import ErrorCode, ServeError
+from servekit.grpc.status import GRPC_STATUS, status_of
 
 
 def test_every_error_code_has_a_grpc_status() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app import errors
-from app.errors import ErrorCode, ServeError
-from app.rest.errors import HTTP_STATUS
+from servekit import errors
+from servekit.errors import ErrorCode, ServeError
+from servekit.rest.errors import HTTP_STATUS
 
 
 def test_every_code_has_an_http_status() -> None:
@@ -55,8 +55,8 @@ def test_unexpected_errors_answer_a_reference_not_their_text(
     from litestar import Litestar, get
     from litestar.testing import TestClient
 
-    from app.rest.errors import EXCEPTION_HANDLERS
-    from app.rest.grps import _failure
+    from servekit.rest.errors import EXCEPTION_HANDLERS
+    from servekit.rest.grps import _failure
 
     @get("/boom", sync_to_thread=False)
     def boom() -> None:

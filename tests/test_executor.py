@@ -15,21 +15,21 @@ import numpy as np
 import pytest
 from google.protobuf.json_format import MessageToDict
 
-from app.config.compiler import compile_plan
-from app.config.loader import parse_config
-from app.errors import DeadlineExceeded, Internal, Overloaded
-from app.grpc.triton_proto import statistics_message
-from app.models.repository import VersionEntry
-from app.rest.triton_json import statistics_json
-from app.runtimes.base import CALL_DEADLINE
-from app.runtimes.cancel import cancel_event
-from app.runtimes.python import register_object
-from app.server import ServeKit
-from app.services import placement
-from app.services.dataplane import DataPlane
-from app.services.executor import ModelExecutor
-from app.services.placement import Mode
-from app.types import InferRequest, Tensor
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import parse_config
+from servekit.errors import DeadlineExceeded, Internal, Overloaded
+from servekit.grpc.triton_proto import statistics_message
+from servekit.models.repository import VersionEntry
+from servekit.rest.triton_json import statistics_json
+from servekit.runtimes.base import CALL_DEADLINE
+from servekit.runtimes.cancel import cancel_event
+from servekit.runtimes.python import register_object
+from servekit.server import ServeKit
+from servekit.services import placement
+from servekit.services.dataplane import DataPlane
+from servekit.services.executor import ModelExecutor
+from servekit.services.placement import Mode
+from servekit.types import InferRequest, Tensor
 
 IO = (
     "inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"

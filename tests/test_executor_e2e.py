@@ -33,12 +33,12 @@ from loops import run_in_own_loop
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
-from app.config.compiler import compile_plan
-from app.config.loader import parse_config
-from app.rest.triton_json import statistics_json
-from app.runtimes.python import register_object
-from app.server import ServeKit
-from app.services.executor import ModelExecutor
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import parse_config
+from servekit.rest.triton_json import statistics_json
+from servekit.runtimes.python import register_object
+from servekit.server import ServeKit
+from servekit.services.executor import ModelExecutor
 
 pytestmark = pytest.mark.slow  # end to end: real server processes and Triton clients
 

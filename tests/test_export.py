@@ -29,8 +29,8 @@ import yaml
 from kubernetes_validate import utils as kv
 from servers import start_server
 
-from app.config.names import find_model
-from app.export.k8s import ExportError, k8s_name
+from servekit.config.names import find_model
+from servekit.export.k8s import ExportError, k8s_name
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +76,7 @@ def export(
 ) -> subprocess.CompletedProcess[str]:
     """Run the real CLI (a subprocess, as ops run it)."""
     result = subprocess.run(
-        [sys.executable, "-m", "app", "export", *args],
+        [sys.executable, "-m", "servekit", "export", *args],
         capture_output=True, text=True, timeout=60, check=False, env=env,
     )  # fmt: skip
     if check:
@@ -219,7 +219,7 @@ def test_serve_only_rejects_unknown_model_and_ambiguous_storage(project: Path) -
         (["--storage-uri", "/tmp"], "--storage-uri needs --only NAME"),
     ):
         result = subprocess.run(
-            [sys.executable, "-m", "app", "serve", config, "--http-port", "0", *extra],
+            [sys.executable, "-m", "servekit", "serve", config, "--http-port", "0", *extra],
             capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
         assert result.returncode == 1
@@ -245,7 +245,7 @@ def test_servingruntime_args_serve_the_mounted_model(project: Path, tmp_path: Pa
         "8081": "0",
     }
     assert container["command"] == ["servekit"]
-    argv = [sys.executable, "-m", "app", *(local.get(arg, arg) for arg in container["args"])]
+    argv = [sys.executable, "-m", "servekit", *(local.get(arg, arg) for arg in container["args"])]
     server = start_server(configmap_dir / "serve.yaml", command=argv)
     try:
         client = httpclient.InferenceServerClient(server.http_host_port)
@@ -423,7 +423,7 @@ def test_exported_args_and_secret_env_serve_with_the_token(
     docs = documents(export("k8s", str(config)).stdout)
     (container,) = docs["Deployment"][0]["spec"]["template"]["spec"]["containers"]
     local = {"/srv/serve.yaml": str(config), "0.0.0.0": "127.0.0.1", "8000": "0", "8001": "0"}
-    argv = [sys.executable, "-m", "app", *(local.get(arg, arg) for arg in container["args"])]
+    argv = [sys.executable, "-m", "servekit", *(local.get(arg, arg) for arg in container["args"])]
     token = "deployment-token-3"
     names = [e["name"] for e in container["env"] if "valueFrom" in e]
     assert names == ["SERVEKIT_TOKEN"]

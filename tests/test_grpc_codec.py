@@ -1,4 +1,4 @@
-"""Round trips of app.codecs.v2_proto over every datatype (hypothesis), through the wire bytes.
+"""Round trips of servekit.codecs.v2_proto over every datatype (hypothesis), through the wire bytes.
 
 A request is built the way a client would (typed or raw contents), serialized, parsed back and
 decoded; the arrays must be bit-for-bit what was sent. Responses are encoded, serialized and
@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from tritonclient.grpc import service_pb2 as triton_pb
 
-from app.codecs import v2_proto
-from app.codecs.raw import tensor_to_buffer
-from app.datatypes import DATATYPES, lookup
-from app.errors import InvalidArgument
-from app.protos import grpc_service_pb2 as pb
-from app.types import InferRequest, InferResponse, RequestedOutput, Tensor
+from servekit.codecs import v2_proto
+from servekit.codecs.raw import tensor_to_buffer
+from servekit.datatypes import DATATYPES, lookup
+from servekit.errors import InvalidArgument
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
 

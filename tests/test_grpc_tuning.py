@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from servers import ServerProcess
 
-from app.grpc import tuning
+from servekit.grpc import tuning
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def test_poller_io_is_asked_for_before_grpc_starts() -> None:
     out = run_fresh(
         """
         import os
-        from app.grpc import tuning
+        from servekit.grpc import tuning
         print(tuning.prefer_poller_io(), os.environ["GRPC_EXPERIMENTS"])
         """
     )
@@ -50,7 +50,7 @@ def test_a_users_own_grpc_experiments_are_kept() -> None:
     out = run_fresh(
         """
         import os
-        from app.grpc import tuning
+        from servekit.grpc import tuning
         print(tuning.prefer_poller_io(), repr(os.environ["GRPC_EXPERIMENTS"]))
         """,
         env={"GRPC_EXPERIMENTS": ""},  # empty: the user wants grpcio's own defaults
@@ -63,7 +63,7 @@ def test_too_late_once_grpc_is_imported() -> None:
         """
         import os
         import grpc
-        from app.grpc import tuning
+        from servekit.grpc import tuning
         print(tuning.prefer_poller_io(), "GRPC_EXPERIMENTS" in os.environ)
         """
     )
@@ -76,7 +76,7 @@ def test_only_the_poller_thread_gets_lower_priority(nice: int) -> None:
         f"""
         import asyncio, os, threading
         import grpc
-        from app.grpc import tuning
+        from servekit.grpc import tuning
 
         async def main():
             server = grpc.aio.server()

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from servers import DATATYPES, ServerProcess, identity_name
 
-from app.codecs.raw import tensor_from_bytes
-from app.codecs.v2_proto import CONTENTS_FIELD
-from app.datatypes import lookup
-from app.protos import grpc_service_pb2 as pb
-from app.protos import grpc_service_pb2_grpc as pb_grpc
+from servekit.codecs.raw import tensor_from_bytes
+from servekit.codecs.v2_proto import CONTENTS_FIELD
+from servekit.datatypes import lookup
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.protos import grpc_service_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 

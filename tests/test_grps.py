@@ -27,8 +27,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 from servers import ServerProcess, identity_name, running_server
 
-from app.protos import grps_pb2 as pb
-from app.protos import grps_pb2_grpc as pb_grpc
+from servekit.protos import grps_pb2 as pb
+from servekit.protos import grps_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 

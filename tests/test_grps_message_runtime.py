@@ -7,10 +7,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.errors import Internal, InvalidArgument
-from app.protos.grps_pb2 import GrpsMessage
-from app.runtimes.python import MESSAGE_SIGNATURE, GrpsMessageModel, takes_grps_message
-from app.types import GRPS_MESSAGE
+from servekit.errors import Internal, InvalidArgument
+from servekit.protos.grps_pb2 import GrpsMessage
+from servekit.runtimes.python import MESSAGE_SIGNATURE, GrpsMessageModel, takes_grps_message
+from servekit.types import GRPS_MESSAGE
 
 
 def hinted(message: GrpsMessage) -> GrpsMessage:

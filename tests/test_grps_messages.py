@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from servers import ServerProcess, running_server
 
-from app.protos import grps_pb2 as pb
-from app.protos import grps_pb2_grpc as pb_grpc
+from servekit.protos import grps_pb2 as pb
+from servekit.protos import grps_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.slow
 
 MODULE = '''
-from app.protos.grps_pb2 import GrpsMessage
+from servekit.protos.grps_pb2 import GrpsMessage
 
 
 class EchoKinds:
@@ -224,7 +224,7 @@ def test_whole_message_model_metadata_and_v2(http: httpx.Client) -> None:
 def test_model_errors_stay_clear(tmp_path: Path) -> None:
     folder = tmp_path
     (folder / "bad.py").write_text(
-        "from app.protos.grps_pb2 import GrpsMessage\n"
+        "from servekit.protos.grps_pb2 import GrpsMessage\n"
         "def predict(message: GrpsMessage):\n    return 42\n"
     )
     (folder / "serve.yaml").write_text(

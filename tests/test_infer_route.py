@@ -1,4 +1,4 @@
-"""The inference route answers on its own (app.rest.infer), yet keeps Litestar's behaviour:
+"""The inference route answers on its own (servekit.rest.infer), yet keeps Litestar's behaviour:
 the body limit (announced or streamed), 405 with Allow, OPTIONS, chunked bodies, {"error": ...}.
 
 One real ``servekit serve`` subprocess with ``maxRequestBytes`` at its minimum (1024), driven

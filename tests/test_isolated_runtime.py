@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from waits import wait_until
 
-from app.config.compiler import BUILTIN_RUNTIMES, plan_model, resolve_options
-from app.config.schema import ModelConfig
-from app.errors import Internal, InvalidArgument, Unavailable
-from app.runtimes import load_runtime
-from app.runtimes.base import CALL_DEADLINE, LoadError, Supervised
-from app.runtimes.isolated import IsolatedModel
+from servekit.config.compiler import BUILTIN_RUNTIMES, plan_model, resolve_options
+from servekit.config.schema import ModelConfig
+from servekit.errors import Internal, InvalidArgument, Unavailable
+from servekit.runtimes import load_runtime
+from servekit.runtimes.base import CALL_DEADLINE, LoadError, Supervised
+from servekit.runtimes.isolated import IsolatedModel
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ MODULE = """
 import time
 import numpy as np
 from numpy.typing import NDArray
-from app.errors import InvalidArgument
+from servekit.errors import InvalidArgument
 
 
 def slow(x: NDArray[np.float32]) -> NDArray[np.float32]:

@@ -93,7 +93,7 @@ models:
   - {name: whoami, modelFormat: {name: python}, entrypoint: "iso_models:whoami",
      isolation: process}
 """
-CHILD = "app.runtimes.isolated_child"
+CHILD = "servekit.runtimes.isolated_child"
 ONES = np.ones((1, 16), np.float32)
 
 

@@ -24,18 +24,18 @@ from hypothesis import given, settings
 from hypothesis.extra import numpy as hnp
 from pydantic import ValidationError
 
-from app.config.compiler import compile_plan
-from app.config.loader import ConfigError
-from app.config.schema import ModelConfig, ServeConfig
-from app.datatypes import DATATYPES
-from app.models.repository import ModelRepository, State, VersionEntry
-from app.runtimes.isolation_wire import (
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import ConfigError
+from servekit.config.schema import ModelConfig, ServeConfig
+from servekit.datatypes import DATATYPES
+from servekit.models.repository import ModelRepository, State, VersionEntry
+from servekit.runtimes.isolation_wire import (
     ChannelClosed,
     ProtocolError,
     recv_message,
     send_message,
 )
-from app.types import ModelSignature
+from servekit.types import ModelSignature
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from app.codecs import v2_json, v2_json_large
-from app.errors import InvalidArgument, ResourceExhausted
+from servekit.codecs import v2_json, v2_json_large
+from servekit.errors import InvalidArgument, ResourceExhausted
 
 LIMIT = 1 << 20
 

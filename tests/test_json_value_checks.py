@@ -1,8 +1,8 @@
 """JSON true/false and out-of-range floats in tensor data, end to end on every JSON-ish transport.
 
 numpy reads ``[true, 1]`` as integers and a C-style cast turns ``1e6`` into FP16 infinity, so
-both used to slip through silently. The rules live in the core (``app.datatypes``), and here the
-shared ``servekit serve`` subprocess shows that V2 JSON, KServe V1 and grps (HTTP JSON and gRPC)
+both used to slip through silently. The rules live in the core (``servekit.datatypes``), and here
+the shared ``servekit serve`` subprocess shows that V2 JSON, KServe V1 and grps (HTTP JSON and gRPC)
 refuse them alike with a message naming the input, while what is valid still passes: BOOL as
 true/false, the extremes of each float type, and non-finite values spelled "NaN"/"Infinity".
 """
@@ -20,8 +20,8 @@ import tritonclient.grpc as grpcclient
 from servers import ServerProcess, identity_name
 from tritonclient.utils import InferenceServerException
 
-from app.protos import grps_pb2 as grps
-from app.protos import grps_pb2_grpc as grps_grpc
+from servekit.protos import grps_pb2 as grps
+from servekit.protos import grps_pb2_grpc as grps_grpc
 
 pytestmark = pytest.mark.slow
 

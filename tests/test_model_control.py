@@ -20,8 +20,14 @@ from fakes import BrokenLoad, Echo, Slow, Sum, python_model, request, rows
 from inprocess import Serve, Services, plan_of
 from waits import async_wait_until
 
-from app.errors import InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, Unavailable
-from app.types import InferResponse
+from servekit.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
+from servekit.types import InferResponse
 
 pytestmark = pytest.mark.anyio
 

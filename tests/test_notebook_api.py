@@ -1,4 +1,4 @@
-"""The notebook API in one process: ``app.serve`` handles and ``app.connect`` to a subprocess.
+"""The notebook API in process: ``servekit.serve`` handles, ``servekit.connect`` to a subprocess.
 
 Leaks are checked the way a notebook user would notice them: Python threads still alive
 (``threading.enumerate``) and ports that cannot be bound again after ``stop``. Results are
@@ -29,10 +29,10 @@ import tritonclient.http as httpclient
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
-import app
-from app.config.loader import ConfigError
-from app.errors import InvalidArgument, NotFound, ServeError, Unauthenticated
-from app.notebook import RemoteServer, StartError, registry
+import servekit
+from servekit.config.loader import ConfigError
+from servekit.errors import InvalidArgument, NotFound, ServeError, Unauthenticated
+from servekit.notebook import RemoteServer, StartError, registry
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +100,7 @@ def no_leftovers() -> Iterator[None]:
 def test_start_stop_restart_leaves_no_thread_or_port(store: Path) -> None:
     before = set(threading.enumerate())
     for _ in range(3):
-        server = app.serve(store, http_port=0, grpc_port=0)
+        server = servekit.serve(store, http_port=0, grpc_port=0)
         ports = [_port(server.url), _port(str(server.grpc_target))]
         assert server.running and not any(_bindable(p) for p in ports)
         out = server.infer("mlp", {"input": X})["output"]
@@ -115,13 +115,13 @@ def test_start_stop_restart_leaves_no_thread_or_port(store: Path) -> None:
 
 
 def test_rerun_replaces_the_previous_server_of_that_name(store: Path) -> None:
-    first = app.serve(store, grpc_port=None)
-    second = app.serve(store, grpc_port=None)  # the same cell, run again
+    first = servekit.serve(store, grpc_port=None)
+    second = servekit.serve(store, grpc_port=None)  # the same cell, run again
     assert not first.running and second.running
     assert _bindable(_port(first.url))
     with pytest.raises(RuntimeError, match="replaced"):
         first.infer("mlp", {"input": X})
-    other = app.serve(None, grpc_port=None, name="other")  # another name runs beside it
+    other = servekit.serve(None, grpc_port=None, name="other")  # another name runs beside it
     assert set(registry.running()) == {"default", "other"}
     assert second.running and other.running
     second.stop()
@@ -130,7 +130,7 @@ def test_rerun_replaces_the_previous_server_of_that_name(store: Path) -> None:
 
 
 def test_context_manager_stops(store: Path) -> None:
-    with app.serve(store, grpc_port=None) as server:
+    with servekit.serve(store, grpc_port=None) as server:
         assert server.infer("text", {"INPUT0": [["a", "b"]]})["OUTPUT0"].tolist() == [[b"a", b"b"]]
         port = _port(server.url)
     assert not server.running and _bindable(port)
@@ -139,7 +139,7 @@ def test_context_manager_stops(store: Path) -> None:
 def test_config_given_as_a_dict(store: Path) -> None:
     text = store.parent / "models" / "text.onnx"
     entry = {"name": "t", "modelFormat": {"name": "onnx"}, "storageUri": str(text)}
-    with app.serve({"models": [entry]}, grpc_port=None, startup_models=["t"]) as server:
+    with servekit.serve({"models": [entry]}, grpc_port=None, startup_models=["t"]) as server:
         assert server.models.states() == {"t": "READY"}
         with pytest.raises(RuntimeError, match=r"without a serve\.yaml"):
             server.reload()
@@ -151,11 +151,11 @@ def test_bad_config_raises_with_key_and_line(tmp_path: Path) -> None:
         "models:\n  - name: a\n    modelFormat: {nmae: onnx}\n    storageUri: a.onnx\n"
     )
     with pytest.raises(ConfigError, match=r"serve.yaml:3: models\[0\].modelFormat.nmae: unknown"):
-        app.serve(config)
+        servekit.serve(config)
     with pytest.raises(ConfigError, match="cannot read"):
-        app.serve(tmp_path / "missing.yaml")
+        servekit.serve(tmp_path / "missing.yaml")
     with pytest.raises(ValueError, match="http_port"):
-        app.serve(None, http_port=-1)
+        servekit.serve(None, http_port=-1)
 
 
 def test_failed_models_raise_start_error_and_free_everything(tmp_path: Path) -> None:
@@ -169,11 +169,11 @@ def test_failed_models_raise_start_error_and_free_everything(tmp_path: Path) -> 
         "  - {name: missing, modelFormat: {name: onnx}, storageUri: 'no<b>where.onnx'}\n"
     )
     with pytest.raises(StartError) as caught:
-        app.serve(config, grpc_port=None)
+        servekit.serve(config, grpc_port=None)
     assert set(caught.value.problems) == {"garbage:1", "missing"}
     assert "does not exist" in caught.value.problems["missing"]
     assert registry.running() == {}
-    lenient = app.serve(config, grpc_port=None, strict=False)
+    lenient = servekit.serve(config, grpc_port=None, strict=False)
     assert lenient.models.states() == {
         "garbage": "UNAVAILABLE",
         "good": "READY",
@@ -189,13 +189,13 @@ def test_port_in_use_is_a_clear_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         with pytest.raises(OSError, match="cannot listen"):
-            app.serve(None, http_port=taken.getsockname()[1], grpc_port=None)
+            servekit.serve(None, http_port=taken.getsockname()[1], grpc_port=None)
     assert registry.running() == {}
 
 
 def test_infer_versions_outputs_lists_and_errors(store: Path) -> None:
     mlp = store.parent / "models" / "mlp"
-    with app.serve(store, grpc_port=None) as server:
+    with servekit.serve(store, grpc_port=None) as server:
         v1 = server.infer("mlp", {"input": X}, version=1)["output"]
         np.testing.assert_allclose(v1, _reference(mlp / "1/model.onnx", {"input": X})[0], rtol=1e-5)
         # Lists take the declared datatype (FP32), not numpy's default float64.
@@ -246,7 +246,7 @@ def test_add_model_from_every_kind_of_source(tmp_path: Path) -> None:
         "inputs": [("x", "FP32", [-1, 4])],
         "outputs": [{"name": "y", "datatype": "FP32", "shape": [-1, 4]}],
     }
-    with app.serve(grpc_port=None) as server:  # no config: an empty server
+    with servekit.serve(grpc_port=None) as server:  # no config: an empty server
         assert list(server.models) == []
         server.add_model("from_path", tmp_path / "file.onnx")
         server.add_model("from_str_path", str(tmp_path / "file.onnx"))
@@ -284,7 +284,7 @@ def test_add_model_from_every_kind_of_source(tmp_path: Path) -> None:
 
 
 def test_reload_applies_an_edited_serve_yaml(store: Path) -> None:
-    with app.serve(store, grpc_port=None) as server:
+    with servekit.serve(store, grpc_port=None) as server:
         onnx.save(onnx_builders.add_sub(), str(store.parent / "models" / "add_sub.onnx"))
         original = store.read_text()
         store.write_text(
@@ -305,7 +305,7 @@ def test_reload_applies_an_edited_serve_yaml(store: Path) -> None:
 
 
 def test_repr_html_card(store: Path) -> None:
-    with app.serve(store) as server:
+    with servekit.serve(store) as server:
         card = server._repr_html_()
         assert server.url in card and server.dashboard_url in card
         assert str(server.grpc_target) in card and "running" in card
@@ -317,7 +317,7 @@ def test_repr_html_card(store: Path) -> None:
 
 
 def test_grpc_and_http_clients_reach_a_notebook_server(store: Path) -> None:
-    with app.serve(store) as server:
+    with servekit.serve(store) as server:
         expected = server.infer("mlp", {"input": X})["output"]
         grpc = grpcclient.InferenceServerClient(str(server.grpc_target))
         tensor = grpcclient.InferInput("input", list(X.shape), "FP32")
@@ -330,7 +330,7 @@ def test_grpc_and_http_clients_reach_a_notebook_server(store: Path) -> None:
 
 
 def test_connect_to_a_subprocess_server(server: ServerProcess, model_store: Path) -> None:
-    remote = app.connect(server.http_url)
+    remote = servekit.connect(server.http_url)
     mlp = model_store.parent / "mlp" / "2" / "model.onnx"
     out = remote.infer("mlp", {"input": X})
     np.testing.assert_allclose(out["output"], _reference(mlp, {"input": X})[0], rtol=1e-5)
@@ -352,7 +352,7 @@ def test_connect_to_a_subprocess_server(server: ServerProcess, model_store: Path
     remote.remove_model("nb_pushed")  # a pushed model's files are deleted: it is gone
     with pytest.raises(NotFound):
         remote.infer("nb_pushed", {"input": X})
-    with pytest.raises(TypeError, match=r"app\.serve"):
+    with pytest.raises(TypeError, match=r"servekit\.serve"):
         remote.add_model("fn", lambda x: x)
     with pytest.raises(NotFound, match="unknown"):
         remote.infer("no_such_model", {"input": X})
@@ -370,7 +370,7 @@ def test_connect_finds_the_grpc_port_and_keeps_the_urls_host(server: ServerProce
         "name", "version", "extensions"
     }  # fmt: skip
     for host in ("127.0.0.1", "localhost"):  # the host is the one the user typed
-        remote = app.connect(f"http://{host}:{http_port}")
+        remote = servekit.connect(f"http://{host}:{http_port}")
         assert remote.grpc_target == f"{host}:{grpc_port}"
         expected = remote.infer("mlp", {"input": X})["output"]
         client = grpcclient.InferenceServerClient(remote.grpc_target)
@@ -381,7 +381,7 @@ def test_connect_finds_the_grpc_port_and_keeps_the_urls_host(server: ServerProce
         client.close()
         assert remote.grpc_target in remote._repr_html_()
         remote.close()
-    given = app.connect(server.http_url, grpc_target="gateway.example:443")
+    given = servekit.connect(server.http_url, grpc_target="gateway.example:443")
     assert given.grpc_target == "gateway.example:443"  # an explicit target is never replaced
     given.close()
 
@@ -391,7 +391,7 @@ def test_connect_to_a_server_with_grpc_disabled(store: Path) -> None:
         assert server.grpc_target is None  # the server's own listening line says so too
         ports = httpx.get(f"{server.http_url}/servekit/v1/ports", timeout=10).json()
         assert ports == {"httpPort": _port(server.http_url), "grpcPort": None}
-        remote = app.connect(server.http_url)
+        remote = servekit.connect(server.http_url)
         assert remote.grpc_target is None
         mlp = store.parent / "models" / "mlp" / "2" / "model.onnx"
         np.testing.assert_allclose(
@@ -422,7 +422,7 @@ def test_connect_to_another_v2_server_leaves_grpc_unknown() -> None:
         thread = threading.Thread(target=other.serve_forever, kwargs={"poll_interval": 0.05})
         thread.start()
         try:
-            remote = app.connect(f"http://127.0.0.1:{other.server_address[1]}")
+            remote = servekit.connect(f"http://127.0.0.1:{other.server_address[1]}")
             assert remote.grpc_target is None
             remote.close()
         finally:
@@ -432,23 +432,23 @@ def test_connect_to_another_v2_server_leaves_grpc_unknown() -> None:
 
 def test_connect_refuses_a_bad_url() -> None:
     with pytest.raises(ValueError, match="URL"):
-        app.connect("ftp://example")
+        servekit.connect("ftp://example")
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
     with pytest.raises(ConnectionError, match="no server"):
-        app.connect(f"http://127.0.0.1:{free}")
+        servekit.connect(f"http://127.0.0.1:{free}")
 
 
 def test_interpreter_exit_stops_servers(store: Path) -> None:
     """A kernel ending without stop() stops its servers at exit: a hook registered before
-    app.serve runs after servekit's own (atexit is last-in, first-out) and sees no thread."""
+    servekit.serve runs after servekit's own (atexit is last-in, first-out) and sees no thread."""
     script = textwrap.dedent(
         f"""
         import atexit, threading
-        import app
+        import servekit
         atexit.register(lambda: print("threads at exit:", len(threading.enumerate()), flush=True))
-        server = app.serve({str(store)!r})
+        server = servekit.serve({str(store)!r})
         print(server.url, server.grpc_target, flush=True)
         """
     )
@@ -478,10 +478,10 @@ def test_serve_with_a_generated_token_guards_every_group_but_health(
 ) -> None:
     caplog.set_level("DEBUG")
     mlp = store.parent / "models" / "mlp" / "2" / "model.onnx"
-    with app.serve(store, token=True) as server:
+    with servekit.serve(store, token=True) as server:
         token = server.token
         assert token is not None and len(token) >= 43  # token_urlsafe(32): 256 random bits
-        assert app.serve(None, grpc_port=None, token=True, name="other").token != token
+        assert servekit.serve(None, grpc_port=None, token=True, name="other").token != token
         registry.running()["other"].stop()
         # The handle itself: in process, and over HTTP with the token (metadata, push).
         expected = _reference(mlp, {"input": X})[0]
@@ -521,18 +521,18 @@ def test_serve_with_a_generated_token_guards_every_group_but_health(
 
 
 def test_serve_with_a_given_token_and_bad_tokens() -> None:
-    with app.serve(None, grpc_port=None, token="  notebook-secret-1  ") as server:
+    with servekit.serve(None, grpc_port=None, token="  notebook-secret-1  ") as server:
         assert server.token == "notebook-secret-1"
         reply = httpx.get(f"{server.url}/v2", headers=_bearer("notebook-secret-1"), timeout=10)
         assert reply.status_code == 200
     for bad in ("", "   ", "two words", "caf\u00e9"):
         with pytest.raises(ValueError, match="printable ASCII") as caught:
-            app.serve(None, grpc_port=None, token=bad)
+            servekit.serve(None, grpc_port=None, token=bad)
         assert not bad.strip() or bad not in str(caught.value)  # never echoed
     with pytest.raises(TypeError, match="token must be"):
-        app.serve(None, grpc_port=None, token=42)  # type: ignore[arg-type]
+        servekit.serve(None, grpc_port=None, token=42)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not both"):
-        app.serve(None, grpc_port=None, token=True, auth={"default": "x"})
+        servekit.serve(None, grpc_port=None, token=True, auth={"default": "x"})
     assert registry.running() == {}
 
 
@@ -542,7 +542,7 @@ def test_serving_beyond_loopback_without_a_token_warns() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.warns(UserWarning, match="without a token"), pytest.raises(OSError):
-            app.serve(None, host="0.0.0.0", http_port=port, grpc_port=None)
+            servekit.serve(None, host="0.0.0.0", http_port=port, grpc_port=None)
     assert registry.running() == {}
 
 
@@ -557,7 +557,7 @@ def test_serve_yaml_tokens_by_group_are_used_by_the_handle(tmp_path: Path) -> No
         "models:\n"
         "  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
     )
-    with app.serve(config, grpc_port=None) as server:
+    with servekit.serve(config, grpc_port=None) as server:
         assert server.token is None  # two tokens: no one token to show
         card = server._repr_html_()
         assert "for inference, repository" in card and "infer-token" not in card
@@ -577,7 +577,7 @@ def test_serve_yaml_tokens_by_group_are_used_by_the_handle(tmp_path: Path) -> No
 
 
 def _infer_over_connect(url: str, **kwargs: Any) -> np.ndarray:
-    remote = app.connect(url, **kwargs)
+    remote = servekit.connect(url, **kwargs)
     try:
         return np.asarray(remote.infer("mlp", {"input": X})["output"])
     finally:
@@ -590,9 +590,9 @@ def test_connect_sends_the_token_and_explains_a_refusal(
     monkeypatch.delenv("SERVEKIT_TOKEN", raising=False)
     mlp = store.parent / "models" / "mlp" / "2" / "model.onnx"
     expected = _reference(mlp, {"input": X})[0]
-    with app.serve(store, token=True) as server:
+    with servekit.serve(store, token=True) as server:
         token = str(server.token)
-        remote = app.connect(server.url, token=token)
+        remote = servekit.connect(server.url, token=token)
         assert remote.token == token
         assert remote.grpc_target == server.grpc_target  # the ports answer needs no retry
         np.testing.assert_allclose(remote.infer("mlp", {"input": X})["output"], expected, rtol=1e-5)
@@ -617,7 +617,7 @@ def test_connect_sends_the_token_and_explains_a_refusal(
             _infer_over_connect(server.url, token="not-the-token")
         assert "not-the-token" not in str(wrong.value) and token not in str(wrong.value)
         with pytest.raises(ValueError, match="printable ASCII"):
-            app.connect(server.url, token="two words")
+            servekit.connect(server.url, token="two words")
         anonymous = RemoteServer(server.url)  # the card still renders, and says why no models
         card = anonymous._repr_html_()
         assert "no token was sent" in card and "READY" not in card
@@ -635,7 +635,7 @@ def test_connect_to_a_subprocess_server_with_a_token_file(tmp_path: Path) -> Non
     )
     with running_server(config) as server:
         expected = _reference(tmp_path / "mlp.onnx", {"input": X})[0]
-        remote = app.connect(server.http_url, token="subprocess-token")
+        remote = servekit.connect(server.http_url, token="subprocess-token")
         assert remote.grpc_target == server.grpc_target
         np.testing.assert_allclose(remote.infer("mlp", {"input": X})["output"], expected, rtol=1e-5)
         remote.close()

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 from repo_helpers import external_data_model
 
-from app.errors import InvalidArgument
-from app.runtimes import onnx_files
+from servekit.errors import InvalidArgument
+from servekit.runtimes import onnx_files
 
 
 def _external(name: str, location: str) -> TensorProto:

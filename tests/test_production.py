@@ -15,9 +15,9 @@ import onnx_builders
 import pytest
 import yaml
 
-import app
-from app.errors import InvalidArgument
-from app.notebook.casting import CastWarning
+import servekit
+from servekit.errors import InvalidArgument
+from servekit.notebook.casting import CastWarning
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def pipeline() -> object:
 
 def test_sklearn_pipeline_serves_with_cast_said_once(pipeline: object) -> None:
     x = np.random.default_rng(4).standard_normal((6, 4))  # float64, as numpy makes it
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model("clf", pipeline)
         meta = server.metadata("clf")
         assert [o["name"] for o in meta["outputs"]] == ["label", "probabilities"]
@@ -59,14 +59,14 @@ def test_zipmap_model_in_a_folder_names_the_fix(pipeline: object, tmp_path: Path
     (tmp_path / "zip" / "1" / "model.onnx").write_bytes(proto.SerializeToString())
     config = {"models": [{"name": "zip", "modelFormat": {"name": "onnx"}, "storageUri": "zip"}]}
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
-    with app.serve(tmp_path / "serve.yaml", grpc_port=None, strict=False) as server:
+    with servekit.serve(tmp_path / "serve.yaml", grpc_port=None, strict=False) as server:
         (row,) = server.models
         assert row["state"] == "UNAVAILABLE"
         assert "ZipMap" in row["reason"] and "{'zipmap': False}" in row["reason"]
 
 
 def test_benchmark_table_and_chart() -> None:
-    with app.serve() as server:
+    with servekit.serve() as server:
         server.add_model("mlp", onnx_builders.mlp())
         table = server.benchmark("mlp", concurrency=(1, 2), seconds=0.2)
         rows = table.to_list()
@@ -82,11 +82,11 @@ def test_benchmark_table_and_chart() -> None:
 
 
 def test_servekit_bench_and_save_cli(tmp_path: Path) -> None:
-    with app.serve(token="bench-token-1") as server:
+    with servekit.serve(token="bench-token-1") as server:
         server.add_model("mlp", onnx_builders.mlp())
         common = {"capture_output": True, "text": True, "timeout": 120}
         bench = subprocess.run(
-            [sys.executable, "-m", "app", "bench", server.url, "mlp", "--concurrency", "1",
+            [sys.executable, "-m", "servekit", "bench", server.url, "mlp", "--concurrency", "1",
              "--seconds", "0.2", "--token", "bench-token-1"], **common,
         )  # fmt: skip
         assert bench.returncode == 0, bench.stderr
@@ -94,7 +94,7 @@ def test_servekit_bench_and_save_cli(tmp_path: Path) -> None:
         assert lines[0] == "benchmark of mlp" and lines[2].split()[:2] == ["http", "1"]
         assert lines[3].split()[:2] == ["grpc", "1"]
         save = subprocess.run(
-            [sys.executable, "-m", "app", "save", server.url, str(tmp_path / "p"),
+            [sys.executable, "-m", "servekit", "save", server.url, str(tmp_path / "p"),
              "--token", "bench-token-1"], **common,
         )  # fmt: skip
         # The API does not hand out model files: saved, but said to be incomplete.
@@ -108,7 +108,7 @@ def test_servekit_bench_and_save_cli(tmp_path: Path) -> None:
 
 
 def test_dashboard_benchmark_route_is_admin_bounded_and_same_site() -> None:
-    with app.serve(token="dash-token-1") as server:
+    with servekit.serve(token="dash-token-1") as server:
         server.add_model("mlp", onnx_builders.mlp())
         url = f"{server.url}/dashboard/api/models/mlp/benchmark"
         auth = {"Authorization": "Bearer dash-token-1"}

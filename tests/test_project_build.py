@@ -38,7 +38,7 @@ from test_container import (
     wait_ready,
 )
 
-import app
+import servekit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -59,7 +59,7 @@ def test_build_saved_project_and_answer_tritonclient(
     pipe = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, X[:, 0] > 0)
     x = X[:3].astype(np.float32)
     folder = tmp_path / "iris-project"
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model("iris", pipe)
         expected = server.infer("iris", {"X": x})
         server.save(folder)
@@ -75,7 +75,7 @@ def test_build_saved_project_and_answer_tritonclient(
         podman(podman_env, "build", "--pull=never", "--format", "docker", "-t", base, str(REPO),
                timeout=1500)  # fmt: skip
         done = subprocess.run(
-            [sys.executable, "-m", "app", "build", str(folder), "--tag", tag, "--base", base],
+            [sys.executable, "-m", "servekit", "build", str(folder), "--tag", tag, "--base", base],
             env=env, capture_output=True, text=True, timeout=1700,
         )  # fmt: skip
         log = done.stdout + done.stderr

@@ -35,7 +35,7 @@ NOTEBOOK = textwrap.dedent(
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    import app
+    import servekit
     import onnx_builders
 
     SCALE = 3.0
@@ -64,7 +64,7 @@ NOTEBOOK = textwrap.dedent(
     pipe = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y)
     x16 = rng.standard_normal((3, 16)).astype(np.float32)
     x4 = rng.standard_normal((5, 4)).astype(np.float32)
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model("mlp", onnx_builders.mlp())
         server.add_model("double", double)
         server.add_model("weighted", Weighted)
@@ -137,7 +137,7 @@ def test_saved_project_serves_identical_outputs(tmp_path: Path) -> None:
 REFUSED = textwrap.dedent(
     """
     import sys
-    import app
+    import servekit
     import numpy as np
     from numpy.typing import NDArray
 
@@ -148,7 +148,7 @@ REFUSED = textwrap.dedent(
         return scaled
 
 
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         spec = dict(inputs=[("x", "FP32", [-1])], outputs=[("output", "FP32", [-1])])
         server.add_model("lam", lambda x: x, **spec)
         server.add_model("closure", make(2.0))

@@ -14,13 +14,13 @@ import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
-from app.errors import InvalidArgument
-from app.notebook import convert
-from app.notebook.casting import cast_to
-from app.project import dockerfile, requirements
-from app.project.source import ModuleSource, SourceError
-from app.runtimes.base import LoadError
-from app.runtimes.python_hints import signature_of
+from servekit.errors import InvalidArgument
+from servekit.notebook import convert
+from servekit.notebook.casting import cast_to
+from servekit.project import dockerfile, requirements
+from servekit.project.source import ModuleSource, SourceError
+from servekit.runtimes.base import LoadError
+from servekit.runtimes.python_hints import signature_of
 
 
 # -- casts ----------------------------------------------------------------------------------
@@ -186,9 +186,9 @@ def test_saved_project_keeps_declared_runtimes_and_served_versions(tmp_path: Pat
     import onnx_builders
     import yaml
 
-    from app.config.compiler import compile_plan
-    from app.config.schema import ServeConfig
-    from app.project.save import from_plans
+    from servekit.config.compiler import compile_plan
+    from servekit.config.schema import ServeConfig
+    from servekit.project.save import from_plans
 
     for version in (1, 2, 3):
         folder = tmp_path / "mlp" / str(version)

@@ -26,7 +26,7 @@ from tritonclient.grpc import model_config_pb2 as triton_model_config_pb2
 from tritonclient.grpc import service_pb2 as triton_service_pb2
 from tritonclient.grpc import service_pb2_grpc as triton_service_pb2_grpc
 
-from app.protos import (
+from servekit.protos import (
     POOL,
     grpc_service_pb2,
     grpc_service_pb2_grpc,
@@ -256,7 +256,7 @@ def test_model_config_decodes_as_tritonclient_get_model_config_does() -> None:
 # --------------------------------------------------------------------------- coexistence
 
 _IMPORT_TRITON = "import tritonclient.grpc, tritonclient.grpc.service_pb2 as t"
-_IMPORT_OURS = "from app.protos import grpc_service_pb2 as o, grpc_service_pb2_grpc, grps_pb2"
+_IMPORT_OURS = "from servekit.protos import grpc_service_pb2 as o, grpc_service_pb2_grpc, grps_pb2"
 _CHECK = (
     "from google.protobuf.internal import api_implementation\n"
     # Pure-python backend only: protobuf's builder registers generated classes in the default

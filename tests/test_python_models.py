@@ -22,8 +22,8 @@ from numpy.typing import NDArray
 from repo_helpers import Repo, onnx_bytes
 from servers import ServerProcess, start_server
 
-from app.cli import load_plan
-from app.config.schema import ModelConfig, ModelFormat, TensorOverride
+from servekit.cli import load_plan
+from servekit.config.schema import ModelConfig, ModelFormat, TensorOverride
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +211,7 @@ def _query(url: str, counter: Counter) -> None:
 
 
 def test_in_memory_objects_through_model_control(folder: Path) -> None:
-    from app.server import ServeKit
+    from servekit.server import ServeKit
 
     plan = load_plan(
         str(folder / "serve.yaml"), {"http_port": 0, "grpc_port": None, "host": "127.0.0.1"}

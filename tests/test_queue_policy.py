@@ -14,16 +14,16 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import model_config_pb2 as triton_model_config_pb2
 
-from app.config.compiler import compile_plan
-from app.config.loader import ConfigError, parse_config
-from app.config.schema import MAX_QUEUE_DELAY_MICROSECONDS, ModelConfig
-from app.errors import InvalidArgument
-from app.grpc.triton_proto import model_config_message
-from app.models.pushed_config import parse_load_config
-from app.rest.triton_json import model_config_json
-from app.runtimes.python import register_object
-from app.server import ServeKit
-from app.services.model_config import ModelConfiguration
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import ConfigError, parse_config
+from servekit.config.schema import MAX_QUEUE_DELAY_MICROSECONDS, ModelConfig
+from servekit.errors import InvalidArgument
+from servekit.grpc.triton_proto import model_config_message
+from servekit.models.pushed_config import parse_load_config
+from servekit.rest.triton_json import model_config_json
+from servekit.runtimes.python import register_object
+from servekit.server import ServeKit
+from servekit.services.model_config import ModelConfiguration
 
 IO = (
     "    inputs: [{name: x, datatype: FP32, shape: [-1, 2]}]\n"

@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from repo_helpers import onnx_bytes
 from servers import ServerProcess, start_server
 
-from app.protos import grps_pb2, grps_pb2_grpc
+from servekit.protos import grps_pb2, grps_pb2_grpc
 
 pytestmark = pytest.mark.slow
 

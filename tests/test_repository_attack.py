@@ -31,7 +31,7 @@ from repo_helpers import external_data_model, onnx_bytes, snapshot
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
-from app.shown_paths import GENERATION
+from servekit.shown_paths import GENERATION
 
 pytestmark = pytest.mark.slow
 

@@ -36,7 +36,7 @@ from repo_helpers import (
 from servers import ServerProcess, start_server
 from waits import wait_until
 
-from app.shown_paths import GENERATION
+from servekit.shown_paths import GENERATION
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.config.schema import Limits, ModelConfig
-from app.errors import InvalidArgument, ResourceExhausted
-from app.models import storage
-from app.models.pushed_config import check_limits, parse_load_config
+from servekit.config.schema import Limits, ModelConfig
+from servekit.errors import InvalidArgument, ResourceExhausted
+from servekit.models import storage
+from servekit.models.pushed_config import check_limits, parse_load_config
 
 
 @pytest.mark.parametrize(

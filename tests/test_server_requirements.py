@@ -15,11 +15,11 @@ import jsonschema
 import pytest
 import yaml
 
-from app.cli import main
-from app.config.loader import ConfigError, parse_config
-from app.config.schema import RESTART_ONLY, json_schema
-from app.project import build, dockerfile
-from app.project.save import Project
+from servekit.cli import main
+from servekit.config.loader import ConfigError, parse_config
+from servekit.config.schema import RESTART_ONLY, json_schema
+from servekit.project import build, dockerfile
+from servekit.project.save import Project
 
 ACCEPTED = {
     "numpy>=1.26": "numpy>=1.26",
@@ -124,7 +124,7 @@ def test_a_notebook_server_saves_its_serve_yaml_requirements(tmp_path: Path) -> 
     import onnx
     import onnx_builders
 
-    import app
+    import servekit
 
     (tmp_path / "mlp" / "1").mkdir(parents=True)
     onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp" / "1" / "model.onnx"))
@@ -133,7 +133,7 @@ def test_a_notebook_server_saves_its_serve_yaml_requirements(tmp_path: Path) -> 
         "models": [{"name": "mlp", "modelFormat": {"name": "onnx"}, "storageUri": "mlp"}],
     }
     (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
-    with app.serve(tmp_path / "serve.yaml", grpc_port=None) as server:
+    with servekit.serve(tmp_path / "serve.yaml", grpc_port=None) as server:
         folder = server.save(tmp_path / "saved")
     saved = parse_config((folder / "serve.yaml").read_text())
     assert saved.server.requirements == ["scipy>=1.11"]

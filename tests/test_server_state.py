@@ -17,13 +17,13 @@ import onnx
 import onnx_builders
 import pytest
 
-import app
-from app.config.overrides import Overrides, load_plan
-from app.config.schema import RESTART_ONLY, ServerConfig
-from app.server import ServeKit
-from app.services import placement
-from app.services.watch import watch_config
-from app.types import InferRequest, Tensor
+import servekit
+from servekit.config.overrides import Overrides, load_plan
+from servekit.config.schema import RESTART_ONLY, ServerConfig
+from servekit.server import ServeKit
+from servekit.services import placement
+from servekit.services.watch import watch_config
+from servekit.types import InferRequest, Tensor
 
 PROBE = """
 import threading
@@ -126,7 +126,7 @@ def test_a_notebook_reload_leaves_no_stale_plan(tmp_path: Path) -> None:
     config = tmp_path / "serve.yaml"
     model = "  - {name: mlp, modelFormat: {name: onnx}, storageUri: mlp.onnx}\n"
     config.write_text("server: {name: before}\nmodels:\n" + model)
-    server = app.serve(config, name="svc-state-reload")
+    server = servekit.serve(config, name="svc-state-reload")
     try:
         config.write_text("server: {name: after}\nmodels:\n" + model)
         server.reload()

@@ -22,10 +22,10 @@ from inprocess import Serve, Services
 from shm_models import Simple, SimpleString
 from tritonclient import utils
 
-from app.codecs import v2_binary, v2_json, v2_proto
-from app.errors import AlreadyExists, InvalidArgument, NotFound
-from app.protos import grpc_service_pb2 as pb
-from app.services.shared_memory import SharedMemoryRegions
+from servekit.codecs import v2_binary, v2_json, v2_proto
+from servekit.errors import AlreadyExists, InvalidArgument, NotFound
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.services.shared_memory import SharedMemoryRegions
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.shown_paths import PUSHED_LABEL, hide_paths, shown_storage_uri
+from servekit.shown_paths import PUSHED_LABEL, hide_paths, shown_storage_uri
 
 BASE = Path("/srv/app/models")
 PUSH = "/srv/app/models/.servekit/storage/mlp/1234-1700000000000000000-0123abcd"

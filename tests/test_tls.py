@@ -5,7 +5,7 @@ CA signs the server's certificate (for 127.0.0.1, ::1 and localhost), another si
 certificates a mutual-TLS server accepts. Real servers (``servekit serve`` subprocesses) are
 reached with the clients users run: tritonclient.http (``ssl=True``, ``ssl_options``),
 tritonclient.grpc (``ssl=True``, ``root_certificates``, ``private_key``,
-``certificate_chain``), httpx and ``app.connect``.
+``certificate_chain``), httpx and ``servekit.connect``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from servers import LISTENING, ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
-import app
+import servekit
 
 pytestmark = pytest.mark.slow
 
@@ -175,7 +175,7 @@ def test_plain_clients_and_untrusting_clients_get_nothing(
 
 
 def test_app_connect_over_https_with_a_ca_bundle(tls_server: ServerProcess, pki: Pki) -> None:
-    remote = app.connect(tls_server.http_url, ca_file=pki.ca)
+    remote = servekit.connect(tls_server.http_url, ca_file=pki.ca)
     try:
         assert remote.url.startswith("https://")
         assert {row["name"] for row in remote.models} == {"add_sub"}
@@ -187,7 +187,7 @@ def test_app_connect_over_https_with_a_ca_bundle(tls_server: ServerProcess, pki:
     finally:
         remote.close()
     with pytest.raises(ConnectionError):  # the system's CAs do not know the test CA
-        app.connect(tls_server.http_url)
+        servekit.connect(tls_server.http_url)
 
 
 def test_mutual_tls_accepts_a_client_certificate(mtls_server: ServerProcess, pki: Pki) -> None:
@@ -211,7 +211,7 @@ def test_mutual_tls_accepts_a_client_certificate(mtls_server: ServerProcess, pki
     ) as client:
         assert client.is_server_ready()
         check_infer(client)
-    remote = app.connect(
+    remote = servekit.connect(
         mtls_server.http_url, ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key
     )
     try:
@@ -263,7 +263,7 @@ def test_app_serve_with_tls_talks_to_itself(pki: Pki) -> None:
     """The in-process handle reaches its own HTTPS listener (pinned to the server's own
     certificate, whatever names it holds)."""
     config = write_config(pki, "notebook.yaml", "{certFile: server.pem, keyFile: server.key}")
-    with app.serve(config, name="tls-test") as server:
+    with servekit.serve(config, name="tls-test") as server:
         assert server.url.startswith("https://127.0.0.1:")
         assert {row["name"] for row in server.models} == {"add_sub"}
         assert server.grpc_target is not None
@@ -275,7 +275,7 @@ def test_app_serve_with_tls_talks_to_itself(pki: Pki) -> None:
 # -- config errors ---------------------------------------------------------------------------
 def validate(config: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app", "validate", config.name],
+        [sys.executable, "-m", "servekit", "validate", config.name],
         cwd=config.parent,
         capture_output=True,
         text=True,
@@ -318,7 +318,17 @@ def test_unusable_tls_files_are_config_errors_with_their_line(
     assert f"bad-tls.yaml:4: server.tls.{key}: " in done.stderr, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     served = subprocess.run(
-        [sys.executable, "-m", "app", "serve", config.name, "--http-port", "0", "--grpc-port", "0"],
+        [
+            sys.executable,
+            "-m",
+            "servekit",
+            "serve",
+            config.name,
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+        ],
         cwd=config.parent,
         capture_output=True,
         text=True,

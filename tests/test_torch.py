@@ -15,8 +15,8 @@ import tritonclient.http as httpclient
 import yaml
 from servers import running_server
 
-import app
-from app.errors import InvalidArgument
+import servekit
+from servekit.errors import InvalidArgument
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +68,7 @@ def test_linear_relu_serves_torch_outputs_at_any_batch() -> None:
     net = mlp()
     net.train()  # as a notebook leaves it after a training loop
     rng = np.random.default_rng(1)
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model("net", net, example=torch.randn(1, 4))
         assert net.training, "exported in eval mode, then put back in the mode it was in"
         meta = server.metadata("net")
@@ -90,7 +90,7 @@ def test_two_inputs_named_numpy_example_and_eval_mode() -> None:
     rng = np.random.default_rng(2)
     # numpy's float64 example: exported with the module's float32, as torch would run it.
     example = (rng.standard_normal((2, 4)), rng.standard_normal((2, 2)))
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model(
             "blend", blend, example=example, input_names=["x", "y"], output_names=["mix", "gate"]
         )
@@ -112,7 +112,7 @@ def test_two_inputs_named_numpy_example_and_eval_mode() -> None:
 
 def test_fixed_shapes_when_asked() -> None:
     net = mlp()
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model("fixed", net, example=torch.zeros(2, 4), dynamic_batch=False)
         assert server.metadata("fixed")["inputs"][0]["shape"] == [2, 4]
         x = np.ones((2, 4), np.float32)
@@ -129,7 +129,7 @@ def test_saved_project_serves_identical_outputs(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 4)).astype(np.float32)
     y = rng.standard_normal((6, 2)).astype(np.float32)
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         server.add_model("net", net, example=torch.randn(1, 4))
         server.add_model("blend", blend, example=(torch.randn(1, 4), torch.randn(1, 2)))
         here = {"net": server.infer("net", {"input": x}),
@@ -151,7 +151,7 @@ def test_saved_project_serves_identical_outputs(tmp_path: Path) -> None:
 
 
 def test_output_names_must_match_the_outputs() -> None:
-    with app.serve(grpc_port=None) as server:
+    with servekit.serve(grpc_port=None) as server:
         with pytest.raises(ValueError, match=r"output_names has 1 name\(s\) for 2 tensor\(s\)"):
             server.add_model(
                 "blend", Blend(), example=(torch.randn(1, 4), torch.randn(1, 2)), output_names=["z"]

@@ -10,7 +10,7 @@ import onnx_builders
 import pytest
 import torch
 
-from app.notebook import convert, torch_onnx
+from servekit.notebook import convert, torch_onnx
 
 EXTRA = 'pip install "servekit[torch]"'
 

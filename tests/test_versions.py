@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import start_server
 
-from app.config.compiler import ModelPlan, compile_plan
-from app.config.loader import ConfigError, parse_config
-from app.config.schema import VersionPolicy
-from app.config.versions import VersionSource, discover_versions, select_versions
+from servekit.config.compiler import ModelPlan, compile_plan
+from servekit.config.loader import ConfigError, parse_config
+from servekit.config.schema import VersionPolicy
+from servekit.config.versions import VersionSource, discover_versions, select_versions
 
 
 def make(root: Path, *files: str) -> Path:

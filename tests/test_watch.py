@@ -21,9 +21,9 @@ from repo_helpers import Repo, onnx_bytes
 from servers import ServerProcess, start_server
 from waits import wait_until
 
-from app.config.overrides import Overrides, load_plan
-from app.server import ServeKit
-from app.services.watch import watch_config
+from servekit.config.overrides import Overrides, load_plan
+from servekit.server import ServeKit
+from servekit.services.watch import watch_config
 
 pytestmark = pytest.mark.slow
 

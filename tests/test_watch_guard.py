@@ -12,10 +12,10 @@ import onnx
 import pytest
 from onnx_builders import mlp
 
-from app.config.overrides import Overrides, load_plan
-from app.server import ServeKit
-from app.services import watch
-from app.services.watch import NO_MODELS, _Watcher, names_models, settled
+from servekit.config.overrides import Overrides, load_plan
+from servekit.server import ServeKit
+from servekit.services import watch
+from servekit.services.watch import NO_MODELS, _Watcher, names_models, settled
 
 SERVED = "models:\n  - name: m\n    modelFormat: {name: onnx}\n    storageUri: ./m.onnx\n"
 

@@ -14,9 +14,9 @@ import pytest
 from fakes import Sum, python_model, request, rows
 from inprocess import Serve
 
-from app.errors import InvalidArgument
-from app.services.stats import Statistics, VersionStats
-from app.workers.stats import (
+from servekit.errors import InvalidArgument
+from servekit.services.stats import Statistics, VersionStats
+from servekit.workers.stats import (
     ClusterStatistics,
     SlotReport,
     Snapshot,
@@ -25,7 +25,7 @@ from app.workers.stats import (
     requests_of,
     stats_to_json,
 )
-from app.workers.supervisor import _Slot
+from servekit.workers.supervisor import _Slot
 
 pytestmark = pytest.mark.anyio
 

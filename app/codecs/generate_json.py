@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.codecs.v2_json import json_data_to_array, output_json_data
-from app.datatypes import lookup
-from app.errors import InvalidArgument
-from app.types import InferRequest, InferResponse, Parameters, Tensor, TensorSpec
+from servekit.codecs.v2_json import json_data_to_array, output_json_data
+from servekit.datatypes import lookup
+from servekit.errors import InvalidArgument
+from servekit.types import InferRequest, InferResponse, Parameters, Tensor, TensorSpec
 
 _SCALAR = (str, int, float, bool)
 

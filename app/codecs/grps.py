@@ -24,10 +24,16 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.datatypes import element_count, lookup, narrow_floats, narrow_integers, refuse_booleans
-from app.errors import InvalidArgument
-from app.protos import grps_pb2 as pb
-from app.types import InferRequest, Tensor, TensorSpec
+from servekit.datatypes import (
+    element_count,
+    lookup,
+    narrow_floats,
+    narrow_integers,
+    refuse_booleans,
+)
+from servekit.errors import InvalidArgument
+from servekit.protos import grps_pb2 as pb
+from servekit.types import InferRequest, Tensor, TensorSpec
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,11 +23,11 @@ import orjson
 from google.protobuf import json_format
 from numpy.typing import NDArray
 
-from app.codecs import v2_json
-from app.codecs.grps import FLAT_FIELDS, KINDS
-from app.datatypes import refuse_booleans
-from app.errors import InvalidArgument
-from app.protos import grps_pb2 as pb
+from servekit.codecs import v2_json
+from servekit.codecs.grps import FLAT_FIELDS, KINDS
+from servekit.datatypes import refuse_booleans
+from servekit.errors import InvalidArgument
+from servekit.protos import grps_pb2 as pb
 
 ALIASES = {"flat_double": "flat_float64", "flat_float": "flat_float32"}
 DATA_KEYS = frozenset(

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from app.datatypes import DataType, as_bytes_array, element_count, lookup
-from app.errors import InvalidArgument
+from servekit.datatypes import DataType, as_bytes_array, element_count, lookup
+from servekit.errors import InvalidArgument
 
 _LENGTH = struct.Struct("<I")
 

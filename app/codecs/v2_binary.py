@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from app.codecs import v2_json
-from app.codecs.raw import Buffer, tensor_from_bytes, tensor_to_buffer
-from app.datatypes import DataType, element_count, lookup
-from app.errors import InvalidArgument
-from app.types import InferRequest, InferResponse, Tensor, TensorSpec
+from servekit.codecs import v2_json
+from servekit.codecs.raw import Buffer, tensor_from_bytes, tensor_to_buffer
+from servekit.datatypes import DataType, element_count, lookup
+from servekit.errors import InvalidArgument
+from servekit.types import InferRequest, InferResponse, Tensor, TensorSpec
 
 HEADER_LENGTH = "inference-header-content-length"
 

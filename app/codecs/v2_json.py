@@ -1,7 +1,7 @@
 """The V2 (Open Inference Protocol) JSON inference request and response objects.
 
 Decoding turns the parsed JSON object into an :class:`InferRequest`; tensors whose bytes follow
-the JSON (Triton's binary tensor data extension) are resolved by :mod:`app.codecs.v2_binary`
+the JSON (Triton's binary tensor data extension) are resolved by :mod:`servekit.codecs.v2_binary`
 through the ``binary`` callback. Encoding builds the response object with numpy arrays left in
 place for orjson to serialize natively (no ``tolist()`` round trip).
 """
@@ -16,13 +16,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from app.codecs.raw import check_shape, datatype_of
-from app.datatypes import DataType, element_count, narrow_floats, narrow_integers, refuse_booleans
-from app.errors import InvalidArgument
-from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+from servekit.codecs.raw import check_shape, datatype_of
+from servekit.datatypes import (
+    DataType,
+    element_count,
+    narrow_floats,
+    narrow_integers,
+    refuse_booleans,
+)
+from servekit.errors import InvalidArgument
+from servekit.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
-    from app.codecs.v2_json_large import Segments
+    from servekit.codecs.v2_json_large import Segments
 
 SHARED_MEMORY_REGION = "shared_memory_region"
 """The parameter naming a registered shared-memory region (Triton's extension)."""
@@ -93,7 +99,7 @@ def decode_request(
     segments: Segments | None = None,
 ) -> InferRequest:
     """Build an InferRequest from a parsed V2 JSON request object (``segments``: the numeric
-    ``data`` arrays :mod:`app.codecs.v2_json_large` cut out of a large body)."""
+    ``data`` arrays :mod:`servekit.codecs.v2_json_large` cut out of a large body)."""
     if not isinstance(obj, dict):
         raise InvalidArgument("inference request must be a JSON object")
     raw_inputs = obj.get("inputs")
@@ -169,7 +175,7 @@ def _decode_input(
             )
         data = item["data"]
         if segments is not None and type(data) is dict and len(data) == 1:
-            from app.codecs.v2_json_large import PLACEHOLDER
+            from servekit.codecs.v2_json_large import PLACEHOLDER
 
             if PLACEHOLDER in data:
                 data = segments.array(data[PLACEHOLDER], name, datatype, shape)

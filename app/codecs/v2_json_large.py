@@ -9,7 +9,7 @@ shapes, parameters: small) goes through orjson. Peak memory is the body, the arr
 chunk.
 
 What numpy's reader cannot take (BYTES, BOOL, strings such as "NaN", numbers of the wrong kind)
-stays in the rest of the request and is decoded the usual way (:mod:`app.codecs.v2_json`),
+stays in the rest of the request and is decoded the usual way (:mod:`servekit.codecs.v2_json`),
 with its usual checks and messages, as long as that rest is at most ``generic_limit`` bytes;
 beyond it the request is refused with a pointer to the binary tensor data extension. The
 result is the same :class:`InferRequest` the usual decoder builds, with the same element
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.codecs import v2_json
-from app.datatypes import DataType, element_count, narrow_floats, narrow_integers
-from app.errors import InvalidArgument, ResourceExhausted
-from app.types import InferRequest
+from servekit.codecs import v2_json
+from servekit.datatypes import DataType, element_count, narrow_floats, narrow_integers
+from servekit.errors import InvalidArgument, ResourceExhausted
+from servekit.types import InferRequest
 
 CHUNK_BYTES = 4 * 1024 * 1024
 """Text handed to numpy per call: bounds the temporary copy."""

@@ -2,7 +2,7 @@
 
 Inputs arrive either as typed ``contents`` (one repeated field per datatype family, smaller
 integers widened to int32/uint32) or as ``raw_input_contents`` in the raw layout of
-:mod:`app.codecs.raw`, decoded as numpy views over the received bytes. Outputs go back as
+:mod:`servekit.codecs.raw`, decoded as numpy views over the received bytes. Outputs go back as
 ``raw_output_contents`` (what tritonclient.grpc decodes) unless the client asks for typed
 contents with ``binary_data_output: false`` on the request or ``binary_data: false`` on its
 requested outputs, the same parameters the HTTP binary extension uses. FP16 has no typed field
@@ -17,9 +17,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from app.codecs.raw import MAX_DIMS, check_shape, datatype_of, tensor_from_bytes, tensor_to_buffer
-from app.codecs.v2_json import IN_SHARED_MEMORY, SHARED_MEMORY_REGION
-from app.datatypes import (
+from servekit.codecs.raw import (
+    MAX_DIMS,
+    check_shape,
+    datatype_of,
+    tensor_from_bytes,
+    tensor_to_buffer,
+)
+from servekit.codecs.v2_json import IN_SHARED_MEMORY, SHARED_MEMORY_REGION
+from servekit.datatypes import (
     DATATYPES,
     DataType,
     as_bytes_array,
@@ -27,9 +33,9 @@ from app.datatypes import (
     lookup,
     narrow_integers,
 )
-from app.errors import InvalidArgument, contents_with_raw
-from app.protos import grpc_service_pb2 as pb
-from app.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+from servekit.errors import InvalidArgument, contents_with_raw
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
 
 # V2 datatype -> the InferTensorContents field that carries it (FP16: none, raw only).
 CONTENTS_FIELD: dict[str, str] = {

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from app.config.schema import AuthConfig, TokenSpec
-from app.errors import Unauthenticated
+from servekit.config.schema import AuthConfig, TokenSpec
+from servekit.errors import Unauthenticated
 
 log = logging.getLogger("servekit.auth")
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from app.config.auth import AccessPolicy, ApiGroup, TokenError, resolve_policy
-from app.config.loader import ConfigError, ConfigIssue, line_in_file
-from app.config.schema import (
+from servekit.config.auth import AccessPolicy, ApiGroup, TokenError, resolve_policy
+from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.schema import (
     ModelConfig,
     RuntimeConfig,
     RuntimeOptions,
@@ -26,9 +26,9 @@ from app.config.schema import (
     SupportedModelFormat,
     TensorOverride,
 )
-from app.config.tls import TlsError, TlsFiles, resolve_tls
-from app.config.versions import VersionSource, discover_versions, select_versions
-from app.shown_paths import hide_paths
+from servekit.config.tls import TlsError, TlsFiles, resolve_tls
+from servekit.config.versions import VersionSource, discover_versions, select_versions
+from servekit.shown_paths import hide_paths
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
     RuntimeConfig(

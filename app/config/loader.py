@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from app.config.schema import ServeConfig
+from servekit.config.schema import ServeConfig
 
 
 @dataclass(frozen=True)

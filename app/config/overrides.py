@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
-from app.config.compiler import ServePlan, compile_plan
-from app.config.loader import ConfigError, ConfigIssue, load_config
-from app.config.names import find_model
-from app.config.schema import ServeConfig
+from servekit.config.compiler import ServePlan, compile_plan
+from servekit.config.loader import ConfigError, ConfigIssue, load_config
+from servekit.config.names import find_model
+from servekit.config.schema import ServeConfig
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Overrides:
     """Read the one served model's files from here (kept as given; made absolute on use)."""
     flags: bool = True
     """Whether ``server`` came from command-line flags (a bad value is a ConfigError naming the
-    flag) or from Python keyword arguments (``app.serve``: pydantic's ValidationError)."""
+    flag) or from Python keyword arguments (``servekit.serve``: pydantic's ValidationError)."""
 
 
 def load_plan(path: str | Path, overrides: Overrides | None = None) -> ServePlan:

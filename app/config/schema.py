@@ -25,7 +25,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from app.config.pip_requirements import NAME_START, check_requirement
+from servekit.config.pip_requirements import NAME_START, check_requirement
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -96,7 +96,7 @@ class GrpsStreaming(Section):
 
 def _grps_message_keys() -> frozenset[str]:
     """Every top-level key a JSON GrpsMessage body may hold (both spellings, and ndarray)."""
-    from app.protos import grps_pb2  # protobuf only; loaded when body_param is used
+    from servekit.protos import grps_pb2  # protobuf only; loaded when body_param is used
 
     fields = grps_pb2.GrpsMessage.DESCRIPTOR.fields
     return frozenset({"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)})

@@ -13,7 +13,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.config.schema import TlsConfig
+from servekit.config.schema import TlsConfig
 
 CERT_MARK = b"-----BEGIN CERTIFICATE-----"
 KEY_MARK = b"PRIVATE KEY-----"

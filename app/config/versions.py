@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.config.schema import VersionPolicy
+from servekit.config.schema import VersionPolicy
 
 MODEL_SUFFIXES = (".onnx",)
 MAX_VERSION = 2**63 - 1

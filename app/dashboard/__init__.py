@@ -1,8 +1,8 @@
 """The web dashboard at ``/``: health, repository index, model pages and try-it-out forms.
 
-``routes()`` is what the server hands to ``app.rest.app.create_app(extra_routes=...)``: the page
-and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
-internet). How the dashboard works when tokens are configured: :mod:`app.dashboard.viewer`.
+``routes()`` is what the server hands to ``servekit.rest.app.create_app(extra_routes=...)``: the
+page and JSON handlers plus the router serving the local CSS/JS (no CDN: servers often have no
+internet). How the dashboard works when tokens are configured: :mod:`servekit.dashboard.viewer`.
 Handlers are given the DataPlane and ModelControl like every HTTP handler
 (app/rest/inject.py) and views read only their methods, so the dashboard and the API can never
 disagree.
@@ -15,10 +15,10 @@ from typing import Any
 from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
-from app.config.auth import ApiGroup
-from app.dashboard import bench
-from app.dashboard.render import STATIC_DIR
-from app.dashboard.routes import HANDLERS, SECURITY
+from servekit.config.auth import ApiGroup
+from servekit.dashboard import bench
+from servekit.dashboard.render import STATIC_DIR
+from servekit.dashboard.routes import HANDLERS, SECURITY
 
 STATIC_PATH = "/dashboard/static"
 

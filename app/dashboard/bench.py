@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any
 from litestar import Request, Response, post
 from litestar.params import FromPath
 
-from app.config.auth import ApiGroup
-from app.dashboard.routes import NO_STORE, SECURITY, json_viewer
-from app.errors import InvalidArgument, ResourceExhausted
-from app.rest.access import cross_site_guard
-from app.rest.inject import Dataplane
-from app.services.dataplane import DataPlane
+from servekit.config.auth import ApiGroup
+from servekit.dashboard.routes import NO_STORE, SECURITY, json_viewer
+from servekit.errors import InvalidArgument, ResourceExhausted
+from servekit.rest.access import cross_site_guard
+from servekit.rest.inject import Dataplane
+from servekit.services.dataplane import DataPlane
 
 if TYPE_CHECKING:
-    from app.notebook.bench import BenchmarkTable
-    from app.notebook.remote import RemoteServer
+    from servekit.notebook.bench import BenchmarkTable
+    from servekit.notebook.remote import RemoteServer
 
 MAX_SECONDS = 10.0
 MAX_CONCURRENCY = 64
@@ -37,7 +37,7 @@ _running = threading.Lock()  # per process: servers in one process share the cor
 
 def _self_client(dataplane: DataPlane) -> RemoteServer:
     """A client of this very server, sending the server's own token of each group."""
-    from app.notebook.remote import RemoteServer
+    from servekit.notebook.remote import RemoteServer
 
     tokens = {g: t.decode("ascii") for g, t in dataplane.access.tokens.items()}
 
@@ -80,8 +80,8 @@ def _bounded(data: Any) -> tuple[float, tuple[int, ...]]:
 def _run(
     dataplane: DataPlane, name: str, seconds: float, levels: tuple[int, ...]
 ) -> BenchmarkTable:
-    # Imported here: app.notebook imports the server, which imports the dashboard.
-    from app.notebook.bench import run_benchmark
+    # Imported here: servekit.notebook imports the server, which imports the dashboard.
+    from servekit.notebook.bench import run_benchmark
 
     client = _self_client(dataplane)
     try:

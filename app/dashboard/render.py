@@ -16,7 +16,7 @@ from typing import Any
 
 import jinja2
 
-from app import __version__
+from servekit import __version__
 
 _HERE = Path(__file__).resolve().parent
 STATIC_DIR = _HERE / "static"

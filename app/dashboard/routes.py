@@ -7,9 +7,9 @@ shows is exactly what a client gets. Nothing here is part of the OpenAPI documen
 
 Access (``opt["api_group"]``, read by the HTTP access check): the JSON is ``metadata``. Pages are
 ``open`` to that check because a browser navigation carries no ``Authorization`` header; each
-page decides what it may hold with :mod:`app.dashboard.viewer` (the same tokens), answering the
+page decides what it may hold with :mod:`servekit.dashboard.viewer` (the same tokens), answering the
 locked shell when the metadata group is closed to the request. Every response, errors included,
-carries the dashboard's security headers (:mod:`app.dashboard.headers`).
+carries the dashboard's security headers (:mod:`servekit.dashboard.headers`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any
 from litestar import Request, Response, get
 from litestar.params import FromPath
 
-from app.config.auth import ApiGroup
-from app.dashboard import views
-from app.dashboard.headers import DASHBOARD_HEADERS, add_headers
-from app.dashboard.render import render
-from app.dashboard.viewer import Viewer, hide_admin_data, viewer
-from app.errors import NotFound
-from app.rest.inject import Control, Dataplane
-from app.services.dataplane import DataPlane
+from servekit.config.auth import ApiGroup
+from servekit.dashboard import views
+from servekit.dashboard.headers import DASHBOARD_HEADERS, add_headers
+from servekit.dashboard.render import render
+from servekit.dashboard.viewer import Viewer, hide_admin_data, viewer
+from servekit.errors import NotFound
+from servekit.rest.inject import Control, Dataplane
+from servekit.services.dataplane import DataPlane
 
 HTML = "text/html"
 NO_STORE = {"Cache-Control": "no-store"}

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.config.auth import AccessPolicy, ApiGroup
+from servekit.config.auth import AccessPolicy, ApiGroup
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,16 @@ from typing import Any
 
 import yaml
 
-from app.config.auth import GROUP_FIELDS, ApiGroup
-from app.config.schema import ModelConfig
-from app.errors import ServeError
-from app.models.repository import ModelEntry, State, VersionEntry
-from app.rest.triton_json import model_config_json
-from app.services import batching
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
-from app.services.stats import QUEUE_BUCKETS_S, Duration
-from app.shown_paths import shown_storage_uri
+from servekit.config.auth import GROUP_FIELDS, ApiGroup
+from servekit.config.schema import ModelConfig
+from servekit.errors import ServeError
+from servekit.models.repository import ModelEntry, State, VersionEntry
+from servekit.rest.triton_json import model_config_json
+from servekit.services import batching
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
+from servekit.services.stats import QUEUE_BUCKETS_S, Duration
+from servekit.shown_paths import shown_storage_uri
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
 _QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures

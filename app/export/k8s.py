@@ -22,11 +22,11 @@ from typing import Any
 
 import yaml
 
-from app.config.compiler import ServePlan, compile_plan
-from app.config.loader import load_config
-from app.config.names import k8s_label
-from app.config.schema import AuthConfig
-from app.export import secrets as export_secrets
+from servekit.config.compiler import ServePlan, compile_plan
+from servekit.config.loader import load_config
+from servekit.config.names import k8s_label
+from servekit.config.schema import AuthConfig
+from servekit.export import secrets as export_secrets
 
 Manifest = dict[str, Any]
 
@@ -47,7 +47,7 @@ class ExportError(ValueError):
 
 
 def k8s_name(name: str) -> str:
-    """:func:`app.config.names.k8s_label`, its refusal as an ExportError."""
+    """:func:`servekit.config.names.k8s_label`, its refusal as an ExportError."""
     try:
         return k8s_label(name)
     except ValueError as exc:
@@ -79,7 +79,7 @@ def container_tokens(
     filled: tuple[str, ...] = (),
     mode: int | None = None,
 ) -> export_secrets.ContainerTokens:
-    """:func:`app.export.secrets.container_tokens` for ``plan``, its refusals as ExportError."""
+    """:func:`servekit.export.secrets.container_tokens` for ``plan``; its refusals: ExportError."""
     try:
         return export_secrets.container_tokens(
             plan.server.auth, secret_name(plan), config_dir, used=used, filled=filled, mode=mode

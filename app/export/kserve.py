@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from app.config.compiler import ServePlan
-from app.export.k8s import (
+from servekit.config.compiler import ServePlan
+from servekit.export.k8s import (
     STORAGE_ENV,
     UID,
     ExportError,

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from app.config.auth import GROUP_FIELDS
-from app.config.schema import AuthConfig
+from servekit.config.auth import GROUP_FIELDS
+from servekit.config.schema import AuthConfig
 
 Manifest = dict[str, object]
 

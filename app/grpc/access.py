@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 
-from app.config.auth import AccessPolicy, ApiGroup
-from app.errors import Unauthenticated
+from servekit.config.auth import AccessPolicy, ApiGroup
+from servekit.errors import Unauthenticated
 
 _INFERENCE = "/inference.GRPCInferenceService/"
 _GRPS = "/grps.protos.v1.GrpsService/"

@@ -1,8 +1,8 @@
 """``grps.protos.v1.GrpsService`` (seed 001) over the one DataPlane.
 
 Handlers are thin: the select -> decode -> infer -> encode sequence lives in
-:mod:`app.services.grps`, shared with the HTTP routes. Failures end the call with the gRPC
-status of the one error table (:mod:`app.grpc.status`): INVALID_ARGUMENT, NOT_FOUND,
+:mod:`servekit.services.grps`, shared with the HTTP routes. Failures end the call with the gRPC
+status of the one error table (:mod:`servekit.grpc.status`): INVALID_ARGUMENT, NOT_FOUND,
 UNAVAILABLE, ... with the message. CheckReadiness is a question, not a failure: a server that is
 not ready answers OK with a FAILURE status (code 503) and the reason, as over HTTP.
 PredictStreaming is server streaming: one message per result of a decoupled model (a Python
@@ -18,12 +18,12 @@ from typing import TypeAlias
 
 import grpc
 
-from app.grpc.access import protect
-from app.grpc.status import guarded, status_of
-from app.protos import grps_pb2 as pb
-from app.protos import grps_pb2_grpc as pb_grpc
-from app.services import grps as grps_reply
-from app.services.dataplane import DataPlane
+from servekit.grpc.access import protect
+from servekit.grpc.status import guarded, status_of
+from servekit.protos import grps_pb2 as pb
+from servekit.protos import grps_pb2_grpc as pb_grpc
+from servekit.services import grps as grps_reply
+from servekit.services.dataplane import DataPlane
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GrpsService"].full_name
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -81,7 +81,7 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
 
 
 def registrar(dataplane: DataPlane) -> Callable[[grpc.aio.Server], list[str]]:
-    """What :func:`app.grpc.server.start_grpc_server` takes in ``services``."""
+    """What :func:`servekit.grpc.server.start_grpc_server` takes in ``services``."""
 
     def register(server: grpc.aio.Server) -> list[str]:
         grps = GrpsServicer(dataplane)

@@ -12,9 +12,9 @@ from typing import Any
 
 import grpc
 
-from app.errors import InvalidArgument
-from app.protos import grpc_service_pb2 as pb
-from app.services.model_control import ModelControl
+from servekit.errors import InvalidArgument
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.services.model_control import ModelControl
 
 
 def _parameters(parameters: Any) -> dict[str, object]:

@@ -17,16 +17,16 @@ from google.protobuf import descriptor_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from app.config.schema import ServerConfig
-from app.config.tls import TlsFiles
-from app.grpc import health, servicer, tuning
-from app.grpc.access import protect
-from app.grpc.undecodable import SafeRegistration
-from app.listen import PORT_ATTEMPTS, url_host
-from app.protos import POOL
-from app.protos import grpc_service_pb2_grpc as pb_grpc
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
+from servekit.config.schema import ServerConfig
+from servekit.config.tls import TlsFiles
+from servekit.grpc import health, servicer, tuning
+from servekit.grpc.access import protect
+from servekit.grpc.undecodable import SafeRegistration
+from servekit.listen import PORT_ATTEMPTS, url_host
+from servekit.protos import POOL
+from servekit.protos import grpc_service_pb2_grpc as pb_grpc
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""

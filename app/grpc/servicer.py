@@ -1,14 +1,14 @@
 """``inference.GRPCInferenceService``: the Triton / KServe V2 gRPC surface over the DataPlane.
 
-Handlers are thin: decode with :mod:`app.codecs.v2_proto`, call the DataPlane (given to the
-servicer at construction), encode (configuration and statistics: :mod:`app.grpc.triton_proto`).
-Errors go through the one table in :mod:`app.grpc.status`. ModelStreamInfer pipelines a window
+Handlers are thin: decode with :mod:`servekit.codecs.v2_proto`, call the DataPlane (given to the
+servicer at construction), encode (configuration and statistics: :mod:`servekit.grpc.triton_proto`).
+Errors go through the one table in :mod:`servekit.grpc.status`. ModelStreamInfer pipelines a window
 of requests but answers strictly in order, and a failing request yields its ``error_message``
 without closing the stream. A decoupled model (its predict yields) answers a stream request
 with one response per result, flagged as Triton flags them (``triton_final_response``; see
-:mod:`app.codecs.v2_proto`); its requests run when the writer reaches them, so a stream's
+:mod:`servekit.codecs.v2_proto`); its requests run when the writer reaches them, so a stream's
 responses stay in request order. ModelInfer refuses a decoupled model (UNIMPLEMENTED, as
-Triton). The repository RPCs are delegated to :mod:`app.grpc.repository` when the servicer is
+Triton). The repository RPCs are delegated to :mod:`servekit.grpc.repository` when the servicer is
 given a ModelControl; the system shared-memory RPCs manage the DataPlane's regions
 (app/services/shared_memory.py) and the CUDA ones say why they are not offered; every other RPC
 servekit does not offer answers UNIMPLEMENTED with the reason.
@@ -24,16 +24,16 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from app.codecs import v2_proto
-from app.errors import InvalidArgument, NotFound, shown_name
-from app.grpc import repository as repository_rpcs
-from app.grpc.status import guarded, status_of
-from app.grpc.triton_proto import model_config_message, statistics_message
-from app.protos import grpc_service_pb2 as pb
-from app.protos import grpc_service_pb2_grpc as pb_grpc
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
-from app.services.shared_memory import CUDA_UNSUPPORTED
+from servekit.codecs import v2_proto
+from servekit.errors import InvalidArgument, NotFound, shown_name
+from servekit.grpc import repository as repository_rpcs
+from servekit.grpc.status import guarded, status_of
+from servekit.grpc.triton_proto import model_config_message, statistics_message
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.protos import grpc_service_pb2_grpc as pb_grpc
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
+from servekit.services.shared_memory import CUDA_UNSUPPORTED
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64

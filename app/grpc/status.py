@@ -1,7 +1,7 @@
 """Core error codes -> gRPC status codes: the one table every gRPC handler goes through.
 
-The core raises :class:`app.errors.ServeError` with a transport-neutral code; this module is the
-only place that knows which gRPC status each code becomes (tests/test_error_table_grpc.py checks
+The core raises :class:`servekit.errors.ServeError` with a transport-neutral code; this module is
+the only place that knows which gRPC status each code becomes (tests/test_error_table_grpc.py checks
 the table covers every code). Unexpected exceptions become INTERNAL, so a client never sees
 gRPC's bare UNKNOWN; their text stays in the log, the client gets a reference to it.
 """
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from app.errors import ErrorCode, ServeError, internal_error
+from servekit.errors import ErrorCode, ServeError, internal_error
 
 log = logging.getLogger("servekit.grpc")
 

@@ -6,10 +6,10 @@ type error here until the message carries it, instead of vanishing on the wire.
 
 from __future__ import annotations
 
-from app.protos import grpc_service_pb2 as pb
-from app.protos import model_config_pb2 as mc
-from app.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
-from app.services.model_stats import DurationStat, VersionStatistics
+from servekit.protos import grpc_service_pb2 as pb
+from servekit.protos import model_config_pb2 as mc
+from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from servekit.services.model_stats import DurationStat, VersionStatistics
 
 
 def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:

@@ -38,11 +38,11 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from app.config.compiler import ModelPlan
-from app.config.schema import INT64_MAX, Limits, ModelConfig, RuntimeConfig
-from app.datatypes import from_config_name
-from app.errors import InvalidArgument, PermissionDenied
-from app.shown_paths import PUSHED_LABEL
+from servekit.config.compiler import ModelPlan
+from servekit.config.schema import INT64_MAX, Limits, ModelConfig, RuntimeConfig
+from servekit.datatypes import from_config_name
+from servekit.errors import InvalidArgument, PermissionDenied
+from servekit.shown_paths import PUSHED_LABEL
 
 # Triton platform / backend names -> servekit model format.
 FORMATS: dict[str, str] = {

@@ -17,12 +17,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
-from app.config.compiler import ModelPlan
-from app.config.versions import VersionSource
-from app.errors import Unavailable, shown_name, unknown_model, version_not_integral
-from app.runtimes import load_runtime
-from app.runtimes.base import LoadError, ModelRuntime, Supervised
-from app.shown_paths import hide_paths
+from servekit.config.compiler import ModelPlan
+from servekit.config.versions import VersionSource
+from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
+from servekit.runtimes import load_runtime
+from servekit.runtimes.base import LoadError, ModelRuntime, Supervised
+from servekit.shown_paths import hide_paths
 
 log = logging.getLogger("servekit.repository")
 

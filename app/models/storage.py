@@ -22,8 +22,8 @@ import time
 import uuid
 from pathlib import Path, PurePosixPath
 
-from app.config.schema import MODEL_NAME
-from app.errors import InvalidArgument, ResourceExhausted
+from servekit.config.schema import MODEL_NAME
+from servekit.errors import InvalidArgument, ResourceExhausted
 
 FILE_PREFIX = "file:"
 MARKER = ".servekit-upload"

@@ -1,4 +1,4 @@
-"""The notebook API: ``app.serve`` a serve.yaml from a cell, ``app.connect`` to a running server.
+"""The notebook API: ``servekit.serve`` a serve.yaml from a cell, ``servekit.connect`` to a server.
 
 ``serve`` runs the server in a background thread with its own event loop (a Jupyter kernel
 already runs one on its main thread) and returns a :class:`Server` handle once it is ready;
@@ -10,9 +10,9 @@ the ``SERVEKIT_TOKEN`` environment variable) sends one; the handles' ``.token`` 
 
 from __future__ import annotations
 
-from app.notebook.api import StartError, serve
-from app.notebook.handle import Server
-from app.notebook.registry import running, stop_all
-from app.notebook.remote import RemoteServer, connect
+from servekit.notebook.api import StartError, serve
+from servekit.notebook.handle import Server
+from servekit.notebook.registry import running, stop_all
+from servekit.notebook.remote import RemoteServer, connect
 
 __all__ = ["RemoteServer", "Server", "StartError", "connect", "running", "serve", "stop_all"]

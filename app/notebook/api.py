@@ -1,4 +1,4 @@
-"""``app.serve``: start a server from a notebook cell and get a handle once it serves.
+"""``servekit.serve``: start a server from a notebook cell and get a handle once it serves.
 
 The call returns when every start-up model has loaded, or raises: a bad serve.yaml raises its
 ConfigError (every key and line), and models that fail to load raise :class:`StartError` with
@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from app.config.compiler import ServePlan, is_loopback
-from app.config.overrides import Overrides, load_plan, plan_config
-from app.config.schema import ServeConfig
-from app.notebook import registry
-from app.notebook.handle import Server
-from app.notebook.launcher import ServerThread
-from app.notebook.remote import valid_token
+from servekit.config.compiler import ServePlan, is_loopback
+from servekit.config.overrides import Overrides, load_plan, plan_config
+from servekit.config.schema import ServeConfig
+from servekit.notebook import registry
+from servekit.notebook.handle import Server
+from servekit.notebook.launcher import ServerThread
+from servekit.notebook.remote import valid_token
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | ServeConfig | None
 

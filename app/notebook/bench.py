@@ -22,13 +22,13 @@ from urllib.parse import quote
 
 import numpy as np
 
-from app.codecs.raw import tensor_to_buffer
-from app.config.auth import ApiGroup
-from app.datatypes import from_numpy, lookup
-from app.notebook import wire
+from servekit.codecs.raw import tensor_to_buffer
+from servekit.config.auth import ApiGroup
+from servekit.datatypes import from_numpy, lookup
+from servekit.notebook import wire
 
 if TYPE_CHECKING:
-    from app.notebook.remote import RemoteServer
+    from servekit.notebook.remote import RemoteServer
 
 MAX_SECONDS = 60.0
 MAX_CONCURRENCY = 256
@@ -194,8 +194,8 @@ def _grpc_sender(
 ) -> tuple[Callable[[], None], Callable[[], None]]:
     import grpc
 
-    from app.protos import grpc_service_pb2 as pb
-    from app.protos import grpc_service_pb2_grpc as pb_grpc
+    from servekit.protos import grpc_service_pb2 as pb
+    from servekit.protos import grpc_service_pb2_grpc as pb_grpc
 
     request = pb.ModelInferRequest(model_name=model)
     for name, array in inputs.items():

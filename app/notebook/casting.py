@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.datatypes import from_numpy, lookup
-from app.errors import InvalidArgument
+from servekit.datatypes import from_numpy, lookup
+from servekit.errors import InvalidArgument
 
 
 class CastWarning(UserWarning):

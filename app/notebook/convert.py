@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from app.notebook import torch_onnx
+from servekit.notebook import torch_onnx
 
 
 def is_sklearn(source: object) -> bool:

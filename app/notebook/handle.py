@@ -1,4 +1,4 @@
-"""The handle ``app.serve`` returns: a server running in this process, in a background thread.
+"""The handle ``servekit.serve`` returns: a server running in this process, in a background thread.
 
 It is a :class:`RemoteServer` (so ``add_model`` with a file, bytes or an ``onnx.ModelProto``
 goes through the repository load API exactly as it would against a remote server) with what
@@ -7,7 +7,7 @@ HTTP and gRPC adapters call, serve a Python function or class held in the notebo
 reload its serve.yaml, and stop.
 
 What goes over the wire (``add_model`` with a file, ``metadata``) carries the token of its API
-group as the server itself resolved it from ``server.auth`` (``app.serve(token=...)`` sets one
+group as the server itself resolved it from ``server.auth`` (``servekit.serve(token=...)`` sets one
 token for every group); what runs in process (``infer``, ``models``, Python models) needs none:
 the notebook holding the handle started the server.
 """
@@ -21,18 +21,18 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from app.config.auth import ApiGroup
-from app.config.compiler import ServePlan
-from app.datatypes import from_numpy
-from app.errors import ServeError
-from app.notebook import convert, html, registry, sources, wire
-from app.notebook.launcher import ServerThread
-from app.notebook.remote import RemoteServer
-from app.project import save as saving
-from app.server import ServeKit
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
-from app.types import InferRequest, RequestedOutput, Tensor
+from servekit.config.auth import ApiGroup
+from servekit.config.compiler import ServePlan
+from servekit.datatypes import from_numpy
+from servekit.errors import ServeError
+from servekit.notebook import convert, html, registry, sources, wire
+from servekit.notebook.launcher import ServerThread
+from servekit.notebook.remote import RemoteServer
+from servekit.project import save as saving
+from servekit.server import ServeKit
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
+from servekit.types import InferRequest, RequestedOutput, Tensor
 
 
 class Server(RemoteServer):
@@ -100,7 +100,7 @@ class Server(RemoteServer):
     def _servekit(self) -> ServeKit:
         if not self.running or self._thread.servekit is None:
             raise RuntimeError(
-                f"servekit {self.name!r} is stopped{self._note}; start it again with app.serve()"
+                f"servekit {self.name!r} is stopped{self._note}; run servekit.serve() to restart"
             )
         return self._thread.servekit
 

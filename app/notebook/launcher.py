@@ -18,9 +18,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from app.config.compiler import ServePlan
-from app.listen import Addresses
-from app.server import ServeKit
+from servekit.config.compiler import ServePlan
+from servekit.listen import Addresses
+from servekit.server import ServeKit
 
 log = logging.getLogger("servekit.notebook")
 

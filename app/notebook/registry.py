@@ -1,8 +1,8 @@
-"""The process-wide registry of servers started with ``app.serve``.
+"""The process-wide registry of servers started with ``servekit.serve``.
 
-A notebook cell is re-run far more often than it is thought about, so ``app.serve`` keys every
+A notebook cell is re-run far more often than it is thought about, so ``servekit.serve`` keys every
 server by its ``name`` (``"default"`` unless given) and stops the previous server of that name
-before starting the new one: re-running a cell, or calling ``app.serve`` again, never leaves a
+before starting the new one: re-running a cell, or calling ``servekit.serve`` again, never leaves a
 port or a thread behind. Servers with different names run side by side. At interpreter exit
 (including a kernel restart) every server still registered is stopped.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from app.notebook.handle import Server
+    from servekit.notebook.handle import Server
 
 _lock = threading.RLock()
 _servers: dict[str, Server] = {}
@@ -28,7 +28,7 @@ def replace(name: str, start: Callable[[], Server]) -> Server:
     with _lock:
         previous = _servers.pop(name, None)
         if previous is not None:
-            previous._stop(grace=1.0, note=" (replaced by a newer app.serve)")
+            previous._stop(grace=1.0, note=" (replaced by a newer servekit.serve)")
         server = start()
         _servers[name] = server
         if not _atexit_registered:

@@ -1,13 +1,13 @@
-"""``app.connect(url)``: the notebook API against a server that is already running.
+"""``servekit.connect(url)``: the notebook API against a server that is already running.
 
 Everything goes over HTTP: inference with the binary tensor data extension (no tensor is spelled
 out as JSON numbers), the model list from the repository index, and ``add_model`` through the
 repository load API with the model file attached, so pushing a model built in the notebook
-works the same against a server on another machine as against one started with ``app.serve``.
+works the same against a server on another machine as against one started with ``servekit.serve``.
 
 A server with tokens (``server.auth``) needs ``Authorization: Bearer <token>`` on its protected
 groups: the handle sends its token on every request but health checks, and a refusal (401)
-raises :class:`~app.errors.Unauthenticated` saying whether no token or a wrong one was sent.
+raises :class:`~servekit.errors.Unauthenticated` saying whether no token or a wrong one was sent.
 ``connect`` takes the token as ``token=``, or from the ``SERVEKIT_TOKEN`` environment variable,
 so a notebook shared with others need not contain it.
 """
@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from app.config.auth import ApiGroup
-from app.errors import Unauthenticated
-from app.notebook import convert, html, sources, wire
-from app.notebook.transport import Reply, Transport, check
-from app.project import save as saving
+from servekit.config.auth import ApiGroup
+from servekit.errors import Unauthenticated
+from servekit.notebook import convert, html, sources, wire
+from servekit.notebook.transport import Reply, Transport, check
+from servekit.project import save as saving
 
 TOKEN_ENV = "SERVEKIT_TOKEN"
-"""Where ``app.connect`` looks for a token when none is given."""
+"""Where ``servekit.connect`` looks for a token when none is given."""
 
 
 def _path(*parts: str) -> str:
@@ -72,7 +72,7 @@ class RemoteServer:
     @property
     def token(self) -> str | None:
         """The token this handle sends (None: none): given to ``connect`` or read from
-        SERVEKIT_TOKEN; for ``app.serve``, the one given to (or made by) ``token=``, or
+        SERVEKIT_TOKEN; for ``servekit.serve``, the one given to (or made by) ``token=``, or
         serve.yaml's when one token guards every protected group. Other clients send it as
         ``authorization: Bearer <token>``, e.g. tritonclient.http and tritonclient.grpc alike:
         ``client.infer(..., headers={"authorization": f"Bearer {server.token}"})``."""
@@ -113,7 +113,7 @@ class RemoteServer:
         to give it. The token itself is never part of the message."""
         if self._token_for(group) is None:
             why = (
-                f"no token was sent; pass token=... to app.connect() or set the {TOKEN_ENV} "
+                f"no token was sent; pass token=... to servekit.connect() or set the {TOKEN_ENV} "
                 "environment variable"
             )
         else:
@@ -196,7 +196,7 @@ class RemoteServer:
         if not sources.is_file_source(source):
             raise TypeError(
                 "a Python function or class can only be served by a server started in this "
-                "process with app.serve(); over the network, send a path, ONNX bytes or an "
+                "process with servekit.serve(); over the network, send a path, ONNX bytes or an "
                 f"onnx.ModelProto (got {type(source).__name__})"
             )
         fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
@@ -225,7 +225,7 @@ class RemoteServer:
         """Drive ``model`` over HTTP and gRPC with generated inputs, ``seconds`` per protocol
         and concurrency; returns a table (requests/s, p50/p90/p99 ms) that shows a chart in a
         notebook. Short runs on a shared machine are noisy: compare, do not quote."""
-        from app.notebook.bench import run_benchmark
+        from servekit.notebook.bench import run_benchmark
 
         return run_benchmark(self, model, concurrency, seconds, protocols)
 
@@ -368,7 +368,7 @@ def connect(
     ``key_file`` are this client's certificate for a server that requires one (mutual TLS).
 
     Fails at once with ConnectionError if nothing answers there, and with
-    :class:`~app.errors.Unauthenticated` if the server refuses the token (or wants one),
+    :class:`~servekit.errors.Unauthenticated` if the server refuses the token (or wants one),
     rather than at first use. Without ``grpc_target``, the gRPC port is asked of the server
     (``GET /servekit/v1/ports``) and paired with the host of ``url``: the server may listen on
     0.0.0.0 or sit behind a port-forward, where only the host the user reached it by works.

@@ -1,8 +1,8 @@
-"""The client side of the V2 binary tensor data extension, for ``app.connect``.
+"""The client side of the V2 binary tensor data extension, for ``servekit.connect``.
 
 Requests carry every input as binary data after a small JSON header and ask for every output as
 binary data, so no tensor is ever spelled out as JSON numbers in either direction. The byte
-layout is the server's own (``app.codecs.raw``), so client and server cannot disagree on it.
+layout is the server's own (``servekit.codecs.raw``), so client and server cannot disagree on it.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from app.codecs import v2_json
-from app.codecs.raw import tensor_from_bytes, tensor_to_buffer
-from app.datatypes import DataType, as_bytes_array, from_numpy, lookup
-from app.errors import InvalidArgument
-from app.notebook.casting import CastWarning, cast_to
+from servekit.codecs import v2_json
+from servekit.codecs.raw import tensor_from_bytes, tensor_to_buffer
+from servekit.datatypes import DataType, as_bytes_array, from_numpy, lookup
+from servekit.errors import InvalidArgument
+from servekit.notebook.casting import CastWarning, cast_to
 
 Array = np.ndarray
 

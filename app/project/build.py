@@ -25,10 +25,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import app
-from app.config.loader import ConfigError
-from app.project.dockerfile import BASE_IMAGE, PROJECT_DOCKERFILE
-from app.project.requirements import declared
+import servekit
+from servekit.config.loader import ConfigError
+from servekit.project.dockerfile import BASE_IMAGE, PROJECT_DOCKERFILE
+from servekit.project.requirements import declared
 
 ENGINE_ENV = "SERVEKIT_CONTAINER_ENGINE"
 """Names the engine (docker or podman) when both are installed; default: docker, then podman."""
@@ -70,7 +70,7 @@ def default_tag(folder: Path) -> str:
 
 def source_tree() -> Path | None:
     """The servekit checkout this code runs from, if it is one (Dockerfile + pyproject)."""
-    root = Path(app.__file__).resolve().parent.parent
+    root = Path(servekit.__file__).resolve().parent.parent
     has_all = (root / "Dockerfile").is_file() and (root / "pyproject.toml").is_file()
     return root if has_all else None
 

@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from app.config.loader import load_config
+from servekit.config.loader import load_config
 
 _OURS = {"app", "servekit"}
 

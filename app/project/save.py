@@ -21,13 +21,13 @@ from typing import Any
 
 import yaml
 
-from app import __version__
-from app.config.compiler import BUILTIN_RUNTIMES, ModelPlan
-from app.config.schema import RuntimeConfig
-from app.project import dockerfile, requirements
-from app.project.source import MODULE, ModuleSource, SourceError
-from app.runtimes import onnx_files
-from app.runtimes.python import OBJECT_PREFIX, resolve_entrypoint
+from servekit import __version__
+from servekit.config.compiler import BUILTIN_RUNTIMES, ModelPlan
+from servekit.config.schema import RuntimeConfig
+from servekit.project import dockerfile, requirements
+from servekit.project.source import MODULE, ModuleSource, SourceError
+from servekit.runtimes import onnx_files
+from servekit.runtimes.python import OBJECT_PREFIX, resolve_entrypoint
 
 
 class SaveError(ValueError):

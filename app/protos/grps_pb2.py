@@ -30,7 +30,7 @@ DESCRIPTOR = _POOL.AddSerializedFile(b'\n\ngrps.proto\x12\x0egrps.protos.v1\"\xb
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'app.protos.grps_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'servekit.protos.grps_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016io.grps.protosB\nGrpsProtos'

@@ -30,7 +30,7 @@ DESCRIPTOR = _POOL.AddSerializedFile(b'\n\x12model_config.proto\x12\tinference\"
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'app.protos.model_config_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'servekit.protos.model_config_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MODELOPTIMIZATIONPOLICY_CUDA_GRAPHSPEC_LOWERBOUND_INPUTENTRY']._loaded_options = None

@@ -1,5 +1,5 @@
 """HTTP adapter: the Litestar application over the DataPlane."""
 
-from app.rest.app import create_app
+from servekit.rest.app import create_app
 
 __all__ = ["create_app"]

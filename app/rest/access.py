@@ -27,8 +27,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Scope
 
-from app.config.auth import AccessPolicy, ApiGroup
-from app.errors import PermissionDenied
+from servekit.config.auth import AccessPolicy, ApiGroup
+from servekit.errors import PermissionDenied
 
 API_GROUP = "api_group"
 """Key of a handler's ``opt`` naming its :class:`ApiGroup`."""

@@ -2,8 +2,8 @@
 
 Route modules contribute ``ROUTES`` lists; the factory wires them with the error table and the
 services. Handlers receive the services they call as Litestar dependencies, by parameter name:
-``dataplane`` (:class:`~app.services.dataplane.DataPlane`) and ``control``
-(:class:`~app.services.model_control.ModelControl`), see app/rest/inject.py; that is the whole
+``dataplane`` (:class:`~servekit.services.dataplane.DataPlane`) and ``control``
+(:class:`~servekit.services.model_control.ModelControl`), see app/rest/inject.py; that is the whole
 API an HTTP handler sees. The inference fast path (app/rest/infer.py) answers before Litestar
 resolves dependencies, so it reads the DataPlane from application state instead (one attribute
 read).
@@ -21,17 +21,17 @@ from litestar.config.app import AppConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 
-from app import __version__
-from app.config.auth import ApiGroup
-from app.rest import metrics, v1, v2
-from app.rest.access import group_opt, token_guard
-from app.rest.errors import EXCEPTION_HANDLERS
-from app.rest.infer import FastPath
-from app.rest.inject import dependencies
-from app.rest.openapi import DocumentPlugin, no_such_document
-from app.services.dataplane import DataPlane
-from app.services.metrics import make_registry
-from app.services.model_control import ModelControl
+from servekit import __version__
+from servekit.config.auth import ApiGroup
+from servekit.rest import metrics, v1, v2
+from servekit.rest.access import group_opt, token_guard
+from servekit.rest.errors import EXCEPTION_HANDLERS
+from servekit.rest.infer import FastPath
+from servekit.rest.inject import dependencies
+from servekit.rest.openapi import DocumentPlugin, no_such_document
+from servekit.services.dataplane import DataPlane
+from servekit.services.metrics import make_registry
+from servekit.services.model_control import ModelControl
 
 
 def create_app(

@@ -23,7 +23,7 @@ import zlib
 from litestar import Response
 from litestar.exceptions import HTTPException
 
-from app.errors import InvalidArgument, shown_name
+from servekit.errors import InvalidArgument, shown_name
 
 WORTH_BYTES = 1024
 """Smallest response body that is compressed when the client asks."""

@@ -7,7 +7,7 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from app.errors import ErrorCode, Overloaded, ServeError, internal_error
+from servekit.errors import ErrorCode, Overloaded, ServeError, internal_error
 
 log = logging.getLogger("servekit.http")
 

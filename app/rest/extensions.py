@@ -14,11 +14,11 @@ from typing import Any, cast
 from litestar import get
 from litestar.params import FromPath
 
-from app.config.auth import ApiGroup
-from app.rest.access import group_opt
-from app.rest.inject import Dataplane
-from app.rest.openapi import ModelStatistics, failures
-from app.rest.triton_json import model_config_json, statistics_json
+from servekit.config.auth import ApiGroup
+from servekit.rest.access import group_opt
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import ModelStatistics, failures
+from servekit.rest.triton_json import model_config_json, statistics_json
 
 ONE = failures(ApiGroup.ADMIN, 400, 404)
 """Failures of one model's configuration or statistics."""
@@ -91,4 +91,4 @@ ROUTES = [
     model_version_stats,
 ]
 """Mounted by the server, which names the extensions in server metadata
-(app.services.dataplane.CONFIG_AND_STATISTICS)."""
+(servekit.services.dataplane.CONFIG_AND_STATISTICS)."""

@@ -1,6 +1,6 @@
 """Triton's generate extension: ``POST /v2/models/{m}[/versions/{v}]/generate[_stream]``.
 
-JSON in and out (:mod:`app.codecs.generate_json`), over ``DataPlane.infer_stream``:
+JSON in and out (:mod:`servekit.codecs.generate_json`), over ``DataPlane.infer_stream``:
 
 - ``/generate`` answers one JSON object. As in Triton it needs the model to produce exactly one
   response; a decoupled model that yields more gets 400 naming ``generate_stream`` (it is closed
@@ -26,15 +26,15 @@ from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from app.codecs import generate_json, v2_json
-from app.config.auth import ApiGroup
-from app.errors import InvalidArgument, ServeError, internal_error
-from app.rest.access import group_opt
-from app.rest.infer import read_body
-from app.rest.inject import Dataplane
-from app.rest.openapi import INFERENCE_FAILURES, failures, with_media
-from app.services.dataplane import DataPlane
-from app.types import InferResponse
+from servekit.codecs import generate_json, v2_json
+from servekit.config.auth import ApiGroup
+from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.rest.access import group_opt
+from servekit.rest.infer import read_body
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
+from servekit.services.dataplane import DataPlane
+from servekit.types import InferResponse
 
 log = logging.getLogger("servekit.generate")
 EVENT_STREAM = "text/event-stream"

@@ -1,6 +1,6 @@
 """grps HTTP routes (seed 001): ``/grps/v1/{health,infer,metadata}/...`` over the one DataPlane.
 
-Bodies are the JSON form of ``GrpsMessage`` (:mod:`app.codecs.grps_json`: protobuf's JSON
+Bodies are the JSON form of ``GrpsMessage`` (:mod:`servekit.codecs.grps_json`: protobuf's JSON
 mapping with grps' conventions), or ``application/octet-stream`` for ``bin_data``, both ways.
 Query parameters: ``model=name-version`` (the body's ``model`` wins) and ``return-ndarray=true``
 (answer the single output as a nested list).
@@ -30,17 +30,17 @@ from litestar import HttpMethod, Request, Response, route
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from app.codecs import grps_json
-from app.config.auth import ApiGroup
-from app.config.schema import GrpsStreaming
-from app.errors import InvalidArgument, ServeError, internal_error
-from app.protos import grps_pb2 as pb
-from app.rest import compression
-from app.rest.access import cross_site_guard, group_opt
-from app.rest.errors import HTTP_STATUS
-from app.rest.infer import read_body
-from app.rest.inject import Dataplane
-from app.rest.openapi import (
+from servekit.codecs import grps_json
+from servekit.config.auth import ApiGroup
+from servekit.config.schema import GrpsStreaming
+from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.protos import grps_pb2 as pb
+from servekit.rest import compression
+from servekit.rest.access import cross_site_guard, group_opt
+from servekit.rest.errors import HTTP_STATUS
+from servekit.rest.infer import read_body
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import (
     GRPS_MODEL_REQUEST,
     GRPS_REQUEST,
     INFERENCE_FAILURES,
@@ -50,8 +50,8 @@ from app.rest.openapi import (
     failures,
     with_media,
 )
-from app.services import grps as grps_reply
-from app.types import InferResponse
+from servekit.services import grps as grps_reply
+from servekit.types import InferResponse
 
 log = logging.getLogger("servekit.grps")
 JSON = "application/json"
@@ -111,7 +111,7 @@ async def _read(
 
 
 def grps_failures(group: ApiGroup, *statuses: int) -> dict[int, Any]:
-    """:func:`~app.rest.openapi.failures` as grps answers them: a GrpsMessage with the status,
+    """:func:`~servekit.rest.openapi.failures` as grps answers them: a GrpsMessage with the status,
     except the token and cross-site refusals (guards, before the handler) and the edge's 503,
     which are ``{"error": ...}``."""
     shapes: dict[str, Any] = {

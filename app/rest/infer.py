@@ -37,19 +37,19 @@ from litestar.types import (
     Send,
 )
 
-from app.codecs import v2_binary, v2_json
-from app.config.auth import AccessPolicy, ApiGroup
-from app.errors import ResourceExhausted
-from app.rest import compression, large
-from app.rest.access import client_of, group_opt
-from app.rest.openapi import (
+from servekit.codecs import v2_binary, v2_json
+from servekit.config.auth import AccessPolicy, ApiGroup
+from servekit.errors import ResourceExhausted
+from servekit.rest import compression, large
+from servekit.rest.access import client_of, group_opt
+from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
     InferenceResponse,
     failures,
     with_media,
 )
-from app.services.dataplane import DataPlane
+from servekit.services.dataplane import DataPlane
 
 WAITING = "servekit.waiting"
 """Scope key holding the task of an inference request while it awaits the DataPlane. The edge

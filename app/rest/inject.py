@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 
 from litestar.di import NamedDependency, Provide
 
-from app.services.dataplane import DataPlane
-from app.services.model_control import ModelControl
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
 
 Dataplane: TypeAlias = NamedDependency[DataPlane]
 """A handler parameter named ``dataplane``: health, metadata, models, configuration, stats."""

@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 from litestar.exceptions import InternalServerException
 from litestar.types import Receive
 
-from app.codecs import v2_binary, v2_json_large
-from app.types import InferRequest, InferResponse
+from servekit.codecs import v2_binary, v2_json_large
+from servekit.types import InferRequest, InferResponse
 
 OFF_LOOP_BYTES = 1024 * 1024
 """Bodies (and responses) from this size are decoded (encoded) in a worker thread."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 from litestar import Response, get
 from litestar.datastructures import State
 
-from app.config.auth import ApiGroup
-from app.rest.access import group_opt
-from app.rest.openapi import failures
-from app.services.metrics import CONTENT_TYPE, render
+from servekit.config.auth import ApiGroup
+from servekit.rest.access import group_opt
+from servekit.rest.openapi import failures
+from servekit.services.metrics import CONTENT_TYPE, render
 
 
 @get(

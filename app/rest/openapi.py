@@ -37,9 +37,9 @@ from litestar.openapi.spec import (
 )
 from litestar.routes import HTTPRoute
 
-from app.config.auth import AccessPolicy, ApiGroup
-from app.rest.access import group_of
-from app.services.stats import WorkerState
+from servekit.config.auth import AccessPolicy, ApiGroup
+from servekit.rest.access import group_of
+from servekit.services.stats import WorkerState
 
 # -- answers --------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """``GET /servekit/v1/ports``: the ports this server listens on, for clients that found it by URL.
 
-A client that knows only the HTTP URL (``app.connect("http://host:8000")``, a server started in
+A client that knows only the HTTP URL (``servekit.connect("http://host:8000")``, a server started in
 a terminal or a container) needs the gRPC port to build a gRPC target; the host it must use is
 the one in its own URL (the server may listen on 0.0.0.0, or sit behind a port-forward), so only
 ports are answered here. It is servekit's own resource, outside ``/v2``, so the V2 server
@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from litestar import get
 
-from app.config.auth import ApiGroup
-from app.rest.access import group_opt
-from app.rest.inject import Dataplane
-from app.rest.openapi import Ports, failures
+from servekit.config.auth import ApiGroup
+from servekit.rest.access import group_opt
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import Ports, failures
 
 
 @get(

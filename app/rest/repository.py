@@ -17,13 +17,13 @@ from litestar import Request, Response, post
 from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import Parameter
 
-from app.config.auth import ApiGroup
-from app.config.schema import MODEL_NAME
-from app.errors import InvalidArgument
-from app.models.storage import FILE_PREFIX
-from app.rest.access import cross_site_guard, group_opt
-from app.rest.inject import Control
-from app.rest.openapi import BODY_FAILURES, Empty, IndexRow, failures, with_media
+from servekit.config.auth import ApiGroup
+from servekit.config.schema import MODEL_NAME
+from servekit.errors import InvalidArgument
+from servekit.models.storage import FILE_PREFIX
+from servekit.rest.access import cross_site_guard, group_opt
+from servekit.rest.inject import Control
+from servekit.rest.openapi import BODY_FAILURES, Empty, IndexRow, failures, with_media
 
 INDEX_BODY = Schema(
     type=OpenAPIType.OBJECT,
@@ -159,4 +159,4 @@ async def repository_unload(
 
 ROUTES = [repository_index, repository_load, repository_unload]
 """Mounted by the server, which names the extension in server metadata
-(app.services.dataplane.REPOSITORY); the handlers get ModelControl injected (``control``)."""
+(servekit.services.dataplane.REPOSITORY); the handlers get ModelControl injected (``control``)."""

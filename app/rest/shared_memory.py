@@ -5,7 +5,7 @@ What tritonclient.http calls: ``register_system_shared_memory(name, key, byte_si
 posts ``{"key", "offset", "byte_size"}`` to ``.../region/{name}/register``;
 ``get_system_shared_memory_status([name])`` reads ``[{"name", "key", "offset", "byte_size"}]``;
 ``unregister_system_shared_memory([name])`` unregisters one region or all. The regions live in
-the DataPlane's :class:`app.services.shared_memory.SharedMemoryRegions`; inference reads and
+the DataPlane's :class:`servekit.services.shared_memory.SharedMemoryRegions`; inference reads and
 writes them there, whatever transport the request came over.
 
 API group: ``repository``. Registering makes the server open and map an object a client names
@@ -25,13 +25,13 @@ from litestar import Request, Response, get, post
 from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromPath
 
-from app.codecs.v2_json import loads
-from app.config.auth import ApiGroup
-from app.errors import InvalidArgument, NotFound, shown_name
-from app.rest.access import cross_site_guard, group_opt
-from app.rest.inject import Dataplane
-from app.rest.openapi import failures, with_media
-from app.services.shared_memory import CUDA_UNSUPPORTED
+from servekit.codecs.v2_json import loads
+from servekit.config.auth import ApiGroup
+from servekit.errors import InvalidArgument, NotFound, shown_name
+from servekit.rest.access import cross_site_guard, group_opt
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import failures, with_media
+from servekit.services.shared_memory import CUDA_UNSUPPORTED
 
 _SYSTEM = "/v2/systemsharedmemory"
 _CUDA = "/v2/cudasharedmemory"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
-from app.services.model_stats import DurationStat, VersionStatistics
+from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from servekit.services.model_stats import DurationStat, VersionStatistics
 
 
 def model_config_json(config: ModelConfiguration) -> dict[str, Any]:

@@ -25,16 +25,16 @@ from litestar.exceptions import MethodNotAllowedException
 from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromPath
 
-from app.codecs import v2_json
-from app.codecs.v2_json import json_data_to_array
-from app.config.auth import ApiGroup
-from app.datatypes import lookup
-from app.errors import InvalidArgument, NotFound, shown_name
-from app.rest import compression, large
-from app.rest.access import group_opt
-from app.rest.infer import read_body
-from app.rest.inject import Dataplane
-from app.rest.openapi import (
+from servekit.codecs import v2_json
+from servekit.codecs.v2_json import json_data_to_array
+from servekit.config.auth import ApiGroup
+from servekit.datatypes import lookup
+from servekit.errors import InvalidArgument, NotFound, shown_name
+from servekit.rest import compression, large
+from servekit.rest.access import group_opt
+from servekit.rest.infer import read_body
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     ModelList,
     V1Predictions,
@@ -42,7 +42,7 @@ from app.rest.openapi import (
     failures,
     with_media,
 )
-from app.types import InferRequest, ModelSignature, Tensor
+from servekit.types import InferRequest, ModelSignature, Tensor
 
 PREDICT = ":predict"
 V1_BODY = Schema(

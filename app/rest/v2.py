@@ -2,7 +2,7 @@
 
 Handlers are thin: they read the path, call the DataPlane (injected: ``dataplane``, see
 app/rest/app.py) and answer. Inference, the hot path,
-lives in :mod:`app.rest.infer` (bodies read as raw bytes and answered as bytes).
+lives in :mod:`servekit.rest.infer` (bodies read as raw bytes and answered as bytes).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import cast
 from litestar import Response, get
 from litestar.params import FromPath
 
-from app.config.auth import ApiGroup
-from app.rest.access import group_opt
-from app.rest.infer import infer, infer_version  # the hot path has a module of its own
-from app.rest.inject import Dataplane
-from app.rest.openapi import (
+from servekit.config.auth import ApiGroup
+from servekit.rest.access import group_opt
+from servekit.rest.infer import infer, infer_version  # the hot path has a module of its own
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import (
     ErrorBody,
     Live,
     ModelMetadata,
@@ -25,7 +25,7 @@ from app.rest.openapi import (
     ServerMetadata,
     failures,
 )
-from app.services.dataplane import DataPlane
+from servekit.services.dataplane import DataPlane
 
 
 @get(

@@ -20,11 +20,11 @@ import datetime as dt
 
 from litestar import get
 
-from app.config.auth import ApiGroup
-from app.rest.access import group_opt
-from app.rest.inject import Dataplane
-from app.rest.openapi import Worker, Workers, failures
-from app.services.stats import WorkerStatus
+from servekit.config.auth import ApiGroup
+from servekit.rest.access import group_opt
+from servekit.rest.inject import Dataplane
+from servekit.rest.openapi import Worker, Workers, failures
+from servekit.services.stats import WorkerStatus
 
 
 @get(

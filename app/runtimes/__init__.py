@@ -10,21 +10,21 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from app.errors import Internal
-from app.runtimes.base import ModelRuntime
+from servekit.errors import Internal
+from servekit.runtimes.base import ModelRuntime
 
 if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
-    from app.config.compiler import ModelPlan
-    from app.config.versions import VersionSource
+    from servekit.config.compiler import ModelPlan
+    from servekit.config.versions import VersionSource
 
 # implementation name -> "module:function" taking (plan, version) and returning a ModelRuntime.
 IMPLEMENTATIONS: dict[str, str] = {
-    "onnxruntime": "app.runtimes.onnx:load",
-    "python": "app.runtimes.python:load",
+    "onnxruntime": "servekit.runtimes.onnx:load",
+    "python": "servekit.runtimes.python:load",
 }
 ISOLATED = "isolated-python"
 """Not a name serve.yaml's ``implementation`` can give: ``isolation: process`` selects it."""
-_LOADERS = {**IMPLEMENTATIONS, ISOLATED: "app.runtimes.isolated:load"}
+_LOADERS = {**IMPLEMENTATIONS, ISOLATED: "servekit.runtimes.isolated:load"}
 
 
 def loader_for(implementation: str) -> Callable[[ModelPlan, VersionSource], ModelRuntime]:

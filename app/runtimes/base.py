@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from app.errors import InvalidArgument
-from app.types import ModelSignature, TensorSpec
+from servekit.errors import InvalidArgument
+from servekit.types import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
-    from app.config.schema import TensorOverride
+    from servekit.config.schema import TensorOverride
 
 
 class LoadError(Exception):

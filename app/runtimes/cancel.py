@@ -2,7 +2,7 @@
 
 A request is abandoned when its client goes away or its deadline passes while the model runs.
 Python cannot stop a thread from outside, so a long-running Python model that wants to stop
-early asks instead: ``app.runtimes.cancel.cancelled()`` is true once every request of the
+early asks instead: ``servekit.runtimes.cancel.cancelled()`` is true once every request of the
 current call is abandoned, and ``cancel_event()`` gives the ``threading.Event`` itself, so a
 model that waits can wait on it (``cancel_event().wait(1.0)`` rather than ``time.sleep(1.0)``).
 Outside a worker call (e.g. a model running inline on the loop) the flag is never set.

@@ -10,7 +10,7 @@ process:
   out of memory under ``memoryLimitBytes`` (RLIMIT_DATA), or a call runs past its deadline
   (the request's, ``CALL_DEADLINE``, else ``timeoutSeconds``; the process is then killed): the
   calls it had get 503 / UNAVAILABLE with the reason, the model reports itself down with that
-  reason (the repository shows the version UNAVAILABLE: :class:`~app.runtimes.base.Supervised`)
+  reason (the repository shows the version UNAVAILABLE: :class:`~servekit.runtimes.base.Supervised`)
   and a new process is started after a backoff (0.2 s, doubling to 30 s while it keeps failing
   soon after starting); once it has loaded, the model is READY again. Other models never notice.
 - the process never outlives the server: it asks the kernel for SIGKILL when the server dies
@@ -43,10 +43,10 @@ from typing import Any
 
 import orjson
 
-from app.config.compiler import ModelPlan
-from app.config.versions import VersionSource
-from app.datatypes import DATATYPES
-from app.errors import (
+from servekit.config.compiler import ModelPlan
+from servekit.config.versions import VersionSource
+from servekit.datatypes import DATATYPES
+from servekit.errors import (
     AlreadyExists,
     Internal,
     InvalidArgument,
@@ -57,10 +57,15 @@ from app.errors import (
     Unavailable,
     Unimplemented,
 )
-from app.runtimes.base import CALL_DEADLINE, Arrays, LoadError
-from app.runtimes.isolation_wire import ChannelClosed, ProtocolError, recv_message, send_message
-from app.runtimes.python import OBJECT_PREFIX, PLATFORM
-from app.types import ModelSignature, TensorSpec
+from servekit.runtimes.base import CALL_DEADLINE, Arrays, LoadError
+from servekit.runtimes.isolation_wire import (
+    ChannelClosed,
+    ProtocolError,
+    recv_message,
+    send_message,
+)
+from servekit.runtimes.python import OBJECT_PREFIX, PLATFORM
+from servekit.types import ModelSignature, TensorSpec
 
 log = logging.getLogger("servekit.isolated")
 
@@ -392,7 +397,7 @@ def start_child(settings: ChildSettings, slot: int) -> tuple[_Child, ModelSignat
             [
                 sys.executable,
                 "-m",
-                "app.runtimes.isolated_child",
+                "servekit.runtimes.isolated_child",
                 str(theirs.fileno()),
                 str(os.getpid()),
             ],

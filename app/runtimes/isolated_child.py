@@ -1,4 +1,4 @@
-"""The child process of an isolated Python model: ``python -m app.runtimes.isolated_child FD PID``.
+"""An isolated Python model's child process: ``python -m servekit.runtimes.isolated_child FD PID``.
 
 ``FD`` is its end of a socket pair with the server (app/runtimes/isolation_wire.py), ``PID`` the
 server's process id. The first message says what to load, exactly the serve.yaml fields of the
@@ -25,13 +25,13 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from app.errors import ServeError
-from app.runtimes.base import LoadError
-from app.runtimes.isolation_wire import ChannelClosed, recv_message, send_message
-from app.runtimes.python import PythonModel, build
+from servekit.errors import ServeError
+from servekit.runtimes.base import LoadError
+from servekit.runtimes.isolation_wire import ChannelClosed, recv_message, send_message
+from servekit.runtimes.python import PythonModel, build
 
 if TYPE_CHECKING:
-    from app.config.schema import TensorOverride
+    from servekit.config.schema import TensorOverride
 
 log = logging.getLogger("servekit.isolated")
 
@@ -116,7 +116,7 @@ def _overrides(items: list[dict[str, Any]] | None) -> tuple[TensorOverride, ...]
     model that has some: the child starts faster without it)."""
     if items is None:
         return None
-    from app.config.schema import TensorOverride
+    from servekit.config.schema import TensorOverride
 
     return tuple(TensorOverride.model_validate(i) for i in items)
 

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.datatypes import DATATYPES, from_numpy
-from app.errors import InvalidArgument
+from servekit.datatypes import DATATYPES, from_numpy
+from servekit.errors import InvalidArgument
 
 Arrays = dict[str, np.ndarray]
 

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from app.config.compiler import ModelPlan, ResolvedOptions
-from app.config.versions import VersionSource
-from app.errors import Internal, InvalidArgument
-from app.runtimes import onnx_files
-from app.runtimes.base import Arrays, LoadError, Predict, apply_overrides
-from app.shown_paths import hide_paths
-from app.types import ModelSignature, TensorSpec
+from servekit.config.compiler import ModelPlan, ResolvedOptions
+from servekit.config.versions import VersionSource
+from servekit.errors import Internal, InvalidArgument
+from servekit.runtimes import onnx_files
+from servekit.runtimes.base import Arrays, LoadError, Predict, apply_overrides
+from servekit.shown_paths import hide_paths
+from servekit.types import ModelSignature, TensorSpec
 
 PLATFORM = "onnxruntime_onnx"
 

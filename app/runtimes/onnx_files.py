@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 
 import onnx
 
-from app.errors import InvalidArgument
+from servekit.errors import InvalidArgument
 
 ORT_MEMORY_MARKER = "_ORT_MEM_ADDR_"
 

@@ -20,8 +20,8 @@ A user exception becomes the request's error, never a dead server: 500 / INTERNA
 ``the model raised <type>: <message>``. The message is the model author's own words and usually
 what the caller needs (``ValueError: the model refuses negative numbers``), so it is shown, with
 absolute paths cut to their last part and at most 1000 characters; the traceback never is. It
-goes to the log under the reference the answer quotes. A :class:`app.errors.ServeError` the model
-raises on purpose (e.g. InvalidArgument) passes through with its own code.
+goes to the log under the reference the answer quotes. A :class:`servekit.errors.ServeError` the
+model raises on purpose (e.g. InvalidArgument) passes through with its own code.
 
 Each instance runs in its own worker thread (never two requests at once on one instance). A
 model that waits (sleeps, does I/O, polls a device) can stop early when its request is
@@ -52,19 +52,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from app.datatypes import DATATYPES, as_bytes_array
-from app.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
-from app.protos import grps_pb2
-from app.runtimes.base import Arrays, LoadError, Predict
-from app.runtimes.python_hints import guessed_output_shapes, signature_of
-from app.runtimes.python_stream import is_generator_function, steps
-from app.shown_paths import hide_paths
-from app.types import GRPS_MESSAGE, ModelSignature, TensorSpec
+from servekit.datatypes import DATATYPES, as_bytes_array
+from servekit.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
+from servekit.protos import grps_pb2
+from servekit.runtimes.base import Arrays, LoadError, Predict
+from servekit.runtimes.python_hints import guessed_output_shapes, signature_of
+from servekit.runtimes.python_stream import is_generator_function, steps
+from servekit.shown_paths import hide_paths
+from servekit.types import GRPS_MESSAGE, ModelSignature, TensorSpec
 
 if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
-    from app.config.compiler import ModelPlan
-    from app.config.schema import TensorOverride
-    from app.config.versions import VersionSource
+    from servekit.config.compiler import ModelPlan
+    from servekit.config.schema import TensorOverride
+    from servekit.config.versions import VersionSource
 
 PLATFORM = "python"
 OBJECT_PREFIX = "servekit-object:"

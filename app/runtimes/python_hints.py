@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from app.datatypes import DATATYPES, from_numpy
-from app.errors import InvalidArgument
-from app.runtimes.base import LoadError
-from app.runtimes.python_stream import is_generator_function
-from app.types import ModelSignature, TensorSpec
+from servekit.datatypes import DATATYPES, from_numpy
+from servekit.errors import InvalidArgument
+from servekit.runtimes.base import LoadError
+from servekit.runtimes.python_stream import is_generator_function
+from servekit.types import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
-    from app.config.schema import TensorOverride
+    from servekit.config.schema import TensorOverride
 
 DEFAULT_SHAPE: tuple[int, ...] = (-1,)
 _STREAMS = (

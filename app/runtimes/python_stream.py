@@ -25,7 +25,7 @@ import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from typing import Any
 
-from app.errors import Internal
+from servekit.errors import Internal
 
 _DONE = object()
 

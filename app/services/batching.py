@@ -20,8 +20,8 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from app.errors import Internal
-from app.runtimes.base import Arrays
+from servekit.errors import Internal
+from servekit.runtimes.base import Arrays
 
 Key = tuple[tuple[str, str, tuple[int, ...]], ...]
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.errors import InvalidArgument
-from app.types import Tensor
+from servekit.errors import InvalidArgument
+from servekit.types import Tensor
 
 MAX_ELEMENTS = 1_000_000
 """Largest row ranked (Triton's bound against pathological classification outputs)."""

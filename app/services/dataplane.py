@@ -15,11 +15,11 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from app import __version__
-from app.config.auth import AccessPolicy
-from app.config.compiler import ModelPlan, ServePlan
-from app.config.schema import GrpsStreaming
-from app.errors import (
+from servekit import __version__
+from servekit.config.auth import AccessPolicy
+from servekit.config.compiler import ModelPlan, ServePlan
+from servekit.config.schema import GrpsStreaming
+from servekit.errors import (
     DeadlineExceeded,
     Internal,
     InvalidArgument,
@@ -28,17 +28,17 @@ from app.errors import (
     Unavailable,
     internal_error,
 )
-from app.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from app.runtimes.base import ModelRuntime, is_decoupled, predict_stream
-from app.services.classification import class_count, classify
-from app.services.executor import ModelExecutor
-from app.services.jobs import ExecutorSettings
-from app.services.model_config import ModelConfiguration, model_configuration
-from app.services.model_stats import VersionStatistics, model_statistics
-from app.services.shared_memory import SharedMemoryRegions
-from app.services.state import Listening, ServerState
-from app.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
-from app.types import (
+from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
+from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
+from servekit.services.classification import class_count, classify
+from servekit.services.executor import ModelExecutor
+from servekit.services.jobs import ExecutorSettings
+from servekit.services.model_config import ModelConfiguration, model_configuration
+from servekit.services.model_stats import VersionStatistics, model_statistics
+from servekit.services.shared_memory import SharedMemoryRegions
+from servekit.services.state import Listening, ServerState
+from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
+from servekit.types import (
     InferRequest,
     InferResponse,
     ModelMetadata,

@@ -35,15 +35,15 @@ import time
 from collections import deque
 from typing import Any
 
-from app.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
-from app.models.repository import VersionEntry
-from app.runtimes import cancel
-from app.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, PerInstance, Predict
-from app.services import batching
-from app.services.jobs import ExecutorSettings, Job, JobState, Work
-from app.services.outputs import OutputCheck
-from app.services.placement import Mode, Placement
-from app.services.stats import VersionStats
+from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
+from servekit.models.repository import VersionEntry
+from servekit.runtimes import cancel
+from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, PerInstance, Predict
+from servekit.services import batching
+from servekit.services.jobs import ExecutorSettings, Job, JobState, Work
+from servekit.services.outputs import OutputCheck
+from servekit.services.placement import Mode, Placement
+from servekit.services.stats import VersionStats
 
 log = logging.getLogger("servekit.executor")
 

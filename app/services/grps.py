@@ -3,7 +3,7 @@
 Also :func:`predict` (and :func:`start_stream`, its streaming twin), the select -> decode -> infer
 sequence both grps adapters (HTTP and gRPC)
 run, so that the two surfaces cannot drift apart. Outputs answer in the kind of the request
-where they fit (see :mod:`app.codecs.grps`); bytes that are not UTF-8 cannot be a grps string
+where they fit (see :mod:`servekit.codecs.grps`); bytes that are not UTF-8 cannot be a grps string
 and UINT64 values past 2**63 cannot be a DT_INT64, so those fail with a clear message instead of
 being mangled.
 """
@@ -17,12 +17,12 @@ import numpy as np
 import yaml
 from numpy.typing import NDArray
 
-from app.codecs.grps import CARRIER, KINDS, decode_request, request_kind
-from app.datatypes import as_bytes_array
-from app.errors import Internal, InvalidArgument, NotFound, Unimplemented, unknown_model
-from app.protos import grps_pb2 as pb
-from app.services.dataplane import DataPlane
-from app.types import GRPS_MESSAGE, InferRequest, InferResponse, Tensor
+from servekit.codecs.grps import CARRIER, KINDS, decode_request, request_kind
+from servekit.datatypes import as_bytes_array
+from servekit.errors import Internal, InvalidArgument, NotFound, Unimplemented, unknown_model
+from servekit.protos import grps_pb2 as pb
+from servekit.services.dataplane import DataPlane
+from servekit.types import GRPS_MESSAGE, InferRequest, InferResponse, Tensor
 
 GMAP_OF: dict[pb.DataType, str] = {
     pb.DT_UINT8: "s_i32",

@@ -10,9 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from app.config.compiler import ModelPlan
-from app.runtimes.base import Arrays
-from app.services import batching
+from servekit.config.compiler import ModelPlan
+from servekit.runtimes.base import Arrays
+from servekit.services import batching
 
 
 class JobState(Enum):

@@ -18,9 +18,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from app.models.repository import State
-from app.services.dataplane import DataPlane
-from app.services.stats import QUEUE_BUCKETS_S, VersionStats
+from servekit.models.repository import State
+from servekit.services.dataplane import DataPlane
+from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)

@@ -15,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from app.config.compiler import LABELS_FILE, ModelPlan
-from app.config.schema import ModelConfig, VersionPolicy
-from app.datatypes import lookup
-from app.types import ModelSignature, TensorSpec
+from servekit.config.compiler import LABELS_FILE, ModelPlan
+from servekit.config.schema import ModelConfig, VersionPolicy
+from servekit.datatypes import lookup
+from servekit.types import ModelSignature, TensorSpec
 
 # Runtime implementation -> the Triton backend that plays the same role.
 BACKEND: dict[str, str] = {"onnxruntime": "onnxruntime", "python": "python"}

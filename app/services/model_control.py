@@ -1,7 +1,7 @@
 """Model control: what the repository extension, hot reload and the notebook API ask for.
 
 Transport-neutral (REST and gRPC adapters are a few lines over it). It is the one writer of the plan
-in force (held by :class:`~app.services.state.ServerState`), and keeps models pushed by clients
+in force (held by :class:`~servekit.services.state.ServerState`), and keeps models pushed by clients
 (their files live in one folder each under the storage dir, see app/models/storage.py) and in-memory
 Python objects, and turns requests into repository loads:
 
@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
-from app.config.compiler import (
+from servekit.config.compiler import (
     ModelPlan,
     ServePlan,
     available_cores,
@@ -45,8 +45,8 @@ from app.config.compiler import (
     plan_model,
     resolve_options,
 )
-from app.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
-from app.errors import (
+from servekit.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
+from servekit.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -54,12 +54,12 @@ from app.errors import (
     ServeError,
     load_failed,
 )
-from app.models import storage
-from app.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
-from app.models.repository import ModelEntry, ModelRepository, State
-from app.runtimes import onnx_files
-from app.runtimes.python import forget_object, register_object
-from app.services.state import ServerState
+from servekit.models import storage
+from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
+from servekit.models.repository import ModelEntry, ModelRepository, State
+from servekit.runtimes import onnx_files
+from servekit.runtimes.python import forget_object, register_object
+from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.models.repository import ModelRepository
-from app.services.stats import Duration, Statistics, VersionStats
+from servekit.models.repository import ModelRepository
+from servekit.services.stats import Duration, Statistics, VersionStats
 
 
 @dataclass(frozen=True, slots=True)

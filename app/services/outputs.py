@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from app.datatypes import DATATYPES
-from app.errors import Internal
-from app.runtimes.base import Arrays
-from app.types import ModelSignature, Tensor, TensorSpec
+from servekit.datatypes import DATATYPES
+from servekit.errors import Internal
+from servekit.runtimes.base import Arrays
+from servekit.types import ModelSignature, Tensor, TensorSpec
 
 _Rule = tuple[Any, int, tuple[tuple[int, int], ...], bool]
 """(expected numpy dtype, rank, (index, size) of fixed dimensions, shape checked at all)."""

@@ -37,16 +37,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.codecs.raw import tensor_from_bytes, tensor_to_buffer
-from app.datatypes import lookup
-from app.errors import (
+from servekit.codecs.raw import tensor_from_bytes, tensor_to_buffer
+from servekit.datatypes import lookup
+from servekit.errors import (
     AlreadyExists,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
     shown_name,
 )
-from app.types import InferRequest, InferResponse, Parameters, Tensor
+from servekit.types import InferRequest, InferResponse, Parameters, Tensor
 
 log = logging.getLogger("servekit.shared_memory")
 

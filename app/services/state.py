@@ -16,9 +16,9 @@ import math
 import time
 from dataclasses import dataclass
 
-from app.config.compiler import ServePlan
-from app.config.schema import RESTART_ONLY, ServerConfig
-from app.errors import Unavailable
+from servekit.config.compiler import ServePlan
+from servekit.config.schema import RESTART_ONLY, ServerConfig
+from servekit.errors import Unavailable
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ all while models are served is refused (logged, recorded in ``recent_errors``, t
 configuration kept) unless the file says so explicitly with a ``models:`` list (``models: []``
 unloads every model on purpose): an empty or cut-short file (``> serve.yaml``, a failed
 template render) once unloaded every model of a busy server. Every re-read goes through
-:func:`app.config.overrides.load_plan` with the command line's
-:class:`~app.config.overrides.Overrides`, so
+:func:`servekit.config.overrides.load_plan` with the command line's
+:class:`~servekit.config.overrides.Overrides`, so
 ``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
 (a setting a flag overrides is not changed by editing it, so no restart is asked for).
 """
@@ -37,16 +37,16 @@ import yaml
 from pydantic.alias_generators import to_camel
 from watchfiles import Change, awatch
 
-from app.config.compiler import ServePlan
-from app.config.loader import ConfigError
-from app.config.overrides import Overrides, load_plan
-from app.config.schema import ServerConfig
-from app.services.model_control import ModelControl
-from app.services.state import restart_only_edits
+from servekit.config.compiler import ServePlan
+from servekit.config.loader import ConfigError
+from servekit.config.overrides import Overrides, load_plan
+from servekit.config.schema import ServerConfig
+from servekit.services.model_control import ModelControl
+from servekit.services.state import restart_only_edits
 
 
 class ServeKit(Protocol):
-    """What the watcher needs of the server it reloads (app.server.ServeKit is one)."""
+    """What the watcher needs of the server it reloads (servekit.server.ServeKit is one)."""
 
     @property
     def control(self) -> ModelControl: ...

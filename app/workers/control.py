@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app.config.compiler import ServePlan
-from app.config.overrides import Overrides, load_plan
-from app.errors import InvalidArgument
-from app.models.repository import ModelRepository
-from app.services.model_control import ModelControl, _check_name
-from app.services.state import ServerState
-from app.workers.protocol import decode_params, encode_params
+from servekit.config.compiler import ServePlan
+from servekit.config.overrides import Overrides, load_plan
+from servekit.errors import InvalidArgument
+from servekit.models.repository import ModelRepository
+from servekit.services.model_control import ModelControl, _check_name
+from servekit.services.state import ServerState
+from servekit.workers.protocol import decode_params, encode_params
 
 Forward = Callable[[dict[str, Any]], Awaitable[Any]]
 

@@ -20,8 +20,8 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from app import errors
-from app.errors import ErrorCode, Internal, ServeError
+from servekit import errors
+from servekit.errors import ErrorCode, Internal, ServeError
 
 log = logging.getLogger("servekit.workers")
 

@@ -8,12 +8,12 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from app.config.compiler import available_cores
-from app.config.overrides import Overrides
+from servekit.config.compiler import available_cores
+from servekit.config.overrides import Overrides
 
 CORES_VARIABLE = "_SERVEKIT_WORKER_CORES"
 """Cores one worker may use (the supervisor's cores divided by the workers), read by
-:func:`app.config.compiler.available_cores`; not ``SERVEKIT_*``, which is serve.yaml's."""
+:func:`servekit.config.compiler.available_cores`; not ``SERVEKIT_*``, which is serve.yaml's."""
 
 
 def worker_count(value: int | str | None) -> int:

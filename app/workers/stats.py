@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from app.services.stats import (
+from servekit.services.stats import (
     WORKER_STATES,
     Duration,
     Statistics,

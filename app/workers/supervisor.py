@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.config.compiler import ServePlan
-from app.config.overrides import Overrides
-from app.errors import ServeError
-from app.listen import Addresses, bind_http, bound_address
-from app.models import storage
-from app.services.stats import WorkerState
-from app.workers.protocol import Channel, Message
-from app.workers.spec import WorkerSpec, worker_environment
-from app.workers.stats import SlotReport, Snapshot, merge
+from servekit.config.compiler import ServePlan
+from servekit.config.overrides import Overrides
+from servekit.errors import ServeError
+from servekit.listen import Addresses, bind_http, bound_address
+from servekit.models import storage
+from servekit.services.stats import WorkerState
+from servekit.workers.protocol import Channel, Message
+from servekit.workers.spec import WorkerSpec, worker_environment
+from servekit.workers.stats import SlotReport, Snapshot, merge
 
 log = logging.getLogger("servekit.workers")
 
@@ -169,7 +169,7 @@ class Supervisor:
         slot.process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "app.workers.worker",
+            "servekit.workers.worker",
             spec.to_json(),
             env=worker_environment(self.count),
         )

@@ -1,5 +1,5 @@
 """One worker process of ``server.workers``: a ServeKit on its own event loop, tied to the
-supervisor (``python -m app.workers.worker SPEC``, started by app/workers/supervisor.py).
+supervisor (``python -m servekit.workers.worker SPEC``, started by app/workers/supervisor.py).
 
 It loads serve.yaml with the command line's overrides and the ports the supervisor reserved,
 loads the start-up models, asks the supervisor to replay the operations the other workers
@@ -24,15 +24,15 @@ from litestar import Litestar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.config.overrides import Overrides, load_plan
-from app.models.repository import ModelRepository
-from app.server import ServeKit
-from app.services.model_control import ModelControl
-from app.services.state import ServerState
-from app.workers.control import ClusterControl
-from app.workers.protocol import Channel, Message
-from app.workers.spec import WorkerSpec
-from app.workers.stats import REFRESH_SECONDS, ClusterStatistics
+from servekit.config.overrides import Overrides, load_plan
+from servekit.models.repository import ModelRepository
+from servekit.server import ServeKit
+from servekit.services.model_control import ModelControl
+from servekit.services.state import ServerState
+from servekit.workers.control import ClusterControl
+from servekit.workers.protocol import Channel, Message
+from servekit.workers.spec import WorkerSpec
+from servekit.workers.stats import REFRESH_SECONDS, ClusterStatistics
 
 log = logging.getLogger("servekit.workers")
 
@@ -231,7 +231,7 @@ async def _run(spec: WorkerSpec) -> None:
     await worker.request({"op": "listening", "worker": spec.index})
     watcher = None
     if plan.server.watch and spec.index == 0:
-        from app.services.watch import watch_config
+        from servekit.services.watch import watch_config
 
         watcher = asyncio.create_task(watch_config(kit, overrides))
     supervisor_gone = asyncio.create_task(worker.channel.closed.wait())
