@@ -19,7 +19,11 @@ connection, only what those gaps need:
   connection displaces the oldest connection with no request in progress (idle, or still
   sending its headers: a slowloris client), as nginx reuses idle connections; with none to
   displace, 503 and close at once, never an ``accept()`` failing for lack of descriptors;
-- a cap on requests in flight (all connections): 503 with Retry-After at once.
+- a cap on requests in flight (all connections): 503 with Retry-After at once;
+- a client that closes its connection while its inference request waits for the model
+  cancels that request (app/rest/infer.py ``WAITING``): queued, it never runs. uvicorn itself
+  only lets the application see the disconnect if it asks ``receive()``, which would cost a
+  task per request on the hot path.
 
 Everything else (parsing, pipelining, keep-alive, flow control) stays uvicorn's.
 """
@@ -37,6 +41,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servekit.config.schema import NetworkLimits
+from servekit.rest.infer import WAITING
 
 log = logging.getLogger("servekit.http")
 
@@ -174,6 +179,13 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            task = scope.get(WAITING)
+            if task is not None:  # an inference request waiting for the model: drop it
+                scope[WAITING] = None
+                task.cancel()
         super().connection_lost(exc)
 
     # -- reading ------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ if not CHROMIUM.exists() and not os.environ.get("CI"):
 
 import tritonclient.http as httpclient
 from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
+from prometheus_client.parser import text_string_to_metric_families
 from servers import ServerProcess, grpc_available, running_server, start_server
 from waits import wait_until
 
@@ -423,3 +425,111 @@ def test_workers_panel_shows_each_workers_figures_live(
             assert errors == []
         finally:
             context.close()
+
+
+BATCH_MODELS = """\
+import time
+
+
+def slow_double(x):
+    time.sleep(0.02)  # long enough for the other clients' requests to queue behind a call
+    return x * 2
+"""
+BATCH_IO = (
+    "inputs: [{name: x, datatype: FP32, shape: [-1, 4]}], "
+    "outputs: [{name: y, datatype: FP32, shape: [-1, 4]}]"
+)
+
+
+def _bars(page: Page, chart: str) -> list[tuple[str, int]]:
+    """(label, value) of every bar a chart of the model page draws."""
+    rects = page.locator(f'figure[data-chart="{chart}"] svg.chart rect')
+    found = rects.evaluate_all("rs => rs.map(r => [r.dataset.label, Number(r.dataset.value)])")
+    return [(str(label), int(value)) for label, value in found]
+
+
+def test_model_page_charts_batch_sizes_their_reasons_and_queue_times(
+    browser: Browser, tmp_path: Path, shots: Path
+) -> None:
+    """A batching model under concurrent load (8 threads, real HTTP): the model page charts
+    the batch sizes, why batches stopped and the time in queue, and every bar is the server's
+    number (``/v2/models/batched/stats`` and ``/metrics``). A model without dynamic batching
+    says so plainly and still charts its queue times."""
+    (tmp_path / "batch_models.py").write_text(BATCH_MODELS)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "models:\n"
+        "  - {name: batched, modelFormat: {name: python}, entrypoint: batch_models:slow_double,\n"
+        f"     maxBatchSize: 8, dynamicBatching: {{}}, {BATCH_IO}}}\n"
+        "  - {name: single, modelFormat: {name: python}, entrypoint: batch_models:slow_double,\n"
+        f"     {BATCH_IO}}}\n"
+    )
+    with running_server(config, grpc=False) as batching_server:
+        url = batching_server.http_url
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4], "data": [1] * 4}]}
+
+        def client(model: str, count: int) -> list[int]:
+            with httpx.Client(base_url=url, timeout=30) as http:
+                return [http.post(f"/v2/models/{model}/infer", json=body).status_code
+                        for _ in range(count)]  # fmt: skip
+
+        with ThreadPoolExecutor(8) as pool:
+            statuses = [s for part in pool.map(client, ["batched"] * 8, [12] * 8) for s in part]
+        assert statuses == [200] * 96
+        assert client("single", 3) == [200] * 3
+        stats = httpx.get(f"{url}/v2/models/batched/stats").json()["model_stats"][0]
+        sizes = {
+            int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]
+        }
+        assert max(sizes) > 1, sizes  # requests did queue and were stacked
+        dispatched = {}
+        for family in text_string_to_metric_families(httpx.get(f"{url}/metrics").text):
+            for sample in family.samples:
+                if sample.name == "servekit_batch_dispatch_total":
+                    dispatched[sample.labels["reason"]] = int(sample.value)
+
+        context = browser.new_context(base_url=url, viewport=LAPTOP)
+        try:
+            page = context.new_page()
+            errors = collect_errors(page)
+            page.goto("/models/batched")
+            section = page.locator("#queue-batching")
+            expect(section.locator('figure[data-chart="batch-sizes"] rect')).to_have_count(
+                len(sizes)
+            )
+            assert dict(_bars(page, "batch-sizes")) == {str(k): v for k, v in sizes.items()}
+            reasons = _bars(page, "dispatch")
+            labels = [label for label, _ in reasons]
+            assert labels[:2] == [
+                "Queue empty when an instance freed",
+                "Reached a preferred batch size",
+            ]
+            assert "Reached maxBatchSize" in labels
+            shown = dict(reasons)
+            assert shown["Queue empty when an instance freed"] == dispatched.get("queue_drained", 0)
+            assert shown["Reached maxBatchSize"] == dispatched.get("max_size", 0)
+            assert sum(shown.values()) == int(stats["execution_count"])
+            queue = _bars(page, "queue")
+            assert queue[0][0] == "≤ 0.1 ms"
+            assert sum(v for _, v in queue) == int(stats["inference_stats"]["success"]["count"])
+            expect(section.locator("table.chart-table").first).to_be_hidden()  # the chart says it
+            snap(page, shots, "model-batching")
+
+            page.goto("/models/single")
+            expect(page.locator("[data-bind=no-batching]")).to_contain_text("No dynamic batching")
+            expect(page.locator('figure[data-chart="batch-sizes"]')).to_have_count(0)
+            expect(page.locator('figure[data-chart="queue"] rect').first).to_be_visible()
+            assert sum(v for _, v in _bars(page, "queue")) == 3
+            assert errors == []
+        finally:
+            context.close()
+        plain = browser.new_context(base_url=url, java_script_enabled=False)
+        try:  # without JavaScript the same numbers are tables
+            page = plain.new_page()
+            page.goto("/models/batched")
+            rows = page.locator('figure[data-chart="batch-sizes"] tbody tr')
+            expect(rows).to_have_count(len(sizes))
+            drained = page.locator('figure[data-chart="dispatch"] tr[data-reason="queue_drained"]')
+            expect(drained.locator("td.num")).to_have_text(str(dispatched.get("queue_drained", 0)))
+        finally:
+            plain.close()

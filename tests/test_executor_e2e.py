@@ -4,15 +4,21 @@
   mlp's p99 stays low (before the executor it was 420 ms: the sleeper ran on the event loop);
 * a full queue answers 429 with Retry-After / RESOURCE_EXHAUSTED at once;
 * a request whose gRPC deadline passed in the queue never runs;
-* abandoned calls stuck in one model delay neither another model nor a load.
+* abandoned calls stuck in one model delay neither another model nor a load;
+* an HTTP request whose client closed its socket while it waited in the queue never runs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,8 +29,16 @@ import onnx_builders
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from loops import run_in_own_loop
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
+
+from servekit.config.compiler import compile_plan
+from servekit.config.loader import parse_config
+from servekit.rest.triton_json import statistics_json
+from servekit.runtimes.python import register_object
+from servekit.server import ServeKit
+from servekit.services.executor import ModelExecutor
 
 pytestmark = pytest.mark.slow  # end to end: real server processes and Triton clients
 
@@ -269,3 +283,97 @@ def test_the_server_stays_healthy(server: ServerProcess) -> None:
         metrics = http.get("/metrics").text
     assert 'servekit_queue_seconds_bucket{le="+Inf",model="sleepy",version="1"}' in metrics
     assert 'servekit_batch_size_count{model="mlp",version="1"}' in metrics
+
+
+class Held:
+    """A model that records the first value of every call and blocks until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls: list[int] = []
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+        self.calls.append(int(x[0]))
+        assert self.release.wait(30)
+        return x
+
+
+def _raw_request(port: int, value: int) -> socket.socket:
+    """An HTTP inference request written on a socket of its own; the answer is never read."""
+    body = json.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [value]}]}
+    ).encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        b"POST /v2/models/held/infer HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    return sock
+
+
+def test_http_requests_whose_clients_left_never_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One instance held busy; three HTTP requests queue behind it and their clients close
+    their sockets; a fourth queues after them and stays. Released, the model runs the first
+    and the fourth only, and the statistics count two successes (the dropped ones are neither
+    successes nor failures: nobody was answered)."""
+    held = Held()
+    text = (
+        "server: {httpPort: 0, grpcPort: null}\nmodels:\n"
+        f"  - name: held\n    modelFormat: {{name: python}}\n"
+        f"    entrypoint: {register_object(held)}\n{IO}"
+    )
+    kit = ServeKit(compile_plan(parse_config(text), tmp_path))
+
+    def queued() -> int:
+        _, version = kit.repository.resolve("held", None)
+        executor = version.executor
+        return executor.queued if isinstance(executor, ModelExecutor) else 0
+
+    async def until(condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 20
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.01)
+
+    def post(url: str, value: int) -> tuple[int, object]:
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [value]}]}
+        reply = httpx.post(f"{url}/v2/models/held/infer", json=body, timeout=30)
+        return reply.status_code, reply.json()
+
+    async def scenario() -> tuple[list[tuple[int, object]], dict[str, object]]:
+        addresses = await kit.start(wait_for_models=True)
+        uvicorn_log = logging.getLogger("uvicorn.error")  # does not propagate to caplog's
+        uvicorn_log.addHandler(caplog.handler)
+        try:
+            url = f"http://127.0.0.1:{addresses.http_port}"
+            first = asyncio.create_task(asyncio.to_thread(post, url, 1))
+            await until(lambda: held.calls == [1], "the first call to start")
+            leaving = []
+            for value in (2, 3, 4):
+                leaving.append(await asyncio.to_thread(_raw_request, addresses.http_port, value))
+                await until(lambda: queued() == len(leaving), f"request {value} to queue")
+            kept = asyncio.create_task(asyncio.to_thread(post, url, 5))
+            await until(lambda: queued() == 4, "the kept request to queue")
+            for sock in leaving:
+                sock.close()
+            await until(lambda: queued() == 1, "the requests of closed sockets to leave")
+            held.release.set()
+            answers = list(await asyncio.gather(first, kept))
+            (stats,) = statistics_json(kit.dataplane.model_statistics("held"))["model_stats"]
+            return answers, stats
+        finally:
+            held.release.set()
+            await kit.stop()
+            uvicorn_log.removeHandler(caplog.handler)
+
+    answers, stats = run_in_own_loop(scenario)
+    assert [status for status, _ in answers] == [200, 200], answers
+    assert held.calls == [1, 5]
+    inference = stats["inference_stats"]
+    assert isinstance(inference, dict)
+    assert inference["success"]["count"] == 2 and inference["fail"]["count"] == 0
+    assert stats["execution_count"] == 2
+    # dropped quietly: no "Exception in ASGI application", no 500 attempted
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

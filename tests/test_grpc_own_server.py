@@ -34,6 +34,8 @@ models:
     maxBatchSize: 8
     dynamicBatching: {{maxQueueDelayMicroseconds: 200, preferredBatchSize: [4, 8]}}
     instances: 2
+    maxQueueSize: 64
+    queueTimeoutMicroseconds: 30000000
   - name: wide
     modelFormat: {{name: onnx}}
     storageUri: wide.onnx
@@ -81,6 +83,17 @@ def test_batched_config_drops_the_batch_dim(
         http.close()
     assert over_http["input"][0]["dims"] == [4]
     assert over_http["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+    # the queue's bounds as Triton's default queue policy, the same over both protocols
+    policy = config.dynamic_batching.default_queue_policy
+    assert policy.max_queue_size == 64 and policy.default_timeout_microseconds == 30_000_000
+    assert policy.allow_timeout_override and policy.timeout_action == 0  # REJECT
+    assert over_http["dynamic_batching"]["default_queue_policy"] == {
+        "timeout_action": "REJECT",
+        "default_timeout_microseconds": 30_000_000,
+        "allow_timeout_override": True,
+        "max_queue_size": 64,
+    }
+    assert not client.get_model_config("wide").config.HasField("dynamic_batching")
 
 
 def test_batched_inference_and_statistics(client: grpcclient.InferenceServerClient) -> None:

@@ -275,6 +275,24 @@ def test_push_of_a_file_that_is_not_onnx_writes_nothing(repo: Repo, store: Path)
         ({"max_batch_size": 2**70, "backend": "onnxruntime"}, None, "beyond int64"),
         ({"modelFormat": {"name": "onnx"}, "maxBatchSize": 2**70}, None, "maxBatchSize"),
         ({"modelFormat": {"name": "onnx"}, "instances": 0}, None, "instances"),
+        (  # a pushed config cannot make requests wait on a batch for long (1 s at most)
+            {
+                "backend": "onnxruntime",
+                "max_batch_size": 4,
+                "dynamic_batching": {"max_queue_delay_microseconds": "86400000000"},
+            },
+            None,
+            "maxQueueDelayMicroseconds 86400000000 is over 1000000 (1 s)",
+        ),
+        (
+            {
+                "backend": "onnxruntime",
+                "max_batch_size": 4,
+                "dynamic_batching": {"default_queue_policy": {"timeout_action": "DELAY"}},
+            },
+            None,
+            "timeout_action 'DELAY' is not offered",
+        ),
     ],
 )
 def test_bad_load_requests_are_refused(

@@ -437,17 +437,37 @@ class TensorOverride(Section):
     lines of labels.txt beside the model."""
 
 
+MAX_QUEUE_DELAY_MICROSECONDS = 1_000_000
+"""Bound of ``dynamicBatching.maxQueueDelayMicroseconds`` (1 s), in serve.yaml and in configs
+pushed with a repository load alike. A batching delay is meant to be a fraction of one model
+call (Triton's examples use 100 us to a few ms); a second already holds requests rather than
+batching them, and without a bound a pushed config could make requests wait for days."""
+
+
 class DynamicBatching(Section):
     """Server-side batching of concurrent requests into one model call."""
 
-    max_queue_delay_microseconds: int = Field(100, ge=0, le=INT64_MAX)
-    """Longest a request may wait for others to join its batch. servekit never holds a
-    request back while an instance of the model is free: batches form from the requests that
-    queue while every instance is busy, so batching adds no latency at low load and this
-    bound is rarely reached (kept for Triton compatibility)."""
+    max_queue_delay_microseconds: int = Field(
+        100, ge=0, json_schema_extra={"maximum": MAX_QUEUE_DELAY_MICROSECONDS}
+    )
+    """Longest a request may wait for others to join its batch, at most 1000000 (1 s).
+    servekit never holds a request back while an instance of the model is free: batches form
+    from the requests that queue while every instance is busy, so batching adds no latency at
+    low load and this bound is rarely reached (kept for Triton compatibility)."""
     preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] = []
     """Batch sizes to aim for: when more rows wait than fit, a batch stops at the largest
     preferred size it can reach (else at maxBatchSize)."""
+
+    @field_validator("max_queue_delay_microseconds")
+    @classmethod
+    def _bounded_delay(cls, value: int) -> int:
+        if value > MAX_QUEUE_DELAY_MICROSECONDS:
+            raise ValueError(
+                f"maxQueueDelayMicroseconds {value} is over {MAX_QUEUE_DELAY_MICROSECONDS} (1 s): "
+                "a batching delay holds every request of the batch that long; keep it a "
+                "fraction of one model call"
+            )
+        return value
 
 
 class ModelConfig(Section):

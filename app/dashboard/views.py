@@ -20,9 +20,10 @@ from servekit.config.schema import ModelConfig
 from servekit.errors import ServeError
 from servekit.models.repository import ModelEntry, State, VersionEntry
 from servekit.rest.triton_json import model_config_json
+from servekit.services import batching
 from servekit.services.dataplane import DataPlane
 from servekit.services.model_control import ModelControl
-from servekit.services.stats import Duration
+from servekit.services.stats import QUEUE_BUCKETS_S, Duration
 from servekit.shown_paths import shown_storage_uri
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
@@ -212,7 +213,48 @@ def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any
             {"size": size, "count": d.count, "avg_ms": _avg_ms(d)}
             for size, d in sorted(stats.batch_sizes.items())
         ],
+        "dispatch": dispatch_reasons(stats.batch_reasons),
+        "queue_histogram": queue_histogram(stats.queue_histogram),
     }
+
+
+DISPATCH_REASONS: dict[str, str] = {
+    batching.QUEUE_DRAINED: "Queue empty when an instance freed",
+    batching.PREFERRED_SIZE: "Reached a preferred batch size",
+    batching.MAX_SIZE: "Reached maxBatchSize",
+    batching.INCOMPATIBLE: "Others waiting had other shapes",
+}
+"""Why a dynamic batch stopped at its size (app/services/batching.py), as the model page words
+it. There is no "delay expired": servekit never holds a batch back waiting for more requests
+(a batch leaves as soon as an instance is free), so a small batch means the queue held nothing
+more when an instance freed."""
+
+
+def dispatch_reasons(counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Every known reason (zeros too, so the page shows what did not happen) and any other."""
+    rows = [
+        {"reason": reason, "label": label, "count": counts.get(reason, 0)}
+        for reason, label in DISPATCH_REASONS.items()
+    ]
+    rows += [
+        {"reason": reason, "label": reason, "count": count}
+        for reason, count in sorted(counts.items())
+        if reason not in DISPATCH_REASONS
+    ]
+    return rows
+
+
+def queue_histogram(counts: list[int]) -> list[dict[str, Any]]:
+    """Successful requests by time spent in the queue, per bucket of ``QUEUE_BUCKETS_S`` up to
+    the last one holding any (empty when nothing succeeded yet)."""
+    last = max((i for i, count in enumerate(counts) if count), default=-1)
+    labels = [f"≤ {_seconds(bound)}" for bound in QUEUE_BUCKETS_S]
+    labels.append(f"> {_seconds(QUEUE_BUCKETS_S[-1])}")
+    return [{"label": labels[i], "count": counts[i]} for i in range(last + 1)]
+
+
+def _seconds(bound: float) -> str:
+    return f"{bound * 1000:g} ms" if bound < 1 else f"{bound:g} s"
 
 
 def _avg_ms(duration: Duration) -> float | None:

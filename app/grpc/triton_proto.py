@@ -32,10 +32,17 @@ def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
     )
     batching = config.dynamic_batching
     if batching is not None:
+        policy = batching.default_queue_policy
         message.dynamic_batching.CopyFrom(
             mc.ModelDynamicBatching(
                 preferred_batch_size=batching.preferred_batch_size,
                 max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+                default_queue_policy=mc.ModelQueuePolicy(
+                    timeout_action=mc.ModelQueuePolicy.TimeoutAction.Value(policy.timeout_action),
+                    default_timeout_microseconds=policy.default_timeout_microseconds,
+                    allow_timeout_override=policy.allow_timeout_override,
+                    max_queue_size=policy.max_queue_size,
+                ),
             )
         )
     if config.default_model_filename is not None:

@@ -5,7 +5,8 @@ serve.yaml. Or Triton's ModelConfig JSON, as tritonclient sends it and as
 ``GET /v2/models/{m}/config`` answers it (proto field names or their lowerCamelCase JSON forms):
 ``platform``/``backend`` give the format, ``input``/``output`` with ``data_type`` and ``dims``
 become input/output declarations (the batch dimension prepended when ``max_batch_size > 0``),
-and ``version_policy``, ``instance_group``, ``dynamic_batching``, ``parameters`` map onto their
+and ``version_policy``, ``instance_group``, ``dynamic_batching`` (its ``default_queue_policy``
+giving ``maxQueueSize`` and ``queueTimeoutMicroseconds``), ``parameters`` map onto their
 serve.yaml counterparts. The V2-style ``inputs``/``outputs`` (datatype, shape) of the protocol's
 own example are accepted too. Fields a Triton config cannot express (where the model lives, its
 runtime) are taken from the model's current entry.
@@ -21,7 +22,9 @@ A pushed config is a client's data, so it is checked before anything is written 
 * Nothing in it may point outside the server's model folders: a new storageUri lies inside
   serve.yaml's folder, not in a hidden folder nor in the storage of pushed models.
 * It is bounded by ``server.limits`` (instances, runtime threads, versions) and by int64, the
-  range of Triton's protobuf config. A value equal to what the model already has is accepted
+  range of Triton's protobuf config; like serve.yaml, by the schema's own bounds, such as
+  ``maxQueueDelayMicroseconds`` at most 1 s (a pushed config cannot make requests wait on a
+  batch indefinitely). A value equal to what the model already has is accepted
   (serve.yaml itself is not bounded by the limits), so a config read with
   ``GET /v2/models/{m}/config`` can be sent back.
 """
@@ -66,6 +69,8 @@ set them too (a load request must not move an isolated model into the server's p
 lift its limits; a Triton config, which cannot express them, keeps serve.yaml's)."""
 SERVE_YAML_ONLY = CODE_FIELDS + CONTAINMENT_FIELDS
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+_VALUE = "Value error, "
+"""What pydantic puts before the message of a validator's ValueError."""
 
 
 def parse_load_config(
@@ -105,7 +110,8 @@ def parse_load_config(
         return ModelConfig.model_validate(entry)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg'].removeprefix(_VALUE)}"
+            for e in exc.errors()
         )
         raise InvalidArgument(f"invalid model config: {problems}") from None
 
@@ -152,12 +158,40 @@ def from_triton(
                 for b in _get(batching, "preferred_batch_size") or []
             ],
         }
+        policy = _get(batching, "default_queue_policy")
+        if isinstance(policy, dict):
+            entry.update(_queue_policy(policy))
     parameters = data.get("parameters")
     if isinstance(parameters, dict) and parameters:
         entry["parameters"] = {
             k: _get(v, "string_value") if isinstance(v, dict) else v for k, v in parameters.items()
         }
     return entry
+
+
+def _queue_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """Triton's ``default_queue_policy`` as serve.yaml's queue bounds (what
+    ``GET /v2/models/{m}/config`` reports them as, so a config read there can be sent back).
+    Only ``REJECT`` can be honoured: servekit answers an expired request at once, it never
+    delays it behind the others. ``allow_timeout_override`` needs no field: a request's
+    ``timeout`` parameter may always shorten its own wait, never lengthen it."""
+    action = _get(policy, "timeout_action")
+    if action not in (None, "REJECT", 0):
+        raise InvalidArgument(
+            f"config: dynamic_batching.default_queue_policy.timeout_action {action!r:.40} is not "
+            "offered; servekit answers a request that waited past its timeout at once "
+            "(REJECT: 504 / DEADLINE_EXCEEDED)"
+        )
+    out: dict[str, Any] = {}
+    size = _get(policy, "max_queue_size")
+    if size is not None:
+        out["max_queue_size"] = _int(size, "default_queue_policy.max_queue_size")
+    timeout = _get(policy, "default_timeout_microseconds")
+    if timeout is not None:
+        out["queue_timeout_microseconds"] = _int(
+            timeout, "default_queue_policy.default_timeout_microseconds"
+        )
+    return out
 
 
 def _format(data: dict[str, Any], current: ModelConfig | None, files: list[PurePosixPath]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from asyncio import CancelledError, current_task
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -49,6 +50,12 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services.dataplane import DataPlane
+
+WAITING = "servekit.waiting"
+"""Scope key holding the task of an inference request while it awaits the DataPlane. The edge
+(app/edge.py) clears it and cancels that task when the client's connection is lost, so a request
+still queued leaves the queue and never runs (and a running one's cancel flag is set), as a
+cancelled gRPC call does. Costs the hot path two dictionary stores, no task and no wakeup."""
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -109,7 +116,16 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
     else:
         infer_request = v2_binary.decode_request(body, header_length, model, version)
-    response = await dataplane.infer(infer_request, arrived=arrived)
+    # While the model works (or the request waits in its queue), the edge cancels this task if
+    # the client closes its connection (app/edge.py): the request leaves the queue unrun.
+    scope[WAITING] = task = current_task()  # type: ignore[literal-required]
+    try:
+        response = await dataplane.infer(infer_request, arrived=arrived)
+    except CancelledError:
+        if scope.get(WAITING) is None and task is not None and not task.uncancel():
+            return  # the client left: nobody to answer (uvicorn sends nothing either)
+        raise
+    scope[WAITING] = None  # type: ignore[literal-required]
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)

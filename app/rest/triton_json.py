@@ -31,9 +31,16 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
     }
     batching = config.dynamic_batching
     if batching is not None:
+        policy = batching.default_queue_policy
         out["dynamic_batching"] = {
             "preferred_batch_size": list(batching.preferred_batch_size),
             "max_queue_delay_microseconds": batching.max_queue_delay_microseconds,
+            "default_queue_policy": {
+                "timeout_action": policy.timeout_action,
+                "default_timeout_microseconds": policy.default_timeout_microseconds,
+                "allow_timeout_override": policy.allow_timeout_override,
+                "max_queue_size": policy.max_queue_size,
+            },
         }
     if config.default_model_filename is not None:
         out["default_model_filename"] = config.default_model_filename

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from servekit.config.compiler import LABELS_FILE, ModelPlan
-from servekit.config.schema import VersionPolicy
+from servekit.config.schema import ModelConfig, VersionPolicy
 from servekit.datatypes import lookup
 from servekit.types import ModelSignature, TensorSpec
 
@@ -57,9 +57,33 @@ class InstanceGroupConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuePolicyConfig:
+    """Triton's ModelQueuePolicy: how the model's queue treats waiting requests, from
+    serve.yaml's ``maxQueueSize`` and ``queueTimeoutMicroseconds``.
+
+    servekit answers a request that waited past its timeout at once (``REJECT``: 504 /
+    DEADLINE_EXCEEDED, it never runs); Triton's ``DELAY`` is not offered. A request's
+    ``timeout`` parameter may shorten its own wait but never lengthen it, which is what
+    Triton's ``allow_timeout_override: true`` means, so it is always true.
+    """
+
+    max_queue_size: int
+    """0: no limit."""
+    default_timeout_microseconds: int
+    """0: no queue timeout."""
+    timeout_action: Literal["REJECT"] = "REJECT"
+    allow_timeout_override: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class DynamicBatchingConfig:
     preferred_batch_size: tuple[int, ...]
     max_queue_delay_microseconds: int
+    default_queue_policy: QueuePolicyConfig
+    """Triton keeps the queue policy inside ``dynamic_batching`` (and sequence batching), so a
+    model without dynamic batching reports none, though its queue has the same bounds:
+    reporting a ``dynamic_batching`` block only to carry them would tell clients the model
+    batches, and a config sent back with a repository load would turn batching on."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +113,6 @@ def model_configuration(
 ) -> ModelConfiguration:
     """Triton's ModelConfig of a planned and loaded model."""
     batch = plan.max_batch_size
-    batching = plan.config.dynamic_batching if plan.config else None
     return ModelConfiguration(
         name=plan.name,
         platform=platform,
@@ -102,15 +125,20 @@ def model_configuration(
         ),
         instance_groups=(InstanceGroupConfig(f"{plan.name}_0", "KIND_CPU", plan.instances),),
         parameters={key: _text(value) for key, value in plan.parameters.items()},
-        dynamic_batching=(
-            None
-            if batching is None
-            else DynamicBatchingConfig(
-                tuple(batching.preferred_batch_size), batching.max_queue_delay_microseconds
-            )
-        ),
+        dynamic_batching=_dynamic_batching(plan.config),
         default_model_filename="model.onnx" if plan.implementation == "onnxruntime" else None,
         decoupled=decoupled,
+    )
+
+
+def _dynamic_batching(config: ModelConfig | None) -> DynamicBatchingConfig | None:
+    """serve.yaml's dynamicBatching, with the queue's bounds as Triton's default queue policy."""
+    batching = config.dynamic_batching if config is not None else None
+    if config is None or batching is None:
+        return None
+    policy = QueuePolicyConfig(config.max_queue_size, config.queue_timeout_microseconds)
+    return DynamicBatchingConfig(
+        tuple(batching.preferred_batch_size), batching.max_queue_delay_microseconds, policy
     )
 
 

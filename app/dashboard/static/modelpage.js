@@ -1,5 +1,50 @@
-// Model page: statistics and version states refresh in place every two seconds.
+// Model page: statistics, version states and the queue and batching charts refresh in place
+// every two seconds.
+import { barChart } from "./chart.js";
 import { el, getJSON, ms, poll, readError, timestampMs, withToken } from "./common.js";
+
+// What each chart of the "Queue and batching" section draws from a version's statistics
+// (the dashboard JSON: app/dashboard/views.py version_stats).
+const CHARTS = {
+  "batch-sizes": {
+    rows: (stats) => stats.batches.map((b) => ({ label: String(b.size), value: b.count })),
+    labelWidth: 64,
+    what: (rows) => `Model calls by batch size: ${rows.map((r) => `${r.label} rows ${r.value}`).join(", ")}`,
+    empty: "No model call yet.",
+  },
+  dispatch: {
+    rows: (stats) => stats.dispatch.map((d) => ({ label: d.label, value: d.count })),
+    labelWidth: 280,
+    what: (rows) => `Batches by why they stopped: ${rows.map((r) => `${r.label} ${r.value}`).join(", ")}`,
+    empty: "No batch yet.",
+  },
+  queue: {
+    rows: (stats) => stats.queue_histogram.map((q) => ({ label: q.label, value: q.count })),
+    labelWidth: 96,
+    what: (rows) => `Successful requests by time in the queue: ${rows.map((r) => `${r.label} ${r.value}`).join(", ")}`,
+    empty: "No successful request yet.",
+  },
+};
+
+/** Draw (again) the charts of one version; each replaces its server-rendered table. */
+function drawCharts(version) {
+  const group = document.querySelector(`[data-charts="${CSS.escape(version.version)}"]`);
+  if (!group || !version.stats) return;
+  for (const figure of group.querySelectorAll("figure[data-chart]")) {
+    const chart = CHARTS[figure.dataset.chart];
+    if (!chart) continue;
+    const rows = chart.rows(version.stats);
+    for (const old of figure.querySelectorAll("table, p.empty")) old.hidden = true;
+    const holder = figure.querySelector(".chart-holder");
+    holder.replaceChildren(rows.length
+      ? barChart(rows, {
+        labelWidth: chart.labelWidth,
+        width: Math.max(280, Math.min(chart.labelWidth + 360, holder.clientWidth || 560)),
+        description: chart.what(rows),
+      })
+      : el("p", { class: "muted small", text: chart.empty }));
+  }
+}
 
 function pick(object, path) {
   return path.split(".").reduce((value, key) => (value == null ? undefined : value[key]), object);
@@ -10,9 +55,12 @@ export function initModelPage() {
   const table = document.getElementById("version-stats");
   if (!head || !table) return;
   const url = `/dashboard/api/models/${encodeURIComponent(head.dataset.model)}`;
-  poll(async () => {
+  let shown = null; // the last answer: the charts are drawn again from it when the width changes
+  window.addEventListener("resize", () => shown?.versions.forEach(drawCharts));
+  const refresh = async () => {
     const model = await getJSON(url);
     if (!model) return;
+    shown = model;
     const badge = head.querySelector('[data-bind="model-state"]');
     badge.textContent = model.state;
     badge.className = `badge state-${model.state.toLowerCase()}${model.failed ? " failed" : ""}`;
@@ -29,8 +77,11 @@ export function initModelPage() {
         else if (cell.dataset.kind === "time") cell.textContent = timestampMs(value);
         else cell.textContent = String(value ?? 0);
       }
+      drawCharts(version);
     }
-  }, 2000);
+  };
+  refresh(); // the charts at once, then live
+  poll(refresh, 2000);
 }
 
 // The Benchmark button: the server drives this model over its own HTTP and gRPC listeners

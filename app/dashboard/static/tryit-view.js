@@ -1,12 +1,12 @@
 // Try-it-out results: each output as a table with its shape and datatype, a bar chart of the
 // top values of a 1-D score vector, the round-trip latency, the raw JSON, and the equivalent
 // curl and tritonclient snippets for the exact request that was sent.
+import { barChart } from "./chart.js";
 import { copyText, el } from "./common.js";
 import { imageLayout } from "./tensors.js";
 
 const MAX_CELLS = 256;
 const MAX_COLUMNS = 16;
-const SVG = "http://www.w3.org/2000/svg";
 const NUMPY = {
   BOOL: "np.bool_", UINT8: "np.uint8", UINT16: "np.uint16", UINT32: "np.uint32", UINT64: "np.uint64",
   INT8: "np.int8", INT16: "np.int16", INT32: "np.int32", INT64: "np.int64", FP16: "np.float16",
@@ -78,31 +78,11 @@ function chart(output) {
   const numeric = output.data.length >= 2 && output.data.every((v) => typeof v === "number");
   if (!numeric || output.shape.filter((d) => d > 1).length !== 1) return null;
   const top = output.data.map((v, i) => [v, i]).sort((a, b) => b[0] - a[0]).slice(0, 10);
-  const lo = Math.min(0, ...top.map((t) => t[0]));
-  const hi = Math.max(0, ...top.map((t) => t[0]));
-  const span = hi - lo || 1;
   const available = $("try-outputs-view").clientWidth - 40;
-  const row = 24, left = 64, width = Math.max(280, Math.min(640, available || 560));
-  const barArea = width - left - 96;
-  const svg = document.createElementNS(SVG, "svg");
-  svg.setAttribute("viewBox", `0 0 ${width} ${top.length * row + 8}`);
-  svg.setAttribute("class", "chart");
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `Top ${top.length} values of ${output.name}: ` +
-    top.map(([v, i]) => `index ${i} = ${show(v)}`).join(", "));
-  const add = (tag, attrs, text) => {
-    const node = document.createElementNS(SVG, tag);
-    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-    if (text !== undefined) node.textContent = text;
-    svg.append(node);
-  };
-  top.forEach(([value, index], k) => {
-    const y = k * row + 4;
-    const x0 = left + ((Math.min(value, 0) - lo) / span) * barArea;
-    const w = Math.max(1, (Math.abs(value) / span) * barArea);
-    add("text", { x: left - 8, y: y + 15, "text-anchor": "end", class: "label" }, `#${index}`);
-    add("rect", { x: x0, y, width: w, height: row - 6, rx: 3, class: "bar" });
-    add("text", { x: x0 + w + 6, y: y + 15 }, show(value));
+  const svg = barChart(top.map(([value, index]) => ({ label: `#${index}`, value, text: show(value) })), {
+    width: Math.max(280, Math.min(640, available || 560)),
+    description: `Top ${top.length} values of ${output.name}: ` +
+      top.map(([v, i]) => `index ${i} = ${show(v)}`).join(", "),
   });
   return el("figure", { class: "card chart-card" },
     el("figcaption", { class: "small muted", text: `Top ${top.length} of ${output.data.length} values` }), svg);
