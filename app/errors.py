@@ -174,6 +174,11 @@ def contents_with_raw(input_name: str, model: str) -> InvalidArgument:
     )
 
 
+POLL_FAILED = "failed to poll from model repository"
+"""Triton's words, after "failed to load '<model>', ", for a load naming a model it cannot find
+or files it cannot use (Triton's tests and example programs look for them)."""
+
+
 def load_failed(name: str, error: ServeError) -> ServeError:
     """``error`` (same code) led by Triton's "failed to load '<model>', "."""
     prefix = f"failed to load {shown_name(name)}"

@@ -69,7 +69,8 @@ async def test_unload_then_load_again(serve: Serve, tmp_path: Path) -> None:
 
 async def test_unknown_and_invalid_names(serve: Serve) -> None:
     services = await serve()
-    with pytest.raises(NotFound, match=r"^failed to load 'nope', serve.yaml has no model of that"):
+    poll = r"^failed to load 'nope', failed to poll from model repository: serve.yaml has no"
+    with pytest.raises(NotFound, match=poll):
         await services.control.load("nope")
     with pytest.raises(NotFound):
         await services.control.unload("nope")

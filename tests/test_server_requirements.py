@@ -45,6 +45,16 @@ REFUSED = {
     "numpy --hash=sha256:0123": "is not a package requirement",
     "numpy\n--index-url https://pypi.example": "no line breaks",
     "": "an empty requirement",
+    # Found in review: pip breaks lines wherever str.splitlines() does (form feed, U+2028, ...),
+    # and packaging writes a quote inside a marker value unescaped, so a marker could carry
+    # options or a comment into pip's line.
+    "numpy; os_name == 'posix\x0c--index-url http://127.0.0.1:9/simple'": "no line breaks",
+    "numpy; os_name == 'posix\u2028-e git+http://127.0.0.1:9/evil.git#egg=evil'": (
+        "no line breaks"
+    ),
+    "numpy==1.26 ; os_name == 'posix\" --hash=sha256:00 \"'": "more than one requirement",
+    "numpy; os_name == 'posix\" --config-settings=x=y \"'": "more than one requirement",
+    "numpy; os_name == 'a #b'": "more than one requirement",
 }
 
 

@@ -33,8 +33,10 @@ def check_requirement(text: str) -> str:
     entry = text.strip()
     if not entry:
         raise ValueError("an empty requirement; give a package name, e.g. numpy>=1.26")
-    if "\n" in entry or "\r" in entry:
-        raise ValueError("one requirement per entry (no line breaks)")
+    if not (entry.isascii() and entry.isprintable()):
+        # pip splits a requirements file with str.splitlines(), which also breaks at form
+        # feeds, vertical tabs, U+2028 and others: one entry must stay one line.
+        raise ValueError("one requirement per entry, in printable ASCII (no line breaks)")
     if entry.startswith("-"):
         raise ValueError(
             f"{entry!r} is a pip option: serve.yaml names packages only (options such as "
@@ -53,4 +55,21 @@ def check_requirement(text: str) -> str:
             f"{entry!r} points at a URL: serve.yaml names packages from the build's package "
             "index only (put direct references in requirements.txt if the project needs them)"
         )
-    return str(requirement)
+    return _one_pip_line(entry, str(requirement))
+
+
+def _one_pip_line(entry: str, line: str) -> str:
+    """``line`` if pip reads it as one requirement and nothing else. packaging writes a marker
+    value holding a quote between quotes of the other kind without escaping it, so a crafted
+    marker could end its string early and leave pip options (``--hash``, ``--config-settings``)
+    or a comment on the line; pip would apply them."""
+    if (
+        len(line.splitlines()) != 1
+        or "#" in line
+        or any(token.startswith("-") for token in line.split())
+    ):
+        raise ValueError(
+            f"{entry!r} reads as more than one requirement (quotes inside a marker value, a "
+            "comment or an option); write the marker without them"
+        )
+    return line

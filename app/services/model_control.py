@@ -47,6 +47,7 @@ from servekit.config.compiler import (
 )
 from servekit.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
 from servekit.errors import (
+    POLL_FAILED,
     InvalidArgument,
     NotFound,
     PermissionDenied,
@@ -158,13 +159,17 @@ class ModelControl:
             )
         if files and config_text is None:
             raise InvalidArgument("file: parameters need a config parameter as well")
-        pushed_files = storage.validate_files(files, self.plan.server.max_request_bytes)
+        try:
+            pushed_files = storage.validate_files(files, self.plan.server.max_request_bytes)
+        except InvalidArgument as exc:  # Triton's words for file parameters it cannot use
+            raise InvalidArgument(f"{POLL_FAILED}: {exc.message}") from None
         async with self._lock(name):
             current = self._current(name)
             if config_text is None:
                 if current is None:
                     raise NotFound(
-                        "serve.yaml has no model of that name; push it with a config parameter"
+                        f"{POLL_FAILED}: serve.yaml has no model of that name; push it with a "
+                        "config parameter"
                     )
                 await self._load(self._recompile(current), None)
                 return
