@@ -22,6 +22,18 @@ from servekit.types import InferRequest, Tensor
 WAIT = 10.0
 
 
+def _one_model(name: str, function: Any) -> tuple[str, InferRequest]:
+    """A serve.yaml serving ``function`` as ``name`` (x -> y, FP32), and a request for it."""
+    text = (
+        f"server: {{drainSeconds: 30}}\nmodels:\n  - name: {name}\n"
+        f"    modelFormat: {{name: python}}\n    entrypoint: {register_object(function)}\n"
+        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+        "    outputs: [{name: y, datatype: FP32, shape: [-1]}]\n"
+    )
+    x = np.ones(2, np.float32)
+    return text, InferRequest(name, [Tensor("x", "FP32", x.shape, x)])
+
+
 def test_stop_refuses_new_requests_and_lets_accepted_ones_finish(tmp_path: Path) -> None:
     release = threading.Event()
     started = threading.Event()
@@ -31,14 +43,7 @@ def test_stop_refuses_new_requests_and_lets_accepted_ones_finish(tmp_path: Path)
         assert release.wait(WAIT)
         return x
 
-    text = (
-        "server: {drainSeconds: 30}\nmodels:\n  - name: gate\n    modelFormat: {name: python}\n"
-        f"    entrypoint: {register_object(gate)}\n"
-        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
-        "    outputs: [{name: y, datatype: FP32, shape: [-1]}]\n"
-    )
-    x = np.ones(2, np.float32)
-    request = InferRequest("gate", [Tensor("x", "FP32", x.shape, x)])
+    text, request = _one_model("gate", gate)
 
     async def scenario() -> None:
         kit = ServeKit(compile_plan(parse_config(text), tmp_path))
@@ -65,14 +70,7 @@ def test_stop_refuses_new_requests_and_lets_accepted_ones_finish(tmp_path: Path)
 def test_a_request_whose_headers_came_before_the_drain_is_served(tmp_path: Path) -> None:
     """An upload under way when the stop began (headers read, body still arriving) was
     accepted: it is served, while one that arrives after the drain began is refused."""
-    text = (
-        "server: {drainSeconds: 30}\nmodels:\n  - name: echo\n    modelFormat: {name: python}\n"
-        f"    entrypoint: {register_object(lambda x: x)}\n"
-        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
-        "    outputs: [{name: y, datatype: FP32, shape: [-1]}]\n"
-    )
-    x = np.ones(2, np.float32)
-    request = InferRequest("echo", [Tensor("x", "FP32", x.shape, x)])
+    text, request = _one_model("echo", lambda x: x)
 
     async def scenario() -> None:
         kit = ServeKit(compile_plan(parse_config(text), tmp_path))
