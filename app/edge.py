@@ -21,7 +21,7 @@ connection, only what those gaps need:
   displace, 503 and close at once, never an ``accept()`` failing for lack of descriptors;
 - a cap on requests in flight (all connections): 503 with Retry-After at once;
 - a client that closes its connection while its inference request waits for the model
-  cancels that request (app/rest/infer.py ``WAITING``): queued, it never runs. uvicorn itself
+  cancels that request (app/rest/leaving.py ``WAITING``): queued, it never runs. uvicorn itself
   only lets the application see the disconnect if it asks ``receive()``, which would cost a
   task per request on the hot path.
 
@@ -41,7 +41,7 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servekit.config.schema import NetworkLimits
-from servekit.rest.infer import WAITING
+from servekit.rest.leaving import WAITING
 
 log = logging.getLogger("servekit.http")
 

@@ -5,7 +5,9 @@
 * a full queue answers 429 with Retry-After / RESOURCE_EXHAUSTED at once;
 * a request whose gRPC deadline passed in the queue never runs;
 * abandoned calls stuck in one model delay neither another model nor a load;
-* an HTTP request whose client closed its socket while it waited in the queue never runs.
+* an HTTP request whose client closed its socket while it waited in the queue never runs, on
+  every HTTP inference surface (V2 infer, V1 predict, grps predict, generate, and the two
+  streaming ones before their first response).
 """
 
 from __future__ import annotations
@@ -298,26 +300,46 @@ class Held:
         return x
 
 
-def _raw_request(port: int, value: int) -> socket.socket:
-    """An HTTP inference request written on a socket of its own; the answer is never read."""
-    body = json.dumps(
-        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [value]}]}
-    ).encode()
+def _gtensors(value: int) -> dict[str, object]:
+    tensor = {"name": "x", "dtype": "DT_FLOAT32", "shape": [1], "flat_float32": [value]}
+    return {"model": "held", "gtensors": {"tensors": [tensor]}}
+
+
+SURFACES: dict[str, tuple[str, Callable[[int], object]]] = {
+    "v2-infer": (
+        "/v2/models/held/infer",
+        lambda value: {
+            "inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [value]}]
+        },
+    ),
+    "v1-predict": ("/v1/models/held:predict", lambda value: {"instances": [value]}),
+    "grps-predict": ("/grps/v1/infer/predict", _gtensors),
+    "grps-streaming": ("/grps/v1/infer/predict?streaming=true", _gtensors),
+    "generate": ("/v2/models/held/generate", lambda value: {"x": [value]}),
+    "generate-stream": ("/v2/models/held/generate_stream", lambda value: {"x": [value]}),
+}
+"""Each HTTP inference surface: its path, and its JSON body sending ``value`` to ``held``."""
+
+
+def _raw_request(port: int, path: str, body: bytes) -> socket.socket:
+    """An HTTP request written on a socket of its own; the answer is never read."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     sock.sendall(
-        b"POST /v2/models/held/infer HTTP/1.1\r\nhost: 127.0.0.1\r\n"
-        b"content-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        b"POST %s HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
     )
     return sock
 
 
+@pytest.mark.parametrize("surface", SURFACES)
 def test_http_requests_whose_clients_left_never_run(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    surface: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """One instance held busy; three HTTP requests queue behind it and their clients close
     their sockets; a fourth queues after them and stays. Released, the model runs the first
     and the fourth only, and the statistics count two successes (the dropped ones are neither
     successes nor failures: nobody was answered)."""
+    path, body_of = SURFACES[surface]
     held = Held()
     text = (
         "server: {httpPort: 0, grpcPort: null}\nmodels:\n"
@@ -337,12 +359,11 @@ def test_http_requests_whose_clients_left_never_run(
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             await asyncio.sleep(0.01)
 
-    def post(url: str, value: int) -> tuple[int, object]:
-        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [value]}]}
-        reply = httpx.post(f"{url}/v2/models/held/infer", json=body, timeout=30)
-        return reply.status_code, reply.json()
+    def post(url: str, value: int) -> tuple[int, str]:
+        reply = httpx.post(f"{url}{path}", json=body_of(value), timeout=30)
+        return reply.status_code, reply.text
 
-    async def scenario() -> tuple[list[tuple[int, object]], dict[str, object]]:
+    async def scenario() -> tuple[list[tuple[int, str]], dict[str, object]]:
         addresses = await kit.start(wait_for_models=True)
         uvicorn_log = logging.getLogger("uvicorn.error")  # does not propagate to caplog's
         uvicorn_log.addHandler(caplog.handler)
@@ -352,7 +373,9 @@ def test_http_requests_whose_clients_left_never_run(
             await until(lambda: held.calls == [1], "the first call to start")
             leaving = []
             for value in (2, 3, 4):
-                leaving.append(await asyncio.to_thread(_raw_request, addresses.http_port, value))
+                body = json.dumps(body_of(value)).encode()
+                sock = await asyncio.to_thread(_raw_request, addresses.http_port, path, body)
+                leaving.append(sock)
                 await until(lambda: queued() == len(leaving), f"request {value} to queue")
             kept = asyncio.create_task(asyncio.to_thread(post, url, 5))
             await until(lambda: queued() == 4, "the kept request to queue")

@@ -8,6 +8,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
 from servekit.errors import ErrorCode, Overloaded, ServeError, internal_error
+from servekit.rest.leaving import ClientLeft
 
 log = logging.getLogger("servekit.http")
 
@@ -54,6 +55,12 @@ def http_error_handler(_: Request, exc: HTTPException) -> Response[dict[str, str
     return error_response(exc.status_code, str(message), dict(exc.headers or {}))
 
 
+def client_left_handler(_: Request, exc: ClientLeft) -> Response[None]:  # type: ignore[type-arg]
+    """Nobody to answer: uvicorn drops what is sent on a lost connection, so this is never
+    sent (499, nginx's "client closed request", says so to anything that looks)."""
+    return Response(None, status_code=499)
+
+
 def unexpected_error_handler(request: Request, exc: Exception) -> Response[dict[str, str]]:  # type: ignore[type-arg]
     where = f"{request.method} {request.url.path}"
     return error_response(500, internal_error(log, exc, where))
@@ -62,5 +69,6 @@ def unexpected_error_handler(request: Request, exc: Exception) -> Response[dict[
 EXCEPTION_HANDLERS = {
     ServeError: serve_error_handler,
     HTTPException: http_error_handler,
+    ClientLeft: client_left_handler,
     Exception: unexpected_error_handler,
 }

@@ -11,6 +11,9 @@ JSON in and out (:mod:`servekit.codecs.generate_json`), over ``DataPlane.infer_s
   status; a failure after that is one last event, ``data: {"error": "..."}``, since the status
   line has gone (so clients check every event, as Triton documents). A client that disconnects
   stops the model (Litestar cancels the stream; closing it closes the model's generator).
+
+A client that leaves before its (first) response drops the request, on both routes: queued, it
+never runs (app/rest/leaving.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from servekit.errors import InvalidArgument, ServeError, internal_error
 from servekit.rest.access import group_opt
 from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
+from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from servekit.services.dataplane import DataPlane
 from servekit.types import InferResponse
@@ -67,6 +71,13 @@ async def _generate(
     request: AnyRequest, dataplane: DataPlane, model: str, version: str | None
 ) -> Answer:
     responses = await _start(request, dataplane, model, version)
+    answer = await unless_client_leaves(request.scope, _only(responses, model))
+    content = v2_json.dumps(generate_json.encode_response(answer))
+    return cast("Answer", Response(content, media_type="application/json"))
+
+
+async def _only(responses: AsyncGenerator[InferResponse, None], model: str) -> InferResponse:
+    """The one response ``/generate`` answers (the responses are closed either way)."""
     async with aclosing(responses):
         answer = None
         async for response in responses:
@@ -81,8 +92,7 @@ async def _generate(
         raise InvalidArgument(
             "generate expects model to produce exactly 1 response; the model produced none"
         )
-    content = v2_json.dumps(generate_json.encode_response(answer))
-    return cast("Answer", Response(content, media_type="application/json"))
+    return answer
 
 
 async def _generate_stream(
@@ -90,7 +100,7 @@ async def _generate_stream(
 ) -> Response[Any]:
     responses = await _start(request, dataplane, model, version)
     try:
-        first = await anext(responses)
+        first = await unless_client_leaves(request.scope, anext(responses))
     except StopAsyncIteration:
         first = None
     except BaseException:

@@ -40,6 +40,7 @@ from servekit.rest.access import cross_site_guard, group_opt
 from servekit.rest.errors import HTTP_STATUS
 from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
+from servekit.rest.leaving import ClientLeft, unless_client_leaves
 from servekit.rest.openapi import (
     GRPS_MODEL_REQUEST,
     GRPS_REQUEST,
@@ -194,16 +195,20 @@ async def predict(request: AnyRequest, dataplane: Dataplane) -> Answer:
     try:
         limit = dataplane.plan.server.max_json_request_bytes
         message, ndarray, streaming = await _read(request, limit, control)
+        model = query.get("model") or ""
         if streaming:
-            model = query.get("model") or ""
-            return await _stream(dataplane, message, ndarray, model, control, ndarray_out, arrived)
-        kind, response = await grps_reply.predict(
-            dataplane, message, query_model=query.get("model") or "", ndarray=ndarray,
-            arrived=arrived,
-        )  # fmt: skip
+            return await _stream(
+                request, dataplane, message, ndarray, model, control, ndarray_out, arrived
+            )
+        waited = grps_reply.predict(
+            dataplane, message, query_model=model, ndarray=ndarray, arrived=arrived
+        )
+        kind, response = await unless_client_leaves(request.scope, waited)  # dropped if it left
         reply = cast("Response[bytes]", _answer(response, kind, ndarray_out))
         compressed = await compression.compressed(request.headers.get("accept-encoding"), reply)
         return cast("Answer", compressed)
+    except ClientLeft:
+        raise  # nobody to answer (app/rest/errors.py)
     except Exception as exc:
         return _failure(exc)
 
@@ -229,6 +234,7 @@ def _chunk(reply: Answer) -> bytes:
 
 
 async def _stream(
+    request: AnyRequest,
     dataplane: Dataplane,
     message: pb.GrpsMessage,
     ndarray: object,
@@ -239,12 +245,14 @@ async def _stream(
 ) -> Answer:
     """A streamed answer: one chunk per response (a decoupled model yields several). The first
     response is awaited before the status line, so a request that fails before the model
-    answers gets the failure status; a later failure is a last chunk, a FAILURE message."""
+    answers gets the failure status; a later failure is a last chunk, a FAILURE message. A
+    client that leaves before the first response drops the request (queued, it never runs);
+    after it, Litestar's Stream sees the disconnect and closes the responses."""
     kind, responses = grps_reply.start_stream(
         dataplane, message, query_model=query_model, ndarray=ndarray, arrived=arrived
     )
     try:
-        first = await anext(responses)
+        first = await unless_client_leaves(request.scope, anext(responses))
         chunk = _chunk(_answer(first, kind, ndarray_out))
     except BaseException:
         await responses.aclose()

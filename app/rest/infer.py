@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import time
-from asyncio import CancelledError, current_task
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -42,6 +41,7 @@ from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
 from servekit.rest import compression, large
 from servekit.rest.access import client_of, group_opt
+from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
@@ -50,12 +50,6 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services.dataplane import DataPlane
-
-WAITING = "servekit.waiting"
-"""Scope key holding the task of an inference request while it awaits the DataPlane. The edge
-(app/edge.py) clears it and cancels that task when the client's connection is lost, so a request
-still queued leaves the queue and never runs (and a running one's cancel flag is set), as a
-cancelled gRPC call does. Costs the hot path two dictionary stores, no task and no wakeup."""
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -116,16 +110,8 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
     else:
         infer_request = v2_binary.decode_request(body, header_length, model, version)
-    # While the model works (or the request waits in its queue), the edge cancels this task if
-    # the client closes its connection (app/edge.py): the request leaves the queue unrun.
-    scope[WAITING] = task = current_task()  # type: ignore[literal-required]
-    try:
-        response = await dataplane.infer(infer_request, arrived=arrived)
-    except CancelledError:
-        if scope.get(WAITING) is None and task is not None and not task.uncancel():
-            return  # the client left: nobody to answer (uvicorn sends nothing either)
-        raise
-    scope[WAITING] = None  # type: ignore[literal-required]
+    # A client that leaves while the request waits drops it (ClientLeft: nobody is answered).
+    response = await unless_client_leaves(scope, dataplane.infer(infer_request, arrived=arrived))
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)

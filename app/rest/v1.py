@@ -34,6 +34,7 @@ from servekit.rest import compression, large
 from servekit.rest.access import group_opt
 from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
+from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     ModelList,
@@ -123,7 +124,8 @@ async def predict(
     else:
         infer_request = await large.run(lambda: _decode(body, name, signature))
         del body
-    response = await dataplane.infer(infer_request, arrived=arrived)
+    waited = dataplane.infer(infer_request, arrived=arrived)
+    response = await unless_client_leaves(request.scope, waited)  # dropped if the client left
     first = response.outputs[0]
     content = v2_json.dumps({"predictions": v2_json.output_json_data_nested(first)})
     answer = Response(content, media_type="application/json")
