@@ -34,6 +34,7 @@ from repo_helpers import (
     unloadable_onnx,
 )
 from servers import ServerProcess, start_server
+from tritonclient.utils import InferenceServerException
 from waits import wait_until
 
 from servekit.shown_paths import GENERATION
@@ -156,6 +157,21 @@ def offset_of(repo: Repo) -> list[float]:
             "runtimeOptions",
         ),
         ({"modelFormat": {"name": "python"}, "storageUri": "models"}, "storageUri"),
+        # What holds the code in a process of its own, and its bounds (the isolated child's
+        # entrypoint and import path come from serve.yaml only).
+        ({"modelFormat": {"name": "python"}, "isolation": "process"}, "isolation"),
+        (
+            {"modelFormat": {"name": "python"}, "isolation": "process", "timeoutSeconds": 5},
+            "timeoutSeconds",
+        ),
+        (
+            {
+                "modelFormat": {"name": "python"},
+                "isolation": "process",
+                "memoryLimitBytes": 1 << 30,
+            },
+            "memoryLimitBytes",
+        ),
     ],
 )
 def test_a_python_models_code_fields_cannot_change(repo: Repo, config: Any, field: str) -> None:
@@ -175,6 +191,20 @@ def test_no_load_request_makes_a_python_model(repo: Repo) -> None:
     )
     assert "storageUri" in message or "pushed" in message
     assert repo.ready("add_sub")
+
+
+def test_no_load_request_brings_torch_into_the_server(repo: Repo, server: ServerProcess) -> None:
+    """The PyTorch path converts in the notebook's process (app/notebook/torch_onnx.py): a load
+    request naming a PyTorch model, as a Triton config or with a TorchScript file, is refused,
+    and the server process never maps torch's libraries."""
+    for config in (
+        {"modelFormat": {"name": "pytorch"}},
+        {"backend": "pytorch", "platform": "pytorch_libtorch"},
+    ):
+        with pytest.raises(InferenceServerException):
+            repo.load(f"net_{repo.transport}", config, {"file:1/model.pt": pickle.dumps([1])})
+    maps = Path(f"/proc/{server.process.pid}/maps").read_text()
+    assert "libtorch" not in maps and "/torch/" not in maps
 
 
 def test_a_python_model_may_repeat_its_config_and_change_instances(repo: Repo) -> None:
