@@ -330,9 +330,7 @@ class DataPlane:
             stats.record_failure(time.perf_counter_ns() - started)
             raise
         except Exception as exc:  # a runtime bug must become a clean error, not a dead request
-            stats.record_failure(time.perf_counter_ns() - started)
-            where = f"model {request.model_name!r}"
-            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
+            raise _model_failed(stats, started, request.model_name, exc) from exc
         finally:
             version.leave()
         return InferResponse(
@@ -395,9 +393,7 @@ class DataPlane:
             stats.record_failure(time.perf_counter_ns() - started)
             raise
         except Exception as exc:  # a runtime bug must become a clean error, not a dead stream
-            stats.record_failure(time.perf_counter_ns() - started)
-            where = f"model {request.model_name!r}"
-            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
+            raise _model_failed(stats, started, request.model_name, exc) from exc
         finally:
             version.leave()
 
@@ -548,3 +544,11 @@ def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) 
         classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
         for t in outputs
     ]
+
+
+def _model_failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Internal:
+    """Count a request a model failed on unexpectedly, log the exception under a reference, and
+    return the clean error its client gets (the exception's text may hold paths or secrets)."""
+    stats.record_failure(time.perf_counter_ns() - started)
+    where = f"model {model!r}"
+    return Internal(f"{where} failed: {internal_error(log, exc, where)}")
