@@ -157,7 +157,8 @@ class _Coalescer:
     One per connection, re-armed by :meth:`EdgeProtocol.on_response_complete` for the next
     response (uvicorn runs a connection's responses one after another, pipelined ones too, so
     no two responses share it at once). uvicorn's cycle calls ``write``, ``close`` and
-    ``is_closing``; anything else goes to the real transport."""
+    ``is_closing`` on its transport, and nothing else (no ``__getattr__`` passing the rest on:
+    a class with one loses CPython's fast attribute access, which costs every call here)."""
 
     __slots__ = ("_call_soon", "_flush", "armed", "held", "transport")
 
@@ -200,9 +201,6 @@ class _Coalescer:
 
     def is_closing(self) -> bool:
         return self.transport.is_closing()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
 
 
 class EdgeProtocol(HttpToolsProtocol):
