@@ -160,14 +160,13 @@ class _Coalescer:
     ``is_closing`` on its transport, and nothing else (no ``__getattr__`` passing the rest on:
     a class with one loses CPython's fast attribute access, which costs every call here)."""
 
-    __slots__ = ("_call_soon", "_flush", "armed", "held", "transport")
+    __slots__ = ("_call_soon", "armed", "held", "transport")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
         self.held: bytes | None = None
         self.armed = True
         """The next write is a response's first: hold it."""
-        self._flush = self.flush  # bound once: no new method object per response
         self._call_soon = loop.call_soon
 
     def write(self, data: bytes) -> None:
@@ -182,7 +181,7 @@ class _Coalescer:
             # uvicorn's header block (always bytes): held for the body, or the next turn
             self.armed = False
             self.held = data
-            self._call_soon(self._flush)
+            self._call_soon(self.flush)  # (not bound once here: that would be a ref cycle)
         else:
             self.transport.write(data)
 
