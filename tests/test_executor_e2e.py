@@ -156,10 +156,11 @@ def grpc_input(x: np.ndarray) -> grpcclient.InferInput:
 
 
 def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> None:
-    """The bound is generous but meaningful on this shared, noisy machine: 5 ms, or four
-    times the mlp's own p99 measured alone just before when the machine is slower, never
-    above 25 ms. A sleeper running on the event loop stalls everything behind it for 50 ms at
-    a time (p99 420 ms before the executor), which no bound here lets through."""
+    """The issue's bound, 5 ms, over 2,000 requests (best of three runs: a stall caused by the
+    server shows in every run, a burst of another process on this shared machine rarely does).
+    Measured 0.6-0.7 ms on a quiet machine, about what the mlp takes alone; a sleeper running
+    on the event loop stalls everything behind it for 50 ms at a time (p99 420 ms before the
+    executor)."""
     client = httpclient.InferenceServerClient(server.http_host_port)
     x = np.ones((1, 16), dtype=np.float32)
 
@@ -182,9 +183,7 @@ def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> 
     try:
         assert sleepers.stdout is not None and sleepers.stdin is not None
         assert sleepers.stdout.readline().strip() == "busy"  # every client has had an answer
-        # Best of two runs of 2,000: a stall caused by the server shows in both, a burst of
-        # another process on this shared machine rarely does.
-        runs = [[one() for _ in range(2000)] for _ in range(2)]
+        runs = [[one() for _ in range(2000)] for _ in range(3)]
         sleepers.stdin.close()  # tells them to stop
         slept = int(sleepers.stdout.readline())
         sleepers.wait(30)
@@ -198,8 +197,7 @@ def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> 
     assert slept >= 32, "the sleeping model was not kept busy"
     p99_alone = float(np.percentile(alone, 99))
     p99 = min(float(np.percentile(busy, 99)) for busy in runs)
-    bound = min(0.025, max(0.005, 4 * p99_alone))
-    assert p99 < bound, (
+    assert p99 < 0.005, (
         f"mlp p99 {p99 * 1e3:.1f} ms (alone {p99_alone * 1e3:.1f} ms)\n{server.log()[-3000:]}"
     )
 
