@@ -37,6 +37,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
@@ -91,12 +92,12 @@ class ModelExecutor:
     def mode(self) -> Mode:
         return self.placement.mode
 
-    def inline(self, in_progress: int) -> bool:
+    def inline(self, in_progress: Callable[[], int]) -> bool:
         """Whether the next request runs on the loop now: measured fast, and nothing in
         flight (an instance busy in a thread must not be used by the loop at the same time).
 
         A batching version's request runs now only when it is the one request the server's
-        listeners hold (``in_progress``, app/services/state.py): with others in progress, some
+        listeners hold (``in_progress()``, app/services/state.py): with others in progress, some
         may be about to reach this model in the same loop pass, so the request queues for one
         pass to let them join (``submit``). At one request in flight batching then costs
         nothing, not even that pass."""
@@ -104,7 +105,7 @@ class ModelExecutor:
             self.placement.mode is Mode.INLINE
             and self._idle == self.settings.instances
             and not self._queue
-            and (not self.settings.batch_rows or in_progress == 1)
+            and (not self.settings.batch_rows or in_progress() == 1)
         )
 
     @property
