@@ -207,6 +207,27 @@ def test_a_batching_models_lone_request_runs_at_once_only_when_the_server_holds_
     run(scenario)
 
 
+@pytest.mark.parametrize("extra", ["", BATCHING], ids=["unbatched", "batching"])
+def test_a_model_that_exits_on_the_loop_fails_only_its_request(tmp_path: Path, extra: str) -> None:
+    def exits(x: Any) -> Any:
+        if float(x.flat[0]) == 13.0:
+            raise SystemExit(3)  # model code calling sys.exit()
+        return x
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("exits", exits, extra))
+        _KITS[id(dataplane)].state.requests_in_progress = lambda: 1
+        for _ in range(placement.LEARN_FAST + 1):
+            await dataplane.infer(request("exits", 1.0))
+        assert executor_of(dataplane, "exits").mode is Mode.INLINE
+        with pytest.raises(Internal, match="SystemExit"):
+            await dataplane.infer(request("exits", 13.0))
+        assert (await dataplane.infer(request("exits", 2.0))).outputs[0].data.tolist() == [2.0]
+        await stop(dataplane)
+
+    run(scenario)
+
+
 def test_a_sleeping_batching_model_never_runs_on_the_loop(tmp_path: Path) -> None:
     threads: list[str] = []
 

@@ -115,7 +115,10 @@ class ModelExecutor:
     def run_inline(self, feed: Arrays, outputs: list[str]) -> tuple[Arrays, int]:
         """Run on the loop thread; returns the results and the wall time of the call."""
         started = time.perf_counter_ns()
-        results = self._runtime.predict(feed, outputs)
+        try:
+            results = self._runtime.predict(feed, outputs)
+        except SystemExit as exc:  # model code calling exit(): on the loop it would stop the
+            raise _exited(exc) from None  # server (a KeyboardInterrupt still does: the user's)
         spent = time.perf_counter_ns() - started
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:  # else nothing to note
@@ -256,6 +259,8 @@ class ModelExecutor:
             work.results = self._runtime.predict(work.feed, work.outputs)
         except Exception as exc:
             work.error = exc
+        except SystemExit as exc:  # model code calling exit(): not the server's exit
+            work.error = _exited(exc)
         work.spent_ns = spent = time.perf_counter_ns() - work.started_ns
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:
@@ -404,3 +409,7 @@ class ModelExecutor:
                 loop.call_soon_threadsafe(self._finished, work)
             except RuntimeError:  # the loop is closed: nobody is waiting for this answer
                 return
+
+
+def _exited(exc: SystemExit) -> Internal:
+    return Internal(f"the model raised {type(exc).__name__}")
