@@ -151,6 +151,9 @@ class ServeKit:
             ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )
         self._http = _EmbeddedUvicorn(config)
+        # uvicorn keeps one task per HTTP request in progress: a batching model's lone request
+        # runs at once (app/services/executor.py ModelExecutor.inline)
+        self.state.requests_in_progress = self._http.server_state.tasks.__len__
         self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         self._publish(self.addresses)

@@ -147,6 +147,106 @@ def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
     run(scenario)
 
 
+BATCHING = "    maxBatchSize: 8\n    dynamicBatching: {maxQueueDelayMicroseconds: 100}\n"
+
+
+def test_a_batching_model_runs_lone_requests_on_the_loop_and_batches_in_its_threads(
+    tmp_path: Path,
+) -> None:
+    calls: list[tuple[str, int]] = []  # (thread, rows) of every model call
+
+    def fast(x: Any) -> Any:
+        calls.append((threading.current_thread().name, int(x.shape[0])))
+        return x * 2
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("fast", fast, BATCHING))
+        loop_thread = threading.current_thread().name
+        for _ in range(placement.LEARN_FAST + 3):  # one at a time: nobody to batch with
+            response = await dataplane.infer(request("fast", 1.0))
+            assert response.outputs[0].data.tolist() == [2.0]
+        assert calls[0][0] != loop_thread  # a new version's first call never runs on the loop
+        assert calls[-1] == (loop_thread, 1)  # measured fast: no thread hop at low load
+        assert executor_of(dataplane, "fast").mode is Mode.INLINE
+        calls.clear()
+        answers = await asyncio.gather(*(dataplane.infer(request("fast", v)) for v in range(6)))
+        assert [a.outputs[0].data.tolist() for a in answers] == [[2.0 * v] for v in range(6)]
+        assert calls == [(calls[0][0], 6)]  # the six arrived together: one call of six rows,
+        assert calls[0][0] != loop_thread  # in the model's thread
+        stats = dataplane.statistics.of("fast", 1)
+        assert stats.execution_count == placement.LEARN_FAST + 3 + 1
+        assert stats.inference_count == placement.LEARN_FAST + 3 + 6
+        assert executor_of(dataplane, "fast").mode is Mode.INLINE  # a batch's time is no verdict
+        await stop(dataplane)
+
+    run(scenario)
+
+
+def test_a_batching_models_lone_request_runs_at_once_only_when_the_server_holds_no_other(
+    tmp_path: Path,
+) -> None:
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("fast", lambda x: x + 1, BATCHING))
+        kit = _KITS[id(dataplane)]
+        for _ in range(placement.LEARN_FAST + 1):
+            await dataplane.infer(request("fast", 1.0))
+        assert executor_of(dataplane, "fast").mode is Mode.INLINE
+        stats = dataplane.statistics.of("fast", 1)
+        in_progress = 1
+        kit.state.requests_in_progress = lambda: in_progress
+        queued_before = sum(stats.batch_reasons.values())  # one per call that went via the queue
+        for _ in range(5):  # alone on the server: no loop pass spent waiting for company
+            assert (await dataplane.infer(request("fast", 1.0))).outputs[0].data.tolist() == [2.0]
+        assert sum(stats.batch_reasons.values()) == queued_before
+        in_progress = 3  # others in progress may be about to join: the request queues a pass
+        answers = await asyncio.gather(*(dataplane.infer(request("fast", v)) for v in range(4)))
+        assert [a.outputs[0].data.tolist() for a in answers] == [[v + 1.0] for v in range(4)]
+        assert sum(stats.batch_reasons.values()) == queued_before + 1  # all four in one call
+        await stop(dataplane)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("extra", ["", BATCHING], ids=["unbatched", "batching"])
+def test_a_model_that_exits_on_the_loop_fails_only_its_request(tmp_path: Path, extra: str) -> None:
+    def exits(x: Any) -> Any:
+        if float(x.flat[0]) == 13.0:
+            raise SystemExit(3)  # model code calling sys.exit()
+        return x
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("exits", exits, extra))
+        _KITS[id(dataplane)].state.requests_in_progress = lambda: 1
+        for _ in range(placement.LEARN_FAST + 1):
+            await dataplane.infer(request("exits", 1.0))
+        assert executor_of(dataplane, "exits").mode is Mode.INLINE
+        with pytest.raises(Internal, match="SystemExit"):
+            await dataplane.infer(request("exits", 13.0))
+        assert (await dataplane.infer(request("exits", 2.0))).outputs[0].data.tolist() == [2.0]
+        await stop(dataplane)
+
+    run(scenario)
+
+
+def test_a_sleeping_batching_model_never_runs_on_the_loop(tmp_path: Path) -> None:
+    threads: list[str] = []
+
+    def sleepy(x: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.002)  # 2 ms of waiting, no CPU: four times inlineBelowMicroseconds
+        return x
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("sleepy", sleepy, BATCHING))
+        for _ in range(placement.LEARN_SLOW + 5):
+            await dataplane.infer(request("sleepy", 1.0))
+        assert threading.current_thread().name not in threads
+        assert executor_of(dataplane, "sleepy").mode is Mode.THREADS
+        await stop(dataplane)
+
+    run(scenario)
+
+
 def test_slow_calls_on_the_loop_send_a_version_back_to_its_threads(tmp_path: Path) -> None:
     slow = threading.Event()
 

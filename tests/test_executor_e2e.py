@@ -32,6 +32,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from loops import run_in_own_loop
+from prometheus_client.parser import text_string_to_metric_families
 from servers import ServerProcess, running_server
 from tritonclient.utils import InferenceServerException
 
@@ -155,10 +156,11 @@ def grpc_input(x: np.ndarray) -> grpcclient.InferInput:
 
 
 def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> None:
-    """The bound is generous but meaningful on this shared, noisy machine: 5 ms, or four
-    times the mlp's own p99 measured alone just before when the machine is slower, never
-    above 25 ms. A sleeper running on the event loop stalls everything behind it for 50 ms at
-    a time (p99 420 ms before the executor), which no bound here lets through."""
+    """The issue's bound, 5 ms, over 2,000 requests (best of three runs: a stall caused by the
+    server shows in every run, a burst of another process on this shared machine rarely does).
+    Measured 0.6-0.7 ms on a quiet machine, about what the mlp takes alone; a sleeper running
+    on the event loop stalls everything behind it for 50 ms at a time (p99 420 ms before the
+    executor)."""
     client = httpclient.InferenceServerClient(server.http_host_port)
     x = np.ones((1, 16), dtype=np.float32)
 
@@ -181,9 +183,7 @@ def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> 
     try:
         assert sleepers.stdout is not None and sleepers.stdin is not None
         assert sleepers.stdout.readline().strip() == "busy"  # every client has had an answer
-        # Best of two runs of 2,000: a stall caused by the server shows in both, a burst of
-        # another process on this shared machine rarely does.
-        runs = [[one() for _ in range(2000)] for _ in range(2)]
+        runs = [[one() for _ in range(2000)] for _ in range(3)]
         sleepers.stdin.close()  # tells them to stop
         slept = int(sleepers.stdout.readline())
         sleepers.wait(30)
@@ -197,8 +197,7 @@ def test_a_sleeping_model_does_not_stall_the_fast_one(server: ServerProcess) -> 
     assert slept >= 32, "the sleeping model was not kept busy"
     p99_alone = float(np.percentile(alone, 99))
     p99 = min(float(np.percentile(busy, 99)) for busy in runs)
-    bound = min(0.025, max(0.005, 4 * p99_alone))
-    assert p99 < bound, (
+    assert p99 < 0.005, (
         f"mlp p99 {p99 * 1e3:.1f} ms (alone {p99_alone * 1e3:.1f} ms)\n{server.log()[-3000:]}"
     )
 
@@ -400,3 +399,59 @@ def test_http_requests_whose_clients_left_never_run(
     assert stats["execution_count"] == 2
     # dropped quietly: no "Exception in ASGI application", no 500 attempted
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def _dispatches(metrics: str, model: str) -> float:
+    """Calls of ``model`` that went through its queue (``servekit_batch_dispatch``, all reasons)."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(metrics)
+        for sample in family.samples
+        if sample.name == "servekit_batch_dispatch_total" and sample.labels["model"] == model
+    )
+
+
+def test_a_batching_models_lone_request_runs_at_once_only_when_alone_on_the_server(
+    tmp_path: Path,
+) -> None:
+    onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp.onnx"))
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "models:\n  - name: batched\n    modelFormat: {name: onnx}\n    storageUri: mlp.onnx\n"
+        "    maxBatchSize: 8\n    dynamicBatching: {maxQueueDelayMicroseconds: 100}\n"
+        "server: {inlineBelowMicroseconds: 100000}\n"  # no preemption makes the model look slow
+    )
+    x = np.random.default_rng(3).standard_normal((1, 16)).astype(np.float32)
+    with running_server(config) as process, httpx.Client(base_url=process.http_url) as http:
+        client = httpclient.InferenceServerClient(process.http_host_port)
+        expected = client.infer("batched", [http_input("input", x)]).as_numpy("output")
+        for _ in range(20):  # the version learns it is fast
+            client.infer("batched", [http_input("input", x)])
+        before = _dispatches(http.get("/metrics").text, "batched")
+        for _ in range(50):  # one client, one request at a time: nothing to wait for
+            answer = client.infer("batched", [http_input("input", x)]).as_numpy("output")
+            np.testing.assert_allclose(answer, expected, rtol=1e-6)
+        assert _dispatches(http.get("/metrics").text, "batched") == before
+        body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 16]}]}
+        body["inputs"][0]["data"] = x.ravel().tolist()
+        whole = json.dumps(body).encode()
+        port = int(process.http_host_port.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as uploading:
+            uploading.sendall(  # another request in progress: its body is still on the way
+                b"POST /v2/models/batched/infer HTTP/1.1\r\nhost: 127.0.0.1\r\n"
+                b"content-length: %d\r\n\r\n%s" % (len(whole), whole[:10])
+            )
+            for _ in range(50):  # until the server has read its headers (bounded)
+                client.infer("batched", [http_input("input", x)])
+                if _dispatches(http.get("/metrics").text, "batched") > before:
+                    break
+            before = _dispatches(http.get("/metrics").text, "batched")
+            assert before > 0
+            for _ in range(5):
+                answer = client.infer("batched", [http_input("input", x)]).as_numpy("output")
+                np.testing.assert_allclose(answer, expected, rtol=1e-6)
+            queued = _dispatches(http.get("/metrics").text, "batched") - before
+            assert queued == 5  # each waited a loop pass for company (that never came)
+            uploading.sendall(whole[10:])
+            assert uploading.recv(65536).startswith(b"HTTP/1.1 200")
+        client.close()

@@ -306,7 +306,7 @@ class DataPlane:
             input_done = time.perf_counter_ns()
             names = [s.name for s in wanted]
             rows = _batch_size(request, entry.plan.max_batch_size)
-            inline = executor.inline
+            inline = executor.inline(state.requests_in_progress)
             if inline:  # starts now: nothing can expire before it does
                 results, spent = executor.run_inline(feed, names)
                 queue_ns = 0

@@ -20,8 +20,12 @@ in-flight count follows the thread, not the request: an abandoned call counts un
 returns, so unload and drain see the truth.
 
 With dynamic batching, a batch leaves as soon as an instance is free (app/services/batching.py
-says which requests go together); such a version always runs in its threads, since a call on
-the loop could never be joined by another request.
+says which requests go together), one loop pass after its first request arrived so that the
+requests decoded in the same pass join it. A batch of several requests always runs in the
+version's threads, where the requests arriving meanwhile queue up for the next one. A batch of
+one request (nothing else was waiting: low load) runs on the loop when the version's
+single-request calls are measured fast, as an unbatched version's would: at one request in
+flight a batching model then costs what an unbatched one costs, not a thread hop.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
@@ -70,7 +75,7 @@ class ModelExecutor:
         self.placement = Placement(  # a runtime that waits on a process never runs on the loop
             name,
             settings.inline_below_ns,
-            may_inline=not settings.batch_rows and not runtime.off_loop,
+            may_inline=not runtime.off_loop,
         )
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
@@ -87,14 +92,20 @@ class ModelExecutor:
     def mode(self) -> Mode:
         return self.placement.mode
 
-    @property
-    def inline(self) -> bool:
-        """Whether the next request runs on the loop: measured fast, and nothing in flight
-        (an instance busy in a thread must not be used by the loop at the same time)."""
+    def inline(self, in_progress: Callable[[], int]) -> bool:
+        """Whether the next request runs on the loop now: measured fast, and nothing in
+        flight (an instance busy in a thread must not be used by the loop at the same time).
+
+        A batching version's request runs now only when it is the one request the server's
+        listeners hold (``in_progress()``, app/services/state.py): with others in progress, some
+        may be about to reach this model in the same loop pass, so the request queues for one
+        pass to let them join (``submit``). At one request in flight batching then costs
+        nothing, not even that pass."""
         return (
             self.placement.mode is Mode.INLINE
             and self._idle == self.settings.instances
             and not self._queue
+            and (not self.settings.batch_rows or in_progress() == 1)
         )
 
     @property
@@ -104,7 +115,10 @@ class ModelExecutor:
     def run_inline(self, feed: Arrays, outputs: list[str]) -> tuple[Arrays, int]:
         """Run on the loop thread; returns the results and the wall time of the call."""
         started = time.perf_counter_ns()
-        results = self._runtime.predict(feed, outputs)
+        try:
+            results = self._runtime.predict(feed, outputs)
+        except SystemExit as exc:  # model code calling exit(): on the loop it would stop the
+            raise _exited(exc) from None  # server (a KeyboardInterrupt still does: the user's)
         spent = time.perf_counter_ns() - started
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:  # else nothing to note
@@ -205,10 +219,53 @@ class ModelExecutor:
                     self._fail_queued(job, now)  # timers have ms resolution: never run it late
                 else:
                     live.append(job)
-            if live:
-                if reason:
-                    self._stats.record_dispatch(reason)
-                self._start(live)
+            if not live:
+                continue
+            if reason:
+                self._stats.record_dispatch(reason)
+            if len(live) == 1 and self.settings.batch_rows and self._lone_call(live[0]):
+                continue
+            self._start(live)
+
+    def _lone_call(self, job: Job) -> bool:
+        """A batching version's request that found nobody to batch with and every instance
+        idle: run it on the loop if measured fast (True), or time it as a learning version's
+        call (the probe, False: it was started in a thread)."""
+        if self._idle != self.settings.instances:
+            return False
+        mode = self.placement.mode
+        if mode is Mode.INLINE:
+            self._run_here(job)
+            return True
+        if mode is Mode.LEARNING:
+            self._probing = True
+            try:
+                self._start([job])
+            finally:
+                self._probing = False
+            work = job.work
+            if work is not None and work.probe is not None:
+                work.probe.wait(self.placement.threshold_ns / 1e9)
+            return True
+        return False
+
+    def _run_here(self, job: Job) -> None:
+        """Run one request of a batching version on the loop thread (see _lone_call)."""
+        work = Work([job], job.feed, list(job.outputs))
+        job.state = JobState.RUNNING
+        job.work = work
+        self._idle -= 1
+        try:
+            work.results = self._runtime.predict(work.feed, work.outputs)
+        except Exception as exc:
+            work.error = exc
+        except SystemExit as exc:  # model code calling exit(): not the server's exit
+            work.error = _exited(exc)
+        work.spent_ns = spent = time.perf_counter_ns() - work.started_ns
+        placement = self.placement
+        if spent > placement.threshold_ns or placement.strikes:
+            placement.timed_inline(spent)
+        self._complete(work)
 
     def _start(self, jobs: list[Job]) -> None:
         feed, outputs = batching.stack(jobs)
@@ -224,12 +281,18 @@ class ModelExecutor:
         self._inbox.put(work)
 
     def _finished(self, work: Work) -> None:
-        """Back on the loop after a call: answer its requests, free the instance, go on."""
+        """Back on the loop after a call in a thread: answer, free the instance, go on."""
+        if self.placement.mode is Mode.LEARNING and len(work.jobs) == 1:
+            self.placement.timed_in_thread(work.spent_ns)  # a batch's time says nothing of one
+        self._complete(work)
+        if not self._closed:
+            self._dispatch()
+
+    def _complete(self, work: Work) -> None:
+        """Answer a finished call's requests and free its instance."""
         self._idle += 1
         spent = work.spent_ns
         self._avg_ns += 0.2 * (spent - self._avg_ns)
-        if self.placement.mode is Mode.LEARNING:
-            self.placement.timed_in_thread(spent)
         rows = sum(job.rows for job in work.jobs)
         self._stats.record_execution(rows, spent)
         parts: list[Arrays] = []
@@ -247,8 +310,6 @@ class ModelExecutor:
                 job.future.set_exception(error)
             else:
                 job.future.set_result((parts[index], work.started_ns - job.enqueued_ns, spent))
-        if not self._closed:
-            self._dispatch()
 
     def _expire(self, job: Job) -> None:
         job.timer = None
@@ -348,3 +409,7 @@ class ModelExecutor:
                 loop.call_soon_threadsafe(self._finished, work)
             except RuntimeError:  # the loop is closed: nobody is waiting for this answer
                 return
+
+
+def _exited(exc: SystemExit) -> Internal:
+    return Internal(f"the model raised {type(exc).__name__}")

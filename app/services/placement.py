@@ -15,8 +15,9 @@ The rules, per loaded version:
   preempting the loop mid-call is common on a busy machine and says nothing about the model.
   After ``MAX_STRIKES`` counted ones the version stays in its threads until it is reloaded;
   ``STRIKE_DECAY_CALLS`` calls on the loop within the bound forgive one.
-* Versions with dynamic batching always run in their threads: a call on the loop could never
-  be joined by another request.
+* Versions with dynamic batching run their batches of several requests in their threads
+  (app/services/executor.py); only their calls of one request are timed here and may run on
+  the loop, so the time of a large batch never decides where a lone request runs.
 """
 
 from __future__ import annotations

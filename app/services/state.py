@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from servekit.config.compiler import ServePlan
@@ -45,6 +46,7 @@ class ServerState:
         "listening",
         "online",
         "request_timeout_s",
+        "requests_in_progress",
         "started_at",
         "startup_done",
         "stopping",
@@ -70,6 +72,12 @@ class ServerState:
         """Start-up loading (``startupModels``) has finished."""
         self.started_at = time.time()
         self.listening: Listening | None = None
+        self.requests_in_progress: Callable[[], int] = _none
+        """How many requests the HTTP listener is handling right now (the one asking
+        included), set by the server once it listens: a batching model runs a request at once
+        when it is the only one, and otherwise lets the others in progress catch up with it
+        (app/services/executor.py). gRPC calls are not counted (grpcio does not say how many
+        it holds); with no listener (in process) it is 0: never alone, batching as usual."""
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
@@ -131,3 +139,7 @@ def restart_only_edits(new: ServerConfig, old: ServerConfig) -> list[str]:
         for name in ServerConfig.model_fields
         if name in RESTART_ONLY and getattr(new, name) != getattr(old, name)
     ]
+
+
+def _none() -> int:
+    return 0
