@@ -151,9 +151,10 @@ class ServeKit:
             ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )
         self._http = _EmbeddedUvicorn(config)
-        # uvicorn keeps one task per HTTP request in progress: a batching model's lone request
-        # runs at once (app/services/executor.py ModelExecutor.inline)
-        self.state.requests_in_progress = self._http.server_state.tasks.__len__
+        # uvicorn keeps one task per HTTP request in progress: with the gRPC calls, what a
+        # batching model's lone request needs to run at once (ModelExecutor.inline)
+        tasks, grpc_calls = self._http.server_state.tasks, self.state.grpc_calls
+        self.state.requests_in_progress = lambda: len(tasks) + grpc_calls.n
         self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         self._publish(self.addresses)

@@ -432,6 +432,14 @@ def test_a_batching_models_lone_request_runs_at_once_only_when_alone_on_the_serv
             answer = client.infer("batched", [http_input("input", x)]).as_numpy("output")
             np.testing.assert_allclose(answer, expected, rtol=1e-6)
         assert _dispatches(http.get("/metrics").text, "batched") == before
+        assert process.grpc_target is not None
+        with grpcclient.InferenceServerClient(process.grpc_target) as grpc_client:
+            tensor = grpcclient.InferInput("input", [1, 16], "FP32")
+            tensor.set_data_from_numpy(x)
+            for _ in range(50):  # the same over gRPC
+                answer = grpc_client.infer("batched", [tensor]).as_numpy("output")
+                np.testing.assert_allclose(answer, expected, rtol=1e-6)
+        assert _dispatches(http.get("/metrics").text, "batched") == before
         body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 16]}]}
         body["inputs"][0]["data"] = x.ravel().tolist()
         whole = json.dumps(body).encode()

@@ -50,6 +50,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def __init__(self, dataplane: DataPlane, control: ModelControl | None = None) -> None:
         self._dataplane = dataplane
         self._control = control
+        self._calls = dataplane.grpc_calls
 
     # -- health and metadata ------------------------------------------------------------------
     @guarded
@@ -90,11 +91,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # -- inference ----------------------------------------------------------------------------
     @guarded
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> Any:
-        infer_request = v2_proto.decode_request(request)
-        remaining = context.time_remaining()  # the client's deadline, None when it set none
-        deadline = None if remaining is None else time.monotonic() + remaining
-        response = await self._dataplane.infer(infer_request, deadline)
-        return v2_proto.encode_response(infer_request, response)
+        calls = self._calls
+        calls.n += 1  # a batching model's request runs at once when it is alone (ServerState)
+        try:
+            infer_request = v2_proto.decode_request(request)
+            remaining = context.time_remaining()  # the client's deadline, None when it set none
+            deadline = None if remaining is None else time.monotonic() + remaining
+            response = await self._dataplane.infer(infer_request, deadline)
+            return v2_proto.encode_response(infer_request, response)
+        finally:
+            calls.n -= 1
 
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[pb.ModelInferRequest], context: Context

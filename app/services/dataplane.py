@@ -36,7 +36,7 @@ from servekit.services.jobs import ExecutorSettings
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.shared_memory import SharedMemoryRegions
-from servekit.services.state import Listening, ServerState
+from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
 from servekit.types import (
     InferRequest,
@@ -90,6 +90,12 @@ class DataPlane:
         self._extensions = tuple(extensions)
 
     # -- the server ---------------------------------------------------------------------------
+    @property
+    def grpc_calls(self) -> CallCount:
+        """The gRPC adapter's count of the inference calls it holds: with uvicorn's HTTP
+        tasks, it tells a batching model whether a request is alone (ServerState)."""
+        return self._state.grpc_calls
+
     @property
     def plan(self) -> ServePlan:
         """The plan in force (from ServerState: read on use, never kept)."""

@@ -42,6 +42,7 @@ class ServerState:
         "_plan",
         "drain_started",
         "draining",
+        "grpc_calls",
         "inline_below_ns",
         "listening",
         "online",
@@ -72,12 +73,15 @@ class ServerState:
         """Start-up loading (``startupModels``) has finished."""
         self.started_at = time.time()
         self.listening: Listening | None = None
+        self.grpc_calls = CallCount()
+        """Unary gRPC inference calls the servicer holds (counted by app/grpc/servicer.py)."""
         self.requests_in_progress: Callable[[], int] = _none
-        """How many requests the HTTP listener is handling right now (the one asking
-        included), set by the server once it listens: a batching model runs a request at once
-        when it is the only one, and otherwise lets the others in progress catch up with it
-        (app/services/executor.py). gRPC calls are not counted (grpcio does not say how many
-        it holds); with no listener (in process) it is 0: never alone, batching as usual."""
+        """How many requests the listeners hold right now (the one asking included): uvicorn's
+        HTTP tasks plus ``grpc_calls``, set by the server once it listens. A batching model runs
+        a request at once when it is the only one, and otherwise lets the others in progress
+        catch up with it (app/services/executor.py). Calls grpcio has not handed over yet and
+        gRPC streams are not counted; with no listener (in process) it is 0: never alone,
+        batching as usual."""
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
@@ -143,3 +147,13 @@ def restart_only_edits(new: ServerConfig, old: ServerConfig) -> list[str]:
 
 def _none() -> int:
     return 0
+
+
+class CallCount:
+    """A count an adapter keeps of the calls it holds (one attribute: the hot path adds one
+    to it and takes one away)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
