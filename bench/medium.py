@@ -294,6 +294,8 @@ def noop_floor(body: tuple[Path, int | None], seconds: float) -> dict[str, Any]:
         url = f"http://127.0.0.1:{noop.port}/v2/models/medium/infer"
         rest.wait_for_port(url)
         result = rest.measure(noop, url, body[0], body[1], 64, seconds)
+        if not result["cpu_us_per_request"]:
+            raise SystemExit(f"the do-nothing app answered no request: {result}")
         return {"rps": float(result["rps"]), "cpu_us_per_request": result["cpu_us_per_request"]}
     finally:
         noop.stop()

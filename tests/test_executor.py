@@ -148,6 +148,8 @@ def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
 
 
 BATCHING = "    maxBatchSize: 8\n    dynamicBatching: {maxQueueDelayMicroseconds: 100}\n"
+ROOMY = "inlineBelowMicroseconds: 100000"
+"""A bound no preemption on a busy machine reaches: a fast model stays measured fast."""
 
 
 def test_a_batching_model_runs_lone_requests_on_the_loop_and_batches_in_its_threads(
@@ -160,7 +162,7 @@ def test_a_batching_model_runs_lone_requests_on_the_loop_and_batches_in_its_thre
         return x * 2
 
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("fast", fast, BATCHING))
+        dataplane = await serve(tmp_path, model("fast", fast, BATCHING), server=ROOMY)
         loop_thread = threading.current_thread().name
         for _ in range(placement.LEARN_FAST + 3):  # one at a time: nobody to batch with
             response = await dataplane.infer(request("fast", 1.0))
@@ -186,7 +188,7 @@ def test_a_batching_models_lone_request_runs_at_once_only_when_the_server_holds_
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("fast", lambda x: x + 1, BATCHING))
+        dataplane = await serve(tmp_path, model("fast", lambda x: x + 1, BATCHING), server=ROOMY)
         kit = _KITS[id(dataplane)]
         for _ in range(placement.LEARN_FAST + 1):
             await dataplane.infer(request("fast", 1.0))
@@ -212,17 +214,80 @@ def test_a_model_that_exits_on_the_loop_fails_only_its_request(tmp_path: Path, e
     def exits(x: Any) -> Any:
         if float(x.flat[0]) == 13.0:
             raise SystemExit(3)  # model code calling sys.exit()
+        if float(x.flat[0]) == 14.0:
+            raise Stop  # a BaseException of some library's own
         return x
 
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("exits", exits, extra))
-        _KITS[id(dataplane)].state.requests_in_progress = lambda: 1
+        dataplane = await serve(tmp_path, model("exits", exits, extra), server=ROOMY)
         for _ in range(placement.LEARN_FAST + 1):
             await dataplane.infer(request("exits", 1.0))
         assert executor_of(dataplane, "exits").mode is Mode.INLINE
-        with pytest.raises(Internal, match="SystemExit"):
-            await dataplane.infer(request("exits", 13.0))
+        with pytest.raises(Internal, match="SystemExit"):  # unbatched: run_inline; batching:
+            await dataplane.infer(request("exits", 13.0))  # a lone call from the queue
+        with pytest.raises(Internal, match="Stop"):  # never a request left hanging
+            await asyncio.wait_for(dataplane.infer(request("exits", 14.0)), WAIT)
+        assert executor_of(dataplane, "exits").mode is Mode.INLINE  # they ran on the loop
         assert (await dataplane.infer(request("exits", 2.0))).outputs[0].data.tolist() == [2.0]
+        await stop(dataplane)
+
+    run(scenario)
+
+
+class Stop(BaseException):
+    pass
+
+
+def test_a_backlog_that_cannot_stack_runs_in_the_models_threads(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def fast(x: Any) -> Any:
+        calls.append(threading.current_thread().name)
+        return x
+
+    async def scenario() -> None:
+        extra = BATCHING + "    instances: 2\n"
+        dataplane = await serve(tmp_path, model("fast", fast, extra), server=ROOMY)
+        eight = request("fast", *range(8))  # a full batch: no other request stacks with it
+        for _ in range(placement.LEARN_FAST + 2):  # one at a time: learnt fast at 8 rows
+            await dataplane.infer(eight)
+        loop_thread = threading.current_thread().name
+        assert calls[-1] == loop_thread
+        calls.clear()
+        await asyncio.gather(*(dataplane.infer(eight) for _ in range(6)))
+        assert len(calls) == 6
+        # Queued together, none stacks with another: they are a backlog for the model's two
+        # threads, not lone requests (at most the last may find the queue empty and both idle).
+        assert calls.count(loop_thread) <= 1, calls
+        await stop(dataplane)
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    "extra", ["    maxBatchSize: 64\n", BATCHING], ids=["unbatched", "batching"]
+)
+def test_a_request_larger_than_any_measured_fast_runs_in_a_thread(
+    tmp_path: Path, extra: str
+) -> None:
+    calls: list[tuple[str, int]] = []
+
+    def fast(x: Any) -> Any:
+        calls.append((threading.current_thread().name, int(x.shape[0])))
+        return x
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("fast", fast, extra), server=ROOMY)
+        _KITS[id(dataplane)].state.requests_in_progress = lambda: 1
+        for _ in range(placement.LEARN_FAST + 2):
+            await dataplane.infer(request("fast", 1.0))
+        loop_thread = threading.current_thread().name
+        assert calls[-1] == (loop_thread, 1)
+        big = request("fast", *range(8))
+        await dataplane.infer(big)
+        assert calls[-1][1] == 8 and calls[-1][0] != loop_thread  # not yet timed at 8 rows
+        await dataplane.infer(big)
+        assert calls[-1] == (loop_thread, 8)  # timed fast at 8 rows in its thread
         await stop(dataplane)
 
     run(scenario)

@@ -308,13 +308,13 @@ class DataPlane:
             if not isinstance(executor, ModelExecutor):
                 executor = self._executor(entry.plan, version, runtime, stats)
             elif executor.placement.threshold_ns != state.inline_below_ns:  # a live edit
-                executor.placement.retune(state.inline_below_ns)
+                executor.retune(state.inline_below_ns)
             input_done = time.perf_counter_ns()
             names = [s.name for s in wanted]
             rows = _batch_size(request, entry.plan.max_batch_size)
-            inline = executor.inline(state.requests_in_progress)
+            inline = executor.inline(rows, state.requests_in_progress)
             if inline:  # starts now: nothing can expire before it does
-                results, spent = executor.run_inline(feed, names)
+                results, spent = executor.run_inline(feed, names, rows)
                 queue_ns = 0
             else:
                 results, queue_ns, spent = await executor.submit(

@@ -86,13 +86,17 @@ class ModelExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._soon: asyncio.Handle | None = None
         self._probing = False
+        self._fast_rows = 0
+        """The most rows of a call of one request timed within the inline bound: a request
+        with more never runs on the loop (a model measured fast on one row may take far longer
+        on a thousand). Grows as larger calls are timed fast, in threads or on the loop."""
 
     # -- on the loop --------------------------------------------------------------------------
     @property
     def mode(self) -> Mode:
         return self.placement.mode
 
-    def inline(self, in_progress: Callable[[], int]) -> bool:
+    def inline(self, rows: int, in_progress: Callable[[], int]) -> bool:
         """Whether the next request runs on the loop now: measured fast, and nothing in
         flight (an instance busy in a thread must not be used by the loop at the same time).
 
@@ -103,26 +107,38 @@ class ModelExecutor:
         nothing, not even that pass."""
         return (
             self.placement.mode is Mode.INLINE
+            and rows <= self._fast_rows
             and self._idle == self.settings.instances
             and not self._queue
             and (not self.settings.batch_rows or in_progress() == 1)
         )
 
+    def retune(self, threshold_ns: int) -> None:
+        """A new inline bound (a live edit): learn where calls run over again."""
+        self.placement.retune(threshold_ns)
+        self._fast_rows = 0
+
     @property
     def queued(self) -> int:
         return len(self._queue)
 
-    def run_inline(self, feed: Arrays, outputs: list[str]) -> tuple[Arrays, int]:
+    def run_inline(self, feed: Arrays, outputs: list[str], rows: int) -> tuple[Arrays, int]:
         """Run on the loop thread; returns the results and the wall time of the call."""
         started = time.perf_counter_ns()
         try:
             results = self._runtime.predict(feed, outputs)
-        except SystemExit as exc:  # model code calling exit(): on the loop it would stop the
-            raise _exited(exc) from None  # server (a KeyboardInterrupt still does: the user's)
+        except Exception:
+            raise
+        except KeyboardInterrupt:  # the user's (a notebook's interrupt): not the model's
+            raise
+        except BaseException as exc:  # exit() in model code and the like: on the loop it
+            raise _raised(exc) from None  # would stop the server; here it fails this request
         spent = time.perf_counter_ns() - started
         placement = self.placement
-        if spent > placement.threshold_ns or placement.strikes:  # else nothing to note
+        if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
+        elif rows > self._fast_rows:  # else nothing to note
+            self._fast_rows = rows
         return results, spent
 
     async def submit(
@@ -215,7 +231,9 @@ class ModelExecutor:
             now = time.monotonic()
             live = []
             for job in jobs:
-                if job.expiry is not None and now >= job.expiry and job is not fresh:
+                if job.future.done():  # cancelled this pass: its task has yet to see it
+                    self._done(job)
+                elif job.expiry is not None and now >= job.expiry and job is not fresh:
                     self._fail_queued(job, now)  # timers have ms resolution: never run it late
                 else:
                     live.append(job)
@@ -223,18 +241,20 @@ class ModelExecutor:
                 continue
             if reason:
                 self._stats.record_dispatch(reason)
-            if len(live) == 1 and self.settings.batch_rows and self._lone_call(live[0]):
+            lone = len(live) == 1 and not self._queue  # not one of a backlog that cannot stack
+            if lone and self.settings.batch_rows and self._lone_call(live[0]):
                 continue
             self._start(live)
 
     def _lone_call(self, job: Job) -> bool:
-        """A batching version's request that found nobody to batch with and every instance
-        idle: run it on the loop if measured fast (True), or time it as a learning version's
-        call (the probe, False: it was started in a thread)."""
+        """A batching version's request that found nobody to batch with, an empty queue and
+        every instance idle: run it on the loop if measured fast, or start it in a thread as a
+        learning version's timed call (the probe); True if either was done, False to let the
+        caller start it in a thread as usual."""
         if self._idle != self.settings.instances:
             return False
         mode = self.placement.mode
-        if mode is Mode.INLINE:
+        if mode is Mode.INLINE and job.rows <= self._fast_rows:
             self._run_here(job)
             return True
         if mode is Mode.LEARNING:
@@ -255,17 +275,25 @@ class ModelExecutor:
         job.state = JobState.RUNNING
         job.work = work
         self._idle -= 1
+        interrupted: KeyboardInterrupt | None = None
         try:
             work.results = self._runtime.predict(work.feed, work.outputs)
         except Exception as exc:
             work.error = exc
-        except SystemExit as exc:  # model code calling exit(): not the server's exit
-            work.error = _exited(exc)
+        except KeyboardInterrupt as exc:  # the user's: answered, then passed on
+            work.error = _raised(exc)
+            interrupted = exc
+        except BaseException as exc:  # exit() in model code and the like, as in a thread
+            work.error = _raised(exc)
         work.spent_ns = spent = time.perf_counter_ns() - work.started_ns
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
+        elif job.rows > self._fast_rows:
+            self._fast_rows = job.rows
         self._complete(work)
+        if interrupted is not None:
+            raise interrupted
 
     def _start(self, jobs: list[Job]) -> None:
         feed, outputs = batching.stack(jobs)
@@ -282,8 +310,12 @@ class ModelExecutor:
 
     def _finished(self, work: Work) -> None:
         """Back on the loop after a call in a thread: answer, free the instance, go on."""
-        if self.placement.mode is Mode.LEARNING and len(work.jobs) == 1:
-            self.placement.timed_in_thread(work.spent_ns)  # a batch's time says nothing of one
+        if len(work.jobs) == 1:  # a batch's time says nothing of where one request may run
+            (job,) = work.jobs
+            if self.placement.mode is Mode.LEARNING:
+                self.placement.timed_in_thread(work.spent_ns)
+            if work.spent_ns <= self.placement.threshold_ns and job.rows > self._fast_rows:
+                self._fast_rows = job.rows
         self._complete(work)
         if not self._closed:
             self._dispatch()
@@ -398,7 +430,7 @@ class ModelExecutor:
             except Exception as exc:
                 work.error = exc
             except BaseException as exc:  # SystemExit and the like in model code
-                work.error = Internal(f"the model raised {type(exc).__name__}")
+                work.error = _raised(exc)
             finally:
                 CALL_DEADLINE.reset(deadline)
                 cancel.restore(token)
@@ -411,5 +443,6 @@ class ModelExecutor:
                 return
 
 
-def _exited(exc: SystemExit) -> Internal:
+def _raised(exc: BaseException) -> Internal:
+    """What a request gets when its model raised something that is not an Exception."""
     return Internal(f"the model raised {type(exc).__name__}")
