@@ -2,8 +2,8 @@
 the model's compute.
 
 * **On the event loop** (no thread hop) only for versions measured fast, as
-  app/services/placement.py decides: never a new version's first calls, never a version that
-  keeps being slow.
+  app/services/placement.py decides (never a new version's first calls, never a version that
+  keeps being slow), and only for requests no larger than a call already timed fast.
 * **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
   session or Python object (app/runtimes/base.py PerInstance). A model that hangs or raises
   only ever occupies its own threads and fills its own queue: other models, model loading
@@ -22,10 +22,11 @@ returns, so unload and drain see the truth.
 With dynamic batching, a batch leaves as soon as an instance is free (app/services/batching.py
 says which requests go together), one loop pass after its first request arrived so that the
 requests decoded in the same pass join it. A batch of several requests always runs in the
-version's threads, where the requests arriving meanwhile queue up for the next one. A batch of
-one request (nothing else was waiting: low load) runs on the loop when the version's
-single-request calls are measured fast, as an unbatched version's would: at one request in
-flight a batching model then costs what an unbatched one costs, not a thread hop.
+version's threads, where the requests arriving meanwhile queue up for the next one. A request that
+is the only one the listeners hold, or a batch of one request with nothing else queued (low
+load), runs on the loop when the version's single-request calls are measured fast, as an
+unbatched version's would: at one request in flight a batching model then costs what an
+unbatched one costs, not a loop pass and a thread hop.
 """
 
 from __future__ import annotations
