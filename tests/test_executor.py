@@ -36,6 +36,9 @@ IO = (
     "    outputs: [{name: y, datatype: FP32, shape: [-1]}]"
 )
 WAIT = 10.0  # bound of every wait on a condition (never reached when things work)
+BATCHING = "    maxBatchSize: 8\n    dynamicBatching: {maxQueueDelayMicroseconds: 100}\n"
+ROOMY = "inlineBelowMicroseconds: 100000"
+"""A bound no preemption on a busy machine reaches: a fast model stays measured fast."""
 
 
 def model(name: str, fn: object, extra: str = "") -> str:
@@ -128,7 +131,8 @@ def test_first_calls_run_in_threads_then_a_fast_model_moves_to_the_loop(tmp_path
     run(scenario)
 
 
-def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", ["", BATCHING], ids=["unbatched", "batching"])
+def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path, extra: str) -> None:
     threads: list[str] = []
 
     def sleepy(x: Any) -> Any:
@@ -137,7 +141,7 @@ def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
         return x
 
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("sleepy", sleepy))
+        dataplane = await serve(tmp_path, model("sleepy", sleepy, extra))
         for _ in range(placement.LEARN_SLOW + 5):
             await dataplane.infer(request("sleepy", 1.0))
         assert threading.current_thread().name not in threads
@@ -145,11 +149,6 @@ def test_a_sleeping_model_never_runs_on_the_loop(tmp_path: Path) -> None:
         await stop(dataplane)
 
     run(scenario)
-
-
-BATCHING = "    maxBatchSize: 8\n    dynamicBatching: {maxQueueDelayMicroseconds: 100}\n"
-ROOMY = "inlineBelowMicroseconds: 100000"
-"""A bound no preemption on a busy machine reaches: a fast model stays measured fast."""
 
 
 def test_a_batching_model_runs_lone_requests_on_the_loop_and_batches_in_its_threads(
@@ -288,25 +287,6 @@ def test_a_request_larger_than_any_measured_fast_runs_in_a_thread(
         assert calls[-1][1] == 8 and calls[-1][0] != loop_thread  # not yet timed at 8 rows
         await dataplane.infer(big)
         assert calls[-1] == (loop_thread, 8)  # timed fast at 8 rows in its thread
-        await stop(dataplane)
-
-    run(scenario)
-
-
-def test_a_sleeping_batching_model_never_runs_on_the_loop(tmp_path: Path) -> None:
-    threads: list[str] = []
-
-    def sleepy(x: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        time.sleep(0.002)  # 2 ms of waiting, no CPU: four times inlineBelowMicroseconds
-        return x
-
-    async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("sleepy", sleepy, BATCHING))
-        for _ in range(placement.LEARN_SLOW + 5):
-            await dataplane.infer(request("sleepy", 1.0))
-        assert threading.current_thread().name not in threads
-        assert executor_of(dataplane, "sleepy").mode is Mode.THREADS
         await stop(dataplane)
 
     run(scenario)
