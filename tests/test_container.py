@@ -33,6 +33,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
+from tritonclient.utils import InferenceServerException
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = "localhost/python:3.11-slim"
@@ -205,6 +206,12 @@ def test_image_runs_as_the_k8s_deployment(
         out = grpc.infer("add_sub", inputs)
         np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), a + b)
         np.testing.assert_array_equal(out.as_numpy("OUTPUT1"), a - b)
+        # Bound to 0.0.0.0 with no token configured: no client changes what the server runs.
+        refused = httpx.post(f"http://{http}/v2/repository/models/add_sub/unload", timeout=5)
+        assert refused.status_code == 403, refused.text
+        with pytest.raises(InferenceServerException, match="modelControl"):
+            grpc.unload_model("add_sub")
+        assert grpc.is_model_ready("add_sub")
         grpc.close()
         # The image's HEALTHCHECK passes; the server (PID 1) is not root.
         podman(podman_env, "healthcheck", "run", name)

@@ -151,6 +151,15 @@ def offset_of(repo: Repo) -> list[float]:
         ({"parameters": {"path": {"string_value": "other.pkl"}}}, "parameters"),
         ({"backend": "python", "parameters": {"extra": {"string_value": "1"}}}, "parameters"),
         ({"modelFormat": {"name": "python"}, "entrypoint": "rules_models:leaky"}, "entrypoint"),
+        # servekit's own importers: the old package name's alias and the PyTorch converter
+        ({"modelFormat": {"name": "python"}, "entrypoint": "app._old_name:install"}, "entrypoint"),
+        (
+            {
+                "modelFormat": {"name": "python"},
+                "entrypoint": "servekit.notebook.torch_onnx:to_onnx",
+            },
+            "entrypoint",
+        ),
         ({"modelFormat": {"name": "python"}, "runtime": "python_too"}, "runtime"),
         (
             {"modelFormat": {"name": "python"}, "runtimeOptions": {"intraOpThreads": 2}},
