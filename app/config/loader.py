@@ -107,15 +107,18 @@ def line_in_file(path: str | Path | None, loc: list[Any]) -> int | None:
     return _line_of(root, loc)
 
 
+def validator_message(message: str) -> str:
+    """A pydantic error message without the ``Value error, `` it puts before the text of a
+    validator's ValueError (our validators' messages are written to be shown as they are)."""
+    return message.removeprefix("Value error, ")
+
+
 def _issue(root: yaml.Node | None, error: Any) -> ConfigIssue:
     loc = [part for part in error["loc"] if not _is_union_tag(part)]
     if error["type"] == "duplicate_name":  # point at the second use, not the whole list
         loc += [error["ctx"]["index"], "name"]
-    message = error["msg"]
-    if error["type"] == "extra_forbidden":
-        message = "unknown key"
-    elif message.startswith("Value error, "):
-        message = message[len("Value error, ") :]
+    extra = error["type"] == "extra_forbidden"
+    message = "unknown key" if extra else validator_message(error["msg"])
     variable = _env_source(loc)
     if variable is not None:  # the environment beat the file: do not blame a file line
         return ConfigIssue(_render_path(loc), None, f"{message} (set by ${variable})")

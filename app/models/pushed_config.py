@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from servekit.config.compiler import ModelPlan
+from servekit.config.loader import validator_message
 from servekit.config.schema import INT64_MAX, Limits, ModelConfig, RuntimeConfig
 from servekit.datatypes import from_config_name
 from servekit.errors import InvalidArgument, PermissionDenied
@@ -69,8 +70,6 @@ set them too (a load request must not move an isolated model into the server's p
 lift its limits; a Triton config, which cannot express them, keeps serve.yaml's)."""
 SERVE_YAML_ONLY = CODE_FIELDS + CONTAINMENT_FIELDS
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
-_VALUE = "Value error, "
-"""What pydantic puts before the message of a validator's ValueError."""
 
 
 def parse_load_config(
@@ -110,7 +109,7 @@ def parse_load_config(
         return ModelConfig.model_validate(entry)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg'].removeprefix(_VALUE)}"
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {validator_message(e['msg'])}"
             for e in exc.errors()
         )
         raise InvalidArgument(f"invalid model config: {problems}") from None

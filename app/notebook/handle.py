@@ -158,14 +158,8 @@ class Server(RemoteServer):
             dynamic_batch=dynamic_batch,
         )
         if sources.is_file_source(source):
-            return super().add_model(
-                name,
-                source,
-                version=version,
-                model_format=model_format or "onnx",
-                inputs=inputs,
-                outputs=outputs,
-                **config,
+            return self._push(
+                name, source, version, model_format or "onnx", inputs, outputs, config
             )
         if not callable(source):
             raise TypeError(

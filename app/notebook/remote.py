@@ -199,6 +199,19 @@ class RemoteServer:
                 "process with servekit.serve(); over the network, send a path, ONNX bytes or an "
                 f"onnx.ModelProto (got {type(source).__name__})"
             )
+        return self._push(name, source, version, model_format, inputs, outputs, config)
+
+    def _push(
+        self,
+        name: str,
+        source: object,
+        version: int,
+        model_format: str,
+        inputs: sources.TensorsSpec | None,
+        outputs: sources.TensorsSpec | None,
+        config: dict[str, Any],
+    ) -> html.ModelTable:
+        """Send a model file (already converted to one) through the repository load API."""
         fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
         model = sources.model_config(name, model_format, fields, storage_uri="(pushed)")
         files = sources.model_files(source, version)

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import servekit
-from servekit.config.loader import ConfigError
+from servekit.config.loader import ConfigError, load_config
 from servekit.project.dockerfile import BASE_IMAGE, PROJECT_DOCKERFILE
-from servekit.project.requirements import declared
 
 ENGINE_ENV = "SERVEKIT_CONTAINER_ENGINE"
 """Names the engine (docker or podman) when both are installed; default: docker, then podman."""
@@ -127,7 +126,7 @@ def build(
     if not (root / "serve.yaml").is_file():
         raise BuildError(f"{root} has no serve.yaml: `servekit build` builds a project folder")
     try:
-        declared(root / "serve.yaml")
+        load_config(root / "serve.yaml")  # server.requirements included: checked on load
     except ConfigError as exc:
         raise BuildError(f"the project's serve.yaml is not valid:\n{exc}") from None
     engine_name = engine()

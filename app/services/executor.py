@@ -128,9 +128,7 @@ class ModelExecutor:
         started = time.perf_counter_ns()
         try:
             results = self._runtime.predict(feed, outputs)
-        except Exception:
-            raise
-        except KeyboardInterrupt:  # the user's (a notebook's interrupt): not the model's
+        except (Exception, KeyboardInterrupt):  # the model's own error, or the user's interrupt
             raise
         except BaseException as exc:  # exit() in model code and the like: on the loop it
             raise _raised(exc) from None  # would stop the server; here it fails this request
@@ -191,7 +189,7 @@ class ModelExecutor:
             self._abandon(job)
             raise
 
-    def _probe(self, job: Job) -> None:
+    def _probe(self, job: Job, queued: bool = True) -> None:
         """Start a learning version's call and wait for it, at most the inline bound, with the
         GIL released. The worker thread then times the model alone: while the loop runs, a
         call in a thread also waits for the GIL (up to the 5 ms switch interval), so under load
@@ -200,7 +198,10 @@ class ModelExecutor:
         goes on in its thread and answers as any other."""
         self._probing = True
         try:
-            self._dispatch(fresh=job)
+            if queued:
+                self._dispatch(fresh=job)
+            else:  # already taken from the queue (a batching version's lone request)
+                self._start([job])
         finally:
             self._probing = False
         work = job.work
@@ -259,14 +260,7 @@ class ModelExecutor:
             self._run_here(job)
             return True
         if mode is Mode.LEARNING:
-            self._probing = True
-            try:
-                self._start([job])
-            finally:
-                self._probing = False
-            work = job.work
-            if work is not None and work.probe is not None:
-                work.probe.wait(self.placement.threshold_ns / 1e9)
+            self._probe(job, queued=False)
             return True
         return False
 

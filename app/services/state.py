@@ -79,9 +79,9 @@ class ServerState:
         """How many requests the listeners hold right now (the one asking included): uvicorn's
         HTTP tasks plus ``grpc_calls``, set by the server once it listens. A batching model runs
         a request at once when it is the only one, and otherwise lets the others in progress
-        catch up with it (app/services/executor.py). Calls grpcio has not handed over yet and
-        gRPC streams are not counted; with no listener (in process) it is 0: never alone,
-        batching as usual."""
+        catch up with it (app/services/executor.py). Calls grpcio has not handed over yet,
+        gRPC streams and grps' gRPC calls are not counted; with no listener (in process) it
+        is 0: never alone, batching as usual."""
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""

@@ -71,12 +71,12 @@ class _Slot:
 
     def report(self) -> SlotReport:
         """This position as a statistics read carries it (app/workers/stats.py)."""
-        alive = self.state != "restarting" and self.process is not None
+        process = self.process if self.state != "restarting" else None
         return {
             "index": self.index,
-            "pid": self.process.pid if alive and self.process is not None else None,
+            "pid": None if process is None else process.pid,
             "state": self.state,
-            "since": self.since if alive else None,
+            "since": None if process is None else self.since,
             "restarts": self.restarts,
             "retired": self.retired,
             "current": self.last_snapshot,
@@ -120,7 +120,6 @@ class Supervisor:
         self.log_level = log_level
         self.slots = [_Slot(i) for i in range(workers)]
         self.journal = Journal()
-        self.restarts = 0
         self.stopping = False
         self._lock = asyncio.Lock()
         self._folder = Path(tempfile.mkdtemp(prefix="servekit-workers-"))
@@ -194,7 +193,6 @@ class Supervisor:
                 return
             ran = asyncio.get_running_loop().time() - slot.started
             slot.failures = 0 if ran > STABLE_SECONDS else slot.failures + 1
-            self.restarts += 1
             slot.restarts += 1
             log.warning(
                 "worker %d (pid %d) exited (%s); restarting it",
@@ -321,7 +319,8 @@ class Supervisor:
             if not isinstance(result, BaseException) and slot.channel is channel:
                 slot.last_snapshot = result
         slots = [slot.report() for slot in self.slots]
-        return {"workers": self.count, "restarts": self.restarts, "slots": slots}
+        restarts = sum(slot.restarts for slot in self.slots)
+        return {"workers": self.count, "restarts": restarts, "slots": slots}
 
     # -- life cycle -----------------------------------------------------------------------------
     async def run(self) -> int:
