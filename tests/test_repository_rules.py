@@ -152,7 +152,13 @@ def offset_of(repo: Repo) -> list[float]:
         ({"backend": "python", "parameters": {"extra": {"string_value": "1"}}}, "parameters"),
         ({"modelFormat": {"name": "python"}, "entrypoint": "rules_models:leaky"}, "entrypoint"),
         # servekit's own importers: the old package name's alias and the PyTorch converter
-        ({"modelFormat": {"name": "python"}, "entrypoint": "app._old_name:install"}, "entrypoint"),
+        (
+            {
+                "modelFormat": {"name": "python"},
+                "entrypoint": "app._old_name:install",  # the old name's alias, kept as written
+            },
+            "entrypoint",
+        ),
         (
             {
                 "modelFormat": {"name": "python"},
