@@ -3,7 +3,7 @@
 The contract keeps the templates in the repository's top-level ``templates/`` folder, but a
 wheel can only carry files that live inside a package. This ``build_py`` copies ``templates/``
 into ``servekit/dashboard/templates`` of the build (the package ``servekit``, whose code is
-the ``app/`` folder), where ``servekit.dashboard.render`` looks first; a
+the ``app/servekit/`` folder), where ``servekit.dashboard.render`` looks first; a
 source checkout (editable install, tests) reads ``templates/`` itself. No symlinks, nothing
 copied into the source tree. Wired by ``[tool.setuptools] cmdclass`` in pyproject.toml.
 """

@@ -3,7 +3,7 @@
 
 Usage (from anywhere; paths are resolved relative to the repository root)::
 
-    python scripts/gen_protos.py           # regenerate app/protos/
+    python scripts/gen_protos.py           # regenerate app/servekit/protos/
     python scripts/gen_protos.py --check   # CI drift check, exit 1 on any difference
 
 Inputs are every ``proto/*.proto``:
@@ -14,7 +14,7 @@ Inputs are every ``proto/*.proto``:
   ``tests/test_proto_compat.py``);
 * ``grps.proto`` -- the grps interface, package ``grps.protos.v1``.
 
-For each ``X.proto`` the output directory ``app/protos/`` receives
+For each ``X.proto`` the output directory ``app/servekit/protos/`` receives
 ``X_pb2.py`` (messages), ``X_pb2.pyi`` (type stubs, for mypy) and
 ``X_pb2_grpc.py`` (stubs / servicers), plus ``_pool.py`` and ``__init__.py``.
 The compiler is ``grpc_tools.protoc`` from grpcio-tools (pinned together with
@@ -36,7 +36,7 @@ Post-processing applied to protoc's output (all of it is mechanical, so the
    (repr, pickling).
 3. **Private descriptor pool** (the coexistence problem, see below): every
    ``_descriptor_pool.Default()`` is replaced with ``_POOL`` imported from
-   ``app/protos/_pool.py``.
+   ``app/servekit/protos/_pool.py``.
 
 Why a private descriptor pool
 -----------------------------

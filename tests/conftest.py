@@ -3,7 +3,7 @@ hooks of the two test tiers (tests/tiers.py: ``slow`` marks end-to-end tests).
 
 Starting the server costs about a second, so end-to-end tests share one (tests that need
 their own process, e.g. to signal it, start it with :mod:`tests.servers`). gRPC is enabled
-whenever the gRPC adapter exists (``app/grpc/server.py``).
+whenever the gRPC adapter exists (``app/servekit/grpc/server.py``).
 """
 
 from __future__ import annotations

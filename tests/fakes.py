@@ -1,6 +1,6 @@
 """Fake models for the in-process tier: Python objects served through ``ModelControl.add``.
 
-They go through the real Python runtime (app/runtimes/python.py: metadata from type hints,
+They go through the real Python runtime (app/servekit/runtimes/python.py: metadata from type hints,
 outputs cast to their datatypes, user errors turned into clean ones), so a test with them
 exercises the same path as a user's model, without files, imports or processes. Each one does
 one thing a test needs to see: add, echo, block until released, raise, answer the wrong
@@ -45,7 +45,8 @@ class Slow:
 
     ``entered`` counts the calls that have started; the gate starts open so a warm-up call
     can pass, after which ``hold()`` closes it. Serve it with ``inlineBelowMicroseconds: 0``
-    so that every call runs in the model's own worker thread (app/services/executor.py), never
+    so that every call runs in the model's own worker thread (app/servekit/services/executor.py),
+    never
     on the event loop the test waits on.
     """
 

@@ -145,7 +145,7 @@ def test_every_http_route_declares_its_group(tmp_path: Path) -> None:
         for route in app.routes
         for handler in getattr(route, "route_handlers", [])
         if API_GROUP not in handler.opt and handler.handler_name != "options_handler"
-    ]  # Litestar's automatic OPTIONS answers are open (see app/rest/access.py)
+    ]  # Litestar's automatic OPTIONS answers are open (see app/servekit/rest/access.py)
     assert undeclared == []
     groups = {
         route.path: {h.opt.get(API_GROUP) for h in route.route_handlers}  # type: ignore[attr-defined]
@@ -167,7 +167,8 @@ def test_every_http_route_declares_its_group(tmp_path: Path) -> None:
         "/grps/v1/health/online",
         "/grps/v1/health/offline",
         "/dashboard/api/models/{name:str}/benchmark",  # makes the server work: a control route
-        # shared memory (register/unregister change what the server maps: app/rest/shared_memory.py)
+        # shared memory (register/unregister change what the server maps:
+        # app/servekit/rest/shared_memory.py)
         "/v2/systemsharedmemory/region/{name:str}/register",
         "/v2/systemsharedmemory/region/{name:str}/unregister",
         "/v2/systemsharedmemory/unregister",

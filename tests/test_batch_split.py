@@ -1,6 +1,7 @@
 """Dynamic batching splits answers back exactly, for every datatype (property-tested).
 
-Requests are stacked (app/services/batching.py ``stack``), a model computes every output any
+Requests are stacked (app/servekit/services/batching.py ``stack``), a model computes every output
+any
 of them asked for, and ``split`` must hand each request exactly its own rows of exactly the
 outputs it asked for: ragged BYTES elements, several outputs, and outputs a request did not
 ask for (computed for another) never leak into its answer.

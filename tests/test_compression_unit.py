@@ -1,4 +1,5 @@
-"""app/rest/compression.py on its own: codings, limits on the decoded size, Accept-Encoding."""
+"""app/servekit/rest/compression.py on its own: codings, limits on the decoded size,
+Accept-Encoding."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One write per response at the edge (app/edge.py ``_Coalescer``), counted in process.
+"""One write per response at the edge (app/servekit/edge.py ``_Coalescer``), counted in process.
 
 The edge's protocol runs on a uvloop loop over a transport that records each ``write`` and
 ``writelines`` call (each would be one syscall on uvloop's real transport), fed requests as

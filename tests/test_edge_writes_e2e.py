@@ -1,4 +1,5 @@
-"""One write per response, seen from a raw socket on a real server (app/edge.py ``_Coalescer``).
+"""One write per response, seen from a raw socket on a real server (app/servekit/edge.py
+``_Coalescer``).
 
 The count is the kernel's, not a timing: Linux's ``TCP_INFO`` tells a socket how many segments
 that carried data it received (``tcpi_data_segs_in``). On loopback a write of a few hundred bytes

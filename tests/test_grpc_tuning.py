@@ -1,4 +1,4 @@
-"""grpcio's threads as servekit sets them up (app/grpc/tuning.py).
+"""grpcio's threads as servekit sets them up (app/servekit/grpc/tuning.py).
 
 Each unit check runs in a fresh interpreter: what it tests happens once per process, before and
 while gRPC core starts. The last test looks at the real ``servekit serve`` process.

@@ -1,4 +1,5 @@
-"""app/runtimes/python.py's models that take whole GrpsMessages, on their own (no server)."""
+"""app/servekit/runtimes/python.py's models that take whole GrpsMessages, on their own (no
+server)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The large-body V2 JSON decoder (app/codecs/v2_json_large.py) agrees with the usual one.
+"""The large-body V2 JSON decoder (app/servekit/codecs/v2_json_large.py) agrees with the usual one.
 
 Same arrays for every numeric datatype (flat and nested data, extremes of each integer type,
 non-finite tokens), same refusals (kinds, ranges, counts), and the generic fallback for what

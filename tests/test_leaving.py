@@ -1,4 +1,4 @@
-"""app/rest/leaving.py on its own: the mark an HTTP inference request leaves for the edge.
+"""app/servekit/rest/leaving.py on its own: the mark an HTTP inference request leaves for the edge.
 
 The end-to-end behaviour (queued requests of closed sockets never run, on every HTTP surface) is
 tests/test_executor_e2e.py; here, what a socket cannot show: the mark is cleared however the wait

@@ -1,4 +1,5 @@
-"""app/runtimes/onnx_files.py: every tensor that can name external data is found, and every location
+"""app/servekit/runtimes/onnx_files.py: every tensor that can name external data is found, and
+every location
 that would leave the model's folder is refused (before onnxruntime sees the model)."""
 
 from __future__ import annotations

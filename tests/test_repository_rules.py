@@ -151,14 +151,7 @@ def offset_of(repo: Repo) -> list[float]:
         ({"parameters": {"path": {"string_value": "other.pkl"}}}, "parameters"),
         ({"backend": "python", "parameters": {"extra": {"string_value": "1"}}}, "parameters"),
         ({"modelFormat": {"name": "python"}, "entrypoint": "rules_models:leaky"}, "entrypoint"),
-        # servekit's own importers: the old package name's alias and the PyTorch converter
-        (
-            {
-                "modelFormat": {"name": "python"},
-                "entrypoint": "app._old_name:install",  # the old name's alias, kept as written
-            },
-            "entrypoint",
-        ),
+        # servekit's own importer: the PyTorch converter
         (
             {
                 "modelFormat": {"name": "python"},
@@ -209,7 +202,8 @@ def test_no_load_request_makes_a_python_model(repo: Repo) -> None:
 
 
 def test_no_load_request_brings_torch_into_the_server(repo: Repo, server: ServerProcess) -> None:
-    """The PyTorch path converts in the notebook's process (app/notebook/torch_onnx.py): a load
+    """The PyTorch path converts in the notebook's process (app/servekit/notebook/torch_onnx.py): a
+    load
     request naming a PyTorch model, as a Triton config or with a TorchScript file, is refused,
     and the server process never maps torch's libraries."""
     for config in (

@@ -1,7 +1,8 @@
 """``server.requirements``: the packages a project image installs besides requirements.txt.
 
 Entries are PEP 508 requirements; options, URLs and paths are refused (a setting must not decide
-where the build fetches code; app/config/pip_requirements.py). The field is restart-only, shows
+where the build fetches code; app/servekit/config/pip_requirements.py). The field is restart-only,
+shows
 in the JSON Schema with a pattern editors apply, comes out of ``servekit requirements`` as the
 project Dockerfile reads it, survives ``server.save``, and an invalid list stops ``servekit
 build`` before any engine runs. The image build itself is tests/test_project_build.py.

@@ -1,4 +1,5 @@
-"""System shared memory in process: the region service (app/services/shared_memory.py) and the
+"""System shared memory in process: the region service (app/servekit/services/shared_memory.py) and
+the
 DataPlane reading inputs from and writing outputs to regions, through the real codecs.
 
 Regions are real POSIX shared memory objects made with tritonclient's ``utils.shared_memory``

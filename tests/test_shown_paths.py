@@ -1,4 +1,4 @@
-"""app/shown_paths.py: texts clients read never hold an absolute server path."""
+"""app/servekit/shown_paths.py: texts clients read never hold an absolute server path."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The ``client`` fixtures: each conformance test runs over every transport (and encoding).
 
 Transports are HTTP and gRPC through ``tritonclient``; gRPC joins automatically as soon as
-``app/grpc/server.py`` exists (it is built in parallel), so no test is skipped for good.
+``app/servekit/grpc/server.py`` exists (it is built in parallel), so no test is skipped for good.
 """
 
 from __future__ import annotations

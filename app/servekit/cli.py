@@ -1,0 +1,263 @@
+"""The ``servekit`` command line. argv is parsed only inside ``main``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from servekit import __version__
+from servekit.config.compiler import ServePlan
+from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.overrides import Overrides
+from servekit.config.overrides import load_plan as load_overridden
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="servekit", description="Serve models from serve.yaml.")
+    parser.add_argument("--version", action="version", version=f"servekit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
+    serve.add_argument("config", nargs="?", default="serve.yaml")
+    serve.add_argument("--http-port", type=int, help="HTTP port (0 picks a free one)")
+    serve.add_argument("--grpc-port", type=int, help="gRPC port (0 picks a free one)")
+    serve.add_argument("--no-grpc", action="store_true", help="disable gRPC")
+    serve.add_argument("--host", help="address to listen on")
+    serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
+    serve.add_argument(
+        "--workers",
+        metavar="N",
+        type=_workers_flag,
+        help="server processes behind the same ports (a number, or auto: one per core)",
+    )
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--only", metavar="NAME", help="serve only this model (its name or Kubernetes name)"
+    )
+    serve.add_argument(
+        "--storage-uri",
+        metavar="PATH",
+        help="read the model's files from PATH (KServe: /mnt/models)",
+    )
+    validate = sub.add_parser("validate", help="check CONFIG and print a summary")
+    validate.add_argument("config", nargs="?", default="serve.yaml")
+    sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
+    export = sub.add_parser("export", help="print Kubernetes manifests that serve CONFIG")
+    export.add_argument("target", choices=["k8s", "kserve"], help="plain Deployment, or KServe")
+    export.add_argument("config", nargs="?", default="serve.yaml")
+    export.add_argument("--image", default=f"servekit:{__version__}", help="container image")
+    export.add_argument(
+        "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
+    )
+    from servekit import cli_project
+
+    cli_project.register(sub)
+    return parser
+
+
+def _workers_flag(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number or auto") from None
+
+
+def load_plan(
+    path: str,
+    overrides: dict[str, Any] | None = None,
+    only: str | None = None,
+    storage_uri: str | None = None,
+) -> ServePlan:
+    """Load, override (flags beat file and environment) and compile a config file
+    (:func:`servekit.config.overrides.load_plan` with keyword arguments, for scripts and
+    benchmarks)."""
+    return load_overridden(path, Overrides(dict(overrides or {}), only, storage_uri))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "schema":
+        from servekit.config.schema import json_schema
+
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    from servekit import cli_project
+
+    if args.command in cli_project.COMMANDS:
+        return cli_project.run(args)
+    try:
+        if args.command == "validate":
+            return _validate(args.config)
+        if args.command == "export":
+            return _export(args)
+        return _serve(args)
+    except ConfigError as exc:
+        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        return 1
+
+
+def _validate(path: str) -> int:
+    """Check serve.yaml as ``servekit serve`` would, and more strictly: a storageUri that does
+    not exist is an error here (serve starts anyway and serves that model as UNAVAILABLE), and
+    tokens written in clear are warned about (exit code unaffected)."""
+    plan = load_plan(path)
+    for warning in _clear_token_warnings(plan, path):
+        print(warning, file=sys.stderr)
+    missing = _missing_storage(plan)
+    if missing:
+        raise ConfigError(path, missing)
+    print(f"{path}: OK, {len(plan.models)} model(s)")
+    for model in plan.models:
+        versions = ",".join(str(v.version) for v in model.versions) or "-"
+        status = f"  problem: {model.problem}" if model.problem else ""
+        print(
+            f"  {model.name}: format {model.format_name}, runtime {model.runtime}, "
+            f"versions {versions}{status}"
+        )
+    return 0
+
+
+def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
+    """A ConfigIssue, with its line, for each model whose storageUri does not exist."""
+    issues = []
+    for index, model in enumerate(plan.models):  # compiled in serve.yaml's order, none left out
+        uri = model.config.storage_uri if model.config is not None else None
+        if uri is None or (plan.base_dir / uri).exists():
+            continue
+        where = ["models", index, "storageUri"]
+        line = line_in_file(plan.config_path, where)
+        message = f"{uri} does not exist (looked for {(plan.base_dir / uri).resolve()})"
+        issues.append(ConfigIssue(f"models[{index}].storageUri", line, message))
+    return issues
+
+
+def _clear_token_warnings(plan: ServePlan, path: str) -> list[str]:
+    """One warning per token written in serve.yaml itself (a clear token from a SERVEKIT_*
+    environment variable is not in the file, and the environment is where it belongs)."""
+    from servekit.config.auth import clear_tokens
+    from servekit.config.loader import _env_source
+
+    warnings = []
+    for field_path in clear_tokens(plan.server.auth):
+        loc: list[Any] = field_path.split(".")
+        if _env_source(loc) is not None:
+            continue
+        line = line_in_file(plan.config_path, loc)
+        where = f"{path}:{line}" if line else path
+        warnings.append(
+            f"{where}: warning: {field_path}: token written in clear; "
+            "use {env: VAR} or {file: PATH}"
+        )
+    return warnings
+
+
+def _overrides(args: argparse.Namespace) -> Overrides:
+    """What ``servekit serve``'s flags change in serve.yaml, at start and on every reload."""
+    server: dict[str, Any] = {}
+    if args.http_port is not None:
+        server["http_port"] = args.http_port
+    if args.grpc_port is not None:
+        server["grpc_port"] = args.grpc_port
+    if args.no_grpc:
+        server["grpc_port"] = None
+    if args.host is not None:
+        server["host"] = args.host
+    if args.watch:
+        server["watch"] = True
+    if args.workers is not None:
+        server["workers"] = args.workers
+    # Absolute now: a reload must read the same folder whatever the working directory is then.
+    uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
+    return Overrides(server, args.only, uri)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides = _overrides(args)
+    plan = load_overridden(args.config, overrides)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from servekit.workers.spec import worker_count
+
+    workers = worker_count(plan.server.workers)
+    # More than one: a supervisor and worker processes (app/servekit/workers/); 1: this process.
+    if workers > 1:
+        from servekit.workers import supervisor
+
+        config = str(Path(args.config).absolute())
+        try:
+            return supervisor.serve(plan, config, overrides, workers, args.log_level)
+        except OSError as exc:
+            print(f"servekit: {exc}", file=sys.stderr)
+            return 1
+    try:
+        import uvloop
+
+        loop_factory: Any = uvloop.new_event_loop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        loop_factory = None
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_run(plan, overrides))
+    except OSError as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    """Print manifests (``servekit export k8s|kserve``); warnings about the image to stderr."""
+    from servekit.export import k8s as export
+    from servekit.export import kserve as export_kserve
+
+    plan = export.load_plan(args.config)
+    try:
+        text = export.config_text(plan)
+        if args.target == "k8s":
+            manifests = export.k8s_manifests(plan, text, args.image)
+        else:
+            manifests = export_kserve.kserve_manifests(plan, text, args.image, grpc=args.grpc)
+    except export.ExportError as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
+    for warning in export.warnings(plan, args.target):
+        print(f"servekit: warning: {warning}", file=sys.stderr)
+    print(export.render(manifests, export.header(args.target, args.config)), end="")
+    return 0
+
+
+async def _run(plan: ServePlan, overrides: Overrides) -> None:
+    from servekit.server import ServeKit
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    server = ServeKit(plan)
+    addresses = await server.start()
+    print(addresses.listening_line(), flush=True)
+    watcher = None
+    if plan.server.watch:
+        from servekit.services.watch import watch_config
+
+        watcher = asyncio.create_task(watch_config(server, overrides))
+    await stop.wait()
+    print(
+        "servekit: stopping: not ready, new requests refused, accepted ones finish first "
+        f"(up to server.drainSeconds: {server.plan.server.drain_seconds:g} s)",
+        flush=True,
+    )
+    if watcher is not None:
+        watcher.cancel()
+    await server.stop()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""``servekit save``, ``servekit build``, ``servekit requirements`` and ``servekit bench``: from
+a running server to a project folder, from a folder to an image (and the packages it installs),
+and how fast a model serves.
+
+Kept apart from app/servekit/cli.py (which registers them with :func:`register` and hands the parsed
+arguments to :func:`run`), so the serving command line stays small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+COMMANDS = ("save", "build", "requirements", "bench")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the subcommands of :data:`COMMANDS` to ``servekit``'s parser."""
+    save = sub.add_parser("save", help="write what a running server serves as a project folder")
+    save.add_argument("url", help="the server's HTTP URL, e.g. http://127.0.0.1:8000")
+    save.add_argument("folder", help="where to write serve.yaml, requirements.txt, Dockerfile")
+    save.add_argument("--token", help="bearer token (default: $SERVEKIT_TOKEN)")
+    build = sub.add_parser("build", help="build the image of a project folder (docker/podman)")
+    build.add_argument("folder", nargs="?", default=".")
+    build.add_argument("--tag", "-t", help="image tag (default: the folder's name)")
+    build.add_argument("--base", help="servekit's image to build on (default: servekit:VERSION)")
+    requirements = sub.add_parser(
+        "requirements",
+        help="print CONFIG's server.requirements, one per line (what a project image installs)",
+    )
+    requirements.add_argument("config", nargs="?", default="serve.yaml")
+    bench = sub.add_parser("bench", help="measure a model of a running server (HTTP and gRPC)")
+    bench.add_argument("url", help="the server's HTTP URL")
+    bench.add_argument("model")
+    bench.add_argument(
+        "--concurrency", default="1,16,64", help="comma-separated in-flight request counts"
+    )
+    bench.add_argument("--seconds", type=float, default=5.0, help="per protocol and concurrency")
+    bench.add_argument("--token", help="bearer token (default: $SERVEKIT_TOKEN)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from servekit.config.loader import ConfigError
+    from servekit.errors import ServeError
+
+    try:
+        if args.command == "save":
+            return _save(args)
+        if args.command == "build":
+            return _build(args)
+        if args.command == "requirements":
+            return _requirements(args)
+        return _bench(args)
+    except ConfigError as exc:
+        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        return 1
+    except (ConnectionError, ServeError, ValueError) as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
+
+
+def _save(args: argparse.Namespace) -> int:
+    from servekit.notebook.remote import connect
+
+    server = connect(args.url, token=args.token)
+    try:
+        folder = server.save(args.folder)
+    finally:
+        server.close()
+    print(f"servekit: saved {args.url} to {folder}")
+    for note in server.missing:
+        print(f"servekit: incomplete: {note}", file=sys.stderr)
+    return 1 if server.missing else 0
+
+
+def _build(args: argparse.Namespace) -> int:
+    from servekit.project import build as building
+
+    try:
+        kwargs = {"base": args.base} if args.base else {}
+        built = building.build(args.folder, args.tag, **kwargs)
+    except building.BuildError as exc:
+        print(f"servekit: {exc}", file=sys.stderr)
+        return 1
+    print(f"servekit: built {built.tag} with {built.engine}; run it with:\n  {built.run_command()}")
+    return 0
+
+
+def _requirements(args: argparse.Namespace) -> int:
+    """The project Dockerfile runs this to learn what to pip-install besides requirements.txt:
+    the entries come out validated (app/servekit/config/pip_requirements.py), one per line."""
+    from servekit.project.requirements import declared
+
+    for line in declared(args.config):
+        print(line)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from servekit.notebook.bench import run_benchmark
+    from servekit.notebook.remote import connect
+
+    try:
+        levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())
+    except ValueError:
+        print("servekit: --concurrency takes numbers, e.g. 1,16,64", file=sys.stderr)
+        return 2
+    server = connect(args.url, token=args.token)
+    try:
+        table = run_benchmark(server, args.model, concurrency=levels, seconds=args.seconds)
+    finally:
+        server.close()
+    print(table.text())
+    return 0

@@ -1,0 +1,363 @@
+"""The V2 (Open Inference Protocol) JSON inference request and response objects.
+
+Decoding turns the parsed JSON object into an :class:`InferRequest`; tensors whose bytes follow
+the JSON (Triton's binary tensor data extension) are resolved by :mod:`servekit.codecs.v2_binary`
+through the ``binary`` callback. Encoding builds the response object with numpy arrays left in
+place for orjson to serialize natively (no ``tolist()`` round trip).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+
+from servekit.codecs.raw import check_shape, datatype_of
+from servekit.datatypes import (
+    DataType,
+    element_count,
+    narrow_floats,
+    narrow_integers,
+    refuse_booleans,
+)
+from servekit.errors import InvalidArgument
+from servekit.types import InferRequest, InferResponse, Parameters, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from servekit.codecs.v2_json_large import Segments
+
+SHARED_MEMORY_REGION = "shared_memory_region"
+"""The parameter naming a registered shared-memory region (Triton's extension)."""
+IN_SHARED_MEMORY: np.ndarray = np.empty(0, dtype=np.uint8)
+"""Placeholder data of an input whose bytes are in a shared-memory region: the DataPlane reads
+them (app/servekit/services/shared_memory.py) before anything looks at the data."""
+IN_SHARED_MEMORY.flags.writeable = False
+_ONE_SOURCE = (
+    "input {name!r}: Input must set only one of the following fields: 'data', "
+    "'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But set {given}"
+)
+
+MAX_NESTING = 64
+"""Deepest nesting of lists in ``data`` (a tensor has at most 64 dimensions)."""
+
+# Given (name, datatype, shape, binary_data_size) return the decoded array.
+BinaryResolver = Callable[[str, DataType, tuple[int, ...], int], np.ndarray]
+
+_KIND_OK = {
+    "BOOL": "b",
+    "UINT8": "iu", "UINT16": "iu", "UINT32": "iu", "UINT64": "iu",
+    "INT8": "iu", "INT16": "iu", "INT32": "iu", "INT64": "iu",
+    "FP16": "iuf", "FP32": "iuf", "FP64": "iuf",
+}  # fmt: skip
+
+
+# Non-finite floats: Triton reads and writes the bare tokens NaN/Infinity/-Infinity (rapidjson's
+# kParseNanAndInfFlag / kWriteNanAndInfFlag) and tritonclient.http sends them for JSON inputs;
+# the V2 OpenAPI schema allows numbers, strings and booleans only, so we answer these strings.
+NON_FINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def loads(body: bytes | bytearray | memoryview) -> Any:
+    """Parse JSON, turning a syntax error into the client's mistake.
+
+    orjson is strict JSON; a body it refuses that holds NaN/Infinity tokens (what tritonclient
+    sends for non-finite JSON inputs, and Triton accepts) is parsed again by the standard
+    library, then re-checked by orjson for anything else strict JSON forbids (lone surrogates).
+    """
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        error = exc
+    data = bytes(body)
+    if b"NaN" in data or b"Infinity" in data:
+        try:
+            obj = json.loads(data, parse_constant=NON_FINITE.__getitem__)
+            orjson.dumps(obj)
+            return obj
+        except (ValueError, TypeError, RecursionError):
+            pass
+    raise InvalidArgument(f"malformed JSON: {error}") from None
+
+
+def _parameters(owner: str, value: object) -> Parameters:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidArgument(f"{owner}: parameters must be a JSON object")
+    return value
+
+
+def decode_request(
+    obj: object,
+    model_name: str,
+    model_version: str | None,
+    binary: BinaryResolver | None = None,
+    segments: Segments | None = None,
+) -> InferRequest:
+    """Build an InferRequest from a parsed V2 JSON request object (``segments``: the numeric
+    ``data`` arrays :mod:`servekit.codecs.v2_json_large` cut out of a large body)."""
+    if not isinstance(obj, dict):
+        raise InvalidArgument("inference request must be a JSON object")
+    raw_inputs = obj.get("inputs")
+    if not isinstance(raw_inputs, list):
+        raise InvalidArgument("inference request needs an 'inputs' list")
+    shared: list[str] = []  # tensors in shared memory (rare: one list beats a test per tensor)
+    inputs = [_decode_input(item, binary, segments, shared) for item in raw_inputs]
+    outputs = None
+    raw_outputs = obj.get("outputs")
+    if raw_outputs is not None:
+        if not isinstance(raw_outputs, list):
+            raise InvalidArgument("'outputs' must be a list")
+        outputs = [_decode_output(item, shared) for item in raw_outputs]
+    request_id = obj.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidArgument("'id' must be a string")
+    return InferRequest(
+        model_name=model_name,
+        model_version=model_version,
+        id=request_id,
+        inputs=inputs,
+        outputs=outputs,
+        parameters=_parameters("request", obj.get("parameters")),
+        shared_memory=bool(shared),
+    )
+
+
+def _decode_output(item: object, shared: list[str]) -> RequestedOutput:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise InvalidArgument("each requested output needs a 'name'")
+    name = item["name"]
+    parameters = _parameters(f"output {name!r}", item.get("parameters"))
+    if SHARED_MEMORY_REGION in parameters:
+        shared.append(name)
+    return RequestedOutput(name, parameters)
+
+
+def _decode_input(
+    item: object, binary: BinaryResolver | None, segments: Segments | None, shared: list[str]
+) -> Tensor:
+    if not isinstance(item, dict):
+        raise InvalidArgument("each input must be a JSON object")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise InvalidArgument("each input needs a string 'name'")
+    datatype = datatype_of(name, item.get("datatype"))
+    if "shape" not in item:
+        raise InvalidArgument(f"input {name!r}: missing 'shape'")
+    shape = check_shape(name, item["shape"])
+    parameters = _parameters(f"input {name!r}", item.get("parameters"))
+    size = parameters.get("binary_data_size")
+    if size is not None:
+        if binary is None:
+            raise InvalidArgument(
+                f"input {name!r}: binary_data_size given but the request has no binary data "
+                "(set the Inference-Header-Content-Length header)"
+            )
+        if type(size) is not int or size < 0:
+            raise InvalidArgument(f"input {name!r}: binary_data_size must be a non-negative int")
+        if SHARED_MEMORY_REGION in parameters:
+            given = "'binary_data_size' 'shared_memory_region'"
+            raise InvalidArgument(_ONE_SOURCE.format(name=name, given=given))
+        array = binary(name, datatype, shape, size)
+    else:
+        if "data" not in item:
+            if SHARED_MEMORY_REGION in parameters:  # read by the DataPlane from the region
+                shared.append(name)
+                return Tensor(name, datatype.name, shape, IN_SHARED_MEMORY, parameters)
+            raise InvalidArgument(f"input {name!r}: missing 'data'")
+        if SHARED_MEMORY_REGION in parameters:
+            raise InvalidArgument(
+                _ONE_SOURCE.format(name=name, given="'data' 'shared_memory_region'")
+            )
+        data = item["data"]
+        if segments is not None and type(data) is dict and len(data) == 1:
+            from servekit.codecs.v2_json_large import PLACEHOLDER
+
+            if PLACEHOLDER in data:
+                data = segments.array(data[PLACEHOLDER], name, datatype, shape)
+                return Tensor(name, datatype.name, shape, data, parameters)
+        array = json_data_to_array(name, datatype, shape, data)
+    return Tensor(name, datatype.name, shape, array, parameters)
+
+
+def json_data_to_array(
+    name: str, datatype: DataType, shape: tuple[int, ...], data: object
+) -> np.ndarray:
+    """Convert nested or flat JSON ``data`` to an array of ``shape``, checking kinds strictly.
+
+    ``1.5`` for an INT32 input or ``"a"`` for FP32 is an error, not a silent cast. BOOL takes
+    JSON true/false only and numeric datatypes refuse them (as Triton does). Values out of the
+    datatype's range are errors too: integers that do not fit, and finite floats that would
+    become infinite (1e6 as FP16); infinities and NaN travel as the strings of ``NON_FINITE``.
+    """
+    count = element_count(shape)
+    if not isinstance(data, list):
+        data = [data]
+    if datatype.is_bytes:
+        return _bytes_from_json(name, shape, count, data)
+    try:
+        inferred = np.asarray(data)
+    except (ValueError, TypeError):
+        raise InvalidArgument(f"input {name!r}: 'data' is ragged or not numeric") from None
+    if inferred.size != count:
+        raise InvalidArgument(
+            f"input {name!r}: shape {list(shape)} needs {count} elements, got {inferred.size}"
+        )
+    label = f"input {name!r}"
+    if count and datatype.name != "BOOL":
+        refuse_booleans(label, data, inferred, datatype.name)
+    if count and inferred.dtype.kind == "f" and datatype.dtype.kind in "iu":
+        inferred = _exact_ints(name, datatype, data, inferred)
+    if count and inferred.dtype.kind in "UO" and datatype.dtype.kind == "f":
+        inferred = _non_finite(data, inferred)
+    if count and inferred.dtype.kind not in _KIND_OK[datatype.name]:
+        only = " (JSON true/false only)" if datatype.name == "BOOL" else ""
+        raise InvalidArgument(
+            f"{label}: 'data' holds {_describe(inferred.dtype)}, "
+            f"not valid for {datatype.name}{only}"
+        )
+    if datatype.dtype.kind == "f":
+        return narrow_floats(label, inferred, datatype).reshape(shape)
+    if inferred.dtype.kind in "iu" and datatype.dtype.kind in "iu":
+        inferred = narrow_integers(label, inferred, datatype)
+    return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+
+
+def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:
+    """Numbers mixed with the strings "NaN"/"Infinity"/"-Infinity" (our JSON output) as floats."""
+    flat: list[Any] = []
+    _flatten(data, flat)
+    values: list[float] = []
+    for item in flat:
+        if isinstance(item, str) and item in NON_FINITE:
+            values.append(NON_FINITE[item])
+        elif isinstance(item, float) or (type(item) is int and abs(item) < 2**1023):
+            values.append(float(item))
+        else:
+            return inferred  # not numbers: the caller reports the kind
+    return np.array(values, dtype=np.float64).reshape(inferred.shape)
+
+
+def _exact_ints(name: str, datatype: DataType, data: list[Any], inferred: np.ndarray) -> np.ndarray:
+    """numpy turns ints beyond int64 (UINT64 above 2**63-1) into float64; convert exactly."""
+    flat: list[Any] = []
+    _flatten(data, flat)
+    if not all(type(x) is int for x in flat):
+        return inferred  # real floats: the caller reports them
+    try:
+        return np.array(flat, dtype=datatype.dtype).reshape(inferred.shape)
+    except OverflowError:
+        info = np.iinfo(datatype.dtype)
+        raise InvalidArgument(
+            f"input {name!r}: value out of range for {datatype.name} [{info.min}, {info.max}]"
+        ) from None
+
+
+def _describe(dtype: np.dtype) -> str:
+    return {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings"}.get(
+        dtype.kind, "mixed values"
+    )
+
+
+def _bytes_from_json(name: str, shape: tuple[int, ...], count: int, data: list[Any]) -> np.ndarray:
+    _nested_shape(name, data)  # ragged nesting is refused, as numpy refuses it for numbers
+    flat: list[Any] = []
+    _flatten(data, flat)
+    if len(flat) != count:
+        raise InvalidArgument(
+            f"input {name!r}: shape {list(shape)} needs {count} elements, got {len(flat)}"
+        )
+    out = np.empty(count, dtype=object)
+    for i, item in enumerate(flat):
+        if not isinstance(item, str):
+            raise InvalidArgument(f"input {name!r}: BYTES data must be strings")
+        out[i] = item.encode("utf-8")
+    return out.reshape(shape)
+
+
+def _nested_shape(name: str, data: object, depth: int = 0) -> tuple[int, ...]:
+    """Shape of nested lists; lists of unequal lengths (or lists beside scalars) are ragged."""
+    if not isinstance(data, list):
+        return ()
+    if depth >= MAX_NESTING:
+        raise InvalidArgument(f"input {name!r}: 'data' nested deeper than {MAX_NESTING} lists")
+    shapes = {_nested_shape(name, item, depth + 1) for item in data}
+    if len(shapes) > 1:
+        raise InvalidArgument(f"input {name!r}: 'data' is ragged")
+    return (len(data), *next(iter(shapes), ()))
+
+
+def _flatten(data: list[Any], into: list[Any], depth: int = 0) -> None:
+    if depth >= MAX_NESTING:
+        raise InvalidArgument(f"'data' nested deeper than {MAX_NESTING} lists")
+    for item in data:
+        if isinstance(item, list):
+            _flatten(item, into, depth + 1)
+        else:
+            into.append(item)
+
+
+def output_json_data(tensor: Tensor) -> Any:
+    """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
+    flat = tensor.data.reshape(-1)
+    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+        return [x if math.isfinite(x) else _non_finite_name(x) for x in flat.tolist()]
+    if tensor.datatype != "BYTES":
+        return np.ascontiguousarray(flat)
+    try:
+        return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in flat]
+    except UnicodeDecodeError:
+        raise InvalidArgument(
+            f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON; "
+            "request it with the binary_data parameter"
+        ) from None
+
+
+def _non_finite_name(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def output_json_data_nested(tensor: Tensor) -> Any:
+    """An output as nested lists (KServe V1 predictions), BYTES as strings."""
+    if tensor.datatype != "BYTES":
+        return tensor.data.tolist()
+    flat = np.array(output_json_data(tensor), dtype=object)
+    return flat.reshape(tensor.data.shape).tolist()
+
+
+def response_header(response: InferResponse, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The response object around already-built output entries."""
+    obj: dict[str, Any] = {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+    }
+    if response.id is not None:
+        obj["id"] = response.id
+    if response.parameters:
+        obj["parameters"] = response.parameters
+    obj["outputs"] = outputs
+    return obj
+
+
+def output_entry(tensor: Tensor) -> dict[str, Any]:
+    """The JSON entry of an output without its data."""
+    entry: dict[str, Any] = {
+        "name": tensor.name,
+        "datatype": tensor.datatype,
+        "shape": list(tensor.shape),
+    }
+    if tensor.parameters:
+        entry["parameters"] = dict(tensor.parameters)
+    return entry
+
+
+_DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialize a response object (numpy arrays included) to JSON bytes."""
+    return orjson.dumps(obj, option=_DUMP_OPTIONS)

@@ -1,0 +1,637 @@
+"""The serve.yaml schema: pydantic models with camelCase keys and documented fields.
+
+Unknown keys are errors; every field's docstring becomes its description in the JSON Schema
+(``servekit schema``), so editors can complete and explain serve.yaml. Values are layered:
+defaults < serve.yaml < ``SERVEKIT_*`` environment variables (nested with ``__``, e.g.
+``SERVEKIT_SERVER__HTTPPORT=9000``) < command-line flags. Loading lives in
+app/servekit/config/loader.py.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from servekit.config.pip_requirements import NAME_START, check_requirement
+
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
+CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+"""A name that works unchanged as a query parameter, a header and a JSON field."""
+_TOKEN = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+\-]*"
+MEDIA_TYPE = re.compile(rf"^{_TOKEN}/{_TOKEN}(;[ -~]*)?$")
+"""type/subtype with optional parameters, printable ASCII only (it becomes a header value)."""
+
+
+PipRequirement = Annotated[
+    str,
+    AfterValidator(check_requirement),
+    WithJsonSchema({"type": "string", "pattern": NAME_START, "minLength": 1}),
+]
+"""One entry of ``server.requirements`` (app/servekit/config/pip_requirements.py says what is
+refused
+and why); the JSON Schema lets editors flag an option or a path at once."""
+
+
+class Section(BaseModel):
+    """Base of every serve.yaml section: camelCase keys, unknown keys rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+
+class GrpsStreaming(Section):
+    """How a grps HTTP predict request asks for a streamed (chunked) answer, and that answer's
+    Content-Type: grps' own server.yml `streaming_ctrl`, with the same modes and defaults."""
+
+    ctrl_mode: Literal["query_param", "header_param", "body_param"] = "query_param"
+    """Where the request says it wants streaming: a query parameter (`?streaming=true`), a
+    request header (`streaming: true`), or a top-level field of the JSON body beside the
+    GrpsMessage fields (`{"str_data": "hi", "streaming": true}`, a JSON boolean; a body sent as
+    application/octet-stream carries no field, so it is never streamed in this mode)."""
+    ctrl_key: str = "streaming"
+    """Name of that query parameter, header or body field. A query parameter or header asks
+    for streaming when its value is `true`, `1` or `yes` (any case)."""
+    res_content_type: str = "application/octet-stream"
+    """Content-Type of a streamed answer (each message one chunk: JSON and a newline, or the
+    raw bytes of bin_data)."""
+
+    @field_validator("ctrl_key")
+    @classmethod
+    def _valid_key(cls, value: str, info: ValidationInfo) -> str:
+        """In the body the key sits beside the GrpsMessage fields: one of their names would be
+        read as both, so it is refused here rather than guessed at per request."""
+        if not CTRL_KEY.match(value):
+            raise ValueError("use letters, digits, '_', '.', '-' (at most 64 characters)")
+        if info.data.get("ctrl_mode") == "body_param" and value in _grps_message_keys():
+            raise ValueError(
+                f"{value!r} is a GrpsMessage field; with ctrlMode body_param choose a name the "
+                "message does not use (e.g. streaming)"
+            )
+        return value
+
+    @field_validator("res_content_type")
+    @classmethod
+    def _valid_content_type(cls, value: str) -> str:
+        if not MEDIA_TYPE.match(value):
+            raise ValueError("expected a media type such as application/octet-stream")
+        return value
+
+
+def _grps_message_keys() -> frozenset[str]:
+    """Every top-level key a JSON GrpsMessage body may hold (both spellings, and ndarray)."""
+    from servekit.protos import grps_pb2  # protobuf only; loaded when body_param is used
+
+    fields = grps_pb2.GrpsMessage.DESCRIPTOR.fields
+    return frozenset({"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)})
+
+
+INT64_MAX = 2**63 - 1
+"""Largest integer Triton's protobuf model configuration (int64 fields) can carry."""
+INT32_MAX = 2**31 - 1
+"""Largest value of Triton's int32 config fields (max_batch_size, instance_group count,
+preferred_batch_size): beyond it ``GET /v2/models/{m}/config`` over gRPC could not encode it."""
+UINT32_MAX = 2**32 - 1
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class TokenSource(Section):
+    """Where a token is read from at start: an environment variable or a file (its content,
+    surrounding whitespace removed). Exactly one of the two."""
+
+    env: str | None = None
+    """Name of an environment variable holding the token (e.g. SERVEKIT_TOKEN)."""
+    file: str | None = None
+    """Path of a file holding the token (relative to serve.yaml), e.g. a mounted Kubernetes
+    Secret such as /var/run/secrets/servekit/token."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> TokenSource:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("give exactly one of env (a variable name) or file (a path)")
+        if self.env is not None and not ENV_NAME.match(self.env):
+            raise ValueError("env must be an environment variable name (letters, digits, '_')")
+        return self
+
+
+TokenSpec = TokenSource | str
+"""A token source, or the token itself written in clear (works, but `servekit validate` warns:
+anyone who can read serve.yaml, a ConfigMap or a Git history then holds the token)."""
+
+
+class AuthConfig(Section):
+    """Access tokens by API group. A group with a token refuses requests that do not carry it
+    (HTTP `Authorization: Bearer <token>`, gRPC metadata `authorization: Bearer <token>`) with
+    401 / UNAUTHENTICATED; a group with none is open. Health (live, ready, per-model ready)
+    always stays open, for probes."""
+
+    default: TokenSpec | None = None
+    """Token of every group that is not given its own below."""
+    inference: TokenSpec | None = None
+    """Inference: V2 infer, V1 predict, grps predict, gRPC ModelInfer and ModelStreamInfer."""
+    metadata: TokenSpec | None = None
+    """Metadata: server and model metadata (V2, V1, grps), the dashboard's read-only pages."""
+    repository: TokenSpec | None = None
+    """Repository: index, load, unload and pushing models (also what the dashboard's
+    load/unload buttons need)."""
+    admin: TokenSpec | None = None
+    """Admin: statistics, model configuration, /metrics, grps online/offline."""
+
+
+class TlsConfig(Section):
+    """Serve HTTPS and gRPC over TLS from this process (when no TLS-terminating proxy is in
+    front). Paths are relative to serve.yaml."""
+
+    cert_file: str
+    """PEM certificate chain of the server."""
+    key_file: str
+    """PEM private key of that certificate."""
+    client_ca_file: str | None = None
+    """PEM bundle of the CAs whose client certificates are accepted; when given, every client
+    must present one (mutual TLS)."""
+
+
+class Limits(Section):
+    """Bounds on what a client may ask for through the repository API (serve.yaml itself is
+    trusted and not bounded by these)."""
+
+    max_instances: int = Field(16, ge=1, le=1024)
+    """Largest `instances` (Triton: instance_group count) a pushed config may ask for."""
+    max_runtime_threads: int = Field(64, ge=1, le=4096)
+    """Largest intraOpThreads / interOpThreads a pushed config may ask for."""
+    max_versions: int = Field(64, ge=1, le=100_000)
+    """Longest version list (specific versions, latest numVersions) of a pushed config."""
+    max_pushed_models: int = Field(32, ge=0, le=100_000)
+    """How many models pushed with files may be stored at once."""
+    max_pushed_bytes: int = Field(4 * 1024**3, ge=0)
+    """Bytes all pushed model files may take on disk together."""
+
+
+LIVE: dict[str, Any] = {"live": True}
+"""``json_schema_extra`` of a server setting an edit of serve.yaml changes while running."""
+RESTART: dict[str, Any] = {"live": False}
+"""``json_schema_extra`` of a server setting a running process keeps until it restarts."""
+
+
+class NetworkLimits(Section):
+    """How long clients may take and how many they may be, on both listeners: what keeps a
+    slow, idle or oversized client from holding the server (slowloris, huge headers, runaway
+    streams). The defaults suit a small machine (2 cores, a 1,024 open-file limit) serving
+    programs, not browsers on slow links; README's "Limits at the edge" explains each."""
+
+    header_timeout_seconds: float = Field(10.0, gt=0, le=3600)
+    """Time a client has to send a request's whole header block, from its first byte (or from
+    connecting); after it the request is answered 408 and the connection closed."""
+    body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
+    """Longest pause between two reads of a request body (nginx's client_body_timeout): a body
+    announced but not sent gets 408 and the connection closed. A slow but moving upload is
+    not cut."""
+    keep_alive_seconds: float = Field(30.0, gt=0, le=3600)
+    """How long an idle HTTP keep-alive connection stays open between requests."""
+    max_connections: int = Field(1000, ge=1, le=1_000_000)
+    """Open HTTP connections at most. At the cap, a new connection first displaces the oldest
+    one that has no request in progress (idle keep-alive, then one still sending headers);
+    when none can be displaced it gets 503 and is closed at once. Lowered at start to what
+    the process's open-file limit leaves (minus a reserve for models, gRPC and logs), so the
+    server refuses connections instead of running out of file descriptors."""
+    max_requests_in_flight: int = Field(256, ge=1, le=1_000_000)
+    """HTTP requests being read or answered at once, all connections together; beyond it a
+    request gets 503 with Retry-After at once (each in-flight request may hold a body of up to
+    maxRequestBytes in memory)."""
+    max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Request line plus all header lines, in bytes; larger gets 431 (Envoy allows 60 KiB,
+    nginx 32 KiB)."""
+    max_header_count: int = Field(100, ge=8, le=10_000)
+    """Header lines in one request; more gets 431 (Envoy's default, 100)."""
+    grpc_max_concurrent_streams: int = Field(128, ge=1, le=1_000_000)
+    """gRPC calls open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS)."""
+    grpc_max_metadata_bytes: int = Field(16 * 1024, ge=1024, le=1024 * 1024)
+    """Largest gRPC metadata (headers) a call may send."""
+    grpc_keepalive_seconds: float = Field(60.0, ge=1, le=86_400)
+    """The server pings a gRPC connection idle this long, and drops it when the ping is not
+    answered within 20 s; clients may ping at most every 10 s without a call in progress
+    (more often: GOAWAY, grpcio's too_many_pings)."""
+
+
+class ServerConfig(Section):
+    """Network and process settings of the one server.
+
+    Every field says, where it is declared, whether an edit of serve.yaml applies to the running
+    server (``LIVE``) or needs a restart (``RESTART``: listeners, tokens, TLS, the storage
+    folder). ``servekit serve --watch`` and a notebook's ``reload()`` keep the running value of a
+    restart-only field (and report the edit); the JSON Schema shows the mark as ``live``.
+    """
+
+    name: str = Field("servekit", json_schema_extra=LIVE)
+    """Server name reported by the V2 server metadata endpoint."""
+    host: str = Field("127.0.0.1", json_schema_extra=RESTART)
+    """Address both HTTP and gRPC listen on: the loopback interface by default, so nothing
+    outside this machine reaches the server until you say so (`0.0.0.0` for every IPv4
+    interface, `::` for every interface, or one address or host name)."""
+    model_control: Literal["none", "explicit"] | None = Field(None, json_schema_extra=RESTART)
+    """Whether clients may load and unload models through the repository API (`explicit`) or
+    not (`none`: load and unload answer 403 / PERMISSION_DENIED; the index stays readable).
+    Default: `explicit` when the server listens only on loopback or a repository token is
+    configured, `none` otherwise. Editing serve.yaml under `--watch` works in either mode."""
+    auth: AuthConfig = Field(AuthConfig(), json_schema_extra=RESTART)
+    """Access tokens by API group (inference, metadata, repository, admin)."""
+    tls: TlsConfig | None = Field(None, json_schema_extra=RESTART)
+    """Serve HTTPS and gRPC over TLS (optionally mutual); default plain HTTP/gRPC."""
+    strict_readiness: bool = Field(True, json_schema_extra=LIVE)
+    """Readiness (`/v2/health/ready`, gRPC ServerReady, grps ready) is false while a model that
+    serve.yaml or startupModels asks for is not READY, as in Triton; false: ready once the
+    server is up and start-up loading is done."""
+    limits: Limits = Field(Limits(), json_schema_extra=LIVE)
+    """Bounds on what clients may push through the repository API."""
+    network: NetworkLimits = Field(NetworkLimits(), json_schema_extra=RESTART)
+    """Timeouts and connection, header and stream limits of the HTTP and gRPC listeners."""
+    http_port: int = Field(8000, ge=0, le=65535, json_schema_extra=RESTART)
+    """REST, dashboard and metrics port; 0 picks a free port."""
+    grpc_port: int | None = Field(8001, ge=0, le=65535, json_schema_extra=RESTART)
+    """gRPC port; 0 picks a free port; null disables gRPC."""
+    grpc_max_message_bytes: int = Field(64 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
+    """Largest gRPC message accepted or sent, in bytes."""
+    grpc_poller_nice: int = Field(19, ge=0, le=19, json_schema_extra=RESTART)
+    """How much lower than the rest of the server grpcio's poller thread runs (Linux nice
+    steps; 0 keeps it equal). Lower priority lets the event loop finish its work before the
+    poller takes the core, instead of being preempted at every gRPC event: on one core,
+    about 20% more gRPC calls per second (docs/performance.md)."""
+    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
+    """Largest HTTP request body accepted, in bytes (binary inference requests, pushed model
+    files); JSON bodies are bounded by maxJsonRequestBytes too."""
+    max_json_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, json_schema_extra=RESTART)
+    """Largest JSON inference request body (V2, V1, grps), in bytes: 64 MiB, as Triton. JSON
+    tensors cost far more memory and time than their binary form; send large tensors with
+    the binary tensor data extension (Inference-Header-Content-Length) instead."""
+    storage_dir: str | None = Field(None, json_schema_extra=RESTART)
+    """Folder for models pushed by clients (repository load with files); default
+    `.servekit/storage` beside serve.yaml."""
+    startup_models: Literal["all", "none"] | list[str] = Field("all", json_schema_extra=LIVE)
+    """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
+    watch: bool = Field(False, json_schema_extra=RESTART)
+    """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
+    inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
+    """Models measured faster than this (wall time of a call, measured in the model's worker
+    threads first) run on the event loop thread, where a thread hop would cost more than the
+    model; all others run in their own worker threads. A version seen slower than this while
+    on the loop goes back to its threads, and after a few such moments stays there until it is
+    reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
+    """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
+    inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones
+    finish for up to this many seconds (as Triton's `--exit-timeout-secs`); then keep-alive
+    connections close after their current response and the listeners close."""
+    request_timeout_seconds: float | None = Field(None, gt=0, json_schema_extra=LIVE)
+    """Server-wide cap on how long one inference request may take, queue and compute (a
+    client's own deadline or `timeout` parameter may only shorten it); past it the request is
+    answered 504 / DEADLINE_EXCEEDED. Default: no cap. An edit applies to the next request."""
+    grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
+    """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
+    workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
+        1, json_schema_extra=RESTART
+    )
+    """Server processes behind the same ports (`servekit serve`; notebooks always run one):
+    each has its own event loop, listeners and model sessions, and a supervisor keeps one
+    repository state and one set of statistics across them. `auto`: one per core this process
+    may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
+    requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
+    """Python packages the project's image installs (`servekit build`), one PEP 508
+    requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,
+    `pandas[parquet]>=2`). Installed from the package index the build's pip uses, together with
+    the folder's requirements.txt when it has one (one pip run: a conflict fails the build).
+    Options (`-e`, `--index-url`, ...), URLs and paths are refused: a setting must not decide
+    where the build fetches code (requirements.txt can). A running server never installs
+    anything: an edit takes effect at the next build."""
+
+
+def _restart_only() -> frozenset[str]:
+    """ServerConfig fields marked RESTART; every field must carry a mark (checked at import, so
+    a new setting cannot be added without deciding)."""
+    marks = {name: f.json_schema_extra for name, f in ServerConfig.model_fields.items()}
+    unmarked = [n for n, extra in marks.items() if extra not in (LIVE, RESTART)]
+    if unmarked:
+        raise TypeError(f"ServerConfig fields without a LIVE/RESTART mark: {unmarked}")
+    return frozenset(name for name, extra in marks.items() if extra == RESTART)
+
+
+RESTART_ONLY: frozenset[str] = _restart_only()
+"""ServerConfig attribute names whose edits need a restart (the rest apply live)."""
+
+
+class ModelFormat(Section):
+    """What kind of model file this is, as in KServe's InferenceService modelFormat."""
+
+    name: str
+    """Format name, e.g. onnx or python."""
+    version: str | None = None
+    """Format version; when given, the runtime must list the same version."""
+
+
+class SupportedModelFormat(Section):
+    """A format a runtime can serve, as in KServe's ServingRuntime.supportedModelFormats."""
+
+    name: str
+    """Format name."""
+    version: str | None = None
+    """Format version; null means any version."""
+    auto_select: bool = False
+    """Whether models of this format that name no runtime may be given this runtime."""
+    priority: int = Field(1, ge=1)
+    """Among auto-selectable runtimes for a format, the highest priority wins; a tie is an
+    error."""
+
+
+class RuntimeOptions(Section):
+    """Options of a runtime; a model's own `runtimeOptions` override its runtime's."""
+
+    intra_op_threads: int | None = Field(None, ge=1, le=INT64_MAX)
+    """Threads inside one operator; default: the machine's cores shared among all instances."""
+    inter_op_threads: int | None = Field(None, ge=1, le=INT64_MAX)
+    """Threads across independent operators (default 1)."""
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] | None = None
+    """ONNX Runtime graph optimization level (default all)."""
+    execution_providers: list[str] | None = None
+    """ONNX Runtime execution providers in order of preference (default CPU)."""
+
+
+class RuntimeConfig(Section):
+    """A named runtime: a built-in implementation plus the formats it serves and options."""
+
+    name: str
+    """Runtime name, referred to by a model's `runtime`."""
+    implementation: Literal["onnxruntime", "python"]
+    """Which built-in implementation runs the models."""
+    supported_model_formats: list[SupportedModelFormat] = Field(min_length=1)
+    """Formats this runtime serves."""
+    options: RuntimeOptions = RuntimeOptions()
+    """Options for every model on this runtime."""
+
+
+class LatestPolicy(Section):
+    """Serve the highest N versions."""
+
+    num_versions: int = Field(1, ge=1, le=UINT32_MAX)
+    """How many of the highest versions to serve."""
+
+
+class AllPolicy(Section):
+    """Serve every version found."""
+
+
+class SpecificPolicy(Section):
+    """Serve exactly the listed versions."""
+
+    versions: list[Annotated[int, Field(ge=0, le=2**63 - 1)]] = Field(min_length=1)
+    """Version numbers to serve (version folder names: 0 to 2^63-1, as Triton's int64)."""
+
+
+class VersionPolicy(Section):
+    """Which versions to serve (exactly one of latest, all, specific), as in Triton."""
+
+    latest: LatestPolicy | None = None
+    """Serve the highest N versions."""
+    all: AllPolicy | None = None
+    """Serve every version."""
+    specific: SpecificPolicy | None = None
+    """Serve the listed versions."""
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> VersionPolicy:
+        chosen = [k for k in ("latest", "all", "specific") if getattr(self, k) is not None]
+        if len(chosen) != 1:
+            raise ValueError("give exactly one of latest, all, specific")
+        return self
+
+
+class TensorOverride(Section):
+    """Metadata of an input or output declared in serve.yaml instead of read from the file."""
+
+    name: str
+    """Tensor name."""
+    datatype: str | None = None
+    """V2 datatype (FP32, INT64, BYTES, ...)."""
+    shape: list[Annotated[int, Field(ge=-1, le=INT64_MAX)]] | None = None
+    """Shape, -1 for a dynamic dimension."""
+    format: Literal["FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC"] | None = None
+    """Inputs only: the image layout the input expects, shown in the model configuration
+    (Triton's ModelInput.format; clients such as Triton's image_client read it)."""
+    labels: list[str] | None = None
+    """Outputs only: class labels by index, for the classification extension (an output
+    requested with `classification: k` answers its top k as "value:index:label"). Default: the
+    lines of labels.txt beside the model."""
+
+
+MAX_QUEUE_DELAY_MICROSECONDS = 1_000_000
+"""Bound of ``dynamicBatching.maxQueueDelayMicroseconds`` (1 s), in serve.yaml and in configs
+pushed with a repository load alike. A batching delay is meant to be a fraction of one model
+call (Triton's examples use 100 us to a few ms); a second already holds requests rather than
+batching them, and without a bound a pushed config could make requests wait for days."""
+
+
+class DynamicBatching(Section):
+    """Server-side batching of concurrent requests into one model call."""
+
+    max_queue_delay_microseconds: int = Field(
+        100, ge=0, json_schema_extra={"maximum": MAX_QUEUE_DELAY_MICROSECONDS}
+    )
+    """Longest a request may wait for others to join its batch, at most 1000000 (1 s).
+    servekit never holds a request back while an instance of the model is free: batches form
+    from the requests that queue while every instance is busy, so batching adds no latency at
+    low load and this bound is rarely reached (kept for Triton compatibility)."""
+    preferred_batch_size: list[Annotated[int, Field(ge=1, le=INT32_MAX)]] = []
+    """Batch sizes to aim for: when more rows wait than fit, a batch stops at the largest
+    preferred size it can reach (else at maxBatchSize)."""
+
+    @field_validator("max_queue_delay_microseconds")
+    @classmethod
+    def _bounded_delay(cls, value: int) -> int:
+        if value > MAX_QUEUE_DELAY_MICROSECONDS:
+            raise ValueError(
+                f"maxQueueDelayMicroseconds {value} is over {MAX_QUEUE_DELAY_MICROSECONDS} (1 s): "
+                "a batching delay holds every request of the batch that long; keep it a "
+                "fraction of one model call"
+            )
+        return value
+
+
+class ModelConfig(Section):
+    """One served model."""
+
+    name: str
+    """Model name used in URLs and requests."""
+    model_format: ModelFormat
+    """Format of the model, e.g. {name: onnx}."""
+    storage_uri: str | None = None
+    """Path relative to serve.yaml: a folder of numbered version folders, or one model file."""
+    entrypoint: str | None = None
+    """For Python models: `module:attr`, a class with load/predict or a function."""
+    runtime: str | None = None
+    """Runtime by name; default chosen by format (autoSelect and priority)."""
+    version_policy: VersionPolicy = VersionPolicy(latest=LatestPolicy())
+    """Which versions to serve; default the highest one."""
+    default_version: int | None = Field(None, ge=0, le=INT64_MAX)
+    """Version answering unversioned requests; default the highest served."""
+    max_batch_size: int = Field(0, ge=0, le=INT32_MAX)
+    """Largest batch the model accepts along its first dimension; 0 disables batching."""
+    dynamic_batching: DynamicBatching | None = None
+    """Batch concurrent requests together (needs maxBatchSize > 0)."""
+    instances: int = Field(1, ge=1, le=INT32_MAX)
+    """Number of model instances serving requests in parallel: each has its own session (or
+    Python object) and its own worker thread."""
+    max_queue_size: int = Field(1024, ge=0, le=INT32_MAX)
+    """Most requests that may wait for an instance of this model; one more is refused at once
+    with HTTP 429 (and `Retry-After`) / gRPC RESOURCE_EXHAUSTED, rather than waiting on a
+    queue that only grows. 0: no limit (as Triton's max_queue_size)."""
+    queue_timeout_microseconds: int = Field(0, ge=0, le=INT64_MAX)
+    """Longest a request may wait in this model's queue before it starts; past it the request
+    is answered 504 / DEADLINE_EXCEEDED and never runs (Triton's default_timeout_microseconds).
+    0: no queue timeout (client deadlines and server.requestTimeoutSeconds still apply)."""
+    inputs: list[TensorOverride] | None = None
+    """Input metadata overrides, or the full list for Python models."""
+    outputs: list[TensorOverride] | None = None
+    """Output metadata overrides, or the full list for Python models."""
+    runtime_options: RuntimeOptions | None = None
+    """Options overriding the runtime's for this model."""
+    parameters: dict[str, Any] = {}
+    """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+    isolation: Literal["none", "process"] = "none"
+    """Where a Python model runs. `none` (default): in the server's process. `process`: in a
+    child process of its own (one per instance), fed over a socket, as Triton's Python backend
+    stub: a crash (segfault, abort), an out-of-memory kill or a call that hangs past
+    `timeoutSeconds` makes this model UNAVAILABLE with the reason while its process restarts,
+    and every other model keeps serving. Costs a round trip per call (tens of microseconds)."""
+    timeout_seconds: float | None = Field(None, gt=0, le=86_400)
+    """For `isolation: process`: longest one call may run in the child process (or the
+    request's own deadline when it is shorter); past it the process is killed and restarted
+    and the request answered 503 / UNAVAILABLE. Default 60."""
+    memory_limit_bytes: int | None = Field(None, ge=64 * 1024 * 1024, le=INT64_MAX)
+    """For `isolation: process`: the child's RLIMIT_DATA (heap and private anonymous memory,
+    not shared libraries or mapped files), so an allocation past it fails with MemoryError
+    inside the model, which restarts the process and answers 503. Default: no limit. At least
+    64 MiB; the child's Python with numpy uses about 40 MiB of it before the model loads."""
+    grps_message: bool = False
+    """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
+    does (also when predict's one argument is annotated GrpsMessage)."""
+    version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
+    """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
+    and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
+
+    @field_validator("version_labels")
+    @classmethod
+    def _labels_are_not_numbers(cls, value: dict[str, int]) -> dict[str, int]:
+        for label in value:
+            if label.isdigit():
+                raise ValueError(f"version label {label!r} is a number; labels name versions")
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        if not MODEL_NAME.match(value):
+            raise ValueError(
+                "model names use letters, digits, '_', '.', '-', start with a letter or digit, "
+                "and are at most 128 characters"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _has_source(self) -> ModelConfig:
+        if self.storage_uri is None and self.entrypoint is None:
+            raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
+        if self.dynamic_batching is not None and self.max_batch_size == 0:
+            raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
+        for tensor in self.inputs or ():
+            if tensor.labels is not None:
+                raise ValueError(f"input {tensor.name!r}: labels belong to outputs")
+        for tensor in self.outputs or ():
+            if tensor.format is not None:
+                raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
+        if self.isolation != "process" and (
+            self.timeout_seconds is not None or self.memory_limit_bytes is not None
+        ):
+            raise ValueError(
+                "timeoutSeconds and memoryLimitBytes apply to isolation: process only (a model "
+                "in the server's process cannot be stopped or limited on its own)"
+            )
+        return self
+
+
+class ServeConfig(BaseSettings):
+    """The whole serve.yaml."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SERVEKIT_",
+        env_nested_delimiter="__",
+        env_parse_none_str="null",  # SERVEKIT_SERVER__GRPCPORT=null disables gRPC, as in YAML
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        frozen=True,
+    )
+
+    server: ServerConfig = ServerConfig()
+    """Network and process settings."""
+    runtimes: list[RuntimeConfig] = []
+    """Runtimes beyond the built-in onnxruntime and python (same name replaces a built-in)."""
+    models: list[ModelConfig] = []
+    """Served models."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Environment variables override the file (the file arrives as init values)."""
+        return (env_settings, init_settings)
+
+    @field_validator("models", "runtimes")
+    @classmethod
+    def _unique_names(cls, items: list[Any], info: ValidationInfo) -> list[Any]:
+        """A name used twice is an error; ``index`` in its context lets the loader point at the
+        second entry's line instead of the top of the file."""
+        seen: dict[str, int] = {}
+        for index, item in enumerate(items):
+            if item.name in seen:
+                raise PydanticCustomError(
+                    "duplicate_name",
+                    "{kind} name '{name}' is used twice (first at {field}[{first}])",
+                    {
+                        "kind": "model" if info.field_name == "models" else "runtime",
+                        "name": item.name,
+                        "field": info.field_name,
+                        "first": seen[item.name],
+                        "index": index,
+                    },
+                )
+            seen[item.name] = index
+        return items
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of serve.yaml, with field docstrings as descriptions."""
+    schema = ServeConfig.model_json_schema(by_alias=True)
+    schema["title"] = "servekit serve.yaml"
+    return schema

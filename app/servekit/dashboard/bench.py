@@ -1,0 +1,116 @@
+"""``POST /dashboard/api/models/{name}/benchmark``: the model page's Benchmark button.
+
+The server benchmarks itself the way ``server.benchmark`` does from a notebook
+(app/servekit/notebook/
+bench.py): client threads in this process drive the model over its own HTTP and gRPC listeners
+with generated inputs, so every request takes the real path (codec, access check, batching).
+It costs the server real work, so the route belongs to the admin group, is a control route
+(same-site browser requests or non-browser clients only), runs one benchmark at a time, and
+bounds what a request may ask: at most ``MAX_SECONDS`` per step, ``MAX_LEVELS`` concurrency
+levels of at most ``MAX_CONCURRENCY`` each. The client threads use the server's own tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any
+
+from litestar import Request, Response, post
+from litestar.params import FromPath
+
+from servekit.config.auth import ApiGroup
+from servekit.dashboard.routes import NO_STORE, SECURITY, json_viewer
+from servekit.errors import InvalidArgument, ResourceExhausted
+from servekit.rest.access import cross_site_guard
+from servekit.rest.inject import Dataplane
+from servekit.services.dataplane import DataPlane
+
+if TYPE_CHECKING:
+    from servekit.notebook.bench import BenchmarkTable
+    from servekit.notebook.remote import RemoteServer
+
+MAX_SECONDS = 10.0
+MAX_CONCURRENCY = 64
+MAX_LEVELS = 4
+_running = threading.Lock()  # per process: servers in one process share the cores
+
+
+def _self_client(dataplane: DataPlane) -> RemoteServer:
+    """A client of this very server, sending the server's own token of each group."""
+    from servekit.notebook.remote import RemoteServer
+
+    tokens = {g: t.decode("ascii") for g, t in dataplane.access.tokens.items()}
+
+    class SelfClient(RemoteServer):
+        def _token_for(self, group: ApiGroup) -> str | None:
+            return tokens.get(group)
+
+    listening = dataplane.ports()
+    tls = dataplane.plan.tls
+    return SelfClient(
+        listening.http_url,
+        # gRPC over TLS would need the pinned context in a channel: HTTP alone then.
+        grpc_target=listening.grpc_target if tls is None else None,
+        timeout=60.0,
+        ssl_context=tls.pinned_client_context() if tls is not None else None,
+    )
+
+
+def _bounded(data: Any) -> tuple[float, tuple[int, ...]]:
+    if not isinstance(data, dict):
+        raise InvalidArgument('expected {"seconds": number, "concurrency": [numbers]}')
+    seconds = data.get("seconds", 2.0)
+    levels = data.get("concurrency", [1, 8])
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        raise InvalidArgument("seconds: a number")
+    if not 0 < seconds <= MAX_SECONDS:
+        raise InvalidArgument(f"seconds: more than 0, at most {MAX_SECONDS:g}")
+    if (
+        not isinstance(levels, list)
+        or not 0 < len(levels) <= MAX_LEVELS
+        or not all(isinstance(c, int) and not isinstance(c, bool) for c in levels)
+        or not all(1 <= c <= MAX_CONCURRENCY for c in levels)
+    ):
+        raise InvalidArgument(
+            f"concurrency: a list of 1 to {MAX_LEVELS} numbers from 1 to {MAX_CONCURRENCY}"
+        )
+    return float(seconds), tuple(levels)
+
+
+def _run(
+    dataplane: DataPlane, name: str, seconds: float, levels: tuple[int, ...]
+) -> BenchmarkTable:
+    # Imported here: servekit.notebook imports the server, which imports the dashboard.
+    from servekit.notebook.bench import run_benchmark
+
+    client = _self_client(dataplane)
+    try:
+        return run_benchmark(client, name, levels, seconds, progress=False)
+    finally:
+        client.close()
+
+
+@post(
+    "/dashboard/api/models/{name:str}/benchmark",
+    include_in_schema=False,
+    middleware=SECURITY,
+    guards=[cross_site_guard],
+    opt={"api_group": ApiGroup.ADMIN},
+    status_code=200,
+)
+async def benchmark(
+    dataplane: Dataplane, request: Request[Any, Any, Any], name: FromPath[str]
+) -> Response[dict[str, Any]]:
+    json_viewer(dataplane, request)
+    seconds, levels = _bounded(await request.json())
+    if not _running.acquire(blocking=False):
+        raise ResourceExhausted("a benchmark is already running on this server; try again later")
+    try:  # an unknown model fails in the metadata request, with its own error
+        table = await asyncio.to_thread(_run, dataplane, name, seconds, levels)
+    finally:
+        _running.release()
+    return Response({"model": name, "rows": table.to_list()}, headers=NO_STORE)
+
+
+HANDLERS = [benchmark]

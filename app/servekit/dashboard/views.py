@@ -1,0 +1,334 @@
+"""View models of the dashboard: plain dicts built from the live server objects.
+
+Every number on every page comes from here, and here reads only the DataPlane's declared methods
+(models, statistics, configuration, addresses, recent errors) and the ModelControl's mode.
+Nothing is cached or copied, so the dashboard can never disagree with what the V2 API answers.
+The same dicts feed the Jinja templates and the JSON the page polls.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from servekit.config.auth import GROUP_FIELDS, ApiGroup
+from servekit.config.schema import ModelConfig
+from servekit.errors import ServeError
+from servekit.models.repository import ModelEntry, State, VersionEntry
+from servekit.rest.triton_json import model_config_json
+from servekit.services import batching
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
+from servekit.services.stats import QUEUE_BUCKETS_S, Duration
+from servekit.shown_paths import shown_storage_uri
+
+STATES: tuple[str, ...] = tuple(s.value for s in State)
+_QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the dashboard pages read: the services the HTTP handlers are given."""
+
+    dataplane: DataPlane
+    control: ModelControl
+
+
+def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
+    """Home page: identity, health, addresses, models counted by state, recent errors; and
+    what the pages' controls depend on: the model control mode and which API groups need a
+    token (booleans: tokens never leave the server). ``admin`` (the request opens the admin
+    group): also the workers' figures, which are admin data like the statistics."""
+    dp = src.dataplane
+    meta = dp.server_metadata()
+    entries = dp.models()
+    listening = dp.listening
+    access = dp.access
+    return {
+        "name": meta["name"],
+        "version": meta["version"],
+        "extensions": meta["extensions"],
+        "live": dp.live(),
+        "ready": dp.ready(),
+        "started_at": dp.started_at,
+        "uptime_s": max(0.0, time.time() - dp.started_at),
+        "http_url": listening.http_url if listening is not None else None,
+        "grpc_target": listening.grpc_target if listening is not None else None,
+        "models_by_state": _count(model_state(e) for e in entries),
+        "versions_by_state": _count(v.state.value for e in entries for v in e.versions.values()),
+        "model_count": len(entries),
+        "problems": problems(dp),
+        "errors": recent_errors(dp),
+        "modelControl": src.control.mode,
+        "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
+        "workers": workers(dp) if admin else [],
+    }
+
+
+def workers(dataplane: DataPlane) -> list[dict[str, Any]]:
+    """The Workers panel: each worker process of ``server.workers`` with its figures (the
+    same as ``GET /servekit/v1/workers``); empty for a single server, which shows none."""
+    found = dataplane.workers()
+    if len(found) < 2:
+        return []
+    now = time.time()
+    return [
+        {
+            "index": w.index,
+            "pid": w.pid,
+            "state": w.state,
+            "up_since": w.up_since,
+            "uptime_s": None if w.up_since is None else max(0.0, now - w.up_since),
+            "restarts": w.restarts,
+            "success": w.success,
+            "failure": w.failure,
+        }
+        for w in found
+    ]
+
+
+def _count(states: Any) -> dict[str, int]:
+    counted = Counter(states)
+    return {state: counted.get(state, 0) for state in STATES}
+
+
+def model_state(entry: ModelEntry) -> str:
+    """One state for a model: READY if any version serves, else the most telling other state."""
+    states = {v.state for v in entry.versions.values()}
+    for state in (State.READY, State.LOADING, State.UNLOADING):
+        if state in states:
+            return state.value
+    return State.UNAVAILABLE.value
+
+
+def model_failed(entry: ModelEntry) -> bool:
+    """Unavailable because loading failed (not because nobody asked for it)."""
+    if model_state(entry) != State.UNAVAILABLE.value:
+        return False
+    reasons = [v.reason for v in entry.versions.values()] or [entry.plan.problem or ""]
+    return any(reason not in _QUIET_REASONS for reason in reasons)
+
+
+def problems(dataplane: DataPlane) -> list[dict[str, Any]]:
+    """Model versions failing right now (a failed load, or a failed reload still serving)."""
+    found: list[dict[str, Any]] = []
+    for entry in dataplane.models():
+        if not entry.versions and entry.plan.problem:
+            found.append({"model": entry.plan.name, "version": "", "message": entry.plan.problem})
+        for number, version in sorted(entry.versions.items()):
+            if version.reason not in _QUIET_REASONS:
+                found.append(
+                    {"model": entry.plan.name, "version": str(number), "message": version.reason}
+                )
+    return found
+
+
+def recent_errors(dataplane: DataPlane, limit: int = 20) -> list[dict[str, Any]]:
+    """Failed loads and rejected serve.yaml edits, newest first."""
+    return [_logged_error(item) for item in dataplane.recent_errors()[::-1][:limit]]
+
+
+def _logged_error(item: dict[str, Any]) -> dict[str, Any]:
+    """One log entry as the templates want it."""
+    when = item.get("time")
+    return {
+        "time": float(when) if isinstance(when, int | float) else None,
+        "source": str(item.get("source") or "server"),
+        "model": item.get("model"),
+        "message": str(item.get("message") or ""),
+    }
+
+
+def index_rows(dataplane: DataPlane) -> list[dict[str, Any]]:
+    """Repository index: one row per model version (one per model if it has none)."""
+    return [row for entry in dataplane.models() for row in index_rows_of(entry)]
+
+
+def index_rows_of(entry: ModelEntry) -> list[dict[str, Any]]:
+    """The index rows of one model."""
+    serving = _serving_version(entry)
+    rows = [_row(entry, str(n), v, n == serving) for n, v in sorted(entry.versions.items())]
+    return rows or [_row(entry, "", None, False)]
+
+
+def _row(
+    entry: ModelEntry, number: str, version: VersionEntry | None, default: bool
+) -> dict[str, Any]:
+    plan = entry.plan
+    runtime = version.runtime if version is not None else None
+    fmt = plan.format_name + (f" {plan.format_version}" if plan.format_version else "")
+    state = version.state.value if version is not None else State.UNAVAILABLE.value
+    reason = version.reason if version is not None else entry.reason()
+    return {
+        "name": plan.name,
+        "version": number,
+        "state": state,
+        "reason": reason,
+        "failed": state == State.UNAVAILABLE.value and reason not in _QUIET_REASONS,
+        "runtime": plan.runtime,
+        "format": fmt,
+        "platform": runtime.platform if runtime is not None else "",
+        "serves_unversioned": default,
+        "model_state": model_state(entry),
+        "model_failed": model_failed(entry),
+    }
+
+
+def _serving_version(entry: ModelEntry) -> int | None:
+    """The version an unversioned request would reach (as DataPlane resolves it)."""
+    if entry.plan.default_version is not None:
+        return entry.plan.default_version
+    ready = entry.ready_versions()
+    return ready[-1] if ready else None
+
+
+def filter_rows(rows: list[dict[str, Any]], text: str, state: str) -> list[dict[str, Any]]:
+    """The rows whose name contains ``text`` (case-insensitive) and whose state is ``state``."""
+    text, state = text.strip().lower(), state.strip().upper()
+    return [r for r in rows if text in r["name"].lower() and (not state or r["state"] == state)]
+
+
+def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any]:
+    """Counts and average latencies (ms) of one version, from the shared Statistics."""
+    stats = dataplane.version_stats(name, number)
+    return {
+        "success": stats.success.count,
+        "fail": stats.fail.count,
+        "inferences": stats.inference_count,
+        "executions": stats.execution_count,
+        "last_inference_ms": stats.last_inference_ms,
+        "avg_ms": {
+            "request": _avg_ms(stats.success),
+            "queue": _avg_ms(stats.queue),
+            "compute_input": _avg_ms(stats.compute_input),
+            "compute_infer": _avg_ms(stats.compute_infer),
+            "compute_output": _avg_ms(stats.compute_output),
+            "failed_request": _avg_ms(stats.fail),
+        },
+        "batches": [
+            {"size": size, "count": d.count, "avg_ms": _avg_ms(d)}
+            for size, d in sorted(stats.batch_sizes.items())
+        ],
+        "dispatch": dispatch_reasons(stats.batch_reasons),
+        "queue_histogram": queue_histogram(stats.queue_histogram),
+    }
+
+
+DISPATCH_REASONS: dict[str, str] = {
+    batching.QUEUE_DRAINED: "Queue empty when an instance freed",
+    batching.PREFERRED_SIZE: "Reached a preferred batch size",
+    batching.MAX_SIZE: "Reached maxBatchSize",
+    batching.INCOMPATIBLE: "Others waiting had other shapes",
+}
+"""Why a dynamic batch stopped at its size (app/servekit/services/batching.py), as the model page
+words
+it. There is no "delay expired": servekit never holds a batch back waiting for more requests
+(a batch leaves as soon as an instance is free), so a small batch means the queue held nothing
+more when an instance freed."""
+
+
+def dispatch_reasons(counts: dict[str, int]) -> list[dict[str, Any]]:
+    """Every known reason (zeros too, so the page shows what did not happen) and any other."""
+    rows = [
+        {"reason": reason, "label": label, "count": counts.get(reason, 0)}
+        for reason, label in DISPATCH_REASONS.items()
+    ]
+    rows += [
+        {"reason": reason, "label": reason, "count": count}
+        for reason, count in sorted(counts.items())
+        if reason not in DISPATCH_REASONS
+    ]
+    return rows
+
+
+def queue_histogram(counts: list[int]) -> list[dict[str, Any]]:
+    """Successful requests by time spent in the queue, per bucket of ``QUEUE_BUCKETS_S`` up to
+    the last one holding any (empty when nothing succeeded yet)."""
+    last = max((i for i, count in enumerate(counts) if count), default=-1)
+    labels = [f"≤ {_seconds(bound)}" for bound in QUEUE_BUCKETS_S]
+    labels.append(f"> {_seconds(QUEUE_BUCKETS_S[-1])}")
+    return [{"label": labels[i], "count": counts[i]} for i in range(last + 1)]
+
+
+def _seconds(bound: float) -> str:
+    return f"{bound * 1000:g} ms" if bound < 1 else f"{bound:g} s"
+
+
+def _avg_ms(duration: Duration) -> float | None:
+    return round(duration.ns / duration.count / 1e6, 4) if duration.count else None
+
+
+def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
+    """Model page: plan, versions with state and statistics, metadata per ready version."""
+    entry = dataplane.model(name)  # NotFound for an unknown name
+    plan = entry.plan
+    versions = []
+    for row in index_rows_of(entry):
+        number = row["version"]
+        row["stats"] = version_stats(dataplane, name, int(number)) if number else None
+        versions.append(row)
+    metadata: dict[str, Any] = {}
+    for number in entry.ready_versions():
+        try:
+            metadata[str(number)] = dataplane.model_metadata(name, str(number)).as_dict()
+        except ServeError:  # unloaded between the two calls: simply not offered
+            continue
+    batching = plan.config.dynamic_batching if plan.config is not None else None
+    config = plan.config
+    if config is not None:  # no absolute path on the page: pushed ones say so, others relative
+        uri = shown_storage_uri(config.storage_uri, dataplane.plan.base_dir)
+        config = config.model_copy(update={"storage_uri": uri})
+    return {
+        "name": name,
+        "state": model_state(entry),
+        "failed": model_failed(entry),
+        "reason": "" if entry.ready_versions() else entry.reason(),
+        "format": plan.format_name + (f" {plan.format_version}" if plan.format_version else ""),
+        "runtime": plan.runtime,
+        "storage_uri": config.storage_uri if config is not None else None,
+        "entrypoint": plan.entrypoint,
+        "max_batch_size": plan.max_batch_size,
+        "dynamic_batching": batching.model_dump(by_alias=True) if batching else None,
+        "instances": plan.instances,
+        "serving_version": _serving_version(entry),
+        "versions": versions,
+        "metadata": metadata,
+        "signatures": _signatures(metadata),
+        "config": model_config(dataplane, name),
+        "serve_yaml_text": _yaml_entry(config),
+    }
+
+
+def _signatures(metadata: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ready versions grouped by identical inputs/outputs, so equal versions show once."""
+    groups: list[dict[str, Any]] = []
+    for number, meta in metadata.items():
+        for group in groups:
+            same = (group["inputs"], group["outputs"]) == (meta["inputs"], meta["outputs"])
+            if same and group["platform"] == meta["platform"]:
+                group["versions"].append(number)
+                break
+        else:
+            groups.append({**{k: meta[k] for k in ("platform", "inputs", "outputs")},
+                           "versions": [number]})  # fmt: skip
+    return groups
+
+
+def _yaml_entry(config: ModelConfig | None) -> str:
+    """The model's serve.yaml entry as the user wrote it (defaults left out)."""
+    if config is None:
+        return ""
+    data = config.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+    return str(yaml.safe_dump([data], sort_keys=False, default_flow_style=None)).strip()
+
+
+def model_config(dataplane: DataPlane, name: str) -> dict[str, Any] | None:
+    """What ``GET /v2/models/{name}/config`` answers (the same core method), or None."""
+    try:
+        return model_config_json(dataplane.model_config(name))
+    except ServeError:  # no version loaded: the configuration is not known yet
+        return None

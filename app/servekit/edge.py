@@ -1,0 +1,417 @@
+"""The HTTP listener's edge: timeouts, connection and header limits uvicorn does not enforce.
+
+uvicorn (0.54, httptools) has a keep-alive timeout and ``limit_concurrency``, nothing more: no
+deadline for headers or bodies (a slowloris client holds a connection forever), no bound on
+header size or count (httptools buffers a 16 MB header), and ``limit_concurrency`` counts
+connections and requests as one number, so slow clients that fill it shut out everyone else.
+This module's :class:`EdgeProtocol` subclasses uvicorn's httptools protocol and adds, per
+connection, only what those gaps need:
+
+- one lazy deadline per connection (a single ``call_at`` timer that re-arms itself when the
+  deadline moved, so the hot path only assigns a float): the whole header block within
+  ``headerTimeoutSeconds`` of its first byte (or of connecting), and no pause between body
+  reads longer than ``bodyTimeoutSeconds``; past it the client gets 408 and the connection is
+  closed;
+- header bytes (request line included; counted per read while a header block is incomplete,
+  so httptools never buffers more than one read past the limit, and exactly once it is
+  complete unless it came whole in one read under the limit) and header lines: 431 and close;
+- a cap on open connections, lowered to what the open-file limit allows: at the cap a new
+  connection displaces the oldest connection with no request in progress (idle, or still
+  sending its headers: a slowloris client), as nginx reuses idle connections; with none to
+  displace, 503 and close at once, never an ``accept()`` failing for lack of descriptors;
+- a cap on requests in flight (all connections): 503 with Retry-After at once;
+- a client that closes its connection while its inference request waits for the model
+  cancels that request (app/servekit/rest/leaving.py ``WAITING``): queued, it never runs. uvicorn
+  itself
+  only lets the application see the disconnect if it asks ``receive()``, which would cost a
+  task per request on the hot path.
+
+It also makes a response leave in one ``write()`` instead of two. uvicorn's
+``RequestResponseCycle.send`` writes the status line and headers on ``http.response.start`` and
+the body on ``http.response.body``, and uvloop sends each ``transport.write`` at once: two
+syscalls and, with TCP_NODELAY, two TCP segments (and two wake-ups of the client) for every
+small answer; a profile of the tiny-model path found the header write alone was 14-17% of the
+server's samples. Each connection's cycles therefore write through a :class:`_Coalescer`: it
+holds the first write of a response (the header block), joins it to the next write (the first
+body write; one ``writev`` through ``writelines`` for a large body, so the body is not copied),
+and passes later writes straight through. A held header block never waits for the application:
+one ``call_soon`` per response flushes it on the loop's next turn, so a streamed answer's
+headers (Server-Sent Events, chunked grps streams) leave even while its first chunk is being
+made, and a finished response, a close, or the edge's own answers flush it first, so bytes
+always leave in the order they were written. A request with ``Expect: 100-continue`` keeps the
+plain transport (its interim ``100 Continue`` is written by the cycle before the headers).
+
+Everything else (parsing, pipelining, keep-alive, flow control) stays uvicorn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httptools
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from servekit.config.schema import NetworkLimits
+from servekit.rest.leaving import WAITING
+
+log = logging.getLogger("servekit.http")
+
+FD_RESERVE = 64
+"""Descriptors kept for what is not an HTTP connection: model files, gRPC, logs, pipes."""
+ACCEPT_BACKLOG = 128
+"""Listen backlog handed to asyncio, which also accepts up to this many connections per
+wake-up before any of them reaches :meth:`EdgeProtocol.connection_made`; two such bursts are
+kept free below the open-file limit so ``accept()`` never fails with EMFILE."""
+
+JOIN_LIMIT = 64 * 1024
+"""A held header block and a body shorter than this are joined into one ``bytes`` (one copy,
+one ``write()``); a longer body goes with ``writelines``, which uvloop sends as one ``writev()``
+without copying it (and which costs more than a small copy)."""
+
+_HEADER, _BODY, _WAITING = 1, 2, 3
+"""Phases of a connection's deadline: reading headers, reading a body (until the request's
+last byte: ``cycle.more_body`` false), none to watch."""
+
+
+class _Refuse(Exception):
+    """Raised inside an httptools callback to answer ``status`` and close the connection."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class EdgeState:
+    """What all connections of one HTTP listener share."""
+
+    limits: NetworkLimits
+    max_connections: int
+    waiting: dict[EdgeProtocol, None] = field(default_factory=dict)
+    """Connections with no request in progress, oldest first: the ones a new connection may
+    displace at the cap."""
+
+
+def connection_cap(configured: int) -> int:
+    """``configured``, lowered to what the soft open-file limit leaves (after raising that
+    limit to the hard one, as Go and nginx do: descriptors are cheap, running out is not)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    room = max(16, soft - FD_RESERVE - 2 * ACCEPT_BACKLOG)
+    if room < configured:
+        log.warning(
+            "server.network.maxConnections lowered from %d to %d: the open-file limit is %d "
+            "(raise it with ulimit -n or the container's nofile limit)",
+            configured,
+            room,
+            soft,
+        )
+    return min(configured, room)
+
+
+def protocol_class(limits: NetworkLimits) -> type[EdgeProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to these limits."""
+    state = EdgeState(limits, connection_cap(limits.max_connections))
+
+    class BoundEdgeProtocol(EdgeProtocol):
+        edge = state
+
+    return BoundEdgeProtocol
+
+
+def _answer(status: int, message: str, extra: bytes = b"") -> bytes:
+    """A whole HTTP/1.1 answer that closes the connection, in our ``{"error": ...}`` form."""
+    body = orjson.dumps({"error": message})
+    reason = _REASONS.get(status, b"Error")
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n%s\r\n%s" % (status, reason, len(body), extra, body)
+    )
+
+
+_REASONS = {
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+class _Coalescer:
+    """The transport a connection's response cycles write to: a response's first write (its
+    header block) is held until the next write joins it, or until the loop's next turn.
+
+    One per connection, re-armed by :meth:`EdgeProtocol.on_response_complete` for the next
+    response (uvicorn runs a connection's responses one after another, pipelined ones too, so
+    no two responses share it at once). uvicorn's cycle calls ``write``, ``close`` and
+    ``is_closing`` on its transport, and nothing else (no ``__getattr__`` passing the rest on:
+    a class with one loses CPython's fast attribute access, which costs every call here)."""
+
+    __slots__ = ("_call_soon", "armed", "held", "transport")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # set on connect
+        self.held: bytes | None = None
+        self.armed = True
+        """The next write is a response's first: hold it."""
+        self._call_soon = loop.call_soon
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            if len(data) < JOIN_LIMIT:
+                self.transport.write(held + data)
+            else:
+                self.transport.writelines((held, data))
+        elif self.armed:
+            # uvicorn's header block (always bytes): held for the body, or the next turn
+            self.armed = False
+            self.held = data
+            self._call_soon(self.flush)  # (not bound once here: that would be a ref cycle)
+        else:
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is held now (unless the connection is closing: nobody would read it)."""
+        held = self.held
+        if held is not None:
+            self.held = None
+            if not self.transport.is_closing():
+                self.transport.write(held)
+
+    def close(self) -> None:
+        if self.held is not None:
+            self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+
+class EdgeProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with deadlines, header limits and connection caps."""
+
+    edge: ClassVar[EdgeState]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._phase = _HEADER
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._raw_header_bytes = 0
+        """Bytes of reads that held only header bytes (what httptools may be buffering)."""
+        self._chunk_size = 0
+        self._began_in_chunk = False
+        self._refused = False
+        self._out = _Coalescer(self.loop)
+
+    # -- connections --------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        edge = self.edge
+        if len(self.connections) >= edge.max_connections and not self._displace_one():
+            self._refused = True
+            self.transport = transport
+            transport.write(
+                _answer(503, "too many connections; retry later", b"retry-after: 1\r\n")
+            )
+            transport.close()
+            return
+        super().connection_made(transport)
+        self._out.transport = transport
+        edge.waiting[self] = None
+        self._watch(_HEADER, edge.limits.header_timeout_seconds)
+
+    def _displace_one(self) -> bool:
+        """Close the connection that has waited longest without a request in progress."""
+        waiting = self.edge.waiting
+        if not waiting:
+            return False
+        victim = next(iter(waiting))
+        del waiting[victim]
+        self.connections.discard(victim)  # counted free now; its descriptor closes this turn
+        victim.transport.close()
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self.edge.waiting.pop(self, None)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            task = scope.get(WAITING)
+            if task is not None:  # an inference request waiting for the model: drop it
+                scope[WAITING] = None
+                task.cancel()
+        super().connection_lost(exc)
+
+    # -- reading ------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
+        self._unset_keepalive_if_required()
+        self._began_in_chunk = False
+        self._chunk_size = len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError as exc:
+            refusal = exc.__context__
+            if isinstance(refusal, _Refuse):
+                self._close_with(refusal.status, refusal.message)
+            else:
+                msg = "Invalid HTTP request received."
+                self.logger.warning(msg)
+                self.send_400_response(msg)
+            return
+        if self._phase == _HEADER and not self._began_in_chunk and self.parser is not None:
+            # Still inside a header block that began in an earlier read: all of this read is
+            # header bytes, held by httptools until the header line ends.
+            self._raw_header_bytes += len(data)
+            if self._raw_header_bytes > self.edge.limits.max_header_bytes:
+                self._close_with(431, self._too_large())
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._began_in_chunk = True
+        self._raw_header_bytes = 0
+        if self._phase != _HEADER:  # a later request on a kept-alive connection
+            # _watch inlined: this and on_headers_complete run on every request
+            self._phase = _HEADER
+            self._deadline = self.loop.time() + self.edge.limits.header_timeout_seconds
+            if self._timer is None:
+                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+
+    def on_headers_complete(self) -> None:
+        edge = self.edge
+        limits = edge.limits
+        if len(self.headers) > limits.max_header_count:
+            raise _Refuse(431, f"more than {limits.max_header_count} header lines")
+        if not self._began_in_chunk or self._chunk_size > limits.max_header_bytes:
+            # Not the usual small request read at once: count its header bytes exactly.
+            size = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
+            if size > limits.max_header_bytes:
+                raise _Refuse(431, self._too_large())
+        edge.waiting.pop(self, None)
+        self._phase = _BODY
+        self._deadline = self.loop.time() + limits.body_timeout_seconds
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+        previous = self.cycle
+        if len(self.tasks) >= limits.max_requests_in_flight:
+            self.app = _busy
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = self.config.loaded_app
+        else:
+            super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not previous and not self.expect_100_continue:
+            # Its task is created, not started: every write of this response coalesces.
+            cycle.transport = self._out  # type: ignore[assignment]  # what the cycle calls
+
+    def on_body(self, body: bytes) -> None:
+        self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds
+        super().on_body(body)
+
+    def on_response_complete(self) -> None:
+        out = self._out
+        if out.held is not None:  # a response with no body write (HEAD): its headers go now
+            out.flush()
+        out.armed = True  # the next response's first write is its header block
+        pipelined = bool(self.pipeline)  # the next request starts now: still busy
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self.edge.waiting[self] = None  # idle until the next request: displaceable
+
+    # -- deadlines ----------------------------------------------------------------------------
+    def _watch(self, phase: int, seconds: float) -> None:
+        """Enter ``phase`` with a deadline ``seconds`` from now (one timer, re-armed lazily)."""
+        self._phase = phase
+        self._deadline = self.loop.time() + seconds
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+
+    def _on_deadline(self) -> None:
+        self._timer = None
+        if self._phase == _WAITING or self.transport is None or self.transport.is_closing():
+            return
+        if self._phase == _BODY and not self.cycle.more_body:
+            return  # the whole request arrived: the application's time is not the client's
+        now = self.loop.time()
+        if self._phase == _BODY and self.flow is not None and self.flow.read_paused:
+            # The application has not asked for more yet: not the client's delay.
+            self._deadline = now + self.edge.limits.body_timeout_seconds
+        if now < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+            return
+        limits = self.edge.limits
+        if self._phase == _HEADER:
+            seconds, what = limits.header_timeout_seconds, "headers"
+        else:
+            seconds, what = limits.body_timeout_seconds, "body"
+        self._close_with(408, f"request {what} not received within {seconds:g} s")
+
+    # -- refusing -----------------------------------------------------------------------------
+    def _too_large(self) -> str:
+        return f"request headers larger than {self.edge.limits.max_header_bytes} bytes"
+
+    def send_400_response(self, msg: str) -> None:
+        self._out.flush()  # what a response already wrote goes first
+        super().send_400_response(msg)
+
+    def _close_with(self, status: int, message: str) -> None:
+        """Answer ``status`` (unless a response already started) and close the connection."""
+        self._phase = _WAITING
+        self._out.flush()  # what a response already wrote goes first
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            if cycle is not None and not cycle.response_complete:
+                # The application is waiting for the body: it now reads a disconnect, and
+                # whatever it answers is dropped (this answer is the one sent).
+                cycle.disconnected = True
+                cycle.message_event.set()
+            self.transport.write(_answer(status, message))
+        self.transport.close()
+
+
+async def _busy(scope: Any, receive: Any, send: Any) -> None:
+    """The answer to a request over ``maxRequestsInFlight``."""
+    body = orjson.dumps({"error": "too many requests in progress; retry later"})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 503,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", b"1"),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})

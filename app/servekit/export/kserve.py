@@ -1,0 +1,155 @@
+"""KServe manifests (``servekit export kserve``): a ServingRuntime, one InferenceService a model.
+
+KServe mounts a model's storageUri at /mnt/models and fills ``{{.Name}}`` in the runtime's args
+with the InferenceService's name, so each pod runs ``servekit serve /etc/servekit/serve.yaml
+--only {{.Name}} --storage-uri /mnt/models``: one model, with its settings (version policy,
+batching, instances, runtime options) read from the serve.yaml ConfigMap. The ServingRuntime
+lists the formats of the plan's runtimes with their autoSelect and priority, so KServe's choice
+of runtime matches servekit's own (app/servekit/config/compiler.py). As in the Deployment, the
+container
+listens on every interface (``--host 0.0.0.0``), its probes need no token, and the tokens of
+``server.auth`` come from the Secret ops create (app/servekit/export/secrets.py); a token file may
+not lie
+in the folders KServe fills itself (the ConfigMap at /etc/servekit, the model at /mnt/models).
+"""
+
+from __future__ import annotations
+
+import re
+
+from servekit.config.compiler import ServePlan
+from servekit.export.k8s import (
+    STORAGE_ENV,
+    UID,
+    ExportError,
+    Manifest,
+    config_map,
+    container_security,
+    container_tokens,
+    k8s_name,
+    labels,
+    probe,
+    volumes,
+)
+
+HTTP_PORT, GRPC_PORT = 8080, 8081
+"""KServe routes HTTP to 8080; gRPC goes out as the ``h2c`` port when asked for."""
+MODEL_DIR = "/mnt/models"
+CONFIG_DIR = "/etc/servekit"
+PVC_PLACEHOLDER = "servekit-models"
+URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+"""A storageUri KServe can fetch itself (s3://, gs://, pvc://, https://, ...)."""
+
+
+def kserve_manifests(
+    plan: ServePlan, config_text: str, image: str, *, grpc: bool = False
+) -> list[Manifest]:
+    """ConfigMap + ServingRuntime + one InferenceService per model.
+
+    With ``grpc`` the InferenceServices expose the gRPC port (``h2c``) through KServe instead of
+    HTTP: Knative routes one port per service, so a service offers one of the two outside.
+    """
+    runtime_name = k8s_name(plan.server.name)
+    names = [k8s_name(model.name) for model in plan.models]
+    for dup in {n for n in names if names.count(n) > 1}:
+        clash = [m.name for m, n in zip(plan.models, names, strict=True) if n == dup]
+        raise ExportError(f"models {', '.join(clash)} all become InferenceService {dup!r}")
+    container = _kserve_container(image)
+    used = [str(m["mountPath"]) for m in container["volumeMounts"]]
+    # No pod fsGroup here (KServe owns the pod spec): token files keep Kubernetes' default mode.
+    tokens = container_tokens(plan, CONFIG_DIR, used=used, filled=(CONFIG_DIR, MODEL_DIR))
+    container["env"] = [*container["env"], *tokens.env]
+    container["volumeMounts"] = [*container["volumeMounts"], *tokens.mounts]
+    runtime = {
+        "apiVersion": "serving.kserve.io/v1alpha1",
+        "kind": "ServingRuntime",
+        "metadata": {"name": runtime_name, "labels": labels(plan)},
+        "spec": {
+            "supportedModelFormats": supported_formats(plan),
+            "protocolVersions": ["v2", "grpc-v2"],
+            "multiModel": False,
+            # Pod annotations: KServe's own metrics aggregation reads these.
+            "annotations": {
+                "prometheus.kserve.io/port": str(HTTP_PORT),
+                "prometheus.kserve.io/path": "/metrics",
+            },
+            "containers": [container],
+            "volumes": [*volumes(plan), *tokens.volumes],
+        },
+    }
+    services = [
+        _inference_service(plan, index, name, runtime_name, grpc)
+        for index, name in enumerate(names)
+    ]
+    return [config_map(plan, config_text), runtime, *services]
+
+
+def supported_formats(plan: ServePlan) -> list[Manifest]:
+    """Every (format, version) of the plan's runtimes once; autoSelect and the highest priority
+    as configured (KServe reads priority only for auto-selectable formats)."""
+    merged: dict[tuple[str, str | None], Manifest] = {}
+    for runtime in plan.runtimes:
+        for fmt in runtime.supported_model_formats:
+            entry = merged.setdefault((fmt.name, fmt.version), {"name": fmt.name})
+            if fmt.version is not None:
+                entry["version"] = fmt.version
+            if fmt.auto_select:
+                entry["autoSelect"] = True
+                entry["priority"] = max(entry.get("priority", 0), fmt.priority)
+    return list(merged.values())
+
+
+def _kserve_container(image: str) -> Manifest:
+    args = [
+        "serve", f"{CONFIG_DIR}/serve.yaml", "--only", "{{.Name}}",
+        "--storage-uri", MODEL_DIR, "--host", "0.0.0.0",
+        "--http-port", str(HTTP_PORT), "--grpc-port", str(GRPC_PORT),
+        "--workers", "1",  # the predictor's CPU request below is one core
+    ]  # fmt: skip
+    return {
+        # KServe merges the InferenceService's predictor into the container of this name.
+        "name": "kserve-container",
+        "image": image,
+        "command": ["servekit"],
+        "args": args,
+        "env": [STORAGE_ENV],
+        "livenessProbe": probe("/v2/health/live", HTTP_PORT, period=10, failures=3),
+        "readinessProbe": probe("/v2/health/ready", HTTP_PORT, period=5, failures=2),
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+        "securityContext": {**container_security(), "runAsNonRoot": True, "runAsUser": UID},
+        "volumeMounts": [
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+    }
+
+
+def _inference_service(
+    plan: ServePlan, index: int, name: str, runtime: str, grpc: bool
+) -> Manifest:
+    model = plan.models[index]
+    fmt: Manifest = {"name": model.format_name}
+    if model.format_version is not None:
+        fmt["version"] = model.format_version
+    spec: Manifest = {"modelFormat": fmt, "runtime": runtime}
+    annotations = {"servekit.io/model": model.name}
+    uri = model.config.storage_uri if model.config is not None else None
+    if uri is not None and URI.match(uri):
+        spec["storageUri"] = uri
+    elif uri is not None:
+        spec["storageUri"] = f"pvc://{PVC_PLACEHOLDER}/{model.name}"
+        what = "the file" if (plan.base_dir / uri).is_file() else "the contents of folder"
+        annotations["servekit.io/todo"] = (
+            f"upload {what} {uri} (relative to serve.yaml) to path {model.name}/ of the "
+            f"PersistentVolumeClaim {PVC_PLACEHOLDER}, or set storageUri to where the model "
+            "already is (s3://, gs://, pvc://)"
+        )
+    if grpc:
+        spec["protocolVersion"] = "grpc-v2"
+        spec["ports"] = [{"name": "h2c", "containerPort": GRPC_PORT, "protocol": "TCP"}]
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "labels": labels(plan), "annotations": annotations},
+        "spec": {"predictor": {"model": spec}},
+    }

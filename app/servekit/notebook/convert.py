@@ -1,0 +1,104 @@
+"""Models from other libraries, turned into ONNX before ``add_model`` serves them.
+
+scikit-learn estimators and pipelines go through skl2onnx (``pip install servekit[sklearn]``),
+PyTorch modules through ``torch.onnx.export`` with the example input the caller gives
+(app/servekit/notebook/torch_onnx.py, ``pip install "servekit[torch]"``). Neither library is
+imported
+unless the object handed over comes from it, so a notebook without them pays nothing. The
+result is ONNX bytes, which then travel like any other model file: served by onnxruntime, saved
+as a file by ``server.save``, pushed over the network by ``connect``.
+
+scikit-learn classifiers are converted with ZipMap off: skl2onnx's default returns the
+probabilities as a sequence of maps, which the V2 protocol cannot carry; without it the outputs
+are ``label`` and ``probabilities`` (one row of class probabilities per input row).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from servekit.notebook import torch_onnx
+
+
+def is_sklearn(source: object) -> bool:
+    """An instance of a scikit-learn estimator (or pipeline), without importing sklearn."""
+    base = getattr(sys.modules.get("sklearn.base"), "BaseEstimator", None)
+    return base is not None and isinstance(source, base)
+
+
+def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
+    """ONNX bytes of a fitted estimator; its input ``X`` is FP32 ``[-1, n_features]``.
+
+    ``example`` (a few rows of the training data) decides the number of features when the
+    estimator does not record it (``n_features_in_``).
+    """
+    try:
+        from skl2onnx import to_onnx
+        from sklearn.base import is_classifier
+    except ImportError:
+        raise ImportError(
+            "serving a scikit-learn model needs skl2onnx: pip install 'servekit[sklearn]'"
+        ) from None
+    if example is None:
+        features = getattr(estimator, "n_features_in_", None)
+        if features is None:
+            raise ValueError(
+                f"{type(estimator).__name__} does not say how many features it takes (is it "
+                "fitted?); pass example=X[:1]"
+            )
+        example = np.zeros((1, int(features)), dtype=np.float32)
+    sample = np.asarray(example, dtype=np.float32)[:1]
+    options = {"zipmap": False} if is_classifier(estimator) else None
+    proto = to_onnx(estimator, sample, options=options, target_opset=_opset())
+    data: bytes = proto.SerializeToString()
+    return data
+
+
+def to_onnx_source(
+    source: object,
+    example: Any = None,
+    *,
+    input_names: Sequence[str] | None = None,
+    output_names: Sequence[str] | None = None,
+    dynamic_batch: bool | None = None,
+) -> object:
+    """``source`` as ONNX bytes when it is a scikit-learn or PyTorch model, else unchanged.
+
+    ``input_names``, ``output_names`` and ``dynamic_batch`` shape a PyTorch export only; given
+    with any other source they would be silently ignored, so they are refused instead.
+    """
+    if torch_onnx.is_torch_module(source):
+        return torch_onnx.to_onnx(
+            source,
+            example,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_batch=True if dynamic_batch is None else dynamic_batch,
+        )
+    given = {
+        "input_names": input_names,
+        "output_names": output_names,
+        "dynamic_batch": dynamic_batch,
+    }
+    named = [key for key, value in given.items() if value is not None]
+    if named:
+        raise TypeError(
+            f"{', '.join(named)} apply to a torch.nn.Module only (they shape its ONNX export); "
+            f"got {type(source).__name__}"
+        )
+    if is_sklearn(source):
+        return sklearn_to_onnx(source, example)
+    return source
+
+
+def _opset() -> int:
+    """The newest ONNX opset both skl2onnx and this onnxruntime support (skl2onnx may know
+    a newer one than the installed onnxruntime runs)."""
+    import onnx
+    from skl2onnx import get_latest_tested_opset_version
+
+    return int(min(get_latest_tested_opset_version(), onnx.defs.onnx_opset_version()))

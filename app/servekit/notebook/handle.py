@@ -1,0 +1,296 @@
+"""The handle ``servekit.serve`` returns: a server running in this process, in a background thread.
+
+It is a :class:`RemoteServer` (so ``add_model`` with a file, bytes or an ``onnx.ModelProto``
+goes through the repository load API exactly as it would against a remote server) with what
+only a server in the same process can do: infer without a socket through the same DataPlane the
+HTTP and gRPC adapters call, serve a Python function or class held in the notebook's memory,
+reload its serve.yaml, and stop.
+
+What goes over the wire (``add_model`` with a file, ``metadata``) carries the token of its API
+group as the server itself resolved it from ``server.auth`` (``servekit.serve(token=...)`` sets one
+token for every group); what runs in process (``infer``, ``models``, Python models) needs none:
+the notebook holding the handle started the server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from servekit.config.auth import ApiGroup
+from servekit.config.compiler import ServePlan
+from servekit.datatypes import from_numpy
+from servekit.errors import ServeError
+from servekit.notebook import convert, html, registry, sources, wire
+from servekit.notebook.launcher import ServerThread
+from servekit.notebook.remote import RemoteServer
+from servekit.project import save as saving
+from servekit.server import ServeKit
+from servekit.services.dataplane import DataPlane
+from servekit.services.model_control import ModelControl
+from servekit.types import InferRequest, RequestedOutput, Tensor
+
+
+class Server(RemoteServer):
+    """A servekit running in this process. Stop it with ``stop()`` or a ``with`` block."""
+
+    kind = "in this process"
+
+    def __init__(
+        self,
+        thread: ServerThread,
+        *,
+        name: str,
+        replan: Callable[[], ServePlan] | None,
+        cleanup: Path | None = None,
+        load_timeout: float = 600.0,
+    ) -> None:
+        assert thread.addresses is not None
+        addresses = thread.addresses
+        tls = thread.plan.tls
+        super().__init__(
+            addresses.http_url,
+            grpc_target=addresses.grpc_target,
+            timeout=load_timeout,
+            ssl_context=tls.pinned_client_context() if tls is not None else None,
+        )
+        # The tokens the server started with (a reload does not change them: server.auth is
+        # read once at start), as text for the Authorization header.
+        self._tokens = {g: t.decode("ascii") for g, t in thread.plan.access.tokens.items()}
+        shared = set(self._tokens.values())
+        self._token = shared.pop() if len(shared) == 1 else None
+        self._load_timeout = load_timeout
+        self.name = name
+        self._thread = thread
+        self._replan = replan
+        self._cleanup = cleanup
+        self._note = ""
+
+    # -- tokens -------------------------------------------------------------------------------
+    def _token_for(self, group: ApiGroup) -> str | None:
+        return self._tokens.get(group)
+
+    def _token_view(self) -> html.TokenView | None:
+        protected = [g.value for g in ApiGroup if g in self._tokens]
+        if not protected:
+            return None
+        scope = (
+            "every API group but health"
+            if len(protected) == len(ApiGroup) - 1
+            else "for " + ", ".join(protected)
+        )
+        if self._token is None:
+            return html.TokenView(None, f"{scope}: one token each, from serve.yaml server.auth")
+        return html.TokenView.of(self._token, scope)
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._thread.alive
+
+    @property
+    def plan(self) -> ServePlan:
+        """The compiled serve.yaml the server runs (the plan in force: ``reload`` replaces it)."""
+        return self._dataplane().plan
+
+    def _servekit(self) -> ServeKit:
+        if not self.running or self._thread.servekit is None:
+            raise RuntimeError(
+                f"servekit {self.name!r} is stopped{self._note}; run servekit.serve() to restart"
+            )
+        return self._thread.servekit
+
+    def _control(self) -> ModelControl:
+        """The server's model control (load, add, remove, apply an edited serve.yaml)."""
+        return self._servekit().control
+
+    def _dataplane(self) -> DataPlane:
+        """The server's DataPlane (inference, the index, the plan in force)."""
+        return self._servekit().dataplane
+
+    # -- models -------------------------------------------------------------------------------
+    @property
+    def models(self) -> html.ModelTable:
+        """Every model version with its state (READY, LOADING, UNAVAILABLE + reason, ...)."""
+        dataplane = self._dataplane()
+
+        async def index() -> list[dict[str, Any]]:
+            return dataplane.index()
+
+        return html.ModelTable(self._thread.run(index()))
+
+    def add_model(
+        self,
+        name: str,
+        source: Any,
+        *,
+        version: int = 1,
+        model_format: str | None = None,
+        inputs: sources.TensorsSpec | None = None,
+        outputs: sources.TensorsSpec | None = None,
+        example: Any = None,
+        input_names: Sequence[str] | None = None,
+        output_names: Sequence[str] | None = None,
+        dynamic_batch: bool | None = None,
+        **config: Any,
+    ) -> html.ModelTable:
+        """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto``, a fitted
+        scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
+        an ``example`` input (exported by ``torch.onnx.export``; ``input_names``,
+        ``output_names`` and ``dynamic_batch`` shape that export, see
+        app/servekit/notebook/torch_onnx.py) -- all sent through the repository load API -- or a
+        Python
+        function or class (served from memory).
+
+        A function takes the inputs as keyword numpy arrays and returns a dict of arrays; a
+        class is instantiated once and its ``predict`` is called the same way. Python models
+        declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
+        Returns the model's index rows; a model that fails to load raises with the reason.
+        """
+        source = convert.to_onnx_source(
+            source,
+            example,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_batch=dynamic_batch,
+        )
+        if sources.is_file_source(source):
+            return self._push(
+                name, source, version, model_format or "onnx", inputs, outputs, config
+            )
+        if not callable(source):
+            raise TypeError(
+                "source must be a path, ONNX bytes, an onnx.ModelProto, or a Python function or "
+                f"class; got {type(source).__name__}"
+            )
+        fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
+        model = sources.model_config(
+            name, model_format or "python", fields, entrypoint=_describe(source)
+        )
+        control = self._control()
+        self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
+        self._forget(name)
+        return self._rows(name)
+
+    def remove_model(self, name: str) -> None:
+        """Unload ``name`` (in-flight requests finish) and drop it from the index."""
+        self._thread.run(self._control().remove(name), timeout=self._load_timeout)
+        self._forget(name)
+
+    def reload(self) -> dict[str, list[str]]:
+        """Re-read serve.yaml and apply the difference while the other models keep serving:
+        returns the models ``added``, ``removed``, ``reloaded`` and ``failed`` (a failed reload
+        keeps the previous load serving; ``server.models`` shows why). A bad edit raises its
+        ConfigError and changes nothing."""
+        if self._replan is None:
+            raise RuntimeError("this server was started without a serve.yaml; nothing to reload")
+        control = self._control()
+        plan = self._replan()
+        done = self._thread.run(control.apply_plan(plan), timeout=self._load_timeout)
+        self._metadata.clear()
+        return done
+
+    # -- projects -----------------------------------------------------------------------------
+    def save(self, folder: str | os.PathLike[str]) -> Path:
+        """Write the models this server serves as a project in ``folder``: serve.yaml, the model
+        files, Python models as source (``notebook_models.py``), requirements.txt and a
+        Dockerfile. ``servekit serve folder/serve.yaml`` serves the same models with the same
+        outputs anywhere; ``servekit build folder`` makes its image. A model whose source cannot
+        be written (a lambda, a closure, ...) raises SaveError naming it; nothing is written."""
+        control = self._control()
+        plan = control.plan
+        project = saving.from_plans(control.served_plans(), plan.runtimes, plan.server.requirements)
+        return project.write(os.fspath(folder))
+
+    # -- inference ----------------------------------------------------------------------------
+    def infer(
+        self,
+        model: str,
+        inputs: Mapping[str, Any],
+        version: int | str | None = None,
+        outputs: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """Run ``model`` on ``inputs`` (name -> array or list) in process; name -> numpy array.
+
+        Goes through the same DataPlane (validation, version choice, batching, statistics) as
+        HTTP and gRPC requests, without encoding anything.
+        """
+        dataplane = self._dataplane()
+        wanted = [RequestedOutput(n) for n in outputs] if outputs else None
+        label = None if version is None else str(version)
+
+        async def declared() -> dict[str, str]:
+            try:
+                signature = dataplane.signature_of(model, label)
+            except ServeError:  # not servable: the request itself fails with the right error
+                return {}
+            return {s.name: s.datatype for s in signature.inputs}
+
+        # Cast here, in the caller's thread, so a cast warning points at the caller's line.
+        arrays = wire.to_arrays(model, inputs, self._thread.run(declared()), self._casts)
+
+        async def run() -> dict[str, Any]:
+            tensors = [
+                Tensor(key, from_numpy(array.dtype).name, array.shape, array)
+                for key, array in arrays.items()
+            ]
+            request = InferRequest(model, tensors, model_version=label, outputs=wanted)
+            response = await dataplane.infer(request)
+            return {t.name: t.data for t in response.outputs}
+
+        return self._thread.run(run())
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def stop(self, grace: float = 5.0) -> None:
+        """Stop serving: in-flight requests get ``grace`` seconds, then ports and threads are
+        released. Safe to call twice."""
+        self._stop(grace, "")
+        registry.forget(self)
+
+    def _stop(self, grace: float, note: str) -> None:
+        if note and not self._note:
+            self._note = note
+        self._thread.stop(grace)
+        self.close()
+        if self._cleanup is not None:
+            shutil.rmtree(self._cleanup, ignore_errors=True)
+            self._cleanup = None
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _repr_html_(self) -> str:
+        running = self.running
+        return html.card_html(
+            kind=f"{self.kind} (name {self.name!r})",
+            state="running" if running else f"stopped{self._note}",
+            running=running,
+            url=self.url,
+            grpc_target=self.grpc_target,
+            dashboard_url=self.dashboard_url,
+            models=self.models if running else [],
+            token=self._token_view(),
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<Server {self.name!r} {state} {self.url}>"
+
+
+def _describe(source: Callable[..., Any]) -> str:
+    """An entrypoint-like label of an in-memory object (``module:qualname``), for display."""
+    module = getattr(source, "__module__", None) or "__main__"
+    qualname = getattr(source, "__qualname__", None) or type(source).__name__
+    return f"{module}:{qualname}"

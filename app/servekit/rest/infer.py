@@ -1,0 +1,261 @@
+"""The V2 inference routes: the server's hot path, answered by a bare ASGI app.
+
+Litestar declares the two routes, and keeps doing everything around them: routing and path
+parameters, the OpenAPI document, 405 and OPTIONS, and the exception handlers that turn errors
+into ``{"error": ...}`` with the right status. The request itself is answered by
+:func:`serve_infer`, installed as the routes' handler-level middleware: it runs before
+Litestar builds a ``Request``, resolves handler arguments, opens the dependency exit stack and
+turns a return value into a response. For a tiny model, with the server on one core, that
+framework work plus ``Request.body()`` was about 30 us of the ~110 us one request cost
+(docs/performance.md); the body is read here instead, under the same ``request_max_body_size``
+rules. The handler functions are never called: their signatures are what the OpenAPI
+document shows (the body Litestar would read, the answer it would send).
+
+(A Litestar ``@asgi`` route would be the obvious tool, but Litestar 2.x fails to route an
+``@asgi`` handler with path parameters for any HTTP method, and drops it from OpenAPI.)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from litestar import post
+from litestar.exceptions import ClientException, InternalServerException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import JSONBody
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    Receive,
+    Scope,
+    Send,
+)
+
+from servekit.codecs import v2_binary, v2_json
+from servekit.config.auth import AccessPolicy, ApiGroup
+from servekit.errors import ResourceExhausted
+from servekit.rest import compression, large
+from servekit.rest.access import client_of, group_opt
+from servekit.rest.leaving import unless_client_leaves
+from servekit.rest.openapi import (
+    INFERENCE_FAILURES,
+    InferenceRequest,
+    InferenceResponse,
+    failures,
+    with_media,
+)
+from servekit.services.dataplane import DataPlane
+
+_HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
+_CONTENT_LENGTH = b"content-length"
+_AUTHORIZATION = b"authorization"
+_CONTENT_ENCODING = b"content-encoding"
+_ACCEPT_ENCODING = b"accept-encoding"
+_JSON_TYPE = (b"content-type", b"application/json")
+_BINARY_TYPE = (b"content-type", b"application/octet-stream")
+_VARY = (b"vary", b"accept-encoding")
+
+
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """What :func:`serve_infer` reads from application state, in one lookup (Litestar's
+    ``State`` answers attribute reads through a Python ``__getattr__``)."""
+
+    dataplane: DataPlane
+    access: AccessPolicy
+    json_limit: int
+    """``server.maxJsonRequestBytes`` (restart-only, so read once)."""
+
+
+async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
+    """Answer one inference request (JSON, binary extension or raw binary) on its own."""
+    arrived = time.monotonic()  # before the body: see DataPlane.infer
+    params = scope["path_params"]
+    model: str = params["model"]
+    version: str | None = params.get("version")
+    fast: FastPath = scope["litestar_app"].state.fast_path
+    dataplane = fast.dataplane
+    access = fast.access
+    raw_length = None
+    authorization = None
+    encoding = None
+    accept = None
+    for key, value in scope["headers"]:  # ASGI header names are lower-case bytes
+        if key == _HEADER_LENGTH:
+            raw_length = value.decode("latin-1")
+        elif key == _AUTHORIZATION:
+            authorization = value
+        elif key == _CONTENT_ENCODING:
+            encoding = value
+        elif key == _ACCEPT_ENCODING:
+            accept = value
+    # Litestar's guards do not run on this fast path (see app/servekit/rest/access.py).
+    if access.enabled and not access.allows(ApiGroup.INFERENCE, authorization):
+        access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
+    json_limit = fast.json_limit if raw_length is None else None
+    body = await read_body(scope, receive, json_limit, encoding)
+    header_length = v2_binary.parse_header_length(raw_length, len(body))
+    if header_length is None:
+        if len(body) < large.OFF_LOOP_BYTES:
+            infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
+        else:
+            infer_request = await large.decode_json(body, model, version)
+    elif header_length == 0:
+        signature = dataplane.signature_of(model, version)
+        infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
+    else:
+        infer_request = v2_binary.decode_request(body, header_length, model, version)
+    # A client that leaves while the request waits drops it (ClientLeft: nobody is answered).
+    response = await unless_client_leaves(scope, dataplane.infer(infer_request, arrived=arrived))
+    is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
+    if not is_large:
+        content, json_length = v2_binary.encode_response(infer_request, response)
+    else:
+        del body
+        content, json_length = await large.encode(infer_request, response)
+        del infer_request, response
+    coding = None
+    if accept is not None and len(content) >= compression.WORTH_BYTES:
+        coding = compression.accepted(accept)
+        if coding is not None:
+            content = await compression.compress_async(content, coding)
+    size = (_CONTENT_LENGTH, str(len(content)).encode())
+    headers = [_JSON_TYPE, size]
+    if json_length is not None:
+        headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
+    if coding is not None:
+        headers += [(_CONTENT_ENCODING, coding.encode()), _VARY]
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": headers,
+    }
+    await send(start)
+    reply: HTTPResponseBodyEvent = {
+        "type": "http.response.body",
+        "body": content,
+        "more_body": False,
+    }
+    await send(reply)
+    if is_large:
+        del content, reply
+        await large.release()
+
+
+async def read_body(
+    scope: Scope,
+    receive: Receive,
+    json_limit: int | None = None,
+    encoding: bytes | str | None = None,
+) -> bytes | bytearray:
+    """The whole request body, refused as Litestar's ``Request.body()`` would refuse it, and
+    decoded if ``encoding`` (the Content-Encoding header) names gzip or deflate.
+
+    The route's ``request_max_body_size`` (and ``json_limit``, for a JSON request) bounds both
+    the announced Content-Length (checked before anything is read) and the bytes actually
+    received, and then again the decoded bytes (app/servekit/rest/compression.py: a zip bomb is
+    refused
+    without being inflated). A large announced body is read into one buffer of its size (no
+    second copy when the chunks are joined).
+    """
+    names = compression.codings(encoding) if encoding is not None else None  # 415 before reading
+    handler = cast("HTTPRouteHandler", scope["route_handler"])
+    limit = handler.resolve_request_max_body_size() or math.inf
+    json_limited = False
+    if json_limit is not None and json_limit < limit:
+        limit, json_limited = json_limit, True
+    announced = -1
+    for key, value in scope["headers"]:
+        if key == _CONTENT_LENGTH:
+            try:
+                announced = int(value)
+            except ValueError:
+                raise ClientException(
+                    f"Invalid content-length: {value.decode('latin-1')!r}"
+                ) from None
+            if announced > limit:
+                raise _too_large(limit, json_limited)
+            break
+    if announced >= large.OFF_LOOP_BYTES:
+        buffer = await large.read_into_buffer(receive, announced)
+        if names:
+            return await compression.decode_async(
+                buffer, names, limit, _too_large(limit, json_limited)
+            )
+        return buffer
+    chunks: list[bytes] = []
+    received = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                received += len(chunk)
+                if received > limit:
+                    raise _too_large(limit, json_limited)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        elif message["type"] == "http.disconnect":
+            raise InternalServerException("client disconnected prematurely")
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if names:
+        return await compression.decode_async(body, names, limit, _too_large(limit, json_limited))
+    return body
+
+
+def _too_large(limit: float, json_limited: bool) -> Exception:
+    """The refusal of a body over ``limit``. Built only when refusing: a Litestar exception
+    costs more to construct than the rest of reading a small body."""
+    if not json_limited:
+        return RequestEntityTooLarge()
+    return ResourceExhausted(
+        f"JSON request body over {limit:.0f} bytes (server.maxJsonRequestBytes); send "
+        "large tensors with the binary tensor data extension (Inference-Header-Content-Length)"
+    )
+
+
+def _answer_directly(app: ASGIApp) -> ASGIApp:
+    """Handler-level middleware factory: ``serve_infer`` answers instead of Litestar's own
+    request handling (``app``)."""
+    return serve_infer
+
+
+INFER_DOC: dict[str, Any] = {
+    "responses": failures(ApiGroup.INFERENCE, *INFERENCE_FAILURES),
+    "operation_class": with_media(binary_answer=True),
+}
+"""What the document says beyond the signatures: the failures, and binary answers (outputs
+asked for with ``binary_data``, or a request sent with the binary extension)."""
+
+
+@post(
+    "/v2/models/{model:str}/infer",
+    opt=group_opt(ApiGroup.INFERENCE),
+    status_code=200,
+    middleware=[_answer_directly],
+    **INFER_DOC,
+)
+async def infer(data: JSONBody[InferenceRequest]) -> InferenceResponse:
+    """Run an inference (JSON, or binary tensors with Inference-Header-Content-Length)."""
+    raise _NEVER  # the signature is the document's: serve_infer (middleware) answers
+
+
+@post(
+    "/v2/models/{model:str}/versions/{version:str}/infer",
+    opt=group_opt(ApiGroup.INFERENCE),
+    status_code=200,
+    middleware=[_answer_directly],
+    **INFER_DOC,
+)
+async def infer_version(data: JSONBody[InferenceRequest]) -> InferenceResponse:
+    """Run an inference on one version of the model."""
+    raise _NEVER
+
+
+_NEVER = InternalServerException("the inference route answered without its middleware")

@@ -1,0 +1,50 @@
+"""Runtimes: what turns a dict of input arrays into a dict of output arrays.
+
+The registry maps a runtime implementation name (``implementation:`` in serve.yaml) to a loader
+function; modules are imported only when a model needs them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from servekit.errors import Internal
+from servekit.runtimes.base import ModelRuntime
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from servekit.config.compiler import ModelPlan
+    from servekit.config.versions import VersionSource
+
+# implementation name -> "module:function" taking (plan, version) and returning a ModelRuntime.
+IMPLEMENTATIONS: dict[str, str] = {
+    "onnxruntime": "servekit.runtimes.onnx:load",
+    "python": "servekit.runtimes.python:load",
+}
+ISOLATED = "isolated-python"
+"""Not a name serve.yaml's ``implementation`` can give: ``isolation: process`` selects it."""
+_LOADERS = {**IMPLEMENTATIONS, ISOLATED: "servekit.runtimes.isolated:load"}
+
+
+def loader_for(implementation: str) -> Callable[[ModelPlan, VersionSource], ModelRuntime]:
+    """The load function of a runtime implementation."""
+    try:
+        module_name, attr = _LOADERS[implementation].split(":")
+    except KeyError:
+        raise Internal(f"no runtime implementation called {implementation!r}") from None
+    loader: Callable[[ModelPlan, VersionSource], ModelRuntime] = getattr(
+        importlib.import_module(module_name), attr
+    )
+    return loader
+
+
+def load_runtime(plan: ModelPlan, version: VersionSource) -> ModelRuntime:
+    """Load one version of a model with its plan's runtime (blocking: call from a thread).
+
+    A Python model with ``isolation: process`` loads in child processes instead
+    (app/servekit/runtimes/isolated.py); the compiler allows that setting on Python models only.
+    """
+    if plan.config is not None and plan.config.isolation == "process":
+        return loader_for(ISOLATED)(plan, version)
+    return loader_for(plan.implementation)(plan, version)

@@ -1,0 +1,120 @@
+"""The runtime protocol every model implementation follows."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import numpy as np
+
+from servekit.errors import InvalidArgument
+from servekit.types import ModelSignature, TensorSpec
+
+if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
+    from servekit.config.schema import TensorOverride
+
+
+class LoadError(Exception):
+    """A model version that cannot load; the message is shown as its UNAVAILABLE reason."""
+
+
+Arrays = dict[str, np.ndarray]
+
+
+class ModelRuntime(Protocol):
+    """One loaded model version.
+
+    ``predict`` is called with inputs already validated against ``signature`` (names, datatypes,
+    shapes) and the list of outputs wanted; it may run on the event loop thread or a worker
+    thread, so it must be thread-safe and must not touch the event loop.
+    """
+
+    signature: ModelSignature
+    platform: str
+    off_loop: bool
+    """True: never call ``predict`` on the event loop thread, however fast it was measured (it
+    waits on another process and may wait up to its timeout: app/servekit/runtimes/isolated.py)."""
+
+    def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
+        """Run the model."""
+        ...
+
+    def close(self) -> None:
+        """Release the model's resources."""
+        ...
+
+
+Predict = Callable[[Arrays, list[str]], Arrays]
+
+
+@runtime_checkable
+class PerInstance(Protocol):
+    """A runtime with ``instances`` sessions (or objects) that a caller may use one each.
+
+    The executor gives each of a model's worker threads its own instance through
+    ``predictor(index)``, so threads never wait for one another's session; ``predict`` stays
+    for callers that do not care which instance runs (the event loop's inline calls).
+    """
+
+    def predictor(self, index: int) -> Predict:
+        """The predict function of instance ``index`` (0 <= index < instances)."""
+        ...
+
+
+@runtime_checkable
+class Supervised(Protocol):
+    """A runtime whose health can change after it loaded (an isolated model's process may die
+    and come back); the repository shows it as the version's state."""
+
+    def watch(self, report: Callable[[str | None], None]) -> None:
+        """Call ``report(reason)`` whenever the runtime stops serving, ``report(None)`` when it
+        serves again, from any thread; called at once if it is down already."""
+        ...
+
+
+CALL_DEADLINE: ContextVar[float | None] = ContextVar("servekit_call_deadline", default=None)
+"""The ``time.monotonic()`` by which the current request must be answered, when the caller
+knows one (a client's deadline); a runtime that can stop a call (an isolated model) stops it
+then, else at its own timeout. A context variable, so it follows the call into a worker thread
+(``asyncio.to_thread`` copies the context) without changing ``predict``'s arguments."""
+
+
+def apply_overrides(
+    specs: tuple[TensorSpec, ...], overrides: tuple[TensorOverride, ...] | None, kind: str
+) -> tuple[TensorSpec, ...]:
+    """Replace datatype/shape of tensors named in serve.yaml; an unknown name is an error."""
+    if not overrides:
+        return specs
+    by_name = {s.name: s for s in specs}
+    for override in overrides:
+        if override.name not in by_name:
+            raise InvalidArgument(
+                f"serve.yaml overrides {kind} {override.name!r}, but the model's {kind}s are "
+                f"{', '.join(by_name) or 'none'}"
+            )
+        current = by_name[override.name]
+        by_name[override.name] = TensorSpec(
+            current.name,
+            override.datatype or current.datatype,
+            tuple(override.shape) if override.shape is not None else current.shape,
+        )
+    return tuple(by_name[s.name] for s in specs)
+
+
+def is_decoupled(runtime: object) -> bool:
+    """Whether ``runtime`` answers a request with a stream of responses (Triton's decoupled
+    transaction policy): it then has ``predict_stream`` and its ``predict`` refuses."""
+    return getattr(runtime, "decoupled", False) is True
+
+
+def predict_stream(
+    runtime: object, inputs: Arrays, outputs: list[str]
+) -> AsyncGenerator[Arrays, None]:
+    """The results of a decoupled runtime (see :func:`is_decoupled`), one per response.
+
+    Called on the event loop; closing the iterator early stops the model (its slot is freed).
+    """
+    stream: Callable[[Arrays, list[str]], AsyncGenerator[Arrays, None]]
+    stream = runtime.predict_stream  # type: ignore[attr-defined]
+    return stream(inputs, outputs)

@@ -1,0 +1,255 @@
+"""Composition: the one place that wires the core to HTTP and gRPC and runs them.
+
+HTTP (uvicorn serving the Litestar app) and gRPC (grpc.aio) run on the *same* event loop over the
+same DataPlane, on the same addresses (app/servekit/listen.py) with the same TLS material
+(app/servekit/config/tls.py). Listeners open first, then models load, so liveness answers at once
+and
+readiness turns true when start-up loading is done (and, with ``server.strictReadiness``, the models
+asked for are READY: app/servekit/services/dataplane.py). ``ServeKit.stop`` closes the listeners
+and lets
+in-flight requests finish before models are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import uvicorn
+from litestar import Litestar
+
+from servekit import dashboard, edge
+from servekit.config.compiler import ServePlan
+from servekit.listen import Addresses, bind_http, bound_address
+from servekit.models.repository import ModelRepository
+from servekit.rest import create_app
+from servekit.rest import extensions as rest_extensions
+from servekit.rest import generate as rest_generate
+from servekit.rest import grps as rest_grps
+from servekit.rest import ports as rest_ports
+from servekit.rest import repository as rest_repository
+from servekit.rest import shared_memory as rest_shared_memory
+from servekit.rest import workers as rest_workers
+from servekit.services.dataplane import DataPlane, server_extensions
+from servekit.services.model_control import ModelControl
+from servekit.services.state import Listening, ServerState
+from servekit.services.stats import Statistics
+
+log = logging.getLogger("servekit")
+
+
+class _EmbeddedUvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the owner of the loop decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class WorkerRole(Protocol):
+    """What a worker of ``server.workers`` (app/servekit/workers/worker.py) changes in its ServeKit;
+    a single server has none and runs exactly as without it."""
+
+    def make_control(self, state: ServerState, repository: ModelRepository) -> ModelControl:
+        """The ModelControl adapters get (changes go to every worker)."""
+        ...
+
+    async def before_listening(self) -> None:
+        """Runs once start-up models loaded, before the listeners open (the journal replay)."""
+        ...
+
+    def wrap_http(self, app: Litestar) -> Any:
+        """The ASGI application uvicorn serves."""
+        ...
+
+    def grpc_interceptors(self) -> list[Any]: ...
+
+
+class ServeKit:
+    """A running (or startable) server for one compiled plan.
+
+    The composition root: it builds the services once (ServerState holding the plan in force,
+    the repository, the DataPlane and ModelControl) and hands the DataPlane and ModelControl to
+    every adapter; the adapters see nothing else of it.
+    """
+
+    def __init__(
+        self,
+        plan: ServePlan,
+        statistics: Statistics | None = None,
+        *,
+        worker: WorkerRole | None = None,
+    ) -> None:
+        self.state = ServerState(plan)
+        self.statistics = statistics or Statistics()
+        self.repository = ModelRepository(plan.base_dir)
+        # Every HTTP and gRPC surface below offers the configuration, statistics and
+        # repository extensions and Triton's generate extension (app/servekit/rest/generate.py), so
+        # server metadata names them.
+        extensions = (
+            *server_extensions(config_and_statistics=True, repository=True),
+            *rest_generate.GENERATE,
+        )
+        self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
+        self._worker = worker
+        self.control = (
+            ModelControl(self.state, self.repository)
+            if worker is None
+            else worker.make_control(self.state, self.repository)
+        )
+        self.addresses: Addresses | None = None
+        self._http: _EmbeddedUvicorn | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._grpc: Any = None
+        self._loading: asyncio.Task[None] | None = None
+
+    @property
+    def plan(self) -> ServePlan:
+        """The plan in force (ServerState's; a reload or a ``--watch`` edit replaces it)."""
+        return self.state.plan
+
+    def _publish(self, addresses: Addresses) -> None:
+        """Tell the services where the server listens (the ports route and the dashboard)."""
+        self.state.listening = Listening(
+            addresses.http_port, addresses.grpc_port, addresses.http_url, addresses.grpc_target
+        )
+
+    async def start(self, *, wait_for_models: bool = False) -> Addresses:
+        """Open both listeners, then load models (awaited only if ``wait_for_models``).
+
+        A worker of ``server.workers`` loads first and opens its listeners once it holds the
+        state every worker holds (the others serve meanwhile)."""
+        self.state.end_drain()
+        self.state.stopping = False
+        server = self.plan.server
+        tls = self.plan.tls
+        worker = self._worker
+        if worker is not None:
+            await self.control.start()
+            await worker.before_listening()
+        sockets = bind_http(server.host, server.http_port, reuse_port=worker is not None)
+        hosts = tuple(bound_address(s) for s in sockets)
+        self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
+        network = server.network
+        app: Any = self.http_app()
+        config = uvicorn.Config(
+            app if worker is None else worker.wrap_http(app),
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=30,
+            server_header=False,
+            loop="none",
+            # uvicorn's httptools protocol plus the deadlines and limits it lacks
+            # (app/servekit/edge.py)
+            http=edge.protocol_class(network),
+            timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
+            backlog=edge.ACCEPT_BACKLOG,
+            # Our own context (app/servekit/config/tls.py, from the files the config check read):
+            # uvicorn's file options would prompt on the terminal for an encrypted key's password.
+            ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
+        )
+        self._http = _EmbeddedUvicorn(config)
+        # uvicorn keeps one task per HTTP request in progress: with the gRPC calls, what a
+        # batching model's lone request needs to run at once (ModelExecutor.inline)
+        tasks, grpc_calls = self._http.server_state.tasks, self.state.grpc_calls
+        self.state.requests_in_progress = lambda: len(tasks) + grpc_calls.n
+        self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
+        await _until(lambda: self._http is not None and self._http.started, self._http_task)
+        self._publish(self.addresses)
+        if server.grpc_port is not None:
+            from servekit.grpc import tuning
+
+            tuning.prefer_poller_io()  # before grpcio is imported (below)
+            from servekit.grpc import grps_servicer
+            from servekit.grpc.server import start_grpc_server
+
+            self._grpc, port = await start_grpc_server(
+                self.dataplane,
+                server,
+                control=self.control,
+                services=[grps_servicer.registrar(self.dataplane)],
+                hosts=hosts,
+                tls=tls,
+                reuse_port=worker is not None,
+                interceptors=worker.grpc_interceptors() if worker is not None else (),
+            )
+            self.addresses.grpc_port = port
+            self._publish(self.addresses)
+        if worker is None:
+            self._loading = asyncio.create_task(self.control.start())
+        if wait_for_models and self._loading is not None:
+            await self._loading
+        return self.addresses
+
+    def http_app(self) -> Litestar:
+        """Every HTTP surface of this server as one Litestar application."""
+        return create_app(
+            self.dataplane,
+            self.control,
+            extra_routes=[
+                *rest_extensions.ROUTES,
+                *rest_generate.ROUTES,
+                *dashboard.routes(),
+                *rest_repository.ROUTES,
+                *rest_shared_memory.ROUTES,
+                *rest_grps.ROUTES,
+                *rest_ports.ROUTES,
+                *rest_workers.ROUTES,
+            ],
+        )
+
+    async def wait_until_loaded(self) -> None:
+        if self._loading is not None:
+            await self._loading
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain, then stop: readiness turns false and new inference requests are refused
+        (503 / UNAVAILABLE) while accepted ones, queued or running, finish for up to ``grace``
+        seconds (default ``server.drainSeconds``); then the listeners close (keep-alive
+        connections after their current response, gRPC calls still open get the rest of the
+        grace) and models are released. Refusing first, closing after, means no request a
+        client saw accepted is cut off: a load balancer retries the refused ones elsewhere.
+        Streams of decoupled models (which may never finish) end at their next response."""
+        loop = asyncio.get_running_loop()
+        grace = self.plan.server.drain_seconds if grace is None else grace
+        deadline = loop.time() + grace
+        self.state.begin_drain()
+        self.state.stopping = True
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._loading
+        while self.dataplane.in_flight() and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        if self.dataplane.in_flight():
+            log.warning("stopping with %d request(s) unfinished after %.1f s of drain",
+                        self.dataplane.in_flight(), grace)  # fmt: skip
+        rest = max(1.0, deadline - loop.time())  # responses being written, open streams
+        if self._grpc is not None:
+            await self._grpc.stop(rest)
+            self._grpc = None
+        if self._http is not None and self._http_task is not None:
+            self._http.config.timeout_graceful_shutdown = math.ceil(rest)
+            self._http.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._http_task
+            self._http = None
+        self.dataplane.shared_memory.close()  # unmap every region clients registered
+        await self.repository.close()
+
+
+async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0) -> None:
+    """Wait (bounded) for ``condition()``; surface the task's error if it died first."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        if task.done():
+            task.result()
+            raise RuntimeError("HTTP server stopped during start-up")
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError("HTTP server did not start in time")
+        await asyncio.sleep(0.01)

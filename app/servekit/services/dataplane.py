@@ -1,0 +1,561 @@
+"""The one dataplane: every protocol adapter calls these methods and nothing else.
+
+It validates a request against the model's metadata (names, datatypes, shapes), picks the
+version, hands the request to that version's executor (app/servekit/services/executor.py: on the
+loop
+for models measured fast, else the model's own worker threads, queue, deadlines and batching),
+checks the outputs against the metadata (app/servekit/services/outputs.py) and records statistics.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import aclosing
+from typing import Any
+
+from servekit import __version__
+from servekit.config.auth import AccessPolicy
+from servekit.config.compiler import ModelPlan, ServePlan
+from servekit.config.schema import GrpsStreaming
+from servekit.errors import (
+    DeadlineExceeded,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    ServeError,
+    Unavailable,
+    internal_error,
+)
+from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
+from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
+from servekit.services.classification import class_count, classify
+from servekit.services.executor import ModelExecutor
+from servekit.services.jobs import ExecutorSettings
+from servekit.services.model_config import ModelConfiguration, model_configuration
+from servekit.services.model_stats import VersionStatistics, model_statistics
+from servekit.services.shared_memory import SharedMemoryRegions
+from servekit.services.state import CallCount, Listening, ServerState
+from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
+from servekit.types import (
+    InferRequest,
+    InferResponse,
+    ModelMetadata,
+    ModelSignature,
+    Tensor,
+    TensorSpec,
+)
+
+log = logging.getLogger("servekit.dataplane")
+
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification", "system_shared_memory")
+"""The protocol extensions every DataPlane implements: binary tensor data (its codecs),
+classification (app/servekit/services/classification.py) and system shared memory
+(app/servekit/services/shared_memory.py; both adapters offer its registration)."""
+CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
+"""Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
+REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
+"""Triton's model repository extension (index, load, unload)."""
+
+
+def server_extensions(*, config_and_statistics: bool, repository: bool) -> tuple[str, ...]:
+    """The extensions server metadata names for what the composition root enables."""
+    return (
+        *BINARY_DATA,
+        *(CONFIG_AND_STATISTICS if config_and_statistics else ()),
+        *(REPOSITORY if repository else ()),
+    )
+
+
+class DataPlane:
+    """Health, metadata, inference, configuration and statistics over the model repository:
+    the API every adapter is given (it never reaches past it into the repository or the plan).
+    """
+
+    def __init__(
+        self,
+        state: ServerState,
+        repository: ModelRepository,
+        statistics: Statistics | None = None,
+        extensions: Sequence[str] = BINARY_DATA,
+        shared_memory: SharedMemoryRegions | None = None,
+    ) -> None:
+        self._state = state
+        self.shared_memory = shared_memory or SharedMemoryRegions()
+        """The system shared-memory regions clients registered (register/status/unregister
+        are called on it by the adapters; inference reads and writes them here)."""
+        self._repository = repository
+        self.statistics = statistics or Statistics()
+        self._extensions = tuple(extensions)
+
+    # -- the server ---------------------------------------------------------------------------
+    @property
+    def grpc_calls(self) -> CallCount:
+        """The gRPC adapter's count of the inference calls it holds: with uvicorn's HTTP
+        tasks, it tells a batching model whether a request is alone (ServerState)."""
+        return self._state.grpc_calls
+
+    @property
+    def plan(self) -> ServePlan:
+        """The plan in force (from ServerState: read on use, never kept)."""
+        return self._state.plan
+
+    @property
+    def access(self) -> AccessPolicy:
+        """The tokens in force (``server.auth``; restart-only, so fixed while running)."""
+        return self._state.plan.access
+
+    @property
+    def started_at(self) -> float:
+        return self._state.started_at
+
+    @property
+    def extensions(self) -> tuple[str, ...]:
+        return self._extensions
+
+    @property
+    def online(self) -> bool:
+        """False after grps Offline (see ``set_online``)."""
+        return self._state.online
+
+    def set_online(self, online: bool) -> None:
+        """grps Online/Offline: offline, readiness answers false on every surface so a load
+        balancer drains this server, while requests that still arrive are served."""
+        self._state.online = online
+
+    def ports(self) -> Listening:
+        """The bound HTTP and gRPC ports (Unavailable until they are known)."""
+        return self._state.ports()
+
+    @property
+    def listening(self) -> Listening | None:
+        """Where the server listens, or None before the listeners are up."""
+        return self._state.listening
+
+    def grps_streaming(self) -> GrpsStreaming:
+        """How grps HTTP predict requests ask for streaming (``server.grpsStreaming``)."""
+        return self._state.plan.server.grps_streaming
+
+    # -- health and metadata ------------------------------------------------------------------
+    def live(self) -> bool:
+        return True
+
+    def ready(self) -> bool:
+        """Server readiness, the one rule every surface answers (V2 HTTP and gRPC, gRPC health,
+        grps, the dashboard): online (see ``online``), start-up loading finished and, with
+        ``server.strictReadiness`` (the default, as Triton), every model asked for READY."""
+        return self.not_ready_reason() is None
+
+    def not_ready_reason(self) -> str | None:
+        """Why the server is not ready, or None when it is. Says how many models are missing,
+        not which: readiness is open to unauthenticated probes, model names are not."""
+        if self._state.draining:
+            return "the server is stopping (requests already accepted finish first)"
+        if not self._state.online:
+            return "the server is offline (draining); Online brings it back"
+        if not self._state.startup_done:
+            return "models are still loading"
+        waiting = self.models_not_ready()
+        if waiting:
+            return (
+                f"{len(waiting)} model(s) asked for are not READY (see the repository index; "
+                "server.strictReadiness: false answers ready without them)"
+            )
+        return None
+
+    def models_not_ready(self) -> list[str]:
+        """Models asked for (``ModelRepository.requested``) with a version that is not READY,
+        or with no version at all; always empty when ``server.strictReadiness`` is false."""
+        repository = self._repository
+        if not self._state.plan.server.strict_readiness:
+            return []
+        waiting = []
+        for name in sorted(repository.requested):
+            try:
+                entry = repository.get(name)
+            except NotFound:  # asked for, then left serve.yaml: no longer served at all
+                continue
+            if not entry.versions or entry.failed_versions():
+                waiting.append(name)
+        return waiting
+
+    # -- the models, as the index and the dashboard show them ----------------------------------
+    def model_names(self) -> list[str]:
+        """Every model the server knows, loaded or not (V1 list, grps selection)."""
+        return self._repository.names()
+
+    def default_model(self) -> str | None:
+        """The model a request naming none uses (grps): serve.yaml's first, if any."""
+        models = self._state.plan.models
+        return models[0].name if models else None
+
+    def models(self) -> list[ModelEntry]:
+        """Every model with its versions, states and reasons, sorted by name (read-only)."""
+        return sorted(self._repository.entries(), key=lambda e: e.plan.name)
+
+    def model(self, name: str) -> ModelEntry:
+        """One model with its versions (NotFound for an unknown name; read-only)."""
+        return self._repository.get(name)
+
+    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+        """Triton's repository index: one row per model version (name, version, state,
+        reason), ready ones only if asked."""
+        rows = self._repository.index()
+        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+
+    def recent_errors(self) -> list[dict[str, Any]]:
+        """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
+        return list(self._repository.recent_errors)
+
+    def workers(self) -> list[WorkerStatus]:
+        """Each worker process with its figures (``server.workers``); a single server answers
+        one entry, this process."""
+        found = self.statistics.workers()
+        if found is not None:
+            return found
+        success, failure = self.statistics.requests()
+        state: WorkerState = "serving" if self._state.startup_done else "starting"
+        if self._state.stopping:
+            state = "stopping"
+        started = self._state.started_at
+        return [WorkerStatus(0, os.getpid(), state, started, 0, success, failure)]
+
+    def version_stats(self, name: str, version: int) -> VersionStats:
+        """The statistics of one version (zeros if it has served nothing)."""
+        return self.statistics.find(name, version) or VersionStats()
+
+    def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
+        """Triton's model configuration of ``name`` as served at ``version``."""
+        entry, found = self._repository.resolve(name, version)
+        runtime = found.runtime
+        platform = runtime.platform if runtime is not None else entry.plan.format_name
+        decoupled = runtime is not None and is_decoupled(runtime)
+        return model_configuration(entry.plan, _signature(found), platform, decoupled)
+
+    def model_statistics(
+        self, name: str | None = None, version: str | None = None
+    ) -> tuple[VersionStatistics, ...]:
+        """Triton's statistics of the versions a request names (see model_stats.py)."""
+        return model_statistics(self._repository, self.statistics, name, version)
+
+    def server_metadata(self) -> dict[str, Any]:
+        return {
+            "name": self._state.plan.server.name,
+            "version": __version__,
+            "extensions": list(self._extensions),
+        }
+
+    def model_ready(self, name: str, version: str | None = None) -> bool:
+        entry = self._repository.get(name)
+        if version is None or version == "":
+            return bool(entry.ready_versions())
+        try:
+            self._repository.resolve(name, version)
+        except ServeError as exc:
+            if exc.code.value in ("NOT_FOUND", "INVALID_ARGUMENT"):  # unknown, or not a version
+                raise
+            return False
+        return True
+
+    def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
+        entry, found = self._repository.resolve(name, version)
+        signature = _signature(found)
+        versions = tuple(str(v) for v in entry.ready_versions())
+        runtime = found.runtime
+        platform = runtime.platform if runtime is not None else entry.plan.format_name
+        return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
+
+    # -- inference ----------------------------------------------------------------------------
+    async def infer(
+        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+    ) -> InferResponse:
+        """Validate, run and answer one inference request.
+
+        ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
+        ``server.requestTimeoutSeconds`` may make it earlier, and a ``timeout`` request
+        parameter (microseconds, as Triton) bounds its wait in the queue. Past either the
+        request is answered DeadlineExceeded and, if it had not started, never runs. How the
+        request reaches the model (on the loop, in the model's threads, batched) is its
+        version's executor's call.
+
+        ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
+        that read a body after that: a request whose upload began before a graceful stop was
+        accepted and is served; one without it counts as arriving now.
+        """
+        if self._state.refuses(arrived):
+            raise Unavailable("the server is stopping; send the request to another replica")
+        if request.shared_memory:  # tensors in registered regions: read, run (here), write
+            return await self.shared_memory.infer(
+                request, lambda inner: self.infer(inner, deadline, arrived)
+            )
+        started = time.perf_counter_ns()
+        entry, version = self._repository.resolve(request.model_name, request.model_version)
+        stats = self.statistics.of(entry.plan.name, version.version)
+        version.enter()
+        try:
+            runtime = version.runtime
+            if runtime is None:
+                raise Internal(f"model {request.model_name!r} lost its runtime while in use")
+            signature = runtime.signature
+            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            wanted, classes = requested_outputs(request, signature)
+            queue_by = None
+            state = self._state
+            if request.parameters or deadline is not None or state.request_timeout_s is not None:
+                deadline, queue_by = self._deadlines(request, deadline)
+            executor = version.executor
+            if not isinstance(executor, ModelExecutor):
+                executor = self._executor(entry.plan, version, runtime, stats)
+            elif executor.placement.threshold_ns != state.inline_below_ns:  # a live edit
+                executor.retune(state.inline_below_ns)
+            input_done = time.perf_counter_ns()
+            names = [s.name for s in wanted]
+            rows = _batch_size(request, entry.plan.max_batch_size)
+            inline = executor.inline(rows, state.requests_in_progress)
+            if inline:  # starts now: nothing can expire before it does
+                results, spent = executor.run_inline(feed, names, rows)
+                queue_ns = 0
+            else:
+                results, queue_ns, spent = await executor.submit(
+                    feed, names, rows, deadline, queue_by
+                )
+            infer_done = time.perf_counter_ns()
+            outputs = executor.check.tensors(results, wanted)
+            if classes:  # the classification extension: top k instead of the tensor
+                outputs = classified(outputs, classes, entry.plan)
+            stats.record_success(
+                rows,
+                queue_ns,
+                input_done - started,
+                spent,
+                time.perf_counter_ns() - infer_done,
+                executed=inline,  # else the executor counted the model run
+            )
+        except ServeError:
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead request
+            raise _model_failed(stats, started, request.model_name, exc) from exc
+        finally:
+            version.leave()
+        return InferResponse(
+            model_name=entry.plan.name,
+            model_version=str(version.version),
+            outputs=outputs,
+            id=request.id,
+        )
+
+    async def infer_stream(
+        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+    ) -> AsyncGenerator[InferResponse, None]:
+        """The responses to one request, as the model produces them (the streaming surfaces:
+        gRPC ModelStreamInfer, HTTP generate/generate_stream, grps streaming).
+
+        A model that is not decoupled answers through :meth:`infer`: one response. A decoupled
+        one (a Python ``predict`` that yields) answers one response per result. Adapters close
+        this iterator when their client leaves (or their task is cancelled): that closes the
+        model's generator and frees its instance; a server that is stopping ends it after the
+        next response (Unavailable). Statistics count the request once, as Triton
+        does for a decoupled model: a success timed from the first step to the last response,
+        or a failure; a stream its client abandons is neither. ``deadline`` and ``arrived`` are
+        as for :meth:`infer` (a decoupled model's stream is ended by its client, not by a
+        deadline).
+        """
+        entry, version = self._repository.resolve(request.model_name, request.model_version)
+        runtime = version.runtime
+        if runtime is None or not is_decoupled(runtime):
+            yield await self.infer(request, deadline, arrived)
+            return
+        if self._state.refuses(arrived):
+            raise Unavailable("the server is stopping; send the request to another replica")
+        started = time.perf_counter_ns()
+        stats = self.statistics.of(entry.plan.name, version.version)
+        version.enter()
+        try:
+            signature = runtime.signature
+            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            wanted, classes = requested_outputs(request, signature)
+            if classes:
+                raise InvalidArgument("classification is not offered for a decoupled model")
+            input_done = time.perf_counter_ns()
+            results = predict_stream(runtime, feed, [s.name for s in wanted])
+            async with aclosing(results):
+                async for result in results:
+                    yield InferResponse(
+                        model_name=entry.plan.name,
+                        model_version=str(version.version),
+                        outputs=[
+                            Tensor(s.name, s.datatype, tuple(result[s.name].shape), result[s.name])
+                            for s in wanted
+                        ],
+                        id=request.id,
+                    )
+                    if self._state.stopping:
+                        raise Unavailable("the server is shutting down; the stream ends here")
+            spent = time.perf_counter_ns() - input_done
+            stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
+        except ServeError:
+            stats.record_failure(time.perf_counter_ns() - started)
+            raise
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead stream
+            raise _model_failed(stats, started, request.model_name, exc) from exc
+        finally:
+            version.leave()
+
+    def decoupled(self, name: str, version: str | None = None) -> bool:
+        """Whether the version a request for (name, version) would use streams its responses
+        (False for a model or version that cannot answer: the request itself says why)."""
+        try:
+            _, found = self._repository.resolve(name, version)
+        except ServeError:
+            return False
+        return found.runtime is not None and is_decoupled(found.runtime)
+
+    def _deadlines(
+        self, request: InferRequest, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """When the request expires as a whole (the client's deadline, capped by
+        ``server.requestTimeoutSeconds``) and when it must have started: its ``timeout``
+        parameter, in microseconds from now (0 or absent: none). As in Triton, ``timeout``
+        bounds the wait in the model's queue; a request that starts at once never expires by it.
+        """
+        now = time.monotonic()
+        cap_s = self._state.request_timeout_s
+        if cap_s is not None:
+            cap = now + cap_s
+            deadline = cap if deadline is None else min(deadline, cap)
+        if deadline is not None and deadline <= now:
+            raise DeadlineExceeded(
+                f"model {request.model_name!r}: the request's deadline had passed when it arrived"
+            )
+        timeout = request.parameters.get("timeout")
+        if timeout is None:
+            return deadline, None
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
+            raise InvalidArgument(
+                "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
+            )
+        return deadline, (now + timeout / 1e6) if timeout else None
+
+    def _executor(
+        self, plan: ModelPlan, version: VersionEntry, runtime: ModelRuntime, stats: VersionStats
+    ) -> ModelExecutor:
+        """The executor of a loaded version (made on first use, closed when it is retired)."""
+        settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
+        executor = ModelExecutor(plan.name, version, runtime, stats, settings)
+        version.executor = executor
+        return executor
+
+    def in_flight(self) -> int:
+        """Inference requests accepted and not yet finished, queued or running, over every
+        model (a graceful stop waits for this to reach 0)."""
+        return sum(
+            version.in_flight
+            for entry in self._repository.entries()
+            for version in entry.versions.values()
+        )
+
+    def signature_of(self, name: str, version: str | None = None) -> ModelSignature:
+        """The signature of the version a request for (name, version) would use."""
+        _, found = self._repository.resolve(name, version)
+        return _signature(found)
+
+
+def _signature(found: VersionEntry) -> ModelSignature:
+    if found.state is not State.READY or found.runtime is None:
+        raise Internal("version is not loaded")
+    return found.runtime.signature
+
+
+def _batch_size(request: InferRequest, max_batch_size: int) -> int:
+    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+        return request.inputs[0].shape[0]
+    return 1
+
+
+def validate_inputs(
+    request: InferRequest, by_name: dict[str, TensorSpec], max_batch_size: int = 0
+) -> dict[str, Any]:
+    """Check every input against the model's metadata; return name -> array for the runtime."""
+    feed: dict[str, Any] = {}
+    for tensor in request.inputs:
+        spec = by_name.get(tensor.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no input {tensor.name!r}; "
+                f"its inputs are {', '.join(by_name)}"
+            )
+        if tensor.name in feed:
+            raise InvalidArgument(f"input {tensor.name!r} is given twice")
+        if tensor.datatype != spec.datatype:
+            raise InvalidArgument(
+                f"input {tensor.name!r} must be {spec.datatype}, got {tensor.datatype}"
+            )
+        _check_shape(tensor, spec, max_batch_size)
+        feed[tensor.name] = tensor.data
+    missing = [name for name in by_name if name not in feed]
+    if missing:
+        raise InvalidArgument(f"model {request.model_name!r} needs input(s) {', '.join(missing)}")
+    return feed
+
+
+def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
+    shape = tensor.shape
+    ok = len(shape) == len(spec.shape) and all(
+        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
+    )
+    if ok and max_batch_size > 0 and shape and shape[0] > max_batch_size:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: batch of {shape[0]} exceeds maxBatchSize {max_batch_size}"
+        )
+    if not ok:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: shape {list(shape)} does not match the model's "
+            f"{list(spec.shape)} (-1 is any size)"
+        )
+
+
+def requested_outputs(
+    request: InferRequest, signature: ModelSignature
+) -> tuple[list[TensorSpec], dict[str, int] | None]:
+    """The outputs to compute: those asked for, in the order asked, or all of them; and the
+    class counts of those asked for with ``classification: k`` (checked before the model
+    runs; None when none is)."""
+    if not request.outputs:
+        return list(signature.outputs), None
+    by_name = signature.output_index
+    wanted = []
+    classes: dict[str, int] | None = None
+    for requested in request.outputs:
+        k = requested.parameters.get("classification")
+        if k is not None:
+            classes = classes or {}
+            classes[requested.name] = class_count(requested.name, k)
+        spec = by_name.get(requested.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no output {requested.name!r}; "
+                f"its outputs are {', '.join(by_name)}"
+            )
+        wanted.append(spec)
+    return wanted, classes
+
+
+def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
+    """``outputs`` with those in ``classes`` replaced by their top k classes
+    (app/servekit/services/classification.py)."""
+    batched = plan.max_batch_size > 0
+    return [
+        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
+        for t in outputs
+    ]
+
+
+def _model_failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Internal:
+    """Count a request a model failed on unexpectedly, log the exception under a reference, and
+    return the clean error its client gets (the exception's text may hold paths or secrets)."""
+    stats.record_failure(time.perf_counter_ns() - started)
+    where = f"model {model!r}"
+    return Internal(f"{where} failed: {internal_error(log, exc, where)}")

@@ -1,0 +1,446 @@
+"""The executor of one loaded model version: the one place that decides how a request reaches
+the model's compute.
+
+* **On the event loop** (no thread hop) only for versions measured fast, as
+  app/servekit/services/placement.py decides (never a new version's first calls, never a version
+  that
+  keeps being slow), and only for requests no larger than a call already timed fast.
+* **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
+  session or Python object (app/servekit/runtimes/base.py PerInstance). A model that hangs or raises
+  only ever occupies its own threads and fills its own queue: other models, model loading
+  (the loop's default executor) and the loop itself are not affected.
+
+Requests wait in a queue bounded by ``maxQueueSize`` (one more: Overloaded, HTTP 429). Each may
+carry a deadline (the client's, capped by ``server.requestTimeoutSeconds``) and bounds on its
+wait (its ``timeout`` parameter, the model's ``queueTimeoutMicroseconds``): a request expired
+while queued is answered DeadlineExceeded and never starts; one whose deadline passes while it
+runs is answered DeadlineExceeded at once. A request whose awaiting coroutine is cancelled
+(client gone) leaves the queue; if it is already running, its call's cancel flag
+(app/servekit/runtimes/cancel.py) is set once every request of that call is abandoned. The version's
+in-flight count follows the thread, not the request: an abandoned call counts until its thread
+returns, so unload and drain see the truth.
+
+With dynamic batching, a batch leaves as soon as an instance is free
+(app/servekit/services/batching.py
+says which requests go together), one loop pass after its first request arrived so that the
+requests decoded in the same pass join it. A batch of several requests always runs in the
+version's threads, where the requests arriving meanwhile queue up for the next one. A request that
+is the only one the listeners hold, or a batch of one request with nothing else queued (low
+load), runs on the loop when the version's single-request calls are measured fast, as an
+unbatched version's would: at one request in flight a batching model then costs what an
+unbatched one costs, not a loop pass and a thread hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
+from servekit.models.repository import VersionEntry
+from servekit.runtimes import cancel
+from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, PerInstance, Predict
+from servekit.services import batching
+from servekit.services.jobs import ExecutorSettings, Job, JobState, Work
+from servekit.services.outputs import OutputCheck
+from servekit.services.placement import Mode, Placement
+from servekit.services.stats import VersionStats
+
+log = logging.getLogger("servekit.executor")
+
+
+class ModelExecutor:
+    """Runs the requests of one loaded model version (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        version: VersionEntry,
+        runtime: ModelRuntime,
+        stats: VersionStats,
+        settings: ExecutorSettings,
+    ) -> None:
+        self.name = name
+        self.settings = settings
+        loose: frozenset[str] = getattr(runtime, "loose_outputs", frozenset())
+        trusted: bool = getattr(runtime, "outputs_trusted", False)
+        self.check = OutputCheck(name, runtime.signature, loose, trusted)
+        self._version = version
+        self._runtime = runtime
+        self._stats = stats
+        self.placement = Placement(  # a runtime that waits on a process never runs on the loop
+            name,
+            settings.inline_below_ns,
+            may_inline=not runtime.off_loop,
+        )
+        self._queue: deque[Job] = deque()
+        self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = settings.instances
+        self._avg_ns = 0.0
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._soon: asyncio.Handle | None = None
+        self._probing = False
+        self._fast_rows = 0
+        """The most rows of a call of one request timed within the inline bound: a request
+        with more never runs on the loop (a model measured fast on one row may take far longer
+        on a thousand). Grows as larger calls are timed fast, in threads or on the loop."""
+
+    # -- on the loop --------------------------------------------------------------------------
+    @property
+    def mode(self) -> Mode:
+        return self.placement.mode
+
+    def inline(self, rows: int, in_progress: Callable[[], int]) -> bool:
+        """Whether the next request runs on the loop now: measured fast, and nothing in
+        flight (an instance busy in a thread must not be used by the loop at the same time).
+
+        A batching version's request runs now only when it is the one request the server's
+        listeners hold (``in_progress()``, app/servekit/services/state.py): with others in
+        progress, some
+        may be about to reach this model in the same loop pass, so the request queues for one
+        pass to let them join (``submit``). At one request in flight batching then costs
+        nothing, not even that pass."""
+        return (
+            self.placement.mode is Mode.INLINE
+            and rows <= self._fast_rows
+            and self._idle == self.settings.instances
+            and not self._queue
+            and (not self.settings.batch_rows or in_progress() == 1)
+        )
+
+    def retune(self, threshold_ns: int) -> None:
+        """A new inline bound (a live edit): learn where calls run over again."""
+        self.placement.retune(threshold_ns)
+        self._fast_rows = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def run_inline(self, feed: Arrays, outputs: list[str], rows: int) -> tuple[Arrays, int]:
+        """Run on the loop thread; returns the results and the wall time of the call."""
+        started = time.perf_counter_ns()
+        try:
+            results = self._runtime.predict(feed, outputs)
+        except (Exception, KeyboardInterrupt):  # the model's own error, or the user's interrupt
+            raise
+        except BaseException as exc:  # exit() in model code and the like: on the loop it
+            raise _raised(exc) from None  # would stop the server; here it fails this request
+        spent = time.perf_counter_ns() - started
+        placement = self.placement
+        if spent > placement.threshold_ns or placement.strikes:
+            placement.timed_inline(spent)
+        elif rows > self._fast_rows:  # else nothing to note
+            self._fast_rows = rows
+        return results, spent
+
+    async def submit(
+        self,
+        feed: Arrays,
+        outputs: list[str],
+        rows: int,
+        deadline: float | None,
+        queue_by: float | None = None,
+    ) -> tuple[Arrays, int, int]:
+        """Queue one request and wait for it: its results, queue time and compute time (ns).
+
+        ``deadline``: when the request expires, queued or running; ``queue_by``: when it must
+        have started (the ``timeout`` parameter); both ``time.monotonic()`` seconds.
+        """
+        if self._closed:
+            raise Unavailable(f"model {self.name!r}: this version is unloading")
+        limit = self.settings.max_queue_size
+        if limit and len(self._queue) >= limit:
+            raise Overloaded(
+                f"model {self.name!r} has {len(self._queue)} requests waiting (maxQueueSize "
+                f"{limit}); retry later",
+                self._retry_after(),
+            )
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        expiry = queue_by if deadline is None or (queue_by and queue_by < deadline) else deadline
+        if self.settings.queue_timeout_s:
+            by = time.monotonic() + self.settings.queue_timeout_s
+            expiry = by if expiry is None else min(expiry, by)
+        key = batching.batch_key(feed) if self.settings.batch_rows else ()
+        job = Job(feed, tuple(outputs), rows, key, deadline, expiry, loop.create_future())
+        self._version.enter()
+        self._queue.append(job)
+        if expiry is not None:
+            job.timer = loop.call_later(max(0.0, expiry - time.monotonic()), self._expire, job)
+        if self._idle:
+            if self.settings.batch_rows:  # requests decoded in this same loop pass may join
+                if self._soon is None:
+                    self._soon = loop.call_soon(self._dispatch)
+            elif self.placement.mode is Mode.LEARNING and self._idle == self.settings.instances:
+                self._probe(job)
+            else:
+                self._dispatch(fresh=job)
+        try:
+            return await job.future
+        except asyncio.CancelledError:
+            self._abandon(job)
+            raise
+
+    def _probe(self, job: Job, queued: bool = True) -> None:
+        """Start a learning version's call and wait for it, at most the inline bound, with the
+        GIL released. The worker thread then times the model alone: while the loop runs, a
+        call in a thread also waits for the GIL (up to the 5 ms switch interval), so under load
+        a fast model timed that way always looked slow and never reached the loop. Waiting
+        here blocks the loop no longer than an inline call may take; a call that takes longer
+        goes on in its thread and answers as any other."""
+        self._probing = True
+        try:
+            if queued:
+                self._dispatch(fresh=job)
+            else:  # already taken from the queue (a batching version's lone request)
+                self._start([job])
+        finally:
+            self._probing = False
+        work = job.work
+        if work is not None and work.probe is not None:
+            work.probe.wait(self.placement.threshold_ns / 1e9)
+
+    def close(self) -> None:
+        """Stop the worker threads (each after its current call) and refuse what is queued."""
+        self._closed = True
+        while self._queue:
+            job = self._queue.popleft()
+            self._done(job)
+            if not job.future.done():
+                job.future.set_exception(Unavailable(f"model {self.name!r} was unloaded"))
+        for _ in self._threads:
+            self._inbox.put(None)
+
+    def _dispatch(self, fresh: Job | None = None) -> None:
+        """Start queued requests while instances are free (``fresh``: a request that just
+        arrived to a free instance, so it never waited and cannot have expired waiting)."""
+        self._soon = None
+        while self._idle and self._queue and not self._closed:
+            if self.settings.batch_rows:
+                jobs, reason = batching.take(
+                    self._queue, self.settings.batch_rows, self.settings.preferred
+                )
+            else:
+                jobs, reason = [self._queue.popleft()], ""
+            now = time.monotonic()
+            live = []
+            for job in jobs:
+                if job.future.done():  # cancelled this pass: its task has yet to see it
+                    self._done(job)
+                elif job.expiry is not None and now >= job.expiry and job is not fresh:
+                    self._fail_queued(job, now)  # timers have ms resolution: never run it late
+                else:
+                    live.append(job)
+            if not live:
+                continue
+            if reason:
+                self._stats.record_dispatch(reason)
+            lone = len(live) == 1 and not self._queue  # not one of a backlog that cannot stack
+            if lone and self.settings.batch_rows and self._lone_call(live[0]):
+                continue
+            self._start(live)
+
+    def _lone_call(self, job: Job) -> bool:
+        """A batching version's request that found nobody to batch with, an empty queue and
+        every instance idle: run it on the loop if measured fast, or start it in a thread as a
+        learning version's timed call (the probe); True if either was done, False to let the
+        caller start it in a thread as usual."""
+        if self._idle != self.settings.instances:
+            return False
+        mode = self.placement.mode
+        if mode is Mode.INLINE and job.rows <= self._fast_rows:
+            self._run_here(job)
+            return True
+        if mode is Mode.LEARNING:
+            self._probe(job, queued=False)
+            return True
+        return False
+
+    def _run_here(self, job: Job) -> None:
+        """Run one request of a batching version on the loop thread (see _lone_call)."""
+        work = Work([job], job.feed, list(job.outputs))
+        job.state = JobState.RUNNING
+        job.work = work
+        self._idle -= 1
+        interrupted: KeyboardInterrupt | None = None
+        try:
+            work.results = self._runtime.predict(work.feed, work.outputs)
+        except Exception as exc:
+            work.error = exc
+        except KeyboardInterrupt as exc:  # the user's: answered, then passed on
+            work.error = _raised(exc)
+            interrupted = exc
+        except BaseException as exc:  # exit() in model code and the like, as in a thread
+            work.error = _raised(exc)
+        work.spent_ns = spent = time.perf_counter_ns() - work.started_ns
+        placement = self.placement
+        if spent > placement.threshold_ns or placement.strikes:
+            placement.timed_inline(spent)
+        elif job.rows > self._fast_rows:
+            self._fast_rows = job.rows
+        self._complete(work)
+        if interrupted is not None:
+            raise interrupted
+
+    def _start(self, jobs: list[Job]) -> None:
+        feed, outputs = batching.stack(jobs)
+        work = Work(jobs, feed, outputs)
+        if self._probing:
+            work.probe = threading.Event()
+        for job in jobs:
+            job.state = JobState.RUNNING
+            job.work = work
+        self._idle -= 1
+        if len(self._threads) < self.settings.instances:
+            self._spawn()
+        self._inbox.put(work)
+
+    def _finished(self, work: Work) -> None:
+        """Back on the loop after a call in a thread: answer, free the instance, go on."""
+        if len(work.jobs) == 1:  # a batch's time says nothing of where one request may run
+            (job,) = work.jobs
+            if self.placement.mode is Mode.LEARNING:
+                self.placement.timed_in_thread(work.spent_ns)
+            if work.spent_ns <= self.placement.threshold_ns and job.rows > self._fast_rows:
+                self._fast_rows = job.rows
+        self._complete(work)
+        if not self._closed:
+            self._dispatch()
+
+    def _complete(self, work: Work) -> None:
+        """Answer a finished call's requests and free its instance."""
+        self._idle += 1
+        spent = work.spent_ns
+        self._avg_ns += 0.2 * (spent - self._avg_ns)
+        rows = sum(job.rows for job in work.jobs)
+        self._stats.record_execution(rows, spent)
+        parts: list[Arrays] = []
+        error = work.error
+        if error is None and work.results is not None:
+            try:
+                parts = batching.split(work.results, work.jobs)
+            except Internal as exc:
+                error = exc
+        for index, job in enumerate(work.jobs):
+            self._done(job)
+            if job.future.done():
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result((parts[index], work.started_ns - job.enqueued_ns, spent))
+
+    def _expire(self, job: Job) -> None:
+        job.timer = None
+        now = time.monotonic()
+        if job.state is JobState.QUEUED:
+            self._queue.remove(job)
+            self._fail_queued(job, now)
+        elif job.state is JobState.RUNNING and job.deadline is not None:
+            if now < job.deadline:  # the queue timeout passed, but it started in time
+                assert self._loop is not None
+                job.timer = self._loop.call_later(job.deadline - now, self._expire, job)
+                return
+            if not job.future.done():
+                job.future.set_exception(
+                    DeadlineExceeded(
+                        f"model {self.name!r}: the request's deadline passed while the model "
+                        "was computing it; its result is dropped"
+                    )
+                )
+            self._maybe_cancel(job.work)
+
+    def _fail_queued(self, job: Job, now: float) -> None:
+        self._done(job)
+        if job.future.done():
+            return
+        if job.deadline is not None and now >= job.deadline:
+            why = "the request's deadline passed while it waited in the queue"
+        else:
+            timeout = round(self.settings.queue_timeout_s * 1e6)
+            why = (
+                "it waited in the queue longer than its timeout (the request's 'timeout' "
+                f"parameter, or queueTimeoutMicroseconds: {timeout})"
+            )
+        job.future.set_exception(DeadlineExceeded(f"model {self.name!r}: {why}; it did not run"))
+
+    def _abandon(self, job: Job) -> None:
+        """The awaiting coroutine was cancelled (client gone): leave the queue or flag the call."""
+        if job.state is JobState.QUEUED:
+            self._queue.remove(job)
+            self._done(job)
+        elif job.state is JobState.RUNNING:
+            self._maybe_cancel(job.work)
+
+    def _maybe_cancel(self, work: Work | None) -> None:
+        if work is not None and all(job.future.done() for job in work.jobs):
+            work.cancel.set()  # nobody reads this call's answer: a model may stop early
+
+    def _done(self, job: Job) -> None:
+        """The request has left the executor for good (ran, failed, expired or abandoned)."""
+        if job.state is JobState.DONE:
+            return
+        job.state = JobState.DONE
+        job.work = None
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+        self._version.leave()
+
+    def _retry_after(self) -> int:
+        """Seconds until the queue has likely drained (at least 1)."""
+        waiting = len(self._queue) * self._avg_ns / 1e9 / self.settings.instances
+        return max(1, math.ceil(waiting))
+
+    def _spawn(self) -> None:
+        index = len(self._threads)
+        thread = threading.Thread(
+            target=self._serve, args=(index,), name=f"servekit-{self.name}-{index}", daemon=True
+        )
+        self._threads.append(thread)
+        thread.start()
+
+    # -- in a worker thread -------------------------------------------------------------------
+    def _serve(self, index: int) -> None:
+        runtime: Any = self._runtime
+        predict: Predict = (
+            runtime.predictor(index) if isinstance(runtime, PerInstance) else runtime.predict
+        )
+        loop = self._loop
+        assert loop is not None
+        while (work := self._inbox.get()) is not None:
+            token = cancel.running_with(work.cancel)
+            deadline = CALL_DEADLINE.set(work.deadline)
+            started = time.perf_counter_ns()
+            try:
+                work.results = predict(work.feed, work.outputs)
+            except Exception as exc:
+                work.error = exc
+            except BaseException as exc:  # SystemExit and the like in model code
+                work.error = _raised(exc)
+            finally:
+                CALL_DEADLINE.reset(deadline)
+                cancel.restore(token)
+            work.spent_ns = time.perf_counter_ns() - started
+            if work.probe is not None:
+                work.probe.set()
+            try:
+                loop.call_soon_threadsafe(self._finished, work)
+            except RuntimeError:  # the loop is closed: nobody is waiting for this answer
+                return
+
+
+def _raised(exc: BaseException) -> Internal:
+    """What a request gets when its model raised something that is not an Exception."""
+    return Internal(f"the model raised {type(exc).__name__}")

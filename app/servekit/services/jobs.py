@@ -1,0 +1,135 @@
+"""What the executor (app/servekit/services/executor.py) works with: its settings from serve.yaml,
+the
+requests it holds (Job) and the model calls it hands to worker threads (Work)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from servekit.config.compiler import ModelPlan
+from servekit.runtimes.base import Arrays
+from servekit.services import batching
+
+
+class JobState(Enum):
+    QUEUED = 1
+    RUNNING = 2
+    DONE = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSettings:
+    """What the executor of a version needs from serve.yaml."""
+
+    instances: int
+    inline_below_ns: int
+    max_queue_size: int
+    queue_timeout_s: float
+    batch_rows: int
+    """maxBatchSize when dynamic batching is on, else 0 (one request per call)."""
+    preferred: frozenset[int]
+
+    @classmethod
+    def of(cls, plan: ModelPlan, inline_below_ns: int) -> ExecutorSettings:
+        """The settings of ``plan``'s executor; ``inline_below_ns`` is the server's bound in
+        force (ServerState.inline_below_ns), which the DataPlane keeps current afterwards."""
+        config = plan.config
+        dynamic = config.dynamic_batching if config is not None else None
+        return cls(
+            instances=max(1, plan.instances),
+            inline_below_ns=inline_below_ns,
+            max_queue_size=config.max_queue_size if config is not None else 0,
+            queue_timeout_s=(config.queue_timeout_microseconds / 1e6) if config else 0.0,
+            batch_rows=plan.max_batch_size if dynamic is not None else 0,
+            preferred=frozenset(dynamic.preferred_batch_size) if dynamic else frozenset(),
+        )
+
+
+class Job:
+    """One request in the executor: queued, running (in a call, maybe with others) or done."""
+
+    __slots__ = (
+        "deadline",
+        "enqueued_ns",
+        "expiry",
+        "feed",
+        "future",
+        "key",
+        "outputs",
+        "rows",
+        "state",
+        "timer",
+        "work",
+    )
+
+    def __init__(
+        self,
+        feed: Arrays,
+        outputs: tuple[str, ...],
+        rows: int,
+        key: batching.Key,
+        deadline: float | None,
+        expiry: float | None,
+        future: asyncio.Future[tuple[Arrays, int, int]],
+    ) -> None:
+        self.feed = feed
+        self.outputs = outputs
+        self.rows = rows
+        self.key = key
+        self.deadline = deadline
+        """When the request as a whole expires (time.monotonic()), if ever."""
+        self.expiry = expiry
+        """When it must have started: the deadline or the queue timeout, whichever is first."""
+        self.future = future
+        self.enqueued_ns = time.perf_counter_ns()
+        self.state = JobState.QUEUED
+        self.timer: asyncio.TimerHandle | None = None
+        self.work: Work | None = None
+
+
+class Work:
+    """One model call handed to a worker thread: its requests, their stacked feed, the result."""
+
+    __slots__ = (
+        "cancel",
+        "deadline",
+        "error",
+        "feed",
+        "jobs",
+        "outputs",
+        "probe",
+        "results",
+        "spent_ns",
+        "started_ns",
+    )
+
+    def __init__(self, jobs: list[Job], feed: Arrays, outputs: list[str]) -> None:
+        self.jobs = jobs
+        self.feed = feed
+        self.outputs = outputs
+        self.cancel = threading.Event()
+        self.deadline = _latest(job.deadline for job in jobs)
+        """When nobody waits for this call's answer any more (the latest of its requests'
+        deadlines; None if one has none): a runtime that can stop a call (an isolated model)
+        reads it as CALL_DEADLINE (app/servekit/runtimes/base.py)."""
+        self.started_ns = time.perf_counter_ns()
+        self.results: Arrays | None = None
+        self.error: BaseException | None = None
+        self.spent_ns = 0
+        self.probe: threading.Event | None = None
+        """Set by the worker thread when the call is done, for a call the loop waits for
+        (a learning version's timed call: see ModelExecutor.submit)."""
+
+
+def _latest(deadlines: Iterable[float | None]) -> float | None:
+    latest: float | None = None
+    for deadline in deadlines:
+        if deadline is None:
+            return None
+        latest = deadline if latest is None else max(latest, deadline)
+    return latest

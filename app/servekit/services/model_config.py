@@ -1,0 +1,186 @@
+"""Triton's model configuration extension: a ModelConfig derived from the plan and the model.
+
+Nothing is stored twice: the configuration is computed on request from the compiled ModelPlan
+(version policy, batching, instances, parameters) and the signature of the loaded version
+(input and output datatypes and shapes). The result is a typed ``ModelConfiguration``, which
+the REST adapter writes as the JSON Triton's HTTP endpoint answers
+(app/servekit/rest/triton_json.py)
+and the gRPC adapter builds ``inference.ModelConfig`` from, field by field.
+As in Triton, with ``max_batch_size > 0`` the batch dimension is not part of ``dims``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from servekit.config.compiler import LABELS_FILE, ModelPlan
+from servekit.config.schema import ModelConfig, VersionPolicy
+from servekit.datatypes import lookup
+from servekit.types import ModelSignature, TensorSpec
+
+# Runtime implementation -> the Triton backend that plays the same role.
+BACKEND: dict[str, str] = {"onnxruntime": "onnxruntime", "python": "python"}
+
+
+@dataclass(frozen=True, slots=True)
+class VersionPolicyConfig:
+    """Triton's ModelVersionPolicy: ``latest`` N, ``all``, or ``specific`` versions."""
+
+    kind: Literal["latest", "all", "specific"]
+    num_versions: int = 0
+    """For ``latest``."""
+    versions: tuple[int, ...] = ()
+    """For ``specific``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorConfig:
+    """One input or output of ModelConfig (``data_type`` as Triton names it: TYPE_FP32...)."""
+
+    name: str
+    data_type: str
+    dims: tuple[int, ...]
+    format: str | None = None
+    """Inputs only (serve.yaml's ``format``, default FORMAT_NONE); None for outputs."""
+    label_filename: str | None = None
+    """Outputs only: "labels.txt" when the labels file beside the model labels this output's
+    classes, "" when not (serve.yaml labels have no file); None for inputs."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGroupConfig:
+    name: str
+    kind: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicyConfig:
+    """Triton's ModelQueuePolicy: how the model's queue treats waiting requests, from
+    serve.yaml's ``maxQueueSize`` and ``queueTimeoutMicroseconds``.
+
+    servekit answers a request that waited past its timeout at once (``REJECT``: 504 /
+    DEADLINE_EXCEEDED, it never runs); Triton's ``DELAY`` is not offered. A request's
+    ``timeout`` parameter may shorten its own wait but never lengthen it, which is what
+    Triton's ``allow_timeout_override: true`` means, so it is always true.
+    """
+
+    max_queue_size: int
+    """0: no limit."""
+    default_timeout_microseconds: int
+    """0: no queue timeout."""
+    timeout_action: Literal["REJECT"] = "REJECT"
+    allow_timeout_override: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class DynamicBatchingConfig:
+    preferred_batch_size: tuple[int, ...]
+    max_queue_delay_microseconds: int
+    default_queue_policy: QueuePolicyConfig
+    """Triton keeps the queue policy inside ``dynamic_batching`` (and sequence batching), so a
+    model without dynamic batching reports none, though its queue has the same bounds:
+    reporting a ``dynamic_batching`` block only to carry them would tell clients the model
+    batches, and a config sent back with a repository load would turn batching on."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfiguration:
+    """Triton's ModelConfig of a served model: what ``GET .../config`` and the ModelConfig RPC
+    answer, field for field (the adapters write it as JSON or as the protobuf message, so a
+    field neither knows cannot be dropped silently)."""
+
+    name: str
+    platform: str
+    backend: str
+    version_policy: VersionPolicyConfig
+    max_batch_size: int
+    inputs: tuple[TensorConfig, ...]
+    outputs: tuple[TensorConfig, ...]
+    instance_groups: tuple[InstanceGroupConfig, ...]
+    parameters: Mapping[str, str]
+    """Name -> string value (Triton's ModelParameter)."""
+    dynamic_batching: DynamicBatchingConfig | None = None
+    default_model_filename: str | None = None
+    decoupled: bool = False
+    """Triton's ``model_transaction_policy.decoupled``: the model streams its responses."""
+
+
+def model_configuration(
+    plan: ModelPlan, signature: ModelSignature, platform: str, decoupled: bool = False
+) -> ModelConfiguration:
+    """Triton's ModelConfig of a planned and loaded model."""
+    batch = plan.max_batch_size
+    return ModelConfiguration(
+        name=plan.name,
+        platform=platform,
+        backend=BACKEND.get(plan.implementation, plan.implementation),
+        version_policy=version_policy(plan.config.version_policy if plan.config else None),
+        max_batch_size=batch,
+        inputs=tuple(_tensor(spec, batch, _format(plan, spec.name)) for spec in signature.inputs),
+        outputs=tuple(
+            _tensor(spec, batch, None, _label_file(plan, spec.name)) for spec in signature.outputs
+        ),
+        instance_groups=(InstanceGroupConfig(f"{plan.name}_0", "KIND_CPU", plan.instances),),
+        parameters={key: _text(value) for key, value in plan.parameters.items()},
+        dynamic_batching=_dynamic_batching(plan.config),
+        default_model_filename="model.onnx" if plan.implementation == "onnxruntime" else None,
+        decoupled=decoupled,
+    )
+
+
+def _dynamic_batching(config: ModelConfig | None) -> DynamicBatchingConfig | None:
+    """serve.yaml's dynamicBatching, with the queue's bounds as Triton's default queue policy."""
+    batching = config.dynamic_batching if config is not None else None
+    if config is None or batching is None:
+        return None
+    policy = QueuePolicyConfig(config.max_queue_size, config.queue_timeout_microseconds)
+    return DynamicBatchingConfig(
+        tuple(batching.preferred_batch_size), batching.max_queue_delay_microseconds, policy
+    )
+
+
+def version_policy(policy: VersionPolicy | None) -> VersionPolicyConfig:
+    """serve.yaml's version policy as Triton's ModelVersionPolicy."""
+    if policy is None:
+        return VersionPolicyConfig("latest", num_versions=1)
+    if policy.latest is not None:
+        return VersionPolicyConfig("latest", num_versions=policy.latest.num_versions)
+    if policy.all is not None:
+        return VersionPolicyConfig("all")
+    assert policy.specific is not None
+    return VersionPolicyConfig("specific", versions=tuple(policy.specific.versions))
+
+
+def dims(spec: TensorSpec, max_batch_size: int) -> tuple[int, ...]:
+    """The tensor's dims as Triton reports them: without the batch dim when batching."""
+    shape = tuple(spec.shape)
+    return shape[1:] if max_batch_size > 0 and shape else shape
+
+
+def _tensor(
+    spec: TensorSpec, batch: int, fmt: str | None, label_filename: str | None = None
+) -> TensorConfig:
+    config_name = lookup(spec.datatype).config_name
+    return TensorConfig(spec.name, config_name, dims(spec, batch), fmt, label_filename)
+
+
+def _format(plan: ModelPlan, name: str) -> str:
+    """serve.yaml's ``format`` of input ``name`` (Triton's default FORMAT_NONE)."""
+    for tensor in plan.inputs or ():
+        if tensor.name == name and tensor.format is not None:
+            return tensor.format
+    return "FORMAT_NONE"
+
+
+def _label_file(plan: ModelPlan, name: str) -> str:
+    """Triton's ``label_filename`` of output ``name``: the file its labels come from, if any."""
+    own = any(t.name == name and t.labels is not None for t in plan.outputs or ())
+    return LABELS_FILE if plan.labels_file and not own else ""
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else json.dumps(value)

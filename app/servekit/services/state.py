@@ -1,0 +1,161 @@
+"""The server's own state: the plan in force and the switches every surface reads.
+
+``ServerState`` is the one place the compiled serve.yaml in force is held. ModelControl
+replaces it (``apply_plan``: a ``--watch`` edit or a notebook ``reload()``); everything else
+(DataPlane, ModelControl itself, the watcher, the adapters through the services) reads it from
+here on use, so no component can go on serving a stale copy. Settings marked restart-only in
+app/servekit/config/schema.py (``RESTART_ONLY``) keep their running values in every replacement,
+together
+with what the plan derived from them (tokens, TLS material): the listeners and guards built at
+start are never out of step with the plan they are read from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from servekit.config.compiler import ServePlan
+from servekit.config.schema import RESTART_ONLY, ServerConfig
+from servekit.errors import Unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Listening:
+    """Where the server listens once bound (set by the composition root, read by adapters)."""
+
+    http_port: int
+    grpc_port: int | None
+    """None while gRPC is disabled or still starting (see ``ServerState.ports``)."""
+    http_url: str
+    """Base URL for a client on this machine."""
+    grpc_target: str | None
+    """``host:port`` for a gRPC client on this machine; None when gRPC is not listening."""
+
+
+class ServerState:
+    """The plan in force, online/offline, start-up progress and the bound addresses."""
+
+    __slots__ = (
+        "_plan",
+        "drain_started",
+        "draining",
+        "grpc_calls",
+        "inline_below_ns",
+        "listening",
+        "online",
+        "request_timeout_s",
+        "requests_in_progress",
+        "started_at",
+        "startup_done",
+        "stopping",
+    )
+
+    def __init__(self, plan: ServePlan) -> None:
+        self._plan = plan
+        self.inline_below_ns = plan.server.inline_below_microseconds * 1000
+        """``server.inlineBelowMicroseconds`` in ns, derived with each plan (the inference hot
+        path reads one attribute, and an edit takes effect on the next request)."""
+        self.request_timeout_s = plan.server.request_timeout_seconds
+        """``server.requestTimeoutSeconds`` (None: no cap), derived likewise."""
+        self.draining = False
+        """True once a graceful stop began (ServeKit.stop): readiness is false and new
+        inference requests are refused, while those already accepted finish."""
+        self.drain_started = math.inf
+        """When the drain began (``time.monotonic()``; infinity when not draining). A request
+        whose headers arrived before it was accepted, even if its body is still uploading."""
+        self.online = True
+        """False after grps Offline: readiness answers false (on every surface) so a load
+        balancer drains this server, while requests that still arrive are served."""
+        self.startup_done = False
+        """Start-up loading (``startupModels``) has finished."""
+        self.started_at = time.time()
+        self.listening: Listening | None = None
+        self.grpc_calls = CallCount()
+        """Unary gRPC inference calls the servicer holds (counted by
+        app/servekit/grpc/servicer.py)."""
+        self.requests_in_progress: Callable[[], int] = _none
+        """How many requests the listeners hold right now (the one asking included): uvicorn's
+        HTTP tasks plus ``grpc_calls``, set by the server once it listens. A batching model runs
+        a request at once when it is the only one, and otherwise lets the others in progress
+        catch up with it (app/servekit/services/executor.py). Calls grpcio has not handed over yet,
+        gRPC streams and grps' gRPC calls are not counted; with no listener (in process) it
+        is 0: never alone, batching as usual."""
+        self.stopping = False
+        """The server is shutting down: streams of decoupled models end at their next response
+        (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
+
+    def begin_drain(self) -> None:
+        """Refuse inference requests that arrive from now on (those already accepted finish)."""
+        self.drain_started = time.monotonic()
+        self.draining = True
+
+    def end_drain(self) -> None:
+        """Accept requests again (a stopped server that starts anew)."""
+        self.draining = False
+        self.drain_started = math.inf
+
+    def refuses(self, arrived: float | None) -> bool:
+        """Whether a request is refused because the server is draining: it is, unless its
+        headers ``arrived`` (``time.monotonic()``) before the drain began. A client whose
+        upload was under way when SIGTERM came had its request accepted, and it finishes."""
+        return self.draining and (arrived is None or arrived >= self.drain_started)
+
+    @property
+    def plan(self) -> ServePlan:
+        """The compiled serve.yaml in force (read it on use; never keep it)."""
+        return self._plan
+
+    def replace_plan(self, plan: ServePlan) -> ServePlan:
+        """Put ``plan`` in force, keeping restart-only settings as they run; returns the plan
+        now in force. Only ModelControl.apply_plan calls this (it also applies the models)."""
+        self._plan = keep_restart_only(plan, self._plan)
+        self.inline_below_ns = self._plan.server.inline_below_microseconds * 1000
+        self.request_timeout_s = self._plan.server.request_timeout_seconds
+        return self._plan
+
+    def ports(self) -> Listening:
+        """The bound ports; Unavailable before the listeners are up, and in the moment between
+        the HTTP listener opening and the gRPC listener binding (so a client never reads
+        "gRPC disabled" for a port that is about to exist)."""
+        listening = self.listening
+        if listening is None:
+            raise Unavailable("the server's addresses are not known yet")
+        if listening.grpc_port is None and self._plan.server.grpc_port is not None:
+            raise Unavailable("the gRPC listener is still starting")
+        return listening
+
+
+def keep_restart_only(new: ServePlan, running: ServePlan) -> ServePlan:
+    """``new`` with the restart-only server settings (and the tokens and TLS material read from
+    them) of ``running``."""
+    fixed = {name: getattr(running.server, name) for name in RESTART_ONLY}
+    server = new.server.model_copy(update=fixed)
+    return dataclasses.replace(new, server=server, access=running.access, tls=running.tls)
+
+
+def restart_only_edits(new: ServerConfig, old: ServerConfig) -> list[str]:
+    """Attribute names of restart-only settings that differ between two server sections (in
+    the order serve.yaml's schema declares them)."""
+    return [
+        name
+        for name in ServerConfig.model_fields
+        if name in RESTART_ONLY and getattr(new, name) != getattr(old, name)
+    ]
+
+
+def _none() -> int:
+    return 0
+
+
+class CallCount:
+    """A count an adapter keeps of the calls it holds (one attribute: the hot path adds one
+    to it and takes one away)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0

@@ -1,0 +1,153 @@
+"""Per model-version inference statistics, in the shape of Triton's statistics extension.
+
+Durations are cumulative nanoseconds. The dataplane records; the REST and gRPC statistics
+endpoints, the dashboard and /metrics read. One source of truth for all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+QUEUE_BUCKETS_S: tuple[float, ...] = (
+    0.0001,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Upper bounds (seconds) of the queue-time histogram in /metrics (+Inf implied)."""
+_QUEUE_BOUNDS_NS = tuple(round(b * 1e9) for b in QUEUE_BUCKETS_S)
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count of events and their cumulative time."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+
+@dataclass(slots=True)
+class VersionStats:
+    """Statistics of one model version (Triton's ModelStatistics)."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    batch_sizes: dict[int, Duration] = field(default_factory=dict)
+    """Executions by batch size (rows): Triton's batch_stats, and /metrics' batch histogram."""
+    queue_histogram: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_S) + 1))
+    """Successful requests by queue time, per bucket of QUEUE_BUCKETS_S (last: beyond)."""
+    batch_reasons: dict[str, int] = field(default_factory=dict)
+    """Why dynamic batches stopped where they did (app/servekit/services/batching.py), by reason."""
+
+    def record_success(
+        self,
+        batch: int,
+        queue_ns: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        executed: bool = True,
+    ) -> None:
+        """One successful request of ``batch`` inferences (rows of a batching model, else 1);
+        ``executed`` is False when the executor counted the model run (worker threads)."""
+        total = queue_ns + input_ns + infer_ns + output_ns
+        self.success.add(total)
+        self.queue.add(queue_ns)
+        self.queue_histogram[bisect_left(_QUEUE_BOUNDS_NS, queue_ns) if queue_ns else 0] += 1
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        self.inference_count += batch
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        if executed:
+            self.record_execution(batch, input_ns + infer_ns + output_ns)
+
+    def record_execution(self, batch: int, ns: int) -> None:
+        """One model execution of ``batch`` rows (several requests when batched)."""
+        self.execution_count += 1
+        self.batch_sizes.setdefault(batch, Duration()).add(ns)
+
+    def record_dispatch(self, reason: str) -> None:
+        """Why a dynamic batch stopped at its size (queue drained, max or preferred size)."""
+        self.batch_reasons[reason] = self.batch_reasons.get(reason, 0) + 1
+
+    def record_failure(self, ns: int) -> None:
+        self.fail.add(ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+
+class Statistics:
+    """All version statistics of a server, keyed by (model, version)."""
+
+    def __init__(self) -> None:
+        self._by_version: dict[tuple[str, int], VersionStats] = {}
+
+    def of(self, model: str, version: int) -> VersionStats:
+        key = (model, version)
+        stats = self._by_version.get(key)
+        if stats is None:
+            stats = self._by_version[key] = VersionStats()
+        return stats
+
+    def find(self, model: str, version: int) -> VersionStats | None:
+        return self._by_version.get((model, version))
+
+    def requests(self) -> tuple[int, int]:
+        """Inference requests this process answered: (successes, failures), every version."""
+        stats = list(self._by_version.values())
+        return sum(s.success.count for s in stats), sum(s.fail.count for s in stats)
+
+    def workers(self) -> list[WorkerStatus] | None:
+        """Each worker process of ``server.workers`` with its own figures, or None for a
+        single server (which has no breakdown: it is its one process)."""
+        return None
+
+
+WorkerState = Literal["starting", "serving", "restarting", "stopping"]
+"""What a worker process is doing: loading before its listeners open, serving, dead and
+waiting to be started again, draining at shutdown."""
+WORKER_STATES: tuple[WorkerState, ...] = get_args(WorkerState)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatus:
+    """One worker process, as ``GET /servekit/v1/workers``, ``/metrics`` and the dashboard show
+    it. The request counts are of the worker *position* (``index``) since the server started,
+    the processes restarted there included, so the workers' counts add up to the totals the
+    statistics answer (a worker's last counts before it died stay in both)."""
+
+    index: int
+    pid: int | None
+    """The current process (None while restarting)."""
+    state: WorkerState
+    up_since: float | None
+    """When the current process started (Unix seconds; None while restarting)."""
+    restarts: int
+    """How often the supervisor started this position again after its process died."""
+    success: int
+    failure: int

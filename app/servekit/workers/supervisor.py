@@ -1,0 +1,408 @@
+"""The supervisor of ``server.workers``: N worker processes behind the same ports, one state.
+
+It serves nothing itself. It reserves the ports (bound with SO_REUSEPORT, never listening, so a
+port 0 becomes one concrete port every worker binds too and no other program takes it while a
+worker restarts), starts the workers (app/servekit/workers/worker.py), and talks to each over a Unix
+socket in a private folder (app/servekit/workers/protocol.py). It is the one place model control is
+serialised: an operation a worker forwards is applied by every worker before it is answered, and
+recorded in a journal a restarted worker replays before it opens its listeners. It restarts a
+worker that dies (a log line, and ``servekit_worker_restarts_total``), answers a worker's
+statistics read with every worker position's state and snapshots (app/servekit/workers/stats.py),
+and on
+SIGTERM/SIGINT drains every worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servekit.config.compiler import ServePlan
+from servekit.config.overrides import Overrides
+from servekit.errors import ServeError
+from servekit.listen import Addresses, bind_http, bound_address
+from servekit.models import storage
+from servekit.services.stats import WorkerState
+from servekit.workers.protocol import Channel, Message
+from servekit.workers.spec import WorkerSpec, worker_environment
+from servekit.workers.stats import SlotReport, Snapshot, merge
+
+log = logging.getLogger("servekit.workers")
+
+STOP_SECONDS = 30.0
+"""How long workers may take after SIGTERM beyond ``server.drainSeconds`` (their drain) before
+they are killed: closing listeners, answering what drained, releasing models."""
+RESTART_BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0)
+"""Pause before restarting a worker that died again soon after its last start."""
+STABLE_SECONDS = 30.0
+"""A worker that ran this long before dying is restarted at once."""
+
+
+@dataclass
+class _Slot:
+    """One worker position: its current process and channel."""
+
+    index: int
+    process: asyncio.subprocess.Process | None = None
+    channel: Channel | None = None
+    joined: bool = False
+    listening: bool = False
+    failures: int = 0
+    started: float = 0.0
+    state: WorkerState = "starting"
+    since: float | None = None
+    """When its current process started (Unix seconds), for the per-worker figures."""
+    restarts: int = 0
+    last_snapshot: Snapshot | None = None
+    """Its current process's statistics as last read."""
+    retired: Snapshot = field(default_factory=list)
+    """The last read statistics of its processes that died, merged: they stay in the totals
+    and in this position's share of them."""
+
+    def report(self) -> SlotReport:
+        """This position as a statistics read carries it (app/servekit/workers/stats.py)."""
+        process = self.process if self.state != "restarting" else None
+        return {
+            "index": self.index,
+            "pid": None if process is None else process.pid,
+            "state": self.state,
+            "since": None if process is None else self.since,
+            "restarts": self.restarts,
+            "retired": self.retired,
+            "current": self.last_snapshot,
+        }
+
+
+@dataclass
+class Journal:
+    """The operations applied since start, per model, compacted to what a new worker must
+    replay: a load with a config, an unload or a failure replaces what came before for that
+    model; a load without config (a reload as known) follows it once."""
+
+    ops: dict[str, list[Message]] = field(default_factory=dict)
+
+    def record(self, op: Message) -> None:
+        name = str(op.get("name", ""))
+        action = op.get("action")
+        if action == "apply_config" or not name:
+            return  # a new worker reads serve.yaml as it is now
+        params = op.get("params") or {}
+        history = self.ops.pop(name, [])
+        if action == "load" and "config" not in params:
+            if not history or history[-1] != op:
+                history.append(op)
+        else:
+            history = [op]
+        self.ops[name] = history
+
+    def replay(self) -> list[Message]:
+        return [op for history in self.ops.values() for op in history]
+
+
+class Supervisor:
+    def __init__(
+        self, plan: ServePlan, config: str, overrides: Overrides, workers: int, log_level: str
+    ) -> None:
+        self.plan = plan
+        self.config = config
+        self.overrides = overrides
+        self.count = workers
+        self.log_level = log_level
+        self.slots = [_Slot(i) for i in range(workers)]
+        self.journal = Journal()
+        self.stopping = False
+        self._lock = asyncio.Lock()
+        self._folder = Path(tempfile.mkdtemp(prefix="servekit-workers-"))
+        os.chmod(self._folder, 0o700)
+        self.socket_path = str(self._folder / "control.sock")
+        self._reserved: list[socket.socket] = []
+        self.addresses: Addresses | None = None
+        self.all_listening = asyncio.Event()
+        self.failed_start = asyncio.Event()
+
+    # -- ports ----------------------------------------------------------------------------------
+    def reserve_ports(self) -> Addresses:
+        """Bind (not listen) the HTTP and gRPC ports every worker will listen on."""
+        server = self.plan.server
+        http = _reserve(server.host, server.http_port)
+        hosts = tuple(bound_address(s) for s in http)
+        grpc_port = None
+        if server.grpc_port is not None:
+            grpc = _reserve(server.host, server.grpc_port)
+            http.extend(grpc)
+            grpc_port = grpc[0].getsockname()[1]
+        self._reserved = http
+        port = http[0].getsockname()[1]
+        self.addresses = Addresses(hosts, port, grpc_port, tls=self.plan.tls is not None)
+        return self.addresses
+
+    # -- workers --------------------------------------------------------------------------------
+    async def spawn(self, slot: _Slot) -> None:
+        assert self.addresses is not None
+        spec = WorkerSpec(
+            index=slot.index,
+            config=self.config,
+            socket=self.socket_path,
+            http_port=self.addresses.http_port,
+            grpc_port=self.addresses.grpc_port,
+            server={k: v for k, v in self.overrides.server.items() if k != "workers"},
+            only=self.overrides.only,
+            storage_uri=self.overrides.storage_uri,
+            log_level=self.log_level,
+        )
+        slot.joined = slot.listening = False
+        slot.channel = None
+        slot.state = "starting"
+        slot.started = asyncio.get_running_loop().time()
+        slot.since = time.time()
+        slot.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "servekit.workers.worker",
+            spec.to_json(),
+            env=worker_environment(self.count),
+        )
+        log.info("worker %d started (pid %d)", slot.index, slot.process.pid)
+
+    async def watch(self, slot: _Slot) -> None:
+        """Restart the worker of ``slot`` whenever it exits, until the supervisor stops."""
+        while True:
+            assert slot.process is not None
+            code = await slot.process.wait()
+            slot.channel = None
+            slot.joined = False
+            if slot.last_snapshot is not None:  # its counts up to the last read stay
+                slot.retired = merge([slot.retired, slot.last_snapshot])
+                slot.last_snapshot = None
+            if self.stopping:
+                return
+            slot.state = "restarting"
+            if not self.all_listening.is_set() and not slot.listening:
+                log.error("worker %d exited during start-up (code %s)", slot.index, code)
+                self.failed_start.set()
+                return
+            ran = asyncio.get_running_loop().time() - slot.started
+            slot.failures = 0 if ran > STABLE_SECONDS else slot.failures + 1
+            slot.restarts += 1
+            log.warning(
+                "worker %d (pid %d) exited (%s); restarting it",
+                slot.index,
+                slot.process.pid,
+                f"signal {-code}" if code < 0 else f"code {code}",
+            )
+            await asyncio.sleep(RESTART_BACKOFF[min(slot.failures, len(RESTART_BACKOFF) - 1)])
+            if self.stopping:
+                return
+            await self.spawn(slot)
+
+    async def connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A worker's connection: its requests are handled by :meth:`handle`."""
+        holder: dict[str, Any] = {}
+
+        async def handler(message: Message) -> Any:
+            return await self.handle(holder["channel"], message)
+
+        holder["channel"] = Channel(reader, writer, handler)
+
+    async def handle(self, channel: Channel, message: Message) -> Any:
+        op = message.get("op")
+        if op == "hello":
+            return await self.join(channel, int(message["worker"]), message.get("summary") or {})
+        if op == "listening":
+            slot = self.slots[int(message["worker"])]
+            slot.listening = True
+            if not self.stopping:
+                slot.state = "serving"
+            if all(s.listening for s in self.slots):
+                self.all_listening.set()
+            return None
+        if op == "control":
+            return await self.fan_out(message)
+        if op == "stats":
+            return await self.statistics()
+        raise ValueError(f"unknown request {str(op)[:40]!r}")
+
+    async def join(self, channel: Channel, index: int, summary: dict[str, str]) -> None:
+        """Replay the journal to a (re)started worker, then count it in (under the lock, so
+        no operation lands between its replay and its joining). A model that loaded at start
+        on this worker but not on another (or the other way round) is failed everywhere."""
+        slot = self.slots[index]
+        async with self._lock:
+            peers = self._joined()
+            if peers:
+                with contextlib.suppress(ConnectionError, ServeError, TimeoutError):
+                    theirs = await peers[0][1].request({"op": "summary"}, timeout=30.0)
+                    for name in sorted(set(summary) & set(theirs)):
+                        if bool(summary[name]) != bool(theirs[name]):
+                            failed_on = index if summary[name] else peers[0][0]
+                            reason = summary[name] or theirs[name]
+                            slot.channel, slot.joined = channel, True
+                            await self._fail_everywhere(name, f"worker {failed_on}: {reason}")
+            failed: list[tuple[Message, ServeError]] = []
+            for op in self.journal.replay():
+                try:
+                    await channel.request({**op, "op": "apply"})
+                except ServeError as error:
+                    failed.append((op, error))
+            slot.channel = channel
+            slot.joined = True
+            for op, problem in failed:
+                name = str(op.get("name"))
+                reason = f"worker {index} failed to load {name!r} again: {problem.message}"
+                await self._fail_everywhere(name, reason)
+
+    def _joined(self) -> list[tuple[int, Channel]]:
+        return [
+            (s.index, s.channel)
+            for s in self.slots
+            if s.joined and s.channel is not None and not s.channel.closed.is_set()
+        ]
+
+    async def fan_out(self, message: Message) -> Any:
+        """Apply a control operation on every worker; answer once all have (or the error)."""
+        op = {k: v for k, v in message.items() if k not in ("id", "op")}
+        async with self._lock:
+            workers = self._joined()
+            results = await asyncio.gather(
+                *(channel.request({**op, "op": "apply"}) for _, channel in workers),
+                return_exceptions=True,
+            )
+            errors: list[tuple[int, BaseException]] = []
+            answer: Any = None
+            for (index, _), result in zip(workers, results, strict=True):
+                if isinstance(result, ConnectionError):
+                    continue  # it died: it replays the journal when it comes back
+                if isinstance(result, BaseException):
+                    errors.append((index, result))
+                elif answer is None:
+                    answer = result
+            if not errors:
+                self.journal.record(op)
+                return answer
+            first = errors[0][1]
+            if len(errors) == len(workers) or not isinstance(first, ServeError):
+                raise first  # failed alike everywhere: every worker kept its previous state
+            # Failed on some workers only: unavailable everywhere, with the reason.
+            name = str(op.get("name", ""))
+            index = errors[0][0]
+            reason = f"worker {index}: {first.message}"
+            await self._fail_everywhere(name, reason)
+            raise type(first)(reason)
+
+    async def _fail_everywhere(self, name: str, reason: str) -> None:
+        fail = {"op": "apply", "action": "fail", "name": name, "reason": reason}
+        await asyncio.gather(
+            *(channel.request(fail) for _, channel in self._joined()), return_exceptions=True
+        )
+        self.journal.record(fail)
+
+    async def statistics(self) -> Message:
+        """Every worker position: its process, state, restarts and counts, read now (a slow
+        worker: its last read counts; the one asking uses its own, fresher)."""
+        everyone = [(s, s.channel) for s in self.slots if s.joined and s.channel is not None]
+        results = await asyncio.gather(
+            *(c.request({"op": "snapshot"}, timeout=5.0) for _, c in everyone),
+            return_exceptions=True,
+        )
+        for (slot, channel), result in zip(everyone, results, strict=True):
+            # A process that died meanwhile was retired with its last read counts already.
+            if not isinstance(result, BaseException) and slot.channel is channel:
+                slot.last_snapshot = result
+        slots = [slot.report() for slot in self.slots]
+        restarts = sum(slot.restarts for slot in self.slots)
+        return {"workers": self.count, "restarts": restarts, "slots": slots}
+
+    # -- life cycle -----------------------------------------------------------------------------
+    async def run(self) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stopping() -> None:
+            self.stopping = True  # at once: a worker the signal reached too is not restarted
+            stop.set()
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopping)
+        storage.clean(storage.default_storage_dir(self.plan.base_dir, self.plan.server.storage_dir))
+        server = await asyncio.start_unix_server(self.connected, path=self.socket_path)
+        watchers: list[asyncio.Task[None]] = []
+        try:
+            for slot in self.slots:
+                await self.spawn(slot)
+            watchers = [asyncio.create_task(self.watch(slot)) for slot in self.slots]
+            waits = [
+                asyncio.create_task(e.wait()) for e in (self.all_listening, self.failed_start, stop)
+            ]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for waiting in waits:
+                waiting.cancel()
+            code = 0
+            if self.failed_start.is_set():
+                print("servekit: a worker failed to start (see the log above)", file=sys.stderr)
+                code = 1
+            elif self.all_listening.is_set():
+                assert self.addresses is not None
+                print(f"{self.addresses.listening_line()} ({self.count} workers)", flush=True)
+                await stop.wait()
+                print("servekit: stopping (in-flight requests finish first)", flush=True)
+            await self.stop_workers()
+            return code
+        finally:
+            self.stopping = True
+            for task in watchers:
+                task.cancel()
+            server.close()
+            for sock in self._reserved:
+                sock.close()
+            shutil.rmtree(self._folder, ignore_errors=True)
+
+    async def stop_workers(self) -> None:
+        """SIGTERM every worker (each drains for ``server.drainSeconds``), then wait; kill what
+        outlives the drain and STOP_SECONDS more."""
+        self.stopping = True
+        for slot in self.slots:
+            slot.state = "stopping"
+        processes = [s.process for s in self.slots if s.process is not None]
+        for process in processes:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.send_signal(signal.SIGTERM)
+        try:
+            limit = self.plan.server.drain_seconds + STOP_SECONDS
+            await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), limit)
+        except TimeoutError:
+            for process in processes:
+                if process.returncode is None:
+                    log.error("worker pid %d did not stop in time; killing it", process.pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        process.kill()
+            await asyncio.gather(*(p.wait() for p in processes))
+
+
+def _reserve(host: str, port: int) -> list[socket.socket]:
+    """Sockets holding ``port`` (0: a free one) on every address of ``host`` for the workers.
+
+    A fixed port is first bound without SO_REUSEPORT, so a port another program (or another
+    servekit) already uses is an error here instead of being silently shared."""
+    if port != 0:
+        for sock in bind_http(host, port, listen=False):
+            sock.close()
+    return bind_http(host, port, reuse_port=True, listen=False)
+
+
+def serve(plan: ServePlan, config: str, overrides: Overrides, workers: int, log_level: str) -> int:
+    """``servekit serve`` with ``workers`` > 1: run the supervisor until SIGTERM/SIGINT."""
+    supervisor = Supervisor(plan, config, overrides, workers, log_level)
+    supervisor.reserve_ports()
+    return asyncio.run(supervisor.run())
