@@ -8,6 +8,7 @@ whenever the gRPC adapter exists (``app/servekit/grpc/server.py``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,6 +23,13 @@ from servers import ServerProcess, grpc_available, start_server, write_model_sto
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.install_guard()
+    # Servers, CLIs and notebooks the tests start as subprocesses run this checkout's code
+    # (app/ is the source root), not whatever servekit an editable install points at: a
+    # worktree's tests must test the worktree.
+    source_root = str(Path(__file__).resolve().parent.parent / "app")
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (source_root, os.environ.get("PYTHONPATH")) if p
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
