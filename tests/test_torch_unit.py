@@ -10,7 +10,7 @@ import onnx_builders
 import pytest
 import torch
 
-from servekit.notebook import convert, torch_onnx
+from servekit.client import convert, torch_onnx
 
 EXTRA = 'pip install "servekit[torch]"'
 

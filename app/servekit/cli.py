@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from servekit import __version__
 from servekit.config.compiler import ServePlan
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
+from servekit.version import __version__
 
 
 def _parser() -> argparse.ArgumentParser:

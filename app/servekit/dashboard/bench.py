@@ -24,11 +24,11 @@ from servekit.dashboard.routes import NO_STORE, SECURITY, json_viewer
 from servekit.errors import InvalidArgument, ResourceExhausted
 from servekit.rest.access import cross_site_guard
 from servekit.rest.inject import Dataplane
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane
 
 if TYPE_CHECKING:
-    from servekit.notebook.bench import BenchmarkTable
-    from servekit.notebook.remote import RemoteServer
+    from servekit.client.bench import BenchmarkTable
+    from servekit.client.remote import RemoteServer
 
 MAX_SECONDS = 10.0
 MAX_CONCURRENCY = 64
@@ -38,7 +38,7 @@ _running = threading.Lock()  # per process: servers in one process share the cor
 
 def _self_client(dataplane: DataPlane) -> RemoteServer:
     """A client of this very server, sending the server's own token of each group."""
-    from servekit.notebook.remote import RemoteServer
+    from servekit.client.remote import RemoteServer
 
     tokens = {g: t.decode("ascii") for g, t in dataplane.access.tokens.items()}
 
@@ -81,8 +81,8 @@ def _bounded(data: Any) -> tuple[float, tuple[int, ...]]:
 def _run(
     dataplane: DataPlane, name: str, seconds: float, levels: tuple[int, ...]
 ) -> BenchmarkTable:
-    # Imported here: servekit.notebook imports the server, which imports the dashboard.
-    from servekit.notebook.bench import run_benchmark
+    # Imported on use: only the Benchmark button needs the client.
+    from servekit.client.bench import run_benchmark
 
     client = _self_client(dataplane)
     try:

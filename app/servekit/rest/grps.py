@@ -33,11 +33,10 @@ from litestar.response import Stream
 from servekit.codecs import grps_json
 from servekit.config.auth import ApiGroup
 from servekit.config.schema import GrpsStreaming
-from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.errors import HTTP_STATUS, InvalidArgument, ServeError, internal_error
 from servekit.protos import grps_pb2 as pb
 from servekit.rest import compression
 from servekit.rest.access import cross_site_guard, group_opt
-from servekit.rest.errors import HTTP_STATUS
 from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
 from servekit.rest.leaving import ClientLeft, unless_client_leaves

@@ -16,7 +16,6 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-from servekit import __version__
 from servekit.config.auth import AccessPolicy
 from servekit.config.compiler import ModelPlan, ServePlan
 from servekit.config.schema import GrpsStreaming
@@ -47,6 +46,7 @@ from servekit.types import (
     Tensor,
     TensorSpec,
 )
+from servekit.version import __version__
 
 log = logging.getLogger("servekit.dataplane")
 

@@ -22,13 +22,13 @@ from urllib.parse import quote
 
 import numpy as np
 
+from servekit.client import wire
 from servekit.codecs.raw import tensor_to_buffer
 from servekit.config.auth import ApiGroup
 from servekit.datatypes import from_numpy, lookup
-from servekit.notebook import wire
 
 if TYPE_CHECKING:
-    from servekit.notebook.remote import RemoteServer
+    from servekit.client.remote import RemoteServer
 
 MAX_SECONDS = 60.0
 MAX_CONCURRENCY = 256
