@@ -82,7 +82,7 @@ def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> No
                     await asyncio.sleep(0.05)
             for _ in range(3):
                 await kit.dataplane.infer(_probe_request())
-            assert not [e for e in kit.dataplane.recent_errors() if "restart" in e["message"]]
+            assert not [e for e in kit.dataplane.recent_errors() if "restart" in e.message]
         finally:
             watcher.cancel()
             await kit.stop()
@@ -110,7 +110,7 @@ def test_restart_only_settings_keep_their_running_values(tmp_path: Path) -> None
             await kit.control.apply_plan(load_plan(config, LOCAL))
             server = kit.dataplane.plan.server
             assert server.strict_readiness is False and server.name == "renamed"  # live
-            assert kit.dataplane.server_metadata()["name"] == "renamed"
+            assert kit.dataplane.server_metadata().name == "renamed"
             assert server.max_request_bytes == 256 * 1024 * 1024  # restart-only: as it runs
             assert kit.plan is kit.dataplane.plan is kit.control.plan  # one owner, no copies
         finally:
@@ -161,7 +161,7 @@ def test_a_failed_reload_is_not_reported_again_by_an_unrelated_edit(
         return await kit.control.apply_plan(load_plan(config, LOCAL))
 
     def reasons_of_mlp(kit: ServeKit) -> dict[str, str]:
-        return {r["version"]: r["reason"] for r in kit.dataplane.index() if r["name"] == "mlp"}
+        return {r.version: r.reason for r in kit.dataplane.index() if r.name == "mlp"}
 
     async def scenario() -> None:
         config.write_text(head + good)

@@ -332,5 +332,5 @@ def test_metadata_names_the_extensions(tmp_path: Path) -> None:
     from inprocess import plan_of
 
     services = Services(plan_of("models: []\n", tmp_path))
-    extensions = services.dataplane.server_metadata()["extensions"]
+    extensions = services.dataplane.server_metadata().extensions
     assert {"system_shared_memory", "classification", "binary_tensor_data"} <= set(extensions)

@@ -245,7 +245,7 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
     print(addresses.listening_line(), flush=True)
     watcher = None
     if plan.server.watch:
-        from servekit.services.watch import watch_config
+        from servekit.services import watch_config
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()

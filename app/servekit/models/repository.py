@@ -15,16 +15,23 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from servekit.codecs.grps_message import CODEC as GRPS_MESSAGES
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
+from servekit.results import IndexRow, LoggedError
 from servekit.runtimes import load_runtime
 from servekit.runtimes.base import LoadError, ModelRuntime, Supervised
+from servekit.runtimes.python import MESSAGE_CODECS
 from servekit.shown_paths import hide_paths
 
 log = logging.getLogger("servekit.repository")
+
+# Whole-message Python models take grps messages: the runtime gets the codec from the layer
+# that loads runtimes, so it imports no protocol module itself.
+MESSAGE_CODECS.setdefault("grps", GRPS_MESSAGES)
 
 MAX_RECENT_ERRORS = 50
 DRAIN_TIMEOUT_S = 120.0
@@ -88,6 +95,15 @@ class ModelEntry:
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.state is State.READY)
 
+    def serving_version(self) -> int | None:
+        """The version a request naming none reaches: serve.yaml's default version, else the
+        highest ready one (None: no version is ready). The one copy of that rule."""
+        default = self.plan.default_version
+        if default is not None:
+            return default
+        ready = self.ready_versions()
+        return ready[-1] if ready else None
+
     def reason(self) -> str:
         return (
             "; ".join(
@@ -124,16 +140,14 @@ class ModelRepository:
         that ``startupModels`` selects, and successful client loads, minus client unloads and
         models removed from serve.yaml (ModelControl keeps it). Strict readiness waits for
         these (DataPlane.ready)."""
-        self.recent_errors: list[dict[str, Any]] = []
+        self.recent_errors: list[LoggedError] = []
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
 
     def record_error(self, source: str, message: str, model: str | None = None) -> None:
         """Remember a failure for the dashboard (bounded, without absolute paths) and log it."""
         log.warning("%s: %s", source, message)
         shown = hide_paths(message, self.base_dir)
-        self.recent_errors.append(
-            {"time": time.time(), "source": source, "model": model, "message": shown}
-        )
+        self.recent_errors.append(LoggedError(time.time(), source, shown, model))
         del self.recent_errors[:-MAX_RECENT_ERRORS]
 
     # -- lookup (hot path) ----------------------------------------------------------------
@@ -143,14 +157,10 @@ class ModelRepository:
         if entry is None:
             raise unknown_model(name)
         if version is None or version == "":
-            default = entry.plan.default_version
-            if default is not None:
-                number = default
-            else:
-                ready = entry.ready_versions()
-                if not ready:
-                    raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
-                number = ready[-1]
+            serving = entry.serving_version()
+            if serving is None:
+                raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
+            number = serving
         else:
             number = int(version) if version.isdigit() else _labelled(entry, name, version)
         found = entry.versions.get(number)
@@ -271,23 +281,14 @@ class ModelRepository:
         for entry in list(self._models.values()):
             await _retire(entry)
 
-    def index(self) -> list[dict[str, Any]]:
+    def index(self) -> list[IndexRow]:
         """Triton's repository index: one row per model version (or per model if none)."""
-        rows: list[dict[str, Any]] = []
+        rows: list[IndexRow] = []
         for name, entry in sorted(self._models.items()):
             for number, version in sorted(entry.versions.items()):
-                rows.append(
-                    {
-                        "name": name,
-                        "version": str(number),
-                        "state": version.state.value,
-                        "reason": version.reason,
-                    }
-                )
+                rows.append(IndexRow(name, str(number), version.state.value, version.reason))
             if not entry.versions:
-                rows.append(
-                    {"name": name, "version": "", "state": "UNAVAILABLE", "reason": entry.reason()}
-                )
+                rows.append(IndexRow(name, "", State.UNAVAILABLE.value, entry.reason()))
         return rows
 
 

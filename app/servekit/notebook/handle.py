@@ -142,7 +142,7 @@ class Server:
         dataplane = self._dataplane()
 
         async def index() -> list[dict[str, Any]]:
-            return dataplane.index()
+            return [row.as_dict() for row in dataplane.index()]
 
         return html.ModelTable(self._thread.run(index()))
 

@@ -30,9 +30,7 @@ from servekit.rest.errors import EXCEPTION_HANDLERS
 from servekit.rest.infer import FastPath
 from servekit.rest.inject import dependencies
 from servekit.rest.openapi import DocumentPlugin, no_such_document
-from servekit.services.dataplane import DataPlane
-from servekit.services.metrics import make_registry
-from servekit.services.model_control import ModelControl
+from servekit.services import DataPlane, ModelControl, make_registry
 from servekit.version import __version__
 
 

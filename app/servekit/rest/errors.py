@@ -12,6 +12,7 @@ from servekit.rest.leaving import ClientLeft
 
 log = logging.getLogger("servekit.http")
 
+
 def error_response(
     status: int, message: str, headers: dict[str, str] | None = None
 ) -> Response[dict[str, str]]:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from servekit.errors import ServeError
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.isolation_wire import ChannelClosed, recv_message, send_message
-from servekit.runtimes.python import PythonModel, build
+from servekit.runtimes.python import MESSAGE_CODECS, PythonModel, build
 
 if TYPE_CHECKING:
     from servekit.config.schema import TensorOverride
@@ -55,6 +55,11 @@ def main(argv: list[str]) -> int:
         level=logging.INFO,
         format=f"%(asctime)s %(levelname)s servekit.isolated[{header.get('model')}] %(message)s",
     )
+    # This process's composition root: whole-message models take grps messages. The one import
+    # of a codec under app/servekit/runtimes/ (pyproject.toml's runtimes contract names it).
+    from servekit.codecs.grps_message import CODEC
+
+    MESSAGE_CODECS.setdefault("grps", CODEC)
     model = _load(sock, header)
     if model is None:
         return 1

@@ -28,7 +28,8 @@ from servekit.errors import (
     Unavailable,
     internal_error,
 )
-from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
+from servekit.models.repository import ModelRepository, State, VersionEntry
+from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
 from servekit.services.classification import class_count, classify
 from servekit.services.executor import ModelExecutor
@@ -38,6 +39,7 @@ from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
+from servekit.services.views import ModelView, view_of
 from servekit.types import (
     InferRequest,
     InferResponse,
@@ -191,21 +193,22 @@ class DataPlane:
         models = self._state.plan.models
         return models[0].name if models else None
 
-    def models(self) -> list[ModelEntry]:
-        """Every model with its versions, states and reasons, sorted by name (read-only)."""
-        return sorted(self._repository.entries(), key=lambda e: e.plan.name)
+    def models(self) -> list[ModelView]:
+        """Every model with its versions, states and reasons, sorted by name (frozen views)."""
+        entries = sorted(self._repository.entries(), key=lambda e: e.plan.name)
+        return [view_of(entry) for entry in entries]
 
-    def model(self, name: str) -> ModelEntry:
-        """One model with its versions (NotFound for an unknown name; read-only)."""
-        return self._repository.get(name)
+    def model(self, name: str) -> ModelView:
+        """One model with its versions (NotFound for an unknown name; a frozen view)."""
+        return view_of(self._repository.get(name))
 
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    def index(self, ready_only: bool = False) -> list[IndexRow]:
         """Triton's repository index: one row per model version (name, version, state,
         reason), ready ones only if asked."""
         rows = self._repository.index()
-        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+        return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
-    def recent_errors(self) -> list[dict[str, Any]]:
+    def recent_errors(self) -> list[LoggedError]:
         """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
         return list(self._repository.recent_errors)
 
@@ -240,12 +243,8 @@ class DataPlane:
         """Triton's statistics of the versions a request names (see model_stats.py)."""
         return model_statistics(self._repository, self.statistics, name, version)
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {
-            "name": self._state.plan.server.name,
-            "version": __version__,
-            "extensions": list(self._extensions),
-        }
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(self._state.plan.server.name, __version__, self._extensions)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         entry = self._repository.get(name)

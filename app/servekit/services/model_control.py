@@ -37,7 +37,7 @@ import asyncio
 import sys
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Literal
 
 from servekit import onnx_files
 from servekit.config.compiler import (
@@ -61,6 +61,7 @@ from servekit.errors import (
 from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from servekit.models.repository import ModelEntry, ModelRepository, State
+from servekit.results import IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, register_object
 from servekit.services.state import ServerState
 
@@ -104,19 +105,19 @@ class ModelControl:
         return storage.default_storage_dir(plan.base_dir, plan.server.storage_dir)
 
     @property
-    def recent_errors(self) -> list[dict[str, Any]]:
-        """Failed loads and rejected serve.yaml edits, newest last."""
-        return self._repository.recent_errors
+    def recent_errors(self) -> list[LoggedError]:
+        """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
+        return list(self._repository.recent_errors)
 
     def record_error(self, source: str, message: str) -> None:
         """Log a problem with serve.yaml (a rejected edit, a setting that needs a restart) where
         the dashboard shows it."""
         self._repository.record_error(source, message)
 
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    def index(self, ready_only: bool = False) -> list[IndexRow]:
         """One row per model version: name, version, state, reason (ready ones only if asked)."""
         rows = self._repository.index()
-        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+        return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
     def served_plans(self) -> list[ModelPlan]:
         """The plan of every model in the index, as it serves now: serve.yaml's, pushed by a
