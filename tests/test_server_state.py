@@ -21,7 +21,7 @@ import servekit
 from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import RESTART_ONLY, ServerConfig
 from servekit.server import ServeKit
-from servekit.services import placement
+from servekit.services.execution import placement
 from servekit.services.watch import watch_config
 from servekit.types import InferRequest, Tensor
 
@@ -61,8 +61,8 @@ def test_every_server_setting_is_marked_live_or_restart_only() -> None:
 def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> None:
     """Bug: the DataPlane kept the threshold it was built with, so the edit was reported
     applied and ignored. Huge threshold: once measured (its first calls run in its worker
-    thread, app/servekit/services/placement.py), the model runs on the loop thread; 0: in its
-    worker."""
+    thread, app/servekit/services/execution/placement.py), the model runs on the loop thread;
+    0: in its worker."""
     module = "svc_state_probe"
     (tmp_path / f"{module}.py").write_text(PROBE)
     config = tmp_path / "serve.yaml"

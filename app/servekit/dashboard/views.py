@@ -224,11 +224,10 @@ DISPATCH_REASONS: dict[str, str] = {
     DISPATCH_MAX_SIZE: "Reached maxBatchSize",
     DISPATCH_INCOMPATIBLE: "Others waiting had other shapes",
 }
-"""Why a dynamic batch stopped at its size (app/servekit/services/batching.py), as the model page
-words
-it. There is no "delay expired": servekit never holds a batch back waiting for more requests
-(a batch leaves as soon as an instance is free), so a small batch means the queue held nothing
-more when an instance freed."""
+"""Why a dynamic batch stopped at its size (app/servekit/services/execution/batching.py), as
+the model page words it. There is no "delay expired": servekit never holds a batch back waiting
+for more requests (a batch leaves as soon as an instance is free), so a small batch means the
+queue held nothing more when an instance freed."""
 
 
 def dispatch_reasons(counts: dict[str, int]) -> list[dict[str, Any]]:

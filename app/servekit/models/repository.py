@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -68,8 +69,9 @@ class VersionEntry:
     whose client left still counts while its worker thread runs)."""
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     executor: Closeable | None = None
-    """How requests reach the runtime (app/servekit/services/executor.py, made on first use); closed
-    with the runtime when the version is retired."""
+    """How requests reach the runtime (app/servekit/services/execution/executor.py): built
+    by the repository's ``on_loaded`` hook when the version loads, closed with the runtime
+    when the version is retired."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -135,6 +137,9 @@ class ModelRepository:
         in reasons and errors, others hidden (app/servekit/shown_paths.py)."""
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.on_loaded: Callable[[ModelPlan, VersionEntry], Closeable] | None = None
+        """Builds a version's executor when it has loaded (the DataPlane sets it), so that no
+        request ever builds one."""
         self.requested: set[str] = set()
         """Models the server is asked to serve: the start-up set, models a serve.yaml edit adds
         that ``startupModels`` selects, and successful client loads, minus client unloads and
@@ -211,6 +216,8 @@ class ModelRepository:
             entry = ModelEntry(plan, versions)
             for loaded in versions.values():
                 self._watch(plan.name, loaded)
+                if loaded.runtime is not None and self.on_loaded is not None:
+                    loaded.executor = self.on_loaded(plan, loaded)
             failed = bool(entry.failed_versions()) or not versions
             if failed:
                 why = entry.reason()

@@ -35,9 +35,24 @@ class ModelRuntime(Protocol):
     off_loop: bool
     """True: never call ``predict`` on the event loop thread, however fast it was measured (it
     waits on another process and may wait up to its timeout: app/servekit/runtimes/isolated.py)."""
+    # Capabilities every runtime declares (the executor and the DataPlane read them; nothing
+    # probes a runtime with getattr):
+    decoupled: bool
+    """True: it answers a request with a stream of responses (Triton's decoupled transaction
+    policy): it has ``predict_stream`` and its ``predict`` refuses."""
+    loose_outputs: frozenset[str]
+    """Outputs whose shape the metadata only guessed: the output check tests their datatype."""
+    outputs_trusted: bool
+    """True: its outputs always match the metadata, so they are not checked on the hot path."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """Run the model."""
+        ...
+
+    def predictor(self, index: int) -> Predict:
+        """The predict function of instance ``index`` (0 <= index < instances): the executor
+        gives each of a model's worker threads its own, so threads never wait for one another's
+        session; ``predict`` is for callers that do not care which instance runs."""
         ...
 
     def close(self) -> None:
@@ -46,20 +61,6 @@ class ModelRuntime(Protocol):
 
 
 Predict = Callable[[Arrays, list[str]], Arrays]
-
-
-@runtime_checkable
-class PerInstance(Protocol):
-    """A runtime with ``instances`` sessions (or objects) that a caller may use one each.
-
-    The executor gives each of a model's worker threads its own instance through
-    ``predictor(index)``, so threads never wait for one another's session; ``predict`` stays
-    for callers that do not care which instance runs (the event loop's inline calls).
-    """
-
-    def predictor(self, index: int) -> Predict:
-        """The predict function of instance ``index`` (0 <= index < instances)."""
-        ...
 
 
 @runtime_checkable
@@ -102,16 +103,10 @@ def apply_overrides(
     return tuple(by_name[s.name] for s in specs)
 
 
-def is_decoupled(runtime: object) -> bool:
-    """Whether ``runtime`` answers a request with a stream of responses (Triton's decoupled
-    transaction policy): it then has ``predict_stream`` and its ``predict`` refuses."""
-    return getattr(runtime, "decoupled", False) is True
-
-
 def predict_stream(
     runtime: object, inputs: Arrays, outputs: list[str]
 ) -> AsyncGenerator[Arrays, None]:
-    """The results of a decoupled runtime (see :func:`is_decoupled`), one per response.
+    """The results of a decoupled runtime (``ModelRuntime.decoupled``), one per response.
 
     Called on the event loop; closing the iterator early stops the model (its slot is freed).
     """

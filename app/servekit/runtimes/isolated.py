@@ -59,7 +59,7 @@ from servekit.errors import (
     Unavailable,
     Unimplemented,
 )
-from servekit.runtimes.base import CALL_DEADLINE, Arrays, LoadError
+from servekit.runtimes.base import CALL_DEADLINE, Arrays, LoadError, Predict
 from servekit.runtimes.isolation_wire import (
     ChannelClosed,
     ProtocolError,
@@ -183,6 +183,8 @@ class IsolatedModel:
 
     platform = PLATFORM
     off_loop = True
+    decoupled = False
+    outputs_trusted = False
 
     def __init__(
         self, settings: ChildSettings, children: list[_Child], signature: ModelSignature
@@ -204,6 +206,10 @@ class IsolatedModel:
             self._wait_for_exit(child)
 
     # -- the runtime interface ------------------------------------------------------------------
+    def predictor(self, index: int) -> Predict:
+        """Any free child serves any call (the children are the instances)."""
+        return self.predict
+
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         own = time.monotonic() + self._settings.timeout_s
         given = CALL_DEADLINE.get()

@@ -99,6 +99,8 @@ class OnnxModel:
 
     platform = PLATFORM
     off_loop = False
+    decoupled = False
+    loose_outputs: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -110,7 +112,7 @@ class OnnxModel:
         self.outputs_trusted = not outputs_overridden
         """onnxruntime returns the graph's own output types and ranks; only serve.yaml output
         overrides can make the metadata differ, so without them outputs are not re-checked
-        (app/servekit/services/outputs.py) on the hot path."""
+        (app/servekit/services/execution/outputs.py) on the hot path."""
         self._next = itertools.cycle(sessions).__next__
         self.signature = signature
         self._string_inputs = {s.name for s in signature.inputs if s.datatype == "BYTES"}
@@ -120,7 +122,7 @@ class OnnxModel:
         return self._run(self._next(), inputs, outputs)
 
     def predictor(self, index: int) -> Predict:
-        """Instance ``index``'s session alone (one worker thread each, see PerInstance)."""
+        """Instance ``index``'s session alone (one worker thread each)."""
         session = self._sessions[index]
         return lambda inputs, outputs: self._run(session, inputs, outputs)
 

@@ -157,6 +157,7 @@ class PythonModel:
 
     platform = PLATFORM
     off_loop = False
+    outputs_trusted = False
     fatal: tuple[type[BaseException], ...] = ()
     """Exceptions of the model's code that ``predict`` lets through as they are instead of
     turning them into the request's error: an isolated model's child process sets
@@ -181,7 +182,7 @@ class PythonModel:
         self._outputs = {s.name: s for s in signature.outputs}
         self.loose_outputs: frozenset[str] = frozenset()
         """Outputs whose shape was never declared (a bare NDArray hint): only their datatype
-        is checked against the metadata (app/servekit/services/outputs.py)."""
+        is checked against the metadata (app/servekit/services/execution/outputs.py)."""
         self._stream_slots: asyncio.Semaphore | None = None
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
@@ -194,7 +195,7 @@ class PythonModel:
             self._free.put(call)
 
     def predictor(self, index: int) -> Predict:
-        """Instance ``index`` alone, for its own worker thread (see PerInstance)."""
+        """Instance ``index`` alone, for its own worker thread (see ModelRuntime.predictor)."""
         if self.decoupled:
             return self.predict  # refuses, as predict does
         call = _predict_of(self._instances[index])

@@ -13,11 +13,11 @@ from __future__ import annotations
 from servekit.models.storage import FILE_PREFIX
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.services import grps as grps_calls
-from servekit.services.batching import INCOMPATIBLE as DISPATCH_INCOMPATIBLE
-from servekit.services.batching import MAX_SIZE as DISPATCH_MAX_SIZE
-from servekit.services.batching import PREFERRED_SIZE as DISPATCH_PREFERRED_SIZE
-from servekit.services.batching import QUEUE_DRAINED as DISPATCH_QUEUE_DRAINED
 from servekit.services.dataplane import DataPlane, server_extensions
+from servekit.services.execution.batching import INCOMPATIBLE as DISPATCH_INCOMPATIBLE
+from servekit.services.execution.batching import MAX_SIZE as DISPATCH_MAX_SIZE
+from servekit.services.execution.batching import PREFERRED_SIZE as DISPATCH_PREFERRED_SIZE
+from servekit.services.execution.batching import QUEUE_DRAINED as DISPATCH_QUEUE_DRAINED
 from servekit.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from servekit.services.metrics import make_registry
 from servekit.services.metrics import render as render_metrics

@@ -1,10 +1,10 @@
 """The one dataplane: every protocol adapter calls these methods and nothing else.
 
-It validates a request against the model's metadata (names, datatypes, shapes), picks the
-version, hands the request to that version's executor (app/servekit/services/executor.py: on the
-loop
-for models measured fast, else the model's own worker threads, queue, deadlines and batching),
-checks the outputs against the metadata (app/servekit/services/outputs.py) and records statistics.
+It picks the version, checks a request against the model's metadata (names, datatypes,
+shapes: app/servekit/services/execution/inputs.py), hands it to that version's executor
+(app/servekit/services/execution/executor.py: on the loop for models measured fast, else the
+model's own worker threads, queue, deadlines and batching), checks the outputs against the
+metadata (app/servekit/services/execution/outputs.py) and records statistics.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from typing import Any
 
 from servekit.config.auth import AccessPolicy
 from servekit.config.compiler import ModelPlan, ServePlan
@@ -30,10 +29,11 @@ from servekit.errors import (
 )
 from servekit.models.repository import ModelRepository, State, VersionEntry
 from servekit.results import IndexRow, LoggedError, ServerMetadata
-from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
-from servekit.services.classification import class_count, classify
-from servekit.services.executor import ModelExecutor
-from servekit.services.jobs import ExecutorSettings
+from servekit.runtimes.base import ModelRuntime, predict_stream
+from servekit.services.classification import classify
+from servekit.services.execution.executor import ModelExecutor
+from servekit.services.execution.inputs import check_request
+from servekit.services.execution.jobs import ExecutorSettings
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.shared_memory import SharedMemoryRegions
@@ -46,7 +46,6 @@ from servekit.types import (
     ModelMetadata,
     ModelSignature,
     Tensor,
-    TensorSpec,
 )
 from servekit.version import __version__
 
@@ -91,6 +90,14 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
+        # Executors are built when a version loads and re-tuned when the plan changes: never
+        # on a request's path.
+        repository.on_loaded = self._build_executor
+        state.plan_changed.append(self._retune)
+        for entry in repository.entries():  # versions loaded before this DataPlane existed
+            for version in entry.versions.values():
+                if version.runtime is not None and version.executor is None:
+                    version.executor = self._build_executor(entry.plan, version)
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -234,7 +241,7 @@ class DataPlane:
         entry, found = self._repository.resolve(name, version)
         runtime = found.runtime
         platform = runtime.platform if runtime is not None else entry.plan.format_name
-        decoupled = runtime is not None and is_decoupled(runtime)
+        decoupled = runtime is not None and runtime.decoupled
         return model_configuration(entry.plan, _signature(found), platform, decoupled)
 
     def model_statistics(
@@ -270,14 +277,15 @@ class DataPlane:
     async def infer(
         self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
     ) -> InferResponse:
-        """Validate, run and answer one inference request.
+        """Validate, run and answer one inference request: resolve -> validate -> run ->
+        account.
 
         ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
         ``server.requestTimeoutSeconds`` may make it earlier, and a ``timeout`` request
         parameter (microseconds, as Triton) bounds its wait in the queue. Past either the
         request is answered DeadlineExceeded and, if it had not started, never runs. How the
         request reaches the model (on the loop, in the model's threads, batched) is its
-        version's executor's call.
+        version's executor's call (built when the version loaded).
 
         ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
         that read a body after that: a request whose upload began before a graceful stop was
@@ -291,27 +299,19 @@ class DataPlane:
             )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
-        stats = self.statistics.of(entry.plan.name, version.version)
+        plan, state = entry.plan, self._state
+        stats = self.statistics.of(plan.name, version.version)
         version.enter()
         try:
-            runtime = version.runtime
-            if runtime is None:
-                raise Internal(f"model {request.model_name!r} lost its runtime while in use")
-            signature = runtime.signature
-            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted, classes = requested_outputs(request, signature)
+            runtime, executor = _running(version, request.model_name)
+            feed, wanted, classes, rows = check_request(
+                request, runtime.signature, plan.max_batch_size
+            )
             queue_by = None
-            state = self._state
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
                 deadline, queue_by = self._deadlines(request, deadline)
-            executor = version.executor
-            if not isinstance(executor, ModelExecutor):
-                executor = self._executor(entry.plan, version, runtime, stats)
-            elif executor.placement.threshold_ns != state.inline_below_ns:  # a live edit
-                executor.retune(state.inline_below_ns)
             input_done = time.perf_counter_ns()
             names = [s.name for s in wanted]
-            rows = _batch_size(request, entry.plan.max_batch_size)
             inline = executor.inline(rows, state.requests_in_progress)
             if inline:  # starts now: nothing can expire before it does
                 results, spent = executor.run_inline(feed, names, rows)
@@ -323,28 +323,19 @@ class DataPlane:
             infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
             if classes:  # the classification extension: top k instead of the tensor
-                outputs = classified(outputs, classes, entry.plan)
-            stats.record_success(
-                rows,
-                queue_ns,
-                input_done - started,
-                spent,
-                time.perf_counter_ns() - infer_done,
-                executed=inline,  # else the executor counted the model run
-            )
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead request
-            raise _model_failed(stats, started, request.model_name, exc) from exc
+                outputs = classified(outputs, classes, plan)
+            output_ns = time.perf_counter_ns() - infer_done
+            # executed: the model run is counted here when it ran on the loop, else the
+            # executor counted it
+            stats.record_success(rows, queue_ns, input_done - started, spent, output_ns, inline)
+        except Exception as exc:
+            failure = _failed(stats, started, request.model_name, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         finally:
             version.leave()
-        return InferResponse(
-            model_name=entry.plan.name,
-            model_version=str(version.version),
-            outputs=outputs,
-            id=request.id,
-        )
+        return InferResponse(plan.name, str(version.version), outputs, id=request.id)
 
     async def infer_stream(
         self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
@@ -364,7 +355,7 @@ class DataPlane:
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         runtime = version.runtime
-        if runtime is None or not is_decoupled(runtime):
+        if runtime is None or not runtime.decoupled:
             yield await self.infer(request, deadline, arrived)
             return
         if self._state.refuses(arrived):
@@ -373,9 +364,9 @@ class DataPlane:
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
         try:
-            signature = runtime.signature
-            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted, classes = requested_outputs(request, signature)
+            feed, wanted, classes, _ = check_request(
+                request, runtime.signature, entry.plan.max_batch_size
+            )
             if classes:
                 raise InvalidArgument("classification is not offered for a decoupled model")
             input_done = time.perf_counter_ns()
@@ -395,11 +386,11 @@ class DataPlane:
                         raise Unavailable("the server is shutting down; the stream ends here")
             spent = time.perf_counter_ns() - input_done
             stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead stream
-            raise _model_failed(stats, started, request.model_name, exc) from exc
+        except Exception as exc:
+            failure = _failed(stats, started, request.model_name, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         finally:
             version.leave()
 
@@ -410,7 +401,7 @@ class DataPlane:
             _, found = self._repository.resolve(name, version)
         except ServeError:
             return False
-        return found.runtime is not None and is_decoupled(found.runtime)
+        return found.runtime is not None and found.runtime.decoupled
 
     def _deadlines(
         self, request: InferRequest, deadline: float | None
@@ -438,14 +429,21 @@ class DataPlane:
             )
         return deadline, (now + timeout / 1e6) if timeout else None
 
-    def _executor(
-        self, plan: ModelPlan, version: VersionEntry, runtime: ModelRuntime, stats: VersionStats
-    ) -> ModelExecutor:
-        """The executor of a loaded version (made on first use, closed when it is retired)."""
+    def _build_executor(self, plan: ModelPlan, version: VersionEntry) -> ModelExecutor:
+        """The executor of a version that has just loaded (the repository's load hook)."""
+        assert version.runtime is not None
+        stats = self.statistics.of(plan.name, version.version)
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
-        executor = ModelExecutor(plan.name, version, runtime, stats, settings)
-        version.executor = executor
-        return executor
+        return ModelExecutor(plan.name, version, version.runtime, stats, settings)
+
+    def _retune(self) -> None:
+        """A new plan is in force: executors learnt against another inline bound start over."""
+        bound = self._state.inline_below_ns
+        for entry in self._repository.entries():
+            for version in entry.versions.values():
+                executor = version.executor
+                if isinstance(executor, ModelExecutor) and executor.placement.threshold_ns != bound:
+                    executor.retune(bound)
 
     def in_flight(self) -> int:
         """Inference requests accepted and not yet finished, queued or running, over every
@@ -468,78 +466,12 @@ def _signature(found: VersionEntry) -> ModelSignature:
     return found.runtime.signature
 
 
-def _batch_size(request: InferRequest, max_batch_size: int) -> int:
-    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
-        return request.inputs[0].shape[0]
-    return 1
-
-
-def validate_inputs(
-    request: InferRequest, by_name: dict[str, TensorSpec], max_batch_size: int = 0
-) -> dict[str, Any]:
-    """Check every input against the model's metadata; return name -> array for the runtime."""
-    feed: dict[str, Any] = {}
-    for tensor in request.inputs:
-        spec = by_name.get(tensor.name)
-        if spec is None:
-            raise InvalidArgument(
-                f"model {request.model_name!r} has no input {tensor.name!r}; "
-                f"its inputs are {', '.join(by_name)}"
-            )
-        if tensor.name in feed:
-            raise InvalidArgument(f"input {tensor.name!r} is given twice")
-        if tensor.datatype != spec.datatype:
-            raise InvalidArgument(
-                f"input {tensor.name!r} must be {spec.datatype}, got {tensor.datatype}"
-            )
-        _check_shape(tensor, spec, max_batch_size)
-        feed[tensor.name] = tensor.data
-    missing = [name for name in by_name if name not in feed]
-    if missing:
-        raise InvalidArgument(f"model {request.model_name!r} needs input(s) {', '.join(missing)}")
-    return feed
-
-
-def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
-    shape = tensor.shape
-    ok = len(shape) == len(spec.shape) and all(
-        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
-    )
-    if ok and max_batch_size > 0 and shape and shape[0] > max_batch_size:
-        raise InvalidArgument(
-            f"input {tensor.name!r}: batch of {shape[0]} exceeds maxBatchSize {max_batch_size}"
-        )
-    if not ok:
-        raise InvalidArgument(
-            f"input {tensor.name!r}: shape {list(shape)} does not match the model's "
-            f"{list(spec.shape)} (-1 is any size)"
-        )
-
-
-def requested_outputs(
-    request: InferRequest, signature: ModelSignature
-) -> tuple[list[TensorSpec], dict[str, int] | None]:
-    """The outputs to compute: those asked for, in the order asked, or all of them; and the
-    class counts of those asked for with ``classification: k`` (checked before the model
-    runs; None when none is)."""
-    if not request.outputs:
-        return list(signature.outputs), None
-    by_name = signature.output_index
-    wanted = []
-    classes: dict[str, int] | None = None
-    for requested in request.outputs:
-        k = requested.parameters.get("classification")
-        if k is not None:
-            classes = classes or {}
-            classes[requested.name] = class_count(requested.name, k)
-        spec = by_name.get(requested.name)
-        if spec is None:
-            raise InvalidArgument(
-                f"model {request.model_name!r} has no output {requested.name!r}; "
-                f"its outputs are {', '.join(by_name)}"
-            )
-        wanted.append(spec)
-    return wanted, classes
+def _running(version: VersionEntry, model: str) -> tuple[ModelRuntime, ModelExecutor]:
+    """The runtime and executor of a version a request entered."""
+    runtime, executor = version.runtime, version.executor
+    if runtime is None or not isinstance(executor, ModelExecutor):
+        raise Internal(f"model {model!r} lost its runtime while in use")
+    return runtime, executor
 
 
 def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
@@ -552,9 +484,12 @@ def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) 
     ]
 
 
-def _model_failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Internal:
-    """Count a request a model failed on unexpectedly, log the exception under a reference, and
-    return the clean error its client gets (the exception's text may hold paths or secrets)."""
+def _failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Exception:
+    """Account a failed request (unary or stream) and return what its client gets: a
+    ServeError as it is; anything else (a runtime bug) logged under a reference and answered
+    as a clean Internal error (the exception's text may hold paths or secrets)."""
     stats.record_failure(time.perf_counter_ns() - started)
+    if isinstance(exc, ServeError):
+        return exc
     where = f"model {model!r}"
     return Internal(f"{where} failed: {internal_error(log, exc, where)}")
