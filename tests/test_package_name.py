@@ -63,7 +63,7 @@ def test_a_modules_path_is_its_name() -> None:
     assert [p.name for p in (ROOT / "app").iterdir() if p.name != "__pycache__"] == ["servekit"]
     assert not (ROOT / "servekit").exists() and not (ROOT / "app" / "__init__.py").exists()
     assert Path(servekit.__file__).resolve() == ROOT / "app" / "servekit" / "__init__.py"
-    folders = {  # every folder holding Python code 
+    folders = {  # every folder holding Python code
         ".".join(p.parent.relative_to(ROOT / "app").parts) for p in (ROOT / "app").rglob("*.py")
     }
     assert sorted(setuptools["packages"]) == sorted(folders)
