@@ -68,6 +68,10 @@ loop is blocked for a few seconds (a model running on the loop, a swap storm) re
 requests it holds, rather than having them reset; short enough that the connections the kernel
 keeps handing a stopped worker wait at most this long plus a restart, well inside a Kubernetes
 liveness probe's default failure window (3 failures x 10 s)."""
+CONNECT_SECONDS = 60.0
+"""A started worker that has not connected to its supervisor this long after it started (an
+interpreter and its imports take seconds, more on a busy machine: a generous bound) is killed,
+so a worker stopped or hung before it could be pinged does not stay ``starting`` forever."""
 STATS_SECONDS = 2.0
 """How long a statistics read waits for one worker's snapshot (then: its last one). Below the
 worker's own wait for the whole read (``REFRESH_SECONDS``), so a silent peer never makes the
@@ -262,12 +266,17 @@ class Supervisor:
 
     async def handle(self, channel: Channel, message: Message) -> Any:
         op = message.get("op")
+        if op == "attach":  # first frame of a worker: watched from now on, while it loads
+            slot = self.slots[int(message["worker"])]
+            if slot.channel is None and not slot.killed:
+                slot.channel, slot.beat = channel, asyncio.get_running_loop().time()
+            return None
         if op == "hello":
             return await self.join(channel, int(message["worker"]), message.get("summary") or {})
         if op == "listening":
             slot = self.slots[int(message["worker"])]
             slot.listening = True
-            if not self.stopping:
+            if not self.stopping and slot.state != "unresponsive":  # a ping answer clears that
                 slot.state = "serving"
             if all(s.listening for s in self.slots):
                 self.all_listening.set()
@@ -439,6 +448,8 @@ class Supervisor:
 
     def _check(self, slot: _Slot, now: float) -> None:
         channel = slot.channel
+        if channel is None and slot.state == "starting" and now - slot.started > CONNECT_SECONDS:
+            self._kill(slot, f"did not connect within {CONNECT_SECONDS:.0f} s of its start")
         if channel is None or slot.beat is None or channel.closed.is_set() or slot.killed:
             return
         if not slot.pinging:

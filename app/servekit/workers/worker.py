@@ -110,6 +110,8 @@ class Worker:
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.spec.socket)
         self.channel = Channel(reader, writer, self.handle)
+        # Heartbeats start now: a worker that hangs while it loads its models is found too.
+        await self.request({"op": "attach", "worker": self.spec.index})
 
     async def request(self, message: Message) -> Any:
         assert self.channel is not None
