@@ -107,8 +107,8 @@ class _Slot:
     """The last read statistics of its processes that died, merged: they stay in the totals
     and in this position's share of them."""
     beat: float | None = None
-    """Loop time of its last sign of life (its joining, then each ping answered); None while it
-    is not watched (starting, restarting)."""
+    """Loop time of its last sign of life (its first frame, then each ping answered); None while
+    it is not watched (not connected yet, restarting)."""
     pinging: bool = False
     silent: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while it is unresponsive: what requests to it stop waiting on."""
