@@ -12,11 +12,15 @@ be reached by (as Jupyter does), decided here from serve.yaml and the bound addr
 * the addresses the server is bound to, and ``server.host`` itself when it is a name;
 * ``server.allowedHosts``: names, ``*.example.com`` (any name under example.com, not
   example.com itself), IP addresses, or ``*`` (no check at all);
+* names no public DNS answers, so no attacker can serve a page under them: a name without a
+  dot (``gpu-box``, a Kubernetes Service in the same namespace: the resolver completes it from
+  this network's search domains) and names under ``.local`` (mDNS, and Kubernetes'
+  ``svc.cluster.local``) or ``.internal`` (reserved for private networks);
 * bound to a wildcard (``0.0.0.0``, ``::``): every IP literal too. A URL holding an IP
   literal makes that address the page's origin, which no DNS answer can move, so only this
-  server (or a forward to it) could have served such a page; the names clients use (a load
-  balancer's, a Kubernetes Service's) must be listed, because a name is what an attacker
-  controls.
+  server (or a forward to it) could have served such a page. Any other name clients use (a
+  load balancer's, an Ingress's, KServe's ``NAME.NAMESPACE.example.com``) must be listed: a
+  public name is exactly what an attacker controls.
 
 The port is not compared (a proxy or a port forward changes it; the name is what matters), and
 a request without ``Host`` (HTTP/1.0, never a browser) is answered. gRPC's ``:authority`` is not
@@ -39,6 +43,8 @@ log = logging.getLogger("servekit.http")
 
 LOOPBACK_NAMES = frozenset({"localhost"})
 WILDCARDS = frozenset({"0.0.0.0", "::"})
+PRIVATE_SUFFIXES = (".local", ".internal")
+"""Names under these no public DNS answers (RFC 6762 mDNS, ICANN's private-use ``.internal``)."""
 SETTING = "server.allowedHosts"
 MAX_REMEMBERED = 1024
 """Distinct ``Host`` values whose verdict is remembered (allowed ones only: a client sending
@@ -128,7 +134,7 @@ class HostPolicy:
             return True
         address = _ip(name)
         if address is None:
-            return False
+            return not name or "." not in name or name.endswith(PRIVATE_SUFFIXES)
         if address.is_loopback or self.any_ip:
             return True
         mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1
