@@ -10,10 +10,8 @@ stops growing and the next run may start at once).
 from __future__ import annotations
 
 import http.client
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import onnx_builders

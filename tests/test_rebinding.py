@@ -64,7 +64,7 @@ async function attack() {
 
 
 class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(PAGE)))
@@ -116,9 +116,7 @@ def test_a_rebinding_page_cannot_drive_the_server(
     driver = sync_playwright().start()
     try:
         rule = f"--host-resolver-rules=MAP {NAME} 127.0.0.1"
-        browser = driver.chromium.launch(
-            executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, rule]
-        )
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, rule])
         page = browser.new_page()
         page.goto(f"http://{NAME}:{port}/")
         assert page.title() == "innocent page"
@@ -159,9 +157,7 @@ def test_the_same_page_works_when_its_name_is_allowed(
     driver = sync_playwright().start()
     try:
         rule = f"--host-resolver-rules=MAP {NAME} 127.0.0.1"
-        browser = driver.chromium.launch(
-            executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, rule]
-        )
+        browser = driver.chromium.launch(executable_path=str(CHROMIUM), args=[*CHROMIUM_ARGS, rule])
         page = browser.new_page()
         page.goto(f"http://{NAME}:{port}/")
         page_server.shutdown()

@@ -55,8 +55,9 @@ def group_of(handler_opt: dict[str, Any]) -> ApiGroup:
 
 def token_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
     """Application guard (installed only when a group has a token or is closed): a request to
-    a protected group needs its bearer token; one to a closed group is refused. The V2 inference routes skip guards (their fast path answers
-    before Litestar's handling) and check the same policy in app/servekit/rest/infer.py."""
+    a protected group needs its bearer token; one to a closed group is refused. The V2
+    inference routes skip guards (their fast path answers before Litestar's handling) and
+    check the same policy in app/servekit/rest/infer.py."""
     if connection.scope.get("method") == "OPTIONS":
         return  # Litestar's own answer (Allow): open, as CORS preflights carry no credentials
     policy: AccessPolicy = connection.app.state.access
