@@ -196,7 +196,7 @@ class NetworkLimits(Section):
     """How long clients may take and how many they may be, on both listeners: what keeps a
     slow, idle or oversized client from holding the server (slowloris, huge headers, runaway
     streams). The defaults suit a small machine (2 cores, a 1,024 open-file limit) serving
-    programs, not browsers on slow links; README's "Limits at the edge" explains each."""
+    programs, not browsers on slow links; docs/server.md, "Limits at the edge", explains each."""
 
     header_timeout_seconds: float = Field(10.0, gt=0, le=3600)
     """Time a client has to send a request's whole header block, from its first byte (or from
