@@ -31,11 +31,14 @@ from servekit.services.shared_memory import SharedMemoryRegions
 pytestmark = pytest.mark.anyio
 
 SIXTEEN = 16 * 4  # bytes of one [1, 16] INT32 tensor
+LOCAL = "127.0.0.1"
+"""The peer a client on the server's host registers from."""
+ON = "server: {sharedMemory: system}\nmodels: []\n"
 
 
 @pytest.fixture
 def regions() -> Iterator[SharedMemoryRegions]:
-    made = SharedMemoryRegions()
+    made = SharedMemoryRegions(enabled=True)
     yield made
     made.close()
 
@@ -67,15 +70,15 @@ def objects() -> Iterator[Objects]:
 # -- registration ---------------------------------------------------------------------------
 def test_register_status_unregister(regions: SharedMemoryRegions, objects: Objects) -> None:
     key, _ = objects.make(256)
-    regions.register("in", key, 0, 128)
-    regions.register("out", key, 128, 128)
+    regions.register("in", key, 0, 128, peer=LOCAL)
+    regions.register("out", key, 128, 128, peer=LOCAL)
     assert [r.as_dict() for r in regions.status()] == [
         {"name": "in", "key": key, "offset": 0, "byte_size": 128},
         {"name": "out", "key": key, "offset": 128, "byte_size": 128},
     ]
     assert regions.status("out")[0].offset == 128
     with pytest.raises(AlreadyExists, match="'in' already in manager"):
-        regions.register("in", key, 0, 8)
+        regions.register("in", key, 0, 8, peer=LOCAL)
     regions.unregister("in")
     regions.unregister("in")  # idempotent, as in Triton
     with pytest.raises(NotFound, match="Unable to find system shared memory region: 'in'"):
@@ -88,13 +91,15 @@ def test_the_window_must_lie_inside_the_object(
     regions: SharedMemoryRegions, objects: Objects
 ) -> None:
     key, _ = objects.make(64)
-    with pytest.raises(InvalidArgument, match=r"invalid args.*holds 64 bytes"):
-        regions.register("r", key, 32, 64)
+    with pytest.raises(
+        InvalidArgument, match=r"Unable to open.*at least offset \+ byte_size \(96\)"
+    ):
+        regions.register("r", key, 32, 64, peer=LOCAL)
     with pytest.raises(InvalidArgument, match="byte_size must be at least 1"):
-        regions.register("r", key, 0, 0)
+        regions.register("r", key, 0, 0, peer=LOCAL)
     with pytest.raises(InvalidArgument, match="offset must be a non-negative integer"):
-        regions.register("r", key, -1, 8)
-    regions.register("r", key, 5, 59)  # an offset need not be page-aligned
+        regions.register("r", key, -1, 8, peer=LOCAL)
+    regions.register("r", key, 5, 59, peer=LOCAL)  # an offset need not be page-aligned
     assert len(regions) == 1
 
 
@@ -104,12 +109,14 @@ def test_the_window_must_lie_inside_the_object(
 )
 def test_keys_name_one_object_in_dev_shm(regions: SharedMemoryRegions, key: str) -> None:
     with pytest.raises(InvalidArgument, match="invalid shm key"):
-        regions.register("r", key, 0, 8)
+        regions.register("r", key, 0, 8, peer=LOCAL)
 
 
 def test_unknown_key(regions: SharedMemoryRegions) -> None:
-    with pytest.raises(InvalidArgument, match=r"Unable to open shared memory region.*no such"):
-        regions.register("r", f"/servekit-absent-{uuid.uuid4().hex}", 0, 8)
+    with pytest.raises(
+        InvalidArgument, match=r"Unable to open shared memory region: '/servekit-absent"
+    ):
+        regions.register("r", f"/servekit-absent-{uuid.uuid4().hex}", 0, 8, peer=LOCAL)
 
 
 def test_only_regular_objects_are_mapped(tmp_path: Path) -> None:
@@ -122,33 +129,19 @@ def test_only_regular_objects_are_mapped(tmp_path: Path) -> None:
     (directory / "folder").mkdir()
     os.mkfifo(directory / "fifo")
     (directory / "plain").write_bytes(bytes(64))
-    regions = SharedMemoryRegions(str(directory))
-    with pytest.raises(InvalidArgument, match="symbolic link, refused"):
-        regions.register("r", "/link", 0, 8)
-    with pytest.raises(InvalidArgument, match=r"Unable to open|not a shared memory object"):
-        regions.register("r", "/folder", 0, 8)
-    with pytest.raises(InvalidArgument, match="not a shared memory object"):
-        regions.register("r", "/fifo", 0, 8)
-    regions.register("r", "/plain", 0, 64)
+    (directory / "plain").chmod(0o600)
+    regions = SharedMemoryRegions(str(directory), enabled=True)
+    for key in ("/link", "/folder", "/fifo"):
+        with pytest.raises(InvalidArgument, match="Unable to open shared memory region"):
+            regions.register("r", key, 0, 8, peer=LOCAL)
+    regions.register("r", "/plain", 0, 64, peer=LOCAL)
     regions.close()
     assert len(regions) == 0
 
 
-def test_a_region_shrunk_by_its_client_is_not_touched(
-    regions: SharedMemoryRegions, objects: Objects, tmp_path: Path
-) -> None:
-    (tmp_path / "obj").write_bytes(bytes(8192))
-    own = SharedMemoryRegions(str(tmp_path))
-    own.register("r", "/obj", 0, 8192)
-    os.truncate(tmp_path / "obj", 16)  # touching the mapping past 16 bytes would be SIGBUS
-    with pytest.raises(InvalidArgument, match="shrank below the 8192 bytes registered"):
-        own._read("input 'x'", "r", 0, 4)
-    own.close()
-
-
 # -- inference through the codecs --------------------------------------------------------------
 async def simple(serve: Serve) -> Services:
-    services = await serve()
+    services = await serve(ON)
     ints = {"datatype": "INT32", "shape": [-1, 16]}
     await services.control.add(
         python_model(
@@ -199,8 +192,8 @@ async def test_http_json_inputs_and_outputs_in_regions(serve: Serve, objects: Ob
     a, b = np.arange(16, dtype=np.int32), np.ones(16, dtype=np.int32)
     shm.set_shared_memory_region(in_handle, [a])
     shm.set_shared_memory_region(in_handle, [b], offset=SIXTEEN)
-    regions.register("in", in_key, 0, 2 * SIXTEEN)
-    regions.register("out", out_key, 0, 2 * SIXTEEN)
+    regions.register("in", in_key, 0, 2 * SIXTEEN, peer=LOCAL)
+    regions.register("out", out_key, 0, 2 * SIXTEEN, peer=LOCAL)
 
     body = _json_request(_shm("in", SIXTEEN), _shm("in", SIXTEEN, SIXTEEN))
     request = v2_json.decode_request(body, "simple", None)
@@ -225,9 +218,9 @@ async def test_grpc_raw_inputs_beside_a_region(serve: Serve, objects: Objects) -
     key, handle = objects.make(SIXTEEN)
     a = np.arange(16, dtype=np.int32)
     shm.set_shared_memory_region(handle, [a])
-    services.dataplane.shared_memory.register("in", key, 0, SIXTEEN)
+    services.dataplane.shared_memory.register("in", key, 0, SIXTEEN, peer=LOCAL)
     out_key, out_handle = objects.make(SIXTEEN)
-    services.dataplane.shared_memory.register("out", out_key, 0, SIXTEEN)
+    services.dataplane.shared_memory.register("out", out_key, 0, SIXTEEN, peer=LOCAL)
 
     def param(value: object) -> pb.InferParameter:
         return v2_proto.parameter_to_proto(value)
@@ -262,10 +255,10 @@ async def test_bytes_tensors_in_regions(serve: Serve, objects: Objects) -> None:
     for name, data, size in zip(("in0", "in1"), serialized, sizes, strict=True):
         key, handle = objects.make(size)
         shm.set_shared_memory_region(handle, [data])
-        regions.register(name, key, 0, size)
+        regions.register(name, key, 0, size, peer=LOCAL)
         keys.append(key)
     out_key, out_handle = objects.make(256)
-    regions.register("out", out_key, 0, 256)
+    regions.register("out", out_key, 0, 256, peer=LOCAL)
     body = {
         "inputs": [
             {"name": "INPUT0", "datatype": "BYTES", "shape": [1, 16],
@@ -287,9 +280,9 @@ async def test_bytes_tensors_in_regions(serve: Serve, objects: Objects) -> None:
 async def test_windows_and_names_are_checked(serve: Serve, objects: Objects) -> None:
     services = await simple(serve)
     key, _ = objects.make(2 * SIXTEEN)
-    services.dataplane.shared_memory.register("in", key, 0, 2 * SIXTEEN)
+    services.dataplane.shared_memory.register("in", key, 0, 2 * SIXTEEN, peer=LOCAL)
     out_key, _ = objects.make(SIXTEEN)
-    services.dataplane.shared_memory.register("out", out_key, 0, SIXTEEN)
+    services.dataplane.shared_memory.register("out", out_key, 0, SIXTEEN, peer=LOCAL)
     good = _shm("in", SIXTEEN)
     cases: list[tuple[dict[str, Any], type[Exception], str]] = [
         (_shm("nowhere", SIXTEEN), NotFound, "Unable to find shared memory region: 'nowhere'"),
@@ -323,7 +316,7 @@ async def test_windows_and_names_are_checked(serve: Serve, objects: Objects) -> 
 async def test_stop_unregisters_every_region(serve: Serve, objects: Objects) -> None:
     services = await simple(serve)
     key, _ = objects.make(64)
-    services.dataplane.shared_memory.register("r", key, 0, 64)
+    services.dataplane.shared_memory.register("r", key, 0, 64, peer=LOCAL)
     await services.stop()
     assert services.dataplane.shared_memory.status() == []
 
@@ -331,6 +324,9 @@ async def test_stop_unregisters_every_region(serve: Serve, objects: Objects) -> 
 def test_metadata_names_the_extensions(tmp_path: Path) -> None:
     from inprocess import plan_of
 
-    services = Services(plan_of("models: []\n", tmp_path))
+    services = Services(plan_of(ON, tmp_path))
     extensions = services.dataplane.server_metadata()["extensions"]
     assert {"system_shared_memory", "classification", "binary_tensor_data"} <= set(extensions)
+    off = Services(plan_of("models: []\n", tmp_path)).dataplane.server_metadata()
+    assert {"classification", "binary_tensor_data"} <= set(off["extensions"])
+    assert "system_shared_memory" not in off["extensions"]  # off by default

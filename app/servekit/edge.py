@@ -98,9 +98,10 @@ class EdgeState:
     displace at the cap."""
 
 
-def connection_cap(configured: int) -> int:
+def connection_cap(configured: int, reserved: int = 0) -> int:
     """``configured``, lowered to what the soft open-file limit leaves (after raising that
-    limit to the hard one, as Go and nginx do: descriptors are cheap, running out is not)."""
+    limit to the hard one, as Go and nginx do: descriptors are cheap, running out is not)
+    once ``reserved`` descriptors are set aside (shared memory regions hold one each)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         hard = 1 << 20
@@ -112,7 +113,7 @@ def connection_cap(configured: int) -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return configured
-    room = max(16, soft - FD_RESERVE - 2 * ACCEPT_BACKLOG)
+    room = max(16, soft - FD_RESERVE - 2 * ACCEPT_BACKLOG - reserved)
     if room < configured:
         log.warning(
             "server.network.maxConnections lowered from %d to %d: the open-file limit is %d "
@@ -124,9 +125,10 @@ def connection_cap(configured: int) -> int:
     return min(configured, room)
 
 
-def protocol_class(limits: NetworkLimits) -> type[EdgeProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to these limits."""
-    state = EdgeState(limits, connection_cap(limits.max_connections))
+def protocol_class(limits: NetworkLimits, reserved: int = 0) -> type[EdgeProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to these limits
+    (``reserved``: descriptors the connection cap leaves to something else)."""
+    state = EdgeState(limits, connection_cap(limits.max_connections, reserved))
 
     class BoundEdgeProtocol(EdgeProtocol):
         edge = state
