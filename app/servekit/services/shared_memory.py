@@ -316,23 +316,21 @@ class SharedMemoryRegions:
     ) -> InferResponse:
         """Run ``request`` with its shared-memory inputs read and its outputs written.
 
-        Every window is checked and the inputs are copied out of their regions before the
-        model runs (a bad window costs no inference); outputs are written after it ran, each
+        The inputs are copied out of their regions and every output window is checked before
+        the model runs (a bad window costs no inference); outputs are written after it ran, each
         checked against the size the client registered for it.
         """
         self._require_enabled()
         reads = [w for w in map(_input_window, request.inputs) if w is not None]
+        total = sum(w.byte_size for w in reads)
         with self._lock:
             for window in reads:
                 self._checked(window)
-        targets = self._targets(request)
-        total = sum(w.byte_size for w in reads)
-        if total > self._max_bytes:
-            raise ResourceExhausted(
-                f"the inputs in shared memory hold {total} bytes, more than the "
-                f"{self._max_bytes} one request may bring (server.maxRequestBytes)"
-            )
-        with self._lock:
+            if total > self._max_bytes:
+                raise ResourceExhausted(
+                    f"the inputs in shared memory hold {total} bytes, more than the "
+                    f"{self._max_bytes} one request may bring (server.maxRequestBytes)"
+                )
             if self._held + total > self._max_bytes:
                 raise Overloaded(
                     "shared memory inputs of the requests in progress fill the server's budget "
@@ -345,6 +343,7 @@ class SharedMemoryRegions:
             else:
                 data = await asyncio.to_thread(lambda: [self._read(w) for w in reads])
             inputs = _with_data(request.inputs, data)
+            targets = self._targets(request)
             response = await run(dataclasses.replace(request, inputs=inputs, shared_memory=False))
         finally:
             with self._lock:
