@@ -8,14 +8,14 @@ posts ``{"key", "offset", "byte_size"}`` to ``.../region/{name}/register``;
 the DataPlane's :class:`servekit.services.shared_memory.SharedMemoryRegions`; inference reads and
 writes them there, whatever transport the request came over.
 
-Off unless ``server.sharedMemory: system``: then the system routes answer 403 saying which
+Off unless ``server.sharedMemory: system``: without it the system routes answer 403 saying which
 setting enables them (the CUDA routes answer as always). Registering is accepted from a client on
 the server's host only (the peer uvicorn saw: loopback, or a UNIX socket), checked in the service.
 
-API group: ``repository``. Registering makes the server open and map an object a client names
-and write model outputs into it; that changes what the server holds and touches host memory
-beyond the request, like loading a model, not like one inference. The operator who hands out
-the repository token already trusts its holders with server state; a group of its own would
+API group: ``repository``. Registering makes the server open (and keep open) an object a client
+names and write model outputs into it; that changes what the server holds and touches host
+memory beyond the request, like loading a model, not like one inference. The operator who hands
+out the repository token already trusts its holders with server state; a group of its own would
 add a token setting to serve.yaml for a feature used by clients on the same host only (the
 regions are local by nature), and inference with a region still needs the inference token.
 Register and unregister also carry the cross-site guard of control routes.
