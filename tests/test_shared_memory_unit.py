@@ -9,8 +9,10 @@ checks (symbolic links, directories, FIFOs) use a stand-in directory for ``/dev/
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ from servekit.errors import (
     AlreadyExists,
     InvalidArgument,
     NotFound,
+    Overloaded,
     PermissionDenied,
     ResourceExhausted,
 )
@@ -577,3 +580,52 @@ def test_unregistering_during_a_copy_closes_the_descriptor_after_it(
     regions._done(region)
     with pytest.raises(OSError):
         os.fstat(region.fd)
+
+
+class _Gate:
+    """A model that holds its request until the test opens the gate (bounded wait)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+
+    def predict(self, data: Any) -> dict[str, Any]:
+        self.entered.set()
+        self.gate.wait(10)
+        return {"head": np.asarray(data)[:8].copy()}
+
+
+async def test_inputs_held_by_requests_in_progress_are_bounded(
+    serve: Serve, made: list[str]
+) -> None:
+    """maxRequestBytes bounds the region bytes all requests in progress hold together: past
+    it a request is answered 429 at once (retry), not queued with its copy in memory."""
+    services = await serve("server: {sharedMemory: system, maxRequestBytes: 1024}\nmodels: []\n")
+    gate = _Gate()
+    uint8 = {"datatype": "UINT8", "shape": [-1]}
+    config = python_model(
+        "gate", inputs=[{"name": "data", **uint8}], outputs=[{"name": "head", **uint8}]
+    )
+    await services.control.add(config, gate)
+    key, path = _object(0o600, 2048)
+    made.append(path)
+    services.dataplane.shared_memory.register("r", key, 0, 2048, peer=LOCAL)
+
+    def request(size: int) -> Any:
+        body = {"inputs": [{"name": "data", "datatype": "UINT8", "shape": [size],
+                            "parameters": _shm("r", size)}]}  # fmt: skip
+        return v2_json.decode_request(body, "gate", None)
+
+    first = asyncio.ensure_future(services.dataplane.infer(request(800)))
+    for _ in range(1000):  # bounded: until the first request is inside the model
+        if gate.entered.is_set():
+            break
+        await asyncio.sleep(0.005)
+    assert gate.entered.is_set()
+    with pytest.raises(Overloaded, match="requests in progress fill the server's budget"):
+        await services.dataplane.infer(request(800))
+    gate.gate.set()
+    answer = await first
+    assert list(answer.outputs[0].data) == list(b"secret!!")
+    gate.entered.clear()
+    await services.dataplane.infer(request(800))  # the budget is free again
