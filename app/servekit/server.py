@@ -146,12 +146,13 @@ class ServeKit:
             loop="none",
             # uvicorn's httptools protocol plus the deadlines and limits it lacks
             # (app/servekit/edge.py)
-            http=edge.protocol_class(network),
+            # Our own context (app/servekit/config/tls.py, from the files the config check read:
+            # uvicorn's file options would prompt on the terminal for an encrypted key's
+            # password), handshaken by the edge itself so the handshake counts against the
+            # connection cap and the header timeout; uvicorn is given no SSL context.
+            http=edge.protocol_class(network, None if tls is None else tls.server_context()),
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,
-            # Our own context (app/servekit/config/tls.py, from the files the config check read):
-            # uvicorn's file options would prompt on the terminal for an encrypted key's password.
-            ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )
         self._http = _EmbeddedUvicorn(config)
         # uvicorn keeps one task per HTTP request in progress: with the gRPC calls, what a
