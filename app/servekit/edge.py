@@ -551,16 +551,16 @@ def _feed(transport: asyncio.Transport, data: bytes) -> None:
     that layer's ``connection_made`` and before reading resumes (both are scheduled after it),
     so the bytes keep their order. Before ``connection_made`` the TLS layer only stores them in
     its incoming buffer (asyncio's and uvloop's alike), where the handshake reads them."""
-    protocol = transport.get_protocol()
+    protocol: Any = transport.get_protocol()
     if transport.is_closing() or isinstance(protocol, EdgeProtocol):  # start_tls failed
         return
-    if isinstance(protocol, asyncio.BufferedProtocol) or hasattr(protocol, "buffer_updated"):
+    if hasattr(protocol, "buffer_updated"):  # both TLS layers are buffered protocols
         view = memoryview(data)
         while view:
-            buffer = protocol.get_buffer(len(view))  # type: ignore[attr-defined]
+            buffer = protocol.get_buffer(len(view))
             size = min(len(buffer), len(view))
             buffer[:size] = view[:size]
-            protocol.buffer_updated(size)  # type: ignore[attr-defined]
+            protocol.buffer_updated(size)
             view = view[size:]
     else:
-        protocol.data_received(data)  # type: ignore[attr-defined]
+        protocol.data_received(data)
