@@ -8,7 +8,11 @@ for what was defined in the notebook, copies of the project's own modules otherw
 same models with the same outputs, and ``servekit build folder`` makes its image.
 
 Nothing is written unless every model can be: a model whose source cannot be written (a lambda,
-a closure ...) fails the save with every such model named.
+a closure ...) fails the save with every such model named. Nothing is written or removed outside
+the folder either: the model names may come from another server (``servekit save URL``), so each
+must be a model name by serve.yaml's own rule, and every path the save replaces or writes must
+resolve inside the folder (a saved model's own folder inside ``models/``) before anything is
+touched.
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ from servekit import onnx_files
 from servekit.config.compiler import BUILTIN_RUNTIMES, ModelPlan
 from servekit.config.schema import RuntimeConfig
 from servekit.project import requirements
-from servekit.project.files import Project
+from servekit.project.files import NAME_RULE, Project, SaveError, check_names
 from servekit.project.source import MODULE, SourceError
 from servekit.runtimes.python import OBJECT_PREFIX, resolve_entrypoint
 
-__all__ = ["Project", "SaveError", "add_onnx_file", "entry_of", "from_plans"]
-
-
-class SaveError(ValueError):
-    """Models that cannot be saved; the message names each one and why."""
+__all__ = [
+    "NAME_RULE",
+    "Project",
+    "SaveError",
+    "add_onnx_file",
+    "check_names",
+    "entry_of",
+    "from_plans",
+]
 
 
 def entry_of(plan: ModelPlan) -> dict[str, Any]:
