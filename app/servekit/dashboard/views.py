@@ -26,8 +26,12 @@ from servekit.services import (
     DISPATCH_MAX_SIZE,
     DISPATCH_PREFERRED_SIZE,
     DISPATCH_QUEUE_DRAINED,
+    LOADING,
     QUEUE_BUCKETS_S,
+    READY,
     STATES,
+    UNAVAILABLE,
+    UNLOADING,
     DataPlane,
     Duration,
     ModelControl,
@@ -36,7 +40,6 @@ from servekit.services import (
 )
 from servekit.shown_paths import shown_storage_uri
 
-READY, LOADING, UNLOADING, UNAVAILABLE = STATES
 _QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
 
 

@@ -27,7 +27,15 @@ from servekit.services.model_stats import DurationStat, VersionStatistics
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
 from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
-from servekit.services.views import STATES, ModelView, VersionView
+from servekit.services.views import (
+    LOADING,
+    READY,
+    STATES,
+    UNAVAILABLE,
+    UNLOADING,
+    ModelView,
+    VersionView,
+)
 from servekit.services.watch import watch_config
 
 __all__ = [
@@ -37,9 +45,13 @@ __all__ = [
     "DISPATCH_PREFERRED_SIZE",
     "DISPATCH_QUEUE_DRAINED",
     "FILE_PREFIX",
+    "LOADING",
     "METRICS_CONTENT_TYPE",
     "QUEUE_BUCKETS_S",
+    "READY",
     "STATES",
+    "UNAVAILABLE",
+    "UNLOADING",
     "DataPlane",
     "Duration",
     "DurationStat",

@@ -15,7 +15,10 @@ from servekit.models.repository import ModelEntry, State
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
 """Every state a version can be in, in the order pages list them."""
-READY, LOADING, UNLOADING, UNAVAILABLE = (s.value for s in State)
+READY = State.READY.value
+LOADING = State.LOADING.value
+UNLOADING = State.UNLOADING.value
+UNAVAILABLE = State.UNAVAILABLE.value
 
 
 @dataclass(frozen=True, slots=True)
