@@ -240,6 +240,7 @@ class ServeKit:
                 await self._http_task
             self._http = None
         self.dataplane.shared_memory.close()  # unmap every region clients registered
+        await self.control.close()  # no more looks at remote storage
         await self.repository.close()
 
 
