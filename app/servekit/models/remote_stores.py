@@ -164,7 +164,7 @@ def _filesystem(scheme: Scheme, uri: str, settings: StorageConfig) -> tuple[Any,
     parts = urlsplit(uri)
     timeout = min(settings.timeout_seconds, 60.0)
     if scheme is S3:
-        import s3fs  # type: ignore[import-untyped]
+        import s3fs
 
         endpoint = settings.s3.endpoint or os.environ.get("AWS_ENDPOINT_URL")
         fs = s3fs.S3FileSystem(
@@ -180,7 +180,7 @@ def _filesystem(scheme: Scheme, uri: str, settings: StorageConfig) -> tuple[Any,
         )
         return fs, f"{parts.netloc}{parts.path}"
     if scheme is GCS:
-        import gcsfs  # type: ignore[import-untyped]
+        import gcsfs
 
         token = "anon" if os.environ.get("STORAGE_EMULATOR_HOST") else None
         fs = gcsfs.GCSFileSystem(
@@ -188,7 +188,7 @@ def _filesystem(scheme: Scheme, uri: str, settings: StorageConfig) -> tuple[Any,
         )
         return fs, f"{parts.netloc}{parts.path}"
     if scheme is AZURE:
-        import adlfs  # type: ignore[import-untyped]
+        import adlfs
 
         if parts.scheme.lower() == "https":  # https://<account>.blob.core.windows.net/c/p
             account = (parts.hostname or "").split(".", 1)[0]
