@@ -109,9 +109,25 @@ def test_an_unknown_worker_state_is_refused() -> None:
 
 def test_a_slot_reports_no_process_while_restarting() -> None:
     position = _Slot(3, state="restarting", since=1.0, restarts=2)
-    report = position.report()
+    report = position.report(now=100.0)
     assert report["pid"] is None and report["since"] is None
+    assert report["heartbeat_age"] is None
     assert (report["index"], report["state"], report["restarts"]) == (3, "restarting", 2)
+
+
+def test_a_silent_slot_is_listed_with_its_heartbeat_age() -> None:
+    """An unresponsive worker stays in the list, with how long it has been silent."""
+    position = _Slot(1, state="unresponsive", since=1.0, beat=96.5)
+    report = position.report(now=100.0)
+    assert (report["state"], report["heartbeat_age"]) == ("unresponsive", 3.5)
+    stats = ClusterStatistics(index=0)
+    stats.set_cluster([slot(0, []), report])
+    found = stats.workers()
+    assert found is not None
+    assert [(w.index, w.state, w.heartbeat_age) for w in found] == [
+        (0, "serving", None),
+        (1, "unresponsive", 3.5),
+    ]
 
 
 async def test_a_single_server_answers_itself(serve: Serve, tmp_path: Path) -> None:

@@ -8,13 +8,17 @@ that only one worker holds shows up as an answer that disagrees with the one bef
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.client
 import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 import httpx
@@ -474,3 +478,185 @@ def test_worker_figures_need_the_admin_token(tmp_path: Path) -> None:
         home = call(server, "GET", "/").text
         assert 'id="worker-table"' not in home and 'data-gated="admin"' in home
         assert 'id="worker-table"' in call(server, "GET", "/", headers=bearer).text
+
+
+# -- heartbeats: a stopped worker is found, named, killed and restarted -----------------------
+# The supervisor pings every worker each second, shows one silent for 3 s ``unresponsive`` and
+# kills it (SIGKILL) past 10 s (app/servekit/workers/supervisor.py). These bounds leave slack for
+# a busy machine; a hang (the code before heartbeats) exceeds every one of them.
+UNRESPONSIVE_WITHIN = 10.0
+KILLED_WITHIN = 25.0
+CONTROL_ANSWERED_WITHIN = 10.0
+
+
+@pytest.fixture(scope="module")
+def stoppable(store: Path) -> Iterator[ServerProcess]:
+    """A server of its own: its workers get stopped and restarted."""
+    with running_server(store, extra=["--workers", "2"]) as running:
+        yield running
+        pids = workers_of(running)
+    wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in pids), 30, "workers gone")
+
+
+class Pinned:
+    """One keep-alive HTTP connection: every request on it reaches the worker that accepted it
+    (asserted: a reconnect would land on either worker)."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        url = urlsplit(server.http_url)
+        assert url.hostname is not None and url.port is not None
+        self.server_port = url.port
+        self.connection = http.client.HTTPConnection(url.hostname, url.port, timeout=30)
+        self.connection.connect()
+        assert self.connection.sock is not None
+        self.local = self.connection.sock.getsockname()
+
+    def request(self, method: str, path: str, body: object = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {} if data is None else {"Content-Type": "application/json"}
+        self.connection.request(method, path, body=data, headers=headers)
+        answer = self.connection.getresponse()
+        payload = json.loads(answer.read() or b"null")
+        sock = self.connection.sock
+        assert sock is not None and sock.getsockname() == self.local, "the connection was closed"
+        return answer.status, payload
+
+    def rows(self) -> dict[int, dict[str, Any]]:
+        status, payload = self.request("GET", "/servekit/v1/workers")
+        assert status == 200, payload
+        rows = {int(row["index"]): row for row in payload["workers"]}
+        assert set(rows) == {0, 1}, f"a worker is missing from the list: {payload}"
+        return rows
+
+    def holder(self, server: ServerProcess) -> int:
+        """The worker process that accepted this connection (its socket's inode in /proc)."""
+        self.request("GET", "/v2/health/live")  # accepted by now
+        inodes = set()
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                local, remote = (int(f.rsplit(":", 1)[1], 16) for f in fields[1:3])
+                if (local, remote) == (self.server_port, self.local[1]):
+                    inodes.add(f"socket:[{fields[9]}]")
+        for pid in workers_of(server):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd) in inodes:
+                        return pid
+        raise AssertionError("no worker holds the connection")
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def stop_the_other_worker(server: ServerProcess, pinned: Pinned) -> tuple[int, int, int]:
+    """SIGSTOP the worker that does not hold ``pinned``: (its pid, its index, the other's)."""
+    wait_until(
+        lambda: all(r["state"] == "serving" for r in pinned.rows().values()), 60, "both serving"
+    )
+    live = pinned.holder(server)
+    (victim,) = [pid for pid in workers_of(server) if pid != live]
+    rows = pinned.rows()
+    index = next(i for i, row in rows.items() if row["pid"] == victim)
+    os.kill(victim, signal.SIGSTOP)
+    return victim, index, 1 - index
+
+
+def resume(pid: int) -> None:
+    """SIGCONT a worker a test stopped, should it still exist (no stopped process is left)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_stopped_worker_is_shown_unresponsive_then_killed_and_restarted(
+    stoppable: ServerProcess,
+) -> None:
+    server = stoppable
+    pinned = Pinned(server)
+    victim = -1
+    try:
+        restarts = pinned.rows()
+        victim, index, other = stop_the_other_worker(server, pinned)
+        stopped = time.monotonic()
+        seen: list[tuple[int | None, str]] = []
+
+        def unresponsive() -> bool:
+            row = pinned.rows()[index]
+            seen.append((row["pid"], row["state"]))
+            return row["state"] == "unresponsive"
+
+        wait_until(unresponsive, UNRESPONSIVE_WITHIN, "the stopped worker shown unresponsive")
+        row = pinned.rows()[index]
+        assert row["pid"] == victim and row["heartbeatAgeSeconds"] >= 3.0, row
+        assert pinned.rows()[other]["state"] == "serving"
+        assert pinned.rows()[other]["heartbeatAgeSeconds"] < 3.0
+        wait_until(
+            lambda: not Path(f"/proc/{victim}").exists(),
+            KILLED_WITHIN - (time.monotonic() - stopped),
+            "the supervisor to kill the stopped worker",
+        )
+
+        def serving_again() -> bool:
+            row = pinned.rows()[index]
+            seen.append((row["pid"], row["state"]))
+            return row["state"] == "serving" and row["pid"] != victim
+
+        wait_until(serving_again, 60, "the restarted worker serving")
+        states_seen = [state for _, state in seen]
+        assert states_seen.index("unresponsive") < len(states_seen) - 1
+        rows = pinned.rows()
+        assert rows[index]["restarts"] == restarts[index]["restarts"] + 1
+        assert rows[other]["restarts"] == restarts[other]["restarts"]
+        assert "answered no heartbeat" in server.log()
+        # New connections reach both workers again, every one answered.
+        for _ in range(20):
+            assert call(server, "GET", "/v2/health/ready").json() == {"ready": True}
+            answer = call(server, "POST", "/v2/models/add_sub/infer", json=add_sub_body())
+            assert answer.status_code == 200, answer.text
+        assert server.grpc_target is not None
+        for _ in range(10):
+            with grpc.insecure_channel(server.grpc_target) as channel:
+                stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+                assert stub.ServerReady(service_pb2.ServerReadyRequest(), timeout=10).ready
+    finally:
+        resume(victim)
+        pinned.close()
+
+
+def test_a_repository_load_while_a_worker_is_stopped_answers_naming_it(
+    stoppable: ServerProcess,
+) -> None:
+    server = stoppable
+    pinned = Pinned(server)
+    victim = -1
+    name = "pushed_while_stopped"
+    try:
+        victim, index, other = stop_the_other_worker(server, pinned)
+        started = time.monotonic()
+        status, payload = pinned.request(
+            "POST",
+            f"/v2/repository/models/{name}/load",
+            push_body(onnx_bytes(onnx_builders.add_sub())),
+        )
+        took = time.monotonic() - started
+        assert took < CONTROL_ANSWERED_WITHIN, f"the load took {took:.1f} s"
+        assert status == 503, payload
+        message = payload["error"]
+        assert f"worker {index} has not answered" in message, message
+        assert f"applied on worker {other}" in message, message
+        # What the live worker did stands ...
+        status, answer = pinned.request("POST", f"/v2/models/{name}/infer", add_sub_body(2.0))
+        assert status == 200 and answer["outputs"][0]["data"][0] == 4.0, answer
+        # ... and the silent one, killed, replays it as it starts again.
+        wait_until(
+            lambda: not Path(f"/proc/{victim}").exists(), KILLED_WITHIN, "the stopped worker killed"
+        )
+        wait_until(
+            lambda: pinned.rows()[index]["state"] == "serving", 60, "the restarted worker serving"
+        )
+        for _ in range(20):  # new connections: both workers serve the model
+            answer = call(server, "POST", f"/v2/models/{name}/infer", json=add_sub_body(2.0))
+            assert answer.status_code == 200, answer.text
+    finally:
+        resume(victim)
+        pinned.close()

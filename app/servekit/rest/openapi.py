@@ -188,6 +188,9 @@ class Worker(TypedDict):
     restarts: int
     inferenceSuccess: int
     inferenceFailure: int
+    heartbeatAgeSeconds: float | None
+    """Seconds since it last answered the supervisor's heartbeat (null with one worker, and
+    while it starts or restarts); ``unresponsive`` past 3 s, killed and restarted past 10 s."""
 
 
 class Workers(TypedDict):

@@ -6,12 +6,17 @@ answered (from the statistics the workers keep anyway: nothing is counted per re
 Whichever worker answers, it reports them all (fetched through the supervisor right before, as
 for the statistics extension). A single server answers one entry, its own process.
 
+Every position is listed whatever its state (``starting``, ``serving``, ``unresponsive`` -- it
+stopped answering the supervisor's heartbeats --, ``restarting``, ``stopping``), with how long
+ago it last answered one, so a stopped or hung worker shows up here before it is restarted
+(docs/ops.md, "Workers: heartbeats and restarts").
+
 Answer: ``{"workers": [{"index": 0, "pid": 4242, "state": "serving", "upSince":
-"2026-11-24T10:00:00Z", "restarts": 0, "inferenceSuccess": 10, "inferenceFailure": 1}]}``;
-the counts of a position include its processes that died (up to their last statistics read),
-so they add up to the statistics extension's totals. Process ids, restart counts and request
-counts are operational data: the route is in the ``admin`` group, like ``/metrics`` and the
-statistics; it carries no path, command line or setting.
+"2026-11-24T10:00:00Z", "restarts": 0, "inferenceSuccess": 10, "inferenceFailure": 1,
+"heartbeatAgeSeconds": 0.4}]}``; the counts of a position include its processes that died (up
+to their last statistics read), so they add up to the statistics extension's totals. Process
+ids, restart counts and request counts are operational data: the route is in the ``admin``
+group, like ``/metrics`` and the statistics; it carries no path, command line or setting.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from servekit.services.stats import WorkerStatus
     responses=failures(ApiGroup.ADMIN),
 )
 def workers(dataplane: Dataplane) -> Workers:
-    """Each worker process: index, pid, state, start time, restarts, requests answered."""
+    """Each worker process: index, pid, state, start time, restarts, requests answered, and
+    seconds since it last answered the supervisor's heartbeat."""
     return {"workers": [_worker(status) for status in dataplane.workers()]}
 
 
@@ -47,6 +53,7 @@ def _worker(status: WorkerStatus) -> Worker:
         "restarts": status.restarts,
         "inferenceSuccess": status.success,
         "inferenceFailure": status.failure,
+        "heartbeatAgeSeconds": status.heartbeat_age,
     }
 
 

@@ -128,8 +128,9 @@ class Statistics:
         return None
 
 
-WorkerState = Literal["starting", "serving", "restarting", "stopping"]
-"""What a worker process is doing: loading before its listeners open, serving, dead and
+WorkerState = Literal["starting", "serving", "unresponsive", "restarting", "stopping"]
+"""What a worker process is doing: loading before its listeners open, serving, not answering
+the supervisor's heartbeats (stopped or hung: killed and restarted if it stays so), dead and
 waiting to be started again, draining at shutdown."""
 WORKER_STATES: tuple[WorkerState, ...] = get_args(WorkerState)
 
@@ -151,3 +152,6 @@ class WorkerStatus:
     """How often the supervisor started this position again after its process died."""
     success: int
     failure: int
+    heartbeat_age: float | None = None
+    """Seconds since it last answered the supervisor's heartbeat (None: a single server, or a
+    worker not watched yet -- starting or restarting)."""

@@ -29,7 +29,8 @@ Snapshot = list[dict[str, Any]]
 """One worker's statistics as JSON: ``[{"model", "version", "stats": {...}}, ...]``."""
 SlotReport = dict[str, Any]
 """One worker position as the supervisor reports it: ``index``, ``pid``, ``state``, ``since``
-(Unix seconds), ``restarts``, ``retired`` (the merged snapshot of its dead processes) and
+(Unix seconds), ``restarts``, ``heartbeat_age`` (seconds since it last answered a heartbeat;
+null while not watched), ``retired`` (the merged snapshot of its dead processes) and
 ``current`` (its live process's snapshot; null for the worker asking, which adds its own)."""
 
 _DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
@@ -126,7 +127,7 @@ class ClusterStatistics(Statistics):
             index = int(slot["index"])
             success, failure = requests_of(slot.get("retired"))
             alive = self.requests() if index == self.index else requests_of(slot.get("current"))
-            pid, since = slot.get("pid"), slot.get("since")
+            pid, since, age = slot.get("pid"), slot.get("since"), slot.get("heartbeat_age")
             found.append(
                 WorkerStatus(
                     index=index,
@@ -136,6 +137,7 @@ class ClusterStatistics(Statistics):
                     restarts=int(slot["restarts"]),
                     success=success + alive[0],
                     failure=failure + alive[1],
+                    heartbeat_age=None if age is None else float(age),
                 )
             )
         return found

@@ -10,6 +10,11 @@ worker that dies (a log line, and ``servekit_worker_restarts_total``), answers a
 statistics read with every worker position's state and snapshots (app/servekit/workers/stats.py),
 and on
 SIGTERM/SIGINT drains every worker.
+
+It also pings every worker over its channel (heartbeats): a worker that stops answering (stopped
+with SIGSTOP, its event loop hung) is shown ``unresponsive``, no repository operation waits for it
+longer than ``UNRESPONSIVE_SECONDS``, and past ``KILL_SECONDS`` it is killed and restarted like a
+worker that died (docs/ops.md, "Workers: heartbeats and restarts").
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides
-from servekit.errors import ServeError
+from servekit.errors import ServeError, Unavailable
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models import storage
 from servekit.services.stats import WorkerState
@@ -47,6 +52,38 @@ RESTART_BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0)
 """Pause before restarting a worker that died again soon after its last start."""
 STABLE_SECONDS = 30.0
 """A worker that ran this long before dying is restarted at once."""
+HEARTBEAT_SECONDS = 1.0
+"""How often the supervisor pings each worker (one ping in flight at a time). A ping is a tiny
+frame answered on the worker's event loop, so it costs nothing next to the requests it serves
+and proves the loop that serves them turns, not only that the process exists."""
+UNRESPONSIVE_SECONDS = 3.0 * HEARTBEAT_SECONDS
+"""No answer for this long (three pings missed): the worker is shown ``unresponsive`` and a
+repository operation stops waiting for it (it is killed then: it missed a change the others
+applied, and replays it when it starts again). Three beats, so one slow answer (a GC pause, a
+busy machine) is never taken for a hang."""
+KILL_SECONDS = 10.0
+"""No answer for this long: the worker is killed (SIGKILL: a stopped process ignores SIGTERM
+until it is continued) and restarted. Longer than ``UNRESPONSIVE_SECONDS`` so a worker whose
+loop is blocked for a few seconds (a model running on the loop, a swap storm) recovers with the
+requests it holds, rather than having them reset; short enough that the connections the kernel
+keeps handing a stopped worker wait at most this long plus a restart, well inside a Kubernetes
+liveness probe's default failure window (3 failures x 10 s)."""
+CONNECT_SECONDS = 60.0
+"""A started worker that has not connected to its supervisor this long after it started (an
+interpreter and its imports take seconds, more on a busy machine: a generous bound) is killed,
+so a worker stopped or hung before it could be pinged does not stay ``starting`` forever."""
+STATS_SECONDS = 2.0
+"""How long a statistics read waits for one worker's snapshot (then: its last one). Below the
+worker's own wait for the whole read (``REFRESH_SECONDS``), so a silent peer never makes the
+read fail and the list of workers come back short."""
+
+
+class WorkerSilent(Exception):
+    """A worker did not answer a request before it turned unresponsive."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__(f"worker {index} is unresponsive")
+        self.index = index
 
 
 @dataclass
@@ -69,8 +106,15 @@ class _Slot:
     retired: Snapshot = field(default_factory=list)
     """The last read statistics of its processes that died, merged: they stay in the totals
     and in this position's share of them."""
+    beat: float | None = None
+    """Loop time of its last sign of life (its first frame, then each ping answered); None while
+    it is not watched (not connected yet, restarting)."""
+    pinging: bool = False
+    silent: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while it is unresponsive: what requests to it stop waiting on."""
+    killed: bool = False
 
-    def report(self) -> SlotReport:
+    def report(self, now: float) -> SlotReport:
         """This position as a statistics read carries it (app/servekit/workers/stats.py)."""
         process = self.process if self.state != "restarting" else None
         return {
@@ -81,6 +125,7 @@ class _Slot:
             "restarts": self.restarts,
             "retired": self.retired,
             "current": self.last_snapshot,
+            "heartbeat_age": None if self.beat is None else round(max(0.0, now - self.beat), 3),
         }
 
 
@@ -130,6 +175,7 @@ class Supervisor:
         self.addresses: Addresses | None = None
         self.all_listening = asyncio.Event()
         self.failed_start = asyncio.Event()
+        self._pings: set[asyncio.Task[None]] = set()
 
     # -- ports ----------------------------------------------------------------------------------
     def reserve_ports(self) -> Addresses:
@@ -164,6 +210,8 @@ class Supervisor:
         slot.joined = slot.listening = False
         slot.channel = None
         slot.state = "starting"
+        slot.beat, slot.pinging, slot.killed = None, False, False
+        slot.silent.clear()
         slot.started = asyncio.get_running_loop().time()
         slot.since = time.time()
         slot.process = await asyncio.create_subprocess_exec(
@@ -182,6 +230,7 @@ class Supervisor:
             code = await slot.process.wait()
             slot.channel = None
             slot.joined = False
+            slot.beat = None
             if slot.last_snapshot is not None:  # its counts up to the last read stay
                 slot.retired = merge([slot.retired, slot.last_snapshot])
                 slot.last_snapshot = None
@@ -217,12 +266,17 @@ class Supervisor:
 
     async def handle(self, channel: Channel, message: Message) -> Any:
         op = message.get("op")
+        if op == "attach":  # first frame of a worker: watched from now on, while it loads
+            slot = self.slots[int(message["worker"])]
+            if slot.channel is None and not slot.killed:
+                slot.channel, slot.beat = channel, asyncio.get_running_loop().time()
+            return None
         if op == "hello":
             return await self.join(channel, int(message["worker"]), message.get("summary") or {})
         if op == "listening":
             slot = self.slots[int(message["worker"])]
             slot.listening = True
-            if not self.stopping:
+            if not self.stopping and slot.state != "unresponsive":  # a ping answer clears that
                 slot.state = "serving"
             if all(s.listening for s in self.slots):
                 self.all_listening.set()
@@ -238,23 +292,30 @@ class Supervisor:
         no operation lands between its replay and its joining). A model that loaded at start
         on this worker but not on another (or the other way round) is failed everywhere."""
         slot = self.slots[index]
+        # Watched from now on: a worker that hangs while it replays is killed, not waited for
+        # under the lock (which would hold up every repository operation).
+        slot.channel, slot.beat = channel, asyncio.get_running_loop().time()
         async with self._lock:
             peers = self._joined()
             if peers:
-                with contextlib.suppress(ConnectionError, ServeError, TimeoutError):
-                    theirs = await peers[0][1].request({"op": "summary"}, timeout=30.0)
+                peer, peer_channel = peers[0]
+                with contextlib.suppress(ConnectionError, ServeError, WorkerSilent):
+                    theirs = await self._ask(peer, peer_channel, {"op": "summary"})
                     for name in sorted(set(summary) & set(theirs)):
                         if bool(summary[name]) != bool(theirs[name]):
-                            failed_on = index if summary[name] else peers[0][0]
+                            failed_on = index if summary[name] else peer.index
                             reason = summary[name] or theirs[name]
                             slot.channel, slot.joined = channel, True
                             await self._fail_everywhere(name, f"worker {failed_on}: {reason}")
             failed: list[tuple[Message, ServeError]] = []
             for op in self.journal.replay():
                 try:
-                    await channel.request({**op, "op": "apply"})
+                    await self._ask(slot, channel, {**op, "op": "apply"})
                 except ServeError as error:
                     failed.append((op, error))
+                except WorkerSilent:
+                    self._kill(slot, "stopped answering while it replayed the repository changes")
+                    raise
             slot.channel = channel
             slot.joined = True
             for op, problem in failed:
@@ -262,66 +323,184 @@ class Supervisor:
                 reason = f"worker {index} failed to load {name!r} again: {problem.message}"
                 await self._fail_everywhere(name, reason)
 
-    def _joined(self) -> list[tuple[int, Channel]]:
+    def _joined(self) -> list[tuple[_Slot, Channel]]:
         return [
-            (s.index, s.channel)
+            (s, s.channel)
             for s in self.slots
             if s.joined and s.channel is not None and not s.channel.closed.is_set()
         ]
 
+    async def _ask(self, slot: _Slot, channel: Channel, message: Message) -> Any:
+        """``channel.request``, waited on only while ``slot`` answers its heartbeats: a slow
+        operation on a live worker (a large model loading) is waited for as long as it takes,
+        a silent worker at most until it turns unresponsive (``WorkerSilent``)."""
+        request = asyncio.ensure_future(channel.request(message))
+        silent = asyncio.ensure_future(slot.silent.wait())
+        try:
+            await asyncio.wait({request, silent}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            silent.cancel()
+            answered = request.done()
+            if not answered:
+                request.cancel()
+        if not answered:
+            raise WorkerSilent(slot.index)
+        return request.result()
+
     async def fan_out(self, message: Message) -> Any:
-        """Apply a control operation on every worker; answer once all have (or the error)."""
+        """Apply a control operation on every worker; answer once all have (or the error).
+
+        A worker that turns unresponsive meanwhile is not waited for: it is killed (it missed
+        the change) and replays the journal when it starts again, what the others did stands,
+        and the answer is UNAVAILABLE naming it."""
         op = {k: v for k, v in message.items() if k not in ("id", "op")}
         async with self._lock:
             workers = self._joined()
             results = await asyncio.gather(
-                *(channel.request({**op, "op": "apply"}) for _, channel in workers),
+                *(self._ask(slot, channel, {**op, "op": "apply"}) for slot, channel in workers),
                 return_exceptions=True,
             )
             errors: list[tuple[int, BaseException]] = []
+            silent: list[int] = []
+            applied: list[int] = []
             answer: Any = None
-            for (index, _), result in zip(workers, results, strict=True):
-                if isinstance(result, ConnectionError):
+            for (slot, _), result in zip(workers, results, strict=True):
+                if isinstance(result, WorkerSilent):
+                    silent.append(slot.index)
+                    self._kill(slot, "did not answer a repository operation")
+                elif isinstance(result, ConnectionError):
                     continue  # it died: it replays the journal when it comes back
-                if isinstance(result, BaseException):
-                    errors.append((index, result))
-                elif answer is None:
-                    answer = result
+                elif isinstance(result, BaseException):
+                    errors.append((slot.index, result))
+                else:
+                    applied.append(slot.index)
+                    if answer is None:
+                        answer = result
+            what = _describe(op)
             if not errors:
+                if silent and not applied:
+                    raise Unavailable(f"{what}: {_silence(silent)}; nothing was changed")
                 self.journal.record(op)
+                if silent:
+                    done = f"{what} was applied on {_names(applied)}"
+                    replay = "a restarted worker applies it before it serves again"
+                    raise Unavailable(f"{done}; {_silence(silent)} ({replay})")
                 return answer
             first = errors[0][1]
-            if len(errors) == len(workers) or not isinstance(first, ServeError):
-                raise first  # failed alike everywhere: every worker kept its previous state
+            note = f"; {_silence(silent)}" if silent else ""
+            if len(errors) + len(silent) == len(workers) or not isinstance(first, ServeError):
+                # failed alike everywhere: every worker kept its previous state
+                if silent and isinstance(first, ServeError):
+                    raise type(first)(first.message + note)
+                raise first
             # Failed on some workers only: unavailable everywhere, with the reason.
             name = str(op.get("name", ""))
             index = errors[0][0]
             reason = f"worker {index}: {first.message}"
             await self._fail_everywhere(name, reason)
-            raise type(first)(reason)
+            raise type(first)(reason + note)
 
     async def _fail_everywhere(self, name: str, reason: str) -> None:
         fail = {"op": "apply", "action": "fail", "name": name, "reason": reason}
-        await asyncio.gather(
-            *(channel.request(fail) for _, channel in self._joined()), return_exceptions=True
+        workers = self._joined()
+        results = await asyncio.gather(
+            *(self._ask(slot, channel, fail) for slot, channel in workers),
+            return_exceptions=True,
         )
+        for (slot, _), result in zip(workers, results, strict=True):
+            if isinstance(result, WorkerSilent):
+                self._kill(slot, "did not answer a repository operation")
         self.journal.record(fail)
 
     async def statistics(self) -> Message:
-        """Every worker position: its process, state, restarts and counts, read now (a slow
-        worker: its last read counts; the one asking uses its own, fresher)."""
-        everyone = [(s, s.channel) for s in self.slots if s.joined and s.channel is not None]
+        """Every worker position: its process, state, restarts, heartbeat age and counts, read
+        now (a slow or unresponsive worker: its last read counts; the one asking uses its own,
+        fresher). Every position is in the answer, whatever its state."""
+        everyone = [
+            (s, s.channel)
+            for s in self.slots
+            if s.joined and s.channel is not None and s.state != "unresponsive"
+        ]
         results = await asyncio.gather(
-            *(c.request({"op": "snapshot"}, timeout=5.0) for _, c in everyone),
+            *(c.request({"op": "snapshot"}, timeout=STATS_SECONDS) for _, c in everyone),
             return_exceptions=True,
         )
         for (slot, channel), result in zip(everyone, results, strict=True):
             # A process that died meanwhile was retired with its last read counts already.
             if not isinstance(result, BaseException) and slot.channel is channel:
                 slot.last_snapshot = result
-        slots = [slot.report() for slot in self.slots]
+        now = asyncio.get_running_loop().time()
+        slots = [slot.report(now) for slot in self.slots]
         restarts = sum(slot.restarts for slot in self.slots)
         return {"workers": self.count, "restarts": restarts, "slots": slots}
+
+    # -- heartbeats -----------------------------------------------------------------------------
+    async def heartbeats(self) -> None:
+        """Ping every watched worker each ``HEARTBEAT_SECONDS``; mark the silent ones
+        unresponsive, kill those silent past ``KILL_SECONDS`` (``watch`` restarts them)."""
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            if self.stopping:
+                return
+            for slot in self.slots:
+                self._check(slot, loop.time())
+
+    def _check(self, slot: _Slot, now: float) -> None:
+        channel = slot.channel
+        if channel is None and slot.state == "starting" and now - slot.started > CONNECT_SECONDS:
+            self._kill(slot, f"did not connect within {CONNECT_SECONDS:.0f} s of its start")
+        if channel is None or slot.beat is None or channel.closed.is_set() or slot.killed:
+            return
+        if not slot.pinging:
+            slot.pinging = True
+            task = asyncio.create_task(self._ping(slot, channel))
+            self._pings.add(task)
+            task.add_done_callback(self._pings.discard)
+        silence = now - slot.beat
+        if silence > KILL_SECONDS:
+            self._kill(slot, f"answered no heartbeat for {silence:.1f} s")
+        elif silence > UNRESPONSIVE_SECONDS and slot.state != "unresponsive":
+            slot.state = "unresponsive"
+            slot.silent.set()
+            log.warning(
+                "worker %d (pid %s) answered no heartbeat for %.1f s: unresponsive "
+                "(killed and restarted after %.0f s)",
+                slot.index,
+                None if slot.process is None else slot.process.pid,
+                silence,
+                KILL_SECONDS,
+            )
+
+    async def _ping(self, slot: _Slot, channel: Channel) -> None:
+        try:
+            await channel.request({"op": "ping"})
+        except ConnectionError:
+            return  # it died: ``watch`` takes over
+        except ServeError:
+            pass  # an answer all the same
+        finally:
+            if slot.channel is channel:
+                slot.pinging = False
+        if slot.channel is not channel or slot.killed:
+            return
+        slot.beat = asyncio.get_running_loop().time()
+        if slot.state == "unresponsive":
+            slot.state = "serving" if slot.listening else "starting"
+            slot.silent.clear()
+            log.warning("worker %d answers its heartbeats again", slot.index)
+
+    def _kill(self, slot: _Slot, why: str) -> None:
+        """SIGKILL the worker of ``slot`` (once); ``watch`` restarts it as a worker that died.
+        The connections it had accepted are reset by the kernel."""
+        process = slot.process
+        if process is None or process.returncode is not None or slot.killed:
+            return
+        slot.killed = True
+        slot.silent.set()
+        log.error("worker %d (pid %d) %s; killing it to restart it", slot.index, process.pid, why)
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
     # -- life cycle -----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -341,6 +520,7 @@ class Supervisor:
             for slot in self.slots:
                 await self.spawn(slot)
             watchers = [asyncio.create_task(self.watch(slot)) for slot in self.slots]
+            watchers.append(asyncio.create_task(self.heartbeats()))
             waits = [
                 asyncio.create_task(e.wait()) for e in (self.all_listening, self.failed_start, stop)
             ]
@@ -360,7 +540,7 @@ class Supervisor:
             return code
         finally:
             self.stopping = True
-            for task in watchers:
+            for task in [*watchers, *self._pings]:
                 task.cancel()
             server.close()
             for sock in self._reserved:
@@ -369,15 +549,18 @@ class Supervisor:
 
     async def stop_workers(self) -> None:
         """SIGTERM every worker (each drains for ``server.drainSeconds``), then wait; kill what
-        outlives the drain and STOP_SECONDS more."""
+        outlives the drain and STOP_SECONDS more. An unresponsive worker is killed at once: it
+        would not handle SIGTERM (stopped) or not drain (hung)."""
         self.stopping = True
+        silent = {s.index for s in self.slots if s.state == "unresponsive" or s.killed}
         for slot in self.slots:
             slot.state = "stopping"
         processes = [s.process for s in self.slots if s.process is not None]
-        for process in processes:
-            if process.returncode is None:
+        for slot in self.slots:
+            process = slot.process
+            if process is not None and process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGTERM)
+                    process.send_signal(signal.SIGKILL if slot.index in silent else signal.SIGTERM)
         try:
             limit = self.plan.server.drain_seconds + STOP_SECONDS
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), limit)
@@ -388,6 +571,28 @@ class Supervisor:
                     with contextlib.suppress(ProcessLookupError):
                         process.kill()
             await asyncio.gather(*(p.wait() for p in processes))
+
+
+def _describe(op: Message) -> str:
+    """An operation as the answer names it (names were checked by the worker that forwarded)."""
+    if op.get("action") == "apply_config":
+        return "the serve.yaml reload"
+    return f"{op.get('action')} of {str(op.get('name', ''))[:200]!r}"
+
+
+def _names(indexes: list[int]) -> str:
+    if len(indexes) == 1:
+        return f"worker {indexes[0]}"
+    return "workers " + ", ".join(str(i) for i in indexes)
+
+
+def _silence(indexes: list[int]) -> str:
+    verb = "has" if len(indexes) == 1 else "have"
+    restart = "it is" if len(indexes) == 1 else "they are"
+    return (
+        f"{_names(indexes)} {verb} not answered for over {UNRESPONSIVE_SECONDS:.0f} s "
+        f"(unresponsive): {restart} being killed and restarted"
+    )
 
 
 def _reserve(host: str, port: int) -> list[socket.socket]:

@@ -6,10 +6,9 @@ It loads serve.yaml with the command line's overrides and the ports the supervis
 loads the start-up models, asks the supervisor to replay the operations the other workers
 applied since they started (so it holds the same repository state), and only then opens its
 HTTP and gRPC listeners on the shared ports (SO_REUSEPORT). Afterwards it answers the
-supervisor's requests (apply an operation, a statistics snapshot) and forwards its clients'
-model-control requests to it (app/servekit/workers/control.py). SIGTERM drains it like a single
-server;
-losing the supervisor stops it too (no orphan keeps the ports).
+supervisor's requests (a heartbeat ping, apply an operation, a statistics snapshot) and
+forwards its clients' model-control requests to it (app/servekit/workers/control.py). SIGTERM
+drains it like a single server; losing the supervisor stops it too (no orphan keeps the ports).
 """
 
 from __future__ import annotations
@@ -111,6 +110,8 @@ class Worker:
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.spec.socket)
         self.channel = Channel(reader, writer, self.handle)
+        # Heartbeats start now: a worker that hangs while it loads its models is found too.
+        await self.request({"op": "attach", "worker": self.spec.index})
 
     async def request(self, message: Message) -> Any:
         assert self.channel is not None
@@ -123,6 +124,8 @@ class Worker:
     async def handle(self, message: Message) -> Any:
         """The supervisor's requests."""
         op = message.get("op")
+        if op == "ping":  # a heartbeat: answered on this loop, so it proves the loop turns
+            return None
         if op == "apply":
             assert self.control is not None
             return await self.control.apply(message)
@@ -193,6 +196,12 @@ class _WorkerCollector(Collector):
             "When the worker's current process started (Unix time)",
             labels=label,
         )
+        heartbeat = GaugeMetricFamily(
+            "servekit_worker_heartbeat_age_seconds",
+            "Seconds since the worker last answered the supervisor's heartbeat (absent while "
+            "it starts or restarts; it is killed and restarted past 10 s)",
+            labels=label,
+        )
         by_worker = CounterMetricFamily(
             "servekit_worker_restarts_by_worker",
             "Restarts of each worker (they add up to servekit_worker_restarts_total)",
@@ -213,10 +222,12 @@ class _WorkerCollector(Collector):
             up.add_metric(key, float(status.state == "serving"))
             if status.up_since is not None:
                 started.add_metric(key, status.up_since)
+            if status.heartbeat_age is not None:
+                heartbeat.add_metric(key, status.heartbeat_age)
             by_worker.add_metric(key, status.restarts)
             success.add_metric(key, status.success)
             failure.add_metric(key, status.failure)
-        return [workers, restarts, up, started, by_worker, success, failure]
+        return [workers, restarts, up, started, heartbeat, by_worker, success, failure]
 
 
 async def _run(spec: WorkerSpec) -> None:
