@@ -263,6 +263,8 @@ class StorageConfig(Section):
     how soon a model whose download failed is tried again (doubling up to 10 minutes)."""
     s3: S3Storage = S3Storage()
     """`s3://` settings."""
+
+
 def _allowed_host(value: str) -> str:
     try:
         return check_entry(value)

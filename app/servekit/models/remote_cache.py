@@ -91,6 +91,9 @@ def snapshot(
     with _locked(root / f"{folder.name}.lock"):
         if not (target / MANIFEST).is_file():
             _download(uri, store, objects, folder, target, settings, deadline)
+            log.info("fetched %s: %d file(s), %d bytes", shown_uri(uri), len(objects), total)
+        else:
+            log.info("%s is unchanged: served from the cache", shown_uri(uri))
         _touch(target)
         in_use.add(target)
         evict(root, settings.max_bytes, in_use)
