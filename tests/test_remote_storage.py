@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import io
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -304,3 +305,144 @@ def test_https_a_tar_slip_is_refused(tmp_path: Path, https: str) -> None:
     finally:
         assert server.stop() == 0, server.log()
     assert not list(tmp_path.rglob("escaped.txt"))
+
+
+# ---- Azure Blob (Azurite) and GCS (gcp-storage-emulator) ---------------------------------------
+
+AZURITE_KEY = (  # Azurite's published development account key (not a secret)
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+class Emulator:
+    """A store's emulator in its own process group, up once its port answers."""
+
+    def __init__(self, argv: list[str], port: int, log_path: Path) -> None:
+        self.port = port
+        with log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        _wait(self._up, 60, argv[0])
+
+    def _up(self) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+def _azure_connection(port: int, key: str) -> str:
+    return (
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+        f"AccountKey={key};BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+    )
+
+
+@pytest.fixture
+def azurite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    binary = shutil.which("azurite-blob")
+    if binary is None:
+        pytest.fail("azurite-blob is missing: npm install -g azurite (.ci/run installs it)")
+    port = _free_port()
+    emulator = Emulator(
+        [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
+         str(tmp_path / "azurite"), "--silent", "--skipApiVersionCheck"],
+        port, tmp_path / "azurite.log",
+    )  # fmt: skip
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(port, AZURITE_KEY))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    import adlfs
+
+    fs = adlfs.AzureBlobFileSystem(connection_string=_azure_connection(port, AZURITE_KEY))
+    try:
+        yield fs, port
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def gcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    binary = shutil.which("gcp-storage-emulator")
+    assert binary is not None, "gcp-storage-emulator is missing: pip install -e '.[test]'"
+    port = _free_port()
+    emulator = Emulator(
+        [binary, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+        port, tmp_path / "gcs.log",
+    )  # fmt: skip
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        from gcsfs.core import GCSFileSystem
+
+    fs = GCSFileSystem(token="anon", skip_instance_cache=True)
+    try:
+        yield fs
+    finally:
+        emulator.stop()
+
+
+def _two_versions_then_restart(tmp_path: Path, uri: str, put: Any) -> None:
+    """Two versions serve; a restart with the remote unchanged fetches nothing; a third
+    version uploaded under --watch appears."""
+    for version in (1, 2):
+        put(f"mlp/{version}/model.onnx", _model_bytes(version))
+    config = _config(tmp_path, uri)
+    server = start_server(config, grpc=False)
+    try:
+        one, two = _infer(server, "remote", 1), _infer(server, "remote", 2)
+        assert one != two
+    finally:
+        assert server.stop() == 0, server.log()
+    assert "fetched" in server.log()
+    server = start_server(config, grpc=False, extra=["--watch"])
+    try:
+        assert _infer(server, "remote", 1) == one and _infer(server, "remote", 2) == two
+        assert "unchanged: served from the cache" in server.log()
+        assert "fetched" not in server.log()
+        put("mlp/3/model.onnx", _model_bytes(3))
+        _wait(lambda: _ready(server, "/v2/models/remote/versions/3/ready"), 30, "version 3")
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_azure_blob_versions_serve_restart_and_watch(tmp_path: Path, azurite: Any) -> None:
+    fs, _ = azurite
+    fs.mkdir("models")
+    _two_versions_then_restart(
+        tmp_path, "az://models/mlp", lambda key, data: fs.pipe(f"models/{key}", data)
+    )
+
+
+def test_azure_blob_wrong_credentials_are_unavailable_without_the_key(
+    tmp_path: Path, azurite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs, port = azurite
+    fs.mkdir("models")
+    fs.pipe("models/mlp/1/model.onnx", _model_bytes(1))
+    wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(port, wrong))
+    server = start_server(_config(tmp_path, "az://models/mlp"), grpc=False)
+    try:
+        assert _infer(server, "local", 1)
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE" and "cannot fetch az://models/mlp" in row["reason"]
+        for text in (str(index), server.log()):
+            assert wrong not in text and wrong[:20] not in text
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_gcs_versions_serve_restart_and_watch(tmp_path: Path, gcs: Any) -> None:
+    gcs.mkdir("models")
+    _two_versions_then_restart(
+        tmp_path, "gs://models/mlp", lambda key, data: gcs.pipe(f"models/{key}", data)
+    )

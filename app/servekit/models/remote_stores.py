@@ -16,6 +16,7 @@ import os
 import shutil
 import ssl
 import urllib.request
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -180,10 +181,15 @@ def _filesystem(scheme: Scheme, uri: str, settings: StorageConfig) -> tuple[Any,
         )
         return fs, f"{parts.netloc}{parts.path}"
     if scheme is GCS:
-        import gcsfs
+        with warnings.catch_warnings():  # google-auth's notice about grpcio's version
+            warnings.simplefilter("ignore", FutureWarning)
+            # The JSON API filesystem, not gcsfs' default ExtendedGcsFileSystem: that one
+            # first asks the gRPC storage-control API for the bucket's layout, which
+            # S3-style emulators and private endpoints do not answer (a 60 s stall per call).
+            from gcsfs.core import GCSFileSystem
 
         token = "anon" if os.environ.get("STORAGE_EMULATOR_HOST") else None
-        fs = gcsfs.GCSFileSystem(
+        fs = GCSFileSystem(
             token=token, skip_instance_cache=True, use_listings_cache=False, timeout=timeout
         )
         return fs, f"{parts.netloc}{parts.path}"
