@@ -103,9 +103,10 @@ class EdgeState:
     displace at the cap."""
 
 
-def connection_cap(configured: int) -> int:
+def connection_cap(configured: int, reserved: int = 0) -> int:
     """``configured``, lowered to what the soft open-file limit leaves (after raising that
-    limit to the hard one, as Go and nginx do: descriptors are cheap, running out is not)."""
+    limit to the hard one, as Go and nginx do: descriptors are cheap, running out is not)
+    once ``reserved`` descriptors are set aside (shared memory regions hold one each)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
         hard = 1 << 20
@@ -117,7 +118,7 @@ def connection_cap(configured: int) -> int:
             pass
     if soft == resource.RLIM_INFINITY:
         return configured
-    room = max(16, soft - FD_RESERVE - 2 * ACCEPT_BACKLOG)
+    room = max(16, soft - FD_RESERVE - 2 * ACCEPT_BACKLOG - reserved)
     if room < configured:
         log.warning(
             "server.network.maxConnections lowered from %d to %d: the open-file limit is %d "
@@ -129,10 +130,13 @@ def connection_cap(configured: int) -> int:
     return min(configured, room)
 
 
-def protocol_class(limits: NetworkLimits, hosts: HostPolicy | None = None) -> type[EdgeProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to these limits (and
-    answering only the ``Host`` names of ``hosts``, when given)."""
-    state = EdgeState(limits, connection_cap(limits.max_connections), hosts)
+def protocol_class(
+    limits: NetworkLimits, hosts: HostPolicy | None = None, reserved: int = 0
+) -> type[EdgeProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to these limits (answering
+    only the ``Host`` names of ``hosts``, when given; ``reserved``: descriptors the connection
+    cap leaves to something else)."""
+    state = EdgeState(limits, connection_cap(limits.max_connections, reserved), hosts)
 
     class BoundEdgeProtocol(EdgeProtocol):
         edge = state

@@ -37,6 +37,7 @@ from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.model_control import ModelControl
+from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import Listening, ServerState
 from servekit.services.stats import Statistics
 
@@ -91,11 +92,19 @@ class ServeKit:
         # Every HTTP and gRPC surface below offers the configuration, statistics and
         # repository extensions and Triton's generate extension (app/servekit/rest/generate.py), so
         # server metadata names them.
+        shared_memory = SharedMemoryRegions(
+            enabled=plan.server.shared_memory == "system",
+            max_bytes=plan.server.max_request_bytes,
+        )
         extensions = (
-            *server_extensions(config_and_statistics=True, repository=True),
+            *server_extensions(
+                config_and_statistics=True, repository=True, shared_memory=shared_memory.enabled
+            ),
             *rest_generate.GENERATE,
         )
-        self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
+        self.dataplane = DataPlane(
+            self.state, self.repository, self.statistics, extensions, shared_memory
+        )
         self._worker = worker
         self.control = (
             ModelControl(self.state, self.repository)
@@ -147,8 +156,11 @@ class ServeKit:
             loop="none",
             # uvicorn's httptools protocol plus the deadlines and limits it lacks
             # (app/servekit/edge.py)
+            # (each shared memory region holds a descriptor the connections must leave free)
             http=edge.protocol_class(
-                network, host_policy(server.host, hosts, server.allowed_hosts)
+                network,
+                host_policy(server.host, hosts, server.allowed_hosts),
+                reserved=self.dataplane.shared_memory.max_regions,
             ),
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,
@@ -242,8 +254,12 @@ class ServeKit:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._http_task
             self._http = None
+<<<<<<< HEAD
         self.dataplane.shared_memory.close()  # unmap every region clients registered
         await self.control.close()  # no more looks at remote storage
+=======
+        self.dataplane.shared_memory.close()  # close every region clients registered
+>>>>>>> main
         await self.repository.close()
 
 

@@ -169,11 +169,50 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         line = line_in_file(config_path, exc.field.split("."))
         issues.append(ConfigIssue(exc.field, line, str(exc)))
         tls = None
+    issues.extend(shared_memory_issues(config.server, access, config_path))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
         config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
     )
+
+
+def shared_memory_issues(
+    server: ServerConfig, access: AccessPolicy, config_path: Path | None
+) -> list[ConfigIssue]:
+    """Why ``server.sharedMemory: system`` cannot be served as configured (empty: it can).
+
+    A registered region makes the server read and write a file in /dev/shm that a client
+    names, so registering must be reserved to someone the operator trusts: only this machine
+    (a loopback host) or the holders of the repository token. Regions live in one process, so
+    under several workers a region registered through one would be unknown to the others."""
+    if server.shared_memory != "system":
+        return []
+    line = line_in_file(config_path, ["server", "sharedMemory"])
+    issues: list[ConfigIssue] = []
+    if not (is_loopback(server.host) or access.protects(ApiGroup.REPOSITORY)):
+        issues.append(
+            ConfigIssue(
+                "server.sharedMemory",
+                line,
+                f"sharedMemory: system lets clients make the server read and write shared "
+                f"memory objects of its host; with host {server.host!r} any client on the "
+                "network could register one. Listen on loopback (host: 127.0.0.1) or protect "
+                "the repository API with a token (server.auth.repository)",
+            )
+        )
+    workers = available_cores() if server.workers == "auto" else server.workers
+    if workers > 1:
+        issues.append(
+            ConfigIssue(
+                "server.sharedMemory",
+                line,
+                f"sharedMemory: system needs one server process (workers: 1, here "
+                f"{server.workers!r}): a region registered through one worker would be unknown "
+                "to the others, so requests naming it would fail at random",
+            )
+        )
+    return issues
 
 
 def available_cores() -> int:

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -276,6 +277,15 @@ AllowedHost = Annotated[str, AfterValidator(_allowed_host)]
 """One entry of ``server.allowedHosts`` (app/servekit/config/hosts.py says what is accepted)."""
 
 
+def _yaml_off(value: object) -> object:
+    """YAML 1.1 (PyYAML) reads a bare ``off`` as false: take it as the word written."""
+    return "off" if value is False else value
+
+
+SharedMemoryMode = Annotated[Literal["off", "system"], BeforeValidator(_yaml_off)]
+"""``server.sharedMemory``: ``off`` or ``system`` (``off`` unquoted in YAML is false)."""
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server.
 
@@ -368,6 +378,14 @@ class ServerConfig(Section):
     each has its own event loop, listeners and model sessions, and a supervisor keeps one
     repository state and one set of statistics across them. `auto`: one per core this process
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
+    shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
+    """Triton's system shared memory extension (clients on this host register POSIX shared
+    memory objects and name them in inference requests instead of sending tensors): `off`
+    (the default, as Triton now ships it: the register, status and unregister routes answer
+    403 / PERMISSION_DENIED saying so) or `system`. `system` needs a loopback `host` or a
+    `server.auth.repository` token, and one server process (`workers: 1`); registration is
+    accepted from clients on this host only, for objects owned by the server's user and
+    closed to group and others (mode 0600). docs/ops.md, "Shared memory"."""
     requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
     """Python packages the project's image installs (`servekit build`), one PEP 508
     requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,

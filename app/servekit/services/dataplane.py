@@ -50,20 +50,25 @@ from servekit.types import (
 
 log = logging.getLogger("servekit.dataplane")
 
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification", "system_shared_memory")
-"""The protocol extensions every DataPlane implements: binary tensor data (its codecs),
-classification (app/servekit/services/classification.py) and system shared memory
-(app/servekit/services/shared_memory.py; both adapters offer its registration)."""
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification")
+"""The protocol extensions every DataPlane implements: binary tensor data (its codecs) and
+classification (app/servekit/services/classification.py)."""
+SHARED_MEMORY: tuple[str, ...] = ("system_shared_memory",)
+"""System shared memory (app/servekit/services/shared_memory.py; both adapters offer its
+registration), named only when ``server.sharedMemory: system`` turns it on."""
 CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
 """Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
 REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
 """Triton's model repository extension (index, load, unload)."""
 
 
-def server_extensions(*, config_and_statistics: bool, repository: bool) -> tuple[str, ...]:
+def server_extensions(
+    *, config_and_statistics: bool, repository: bool, shared_memory: bool = False
+) -> tuple[str, ...]:
     """The extensions server metadata names for what the composition root enables."""
     return (
         *BINARY_DATA,
+        *(SHARED_MEMORY if shared_memory else ()),
         *(CONFIG_AND_STATISTICS if config_and_statistics else ()),
         *(REPOSITORY if repository else ()),
     )
@@ -83,7 +88,7 @@ class DataPlane:
         shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         self._state = state
-        self.shared_memory = shared_memory or SharedMemoryRegions()
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegions()
         """The system shared-memory regions clients registered (register/status/unregister
         are called on it by the adapters; inference reads and writes them here)."""
         self._repository = repository
