@@ -254,12 +254,8 @@ class ServeKit:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._http_task
             self._http = None
-<<<<<<< HEAD
-        self.dataplane.shared_memory.close()  # unmap every region clients registered
-        await self.control.close()  # no more looks at remote storage
-=======
         self.dataplane.shared_memory.close()  # close every region clients registered
->>>>>>> main
+        await self.control.close()  # no more looks at remote storage
         await self.repository.close()
 
 
