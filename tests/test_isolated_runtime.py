@@ -76,7 +76,7 @@ def load(folder: Path, entrypoint: str, **settings: Any) -> IsolatedModel:
     plan = plan_model(config, runtime, resolve_options(runtime.options, None, 1, 1), folder)
     model = load_runtime(plan, plan.versions[0])
     assert isinstance(model, IsolatedModel) and isinstance(model, Supervised)
-    assert model.off_loop  # never called on the event loop
+    assert not model.may_run_inline  # never called on the event loop
     return model
 
 

@@ -182,7 +182,7 @@ class IsolatedModel:
     """An isolated Python model: ``instances`` child processes, one call at a time each."""
 
     platform = PLATFORM
-    off_loop = True
+    may_run_inline = False  # a call waits on another process (runtimes/base.py)
 
     def __init__(
         self, settings: ChildSettings, children: list[_Child], signature: ModelSignature
