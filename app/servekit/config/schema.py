@@ -518,11 +518,14 @@ class ModelConfig(Section):
     child process of its own (one per instance), fed over a socket, as Triton's Python backend
     stub: a crash (segfault, abort), an out-of-memory kill or a call that hangs past
     `timeoutSeconds` makes this model UNAVAILABLE with the reason while its process restarts,
-    and every other model keeps serving. Costs a round trip per call (tens of microseconds)."""
+    and every other model keeps serving (server readiness included); 5 such losses within 60 s
+    stop the restarts until the model is loaded again (circuit breaker). Costs a round trip per
+    call (tens of microseconds)."""
     timeout_seconds: float | None = Field(None, gt=0, le=86_400)
-    """For `isolation: process`: longest one call may run in the child process (or the
-    request's own deadline when it is shorter); past it the process is killed and restarted
-    and the request answered 503 / UNAVAILABLE. Default 60."""
+    """For `isolation: process`: longest one call may run in the child process; past it the
+    process is killed and restarted and the request answered 503 / UNAVAILABLE. Default 60. A
+    request's own shorter deadline answers that request 504 / DEADLINE_EXCEEDED and leaves
+    the call to finish in the process (its answer dropped), which is not killed for it."""
     memory_limit_bytes: int | None = Field(None, ge=64 * 1024 * 1024, le=INT64_MAX)
     """For `isolation: process`: the child's RLIMIT_DATA (heap and private anonymous memory,
     not shared libraries or mapped files), so an allocation past it fails with MemoryError
