@@ -127,7 +127,7 @@ def test_first_calls_run_in_threads_then_a_fast_model_moves_to_the_loop(tmp_path
         return x * 2
 
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("fast", fast))
+        dataplane = await serve(tmp_path, model("fast", fast), server=ROOMY)
         for _ in range(placement.LEARN_FAST + 3):
             response = await dataplane.infer(request("fast", 1.0, 2.0))
             assert response.outputs[0].data.tolist() == [2.0, 4.0]

@@ -292,9 +292,10 @@ class ServerConfig(Section):
     """ONNX models measured faster than this (wall time of a call, measured in the model's
     worker threads first) run on the event loop thread, where a thread hop would cost more than
     the model; all others run in their own worker threads (Python models always do: their code
-    may block on any call, and the loop also answers the liveness probes). A version seen slower than this while
-    on the loop goes back to its threads, and after a few such moments stays there until it is
-    reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    may block on any call, and the loop also answers the liveness probes). A version seen
+    slower than this while on the loop goes back to its threads, and after a few such moments
+    stays there until it is reloaded. 0 keeps every model off the loop. An edit starts the
+    measuring over."""
     drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
     """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
     inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones

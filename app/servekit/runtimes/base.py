@@ -82,9 +82,12 @@ class Supervised(Protocol):
 
 CALL_DEADLINE: ContextVar[float | None] = ContextVar("servekit_call_deadline", default=None)
 """The ``time.monotonic()`` by which the current request must be answered, when the caller
-knows one (a client's deadline); a runtime that can stop a call (an isolated model) stops it
-then, else at its own timeout. A context variable, so it follows the call into a worker thread
-(``asyncio.to_thread`` copies the context) without changing ``predict``'s arguments."""
+knows one (a client's deadline). The executor answers the client at that time whatever the
+runtime does; a runtime may use it to not start work nobody waits for (an isolated model
+waits for a free process until then, and does not send a call past it), but a call already
+running is never killed for it: a client's short deadline must not restart a model others
+use. A context variable, so it follows the call into a worker thread (``asyncio.to_thread``
+copies the context) without changing ``predict``'s arguments."""
 
 
 def apply_overrides(
