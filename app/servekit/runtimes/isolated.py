@@ -365,11 +365,11 @@ class IsolatedModel:
             first = lived >= STABLE_S or child.slot not in self._backoff
             delay = BACKOFF_FIRST_S if first else min(2 * self._backoff[child.slot], BACKOFF_MAX_S)
             self._backoff[child.slot] = delay
-            spared = self._trip_if_looping(now, reason)
+            stopped = self._trip_if_looping(now, reason)
             problem = self._problem()
             self._cond.notify_all()
         _stop(child, 0.0)
-        for other in spared:
+        for other in stopped:
             _stop(other, 0.0)
         if self._tripped is not None:
             log.error(
@@ -413,11 +413,11 @@ class IsolatedModel:
             f"crashed {len(crashes)} times in {BREAKER_WINDOW_S:g} s: {reason}; not restarted "
             "until the model is loaded again (repository load or serve.yaml edit)"
         )
-        spared = list(self._idle)
+        stopped = list(self._idle)
         self._idle.clear()
-        for other in spared:
+        for other in stopped:
             other.dead = True
-        return spared
+        return stopped
 
     def _restart(self, slot: int, delay: float) -> None:
         while not self._closing.wait(delay):
