@@ -98,3 +98,34 @@ def test_liveness_answers_while_a_python_model_blocks(server: ServerProcess) -> 
         assert not slow.done()  # all of that happened during the slow call
         assert slow.result(timeout=30) == [0.0]
     assert server.alive(), server.log()
+
+
+def test_probes_pass_the_cap_on_requests_in_flight(tmp_path: Path) -> None:
+    """With maxRequestsInFlight requests held by a slow model, the next inference gets 503 at
+    once but the health probes still answer (a busy server is alive)."""
+    (tmp_path / "sometimes.py").write_text(MODULE)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server: {network: {maxRequestsInFlight: 2}}\n"
+        "models:\n"
+        "  - {name: sometimes, modelFormat: {name: python}, entrypoint: 'sometimes:Sometimes',\n"
+        f"     instances: 2, parameters: {{marker: {str(tmp_path / 'slow_started')!r}}}}}\n"
+    )
+    with (
+        running_server(config, grpc=False) as server,
+        server.http_client(timeout=30) as first,
+        server.http_client(timeout=30) as second,
+        server.http_client(timeout=PROBE_S) as probe,
+        concurrent.futures.ThreadPoolExecutor(2) as pool,
+    ):
+        held = [pool.submit(infer, client, -1.0) for client in (first, second)]
+        wait_until((tmp_path / "slow_started").exists, 20, "the slow calls to start")
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+        wait_until(
+            lambda: probe.post("/v2/models/sometimes/infer", json=body).status_code == 503,
+            10,
+            "the cap to be reached",
+        )
+        for path in ("/v2/health/live", "/v2/health/ready", "/grps/v1/health/live"):
+            assert probe.get(path).status_code == 200, path
+        assert [f.result(timeout=30) for f in held] == [[0.0], [0.0]]
