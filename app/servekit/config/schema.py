@@ -355,11 +355,13 @@ class ServerConfig(Section):
     watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
     inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
-    """Models measured faster than this (wall time of a call, measured in the model's worker
-    threads first) run on the event loop thread, where a thread hop would cost more than the
-    model; all others run in their own worker threads. A version seen slower than this while
-    on the loop goes back to its threads, and after a few such moments stays there until it is
-    reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    """ONNX models measured faster than this (wall time of a call, measured in the model's
+    worker threads first) run on the event loop thread, where a thread hop would cost more than
+    the model; all others run in their own worker threads (Python models always do: their code
+    may block on any call, and the loop also answers the liveness probes). A version seen
+    slower than this while on the loop goes back to its threads, and after a few such moments
+    stays there until it is reloaded. 0 keeps every model off the loop. An edit starts the
+    measuring over."""
     drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
     """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
     inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones
@@ -593,11 +595,14 @@ class ModelConfig(Section):
     child process of its own (one per instance), fed over a socket, as Triton's Python backend
     stub: a crash (segfault, abort), an out-of-memory kill or a call that hangs past
     `timeoutSeconds` makes this model UNAVAILABLE with the reason while its process restarts,
-    and every other model keeps serving. Costs a round trip per call (tens of microseconds)."""
+    and every other model keeps serving (server readiness included); 5 such losses within 60 s
+    stop the restarts until the model is loaded again (circuit breaker). Costs a round trip per
+    call (tens of microseconds)."""
     timeout_seconds: float | None = Field(None, gt=0, le=86_400)
-    """For `isolation: process`: longest one call may run in the child process (or the
-    request's own deadline when it is shorter); past it the process is killed and restarted
-    and the request answered 503 / UNAVAILABLE. Default 60."""
+    """For `isolation: process`: longest one call may run in the child process; past it the
+    process is killed and restarted and the request answered 503 / UNAVAILABLE. Default 60. A
+    request's own shorter deadline answers that request 504 / DEADLINE_EXCEEDED and leaves
+    the call to finish in the process (its answer dropped), which is not killed for it."""
     memory_limit_bytes: int | None = Field(None, ge=64 * 1024 * 1024, le=INT64_MAX)
     """For `isolation: process`: the child's RLIMIT_DATA (heap and private anonymous memory,
     not shared libraries or mapped files), so an allocation past it fails with MemoryError
