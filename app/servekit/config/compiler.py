@@ -27,7 +27,12 @@ from servekit.config.schema import (
     TensorOverride,
 )
 from servekit.config.tls import TlsError, TlsFiles, resolve_tls
-from servekit.config.versions import VersionSource, discover_versions, select_versions
+from servekit.config.versions import (
+    VersionSource,
+    discover_versions,
+    files_of,
+    select_versions,
+)
 from servekit.shown_paths import hide_paths
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
@@ -41,7 +46,21 @@ BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
         implementation="python",
         supported_model_formats=[SupportedModelFormat(name="python", auto_select=True)],
     ),
+    # The tabular formats, by KServe's format names (app/servekit/runtimes/tabular.py). Each
+    # library is an extra (servekit[sklearn], ...): without it the model is UNAVAILABLE.
+    *(
+        RuntimeConfig(
+            name=fmt,
+            implementation=fmt,
+            supported_model_formats=[SupportedModelFormat(name=fmt, auto_select=True)],
+        )
+        for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+    ),
 )
+TABULAR_IMPLEMENTATIONS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"})
+"""Runtimes that load a model with its own library; sklearn and mlflow files are pickles
+(code runs when they load), so app/servekit/models/pushed_config.py lets only serve.yaml
+declare any of them."""
 
 
 @dataclass(frozen=True)
@@ -265,7 +284,9 @@ def plan_model(
     labels: tuple[str, ...] = ()
     if model.storage_uri is not None:
         location = (base_dir / model.storage_uri).resolve()
-        found, problem = discover_versions(location, model.version_labels)
+        found, problem = discover_versions(
+            location, model.version_labels, files_of(runtime.implementation)
+        )
         labels, labels_problem = read_labels(location)
         problem = problem or labels_problem
         versions = select_versions(found, model.version_policy)
