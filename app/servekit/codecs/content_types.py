@@ -14,9 +14,11 @@ DataFrame) or one 2-D tensor of features by position (it receives a matrix):
   the model's order;
 * columns to a matrix model: stacked side by side, in the request's order (as MLServer hands
   such a model the DataFrame, whose columns it reads by position);
-* numbers are cast to the datatype the metadata declares (scikit-learn casts them anyway, and
-  MLServer clients send FP32 or INT64 as their arrays happen to be); BYTES become ``str``
-  (UTF-8) unless the input says ``base64`` (raw bytes) or ``datetime``.
+* numbers reach the model in the datatype they were sent in, whatever the metadata declares
+  (as MLServer hands them over: a FP32 matrix gives a pipeline's float32 arithmetic, the
+  answer the same array gives in the client's own process; the model's library casts or
+  refuses); BYTES become ``str`` (UTF-8) unless the input says ``base64`` (raw bytes) or
+  ``datetime``.
 
 Pure translation: no model, no pandas (the runtime builds the DataFrame from the columns).
 Answers carry ``np`` on numeric outputs and ``str`` on BYTES ones, as MLServer's runtimes
@@ -33,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from servekit.datatypes import DATATYPES
 from servekit.errors import InvalidArgument
 from servekit.types import InferRequest, Tensor, TensorSpec
 
@@ -108,10 +109,7 @@ class _Layout:
                     f"{len(names)} ({_listed(names)}), as one input each or one [N, "
                     f"{len(names)}] input"
                 )
-            return {
-                spec.name: _cast(spec, matrix[:, i], tensor.name)
-                for i, spec in enumerate(self.inputs)
-            }
+            return {spec.name: matrix[:, i] for i, spec in enumerate(self.inputs)}
         given = {t.name: (t, a) for t, a in decoded}
         unknown = [n for n in given if n not in names]
         if unknown:
@@ -131,13 +129,13 @@ class _Layout:
                     f"column {tensor.name!r} has {len(column)} rows, the others {rows}"
                 )
             rows = len(column)
-            feed[spec.name] = _cast(spec, column, tensor.name)
+            feed[spec.name] = column
         return feed
 
     def _matrix(self, model: str, decoded: list[tuple[Tensor, np.ndarray]]) -> dict[str, Any]:
         spec = self.inputs[0]
         if len(decoded) == 1 and decoded[0][1].ndim == 2:
-            tensor, matrix = decoded[0]
+            matrix = decoded[0][1]
         else:  # columns (a pd request): side by side, in the request's order
             columns = [_as_column(t.name, a) for t, a in decoded]
             lengths = {len(c) for c in columns}
@@ -145,7 +143,6 @@ class _Layout:
                 raise InvalidArgument(
                     f"the columns of the request have different row counts ({sorted(lengths)})"
                 )
-            tensor = decoded[0][0]
             if all(c.dtype.kind in "biuf" for c in columns):
                 matrix = np.column_stack(columns)
             else:  # text beside numbers: an object matrix, each value as it came
@@ -157,7 +154,7 @@ class _Layout:
             raise InvalidArgument(
                 f"model {model!r} takes {want} features per row, the request has {matrix.shape[1]}"
             )
-        return {spec.name: _cast(spec, matrix, tensor.name)}
+        return {spec.name: matrix}
 
 
 def _request_type(request: InferRequest) -> str | None:
@@ -226,22 +223,6 @@ def _as_column(name: str, array: np.ndarray) -> np.ndarray:
     raise InvalidArgument(
         f"column {name!r} has shape {list(array.shape)}; a column is [N] or [N, 1]"
     )
-
-
-def _cast(spec: TensorSpec, array: np.ndarray, given: str) -> np.ndarray:
-    """Numbers as the metadata's numeric datatype; anything else as it came."""
-    wanted = DATATYPES[spec.datatype].dtype
-    if array.dtype.kind in "biuf" and wanted.kind in "biuf" and array.dtype != wanted:
-        if wanted.kind in "biu" and array.dtype.kind == "f" and not _whole(array):
-            raise InvalidArgument(
-                f"input {given!r} holds fractions, but {spec.name!r} is {spec.datatype}"
-            )
-        return array.astype(wanted)
-    return array
-
-
-def _whole(array: np.ndarray) -> bool:
-    return bool(np.all(np.isfinite(array)) and np.all(np.mod(array, 1) == 0))
 
 
 def _listed(names: list[str]) -> str:
