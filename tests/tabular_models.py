@@ -22,3 +22,17 @@ class DtypeEcho:
             ],
             dtype=object,
         )
+
+
+
+def make_scorer() -> Any:
+    """An MLflow PythonModel: ``amount * count + len(tag)``. Defined in a function so that
+    cloudpickle stores the class by value (the server that loads it need not import this)."""
+    import mlflow.pyfunc
+
+    class Scorer(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
+        def predict(self, context, model_input, params=None):  # type: ignore[no-untyped-def]
+            # No type hints: MLflow reads them to check inputs, and warns on Any.
+            return model_input["amount"] * model_input["count"] + model_input["tag"].str.len()
+
+    return Scorer()

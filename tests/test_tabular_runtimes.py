@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 import pickle
 from pathlib import Path
 from typing import Any
@@ -305,3 +306,121 @@ def _dtype_echo() -> Any:
     from tabular_models import DtypeEcho
 
     return DtypeEcho(["when", "blob", "word"])
+
+
+async def test_xgboost_classifier_and_regressor_files(serve: Serve, tmp_path: Path) -> None:
+    """A classifier fitted on a DataFrame (.json: columns, labels and probabilities), and a
+    Booster trained with xgb.train on a matrix (.ubj in a version folder: its objective's
+    output), as MLServer's XGBoost runtime answers them."""
+    import xgboost as xgb
+
+    x = RNG.uniform(0, 1, (60, 3))
+    y = (x[:, 0] + x[:, 1] > 1).astype(int)
+    frame = pd.DataFrame(x, columns=["f0", "f1", "f2"])
+    classifier = xgb.XGBClassifier(n_estimators=4, max_depth=2).fit(frame, y)
+    classifier.save_model(tmp_path / "clf.json")
+    booster = xgb.train({"objective": "reg:squarederror"}, xgb.DMatrix(x, label=x[:, 2]), 4)
+    (tmp_path / "reg" / "1").mkdir(parents=True)
+    booster.save_model(tmp_path / "reg" / "1" / "model.ubj")
+    services = await serve(
+        "models:\n"
+        "  - {name: clf, modelFormat: {name: xgboost}, storageUri: clf.json}\n"
+        "  - {name: reg, modelFormat: {name: xgboost}, storageUri: reg}\n"
+    )
+    clf = services.dataplane.model_metadata("clf")
+    assert [(t.name, t.datatype) for t in clf.inputs] == [
+        ("f0", "FP32"),
+        ("f1", "FP32"),
+        ("f2", "FP32"),
+    ]
+    request = encode_frame(frame.head(6))
+    request.outputs = [RequestOutput(name="predict"), RequestOutput(name="predict_proba")]
+    answer = await infer_json(services, "clf", request)
+    np.testing.assert_array_equal(output(answer, "predict").ravel(), classifier.predict(frame[:6]))
+    np.testing.assert_array_equal(
+        output(answer, "predict_proba"), classifier.predict_proba(frame[:6])
+    )
+    reg = services.dataplane.model_metadata("reg")
+    assert [(t.name, t.datatype, t.shape) for t in reg.inputs] == [("input-0", "FP32", (-1, 3))]
+    answer = await infer_json(services, "reg", NumpyRequestCodec.encode_request(x[:5]))
+    want = booster.predict(xgb.DMatrix(x[:5]))
+    np.testing.assert_array_equal(output(answer, "predict").ravel(), want)
+
+
+async def test_lightgbm_booster_files(serve: Serve, tmp_path: Path) -> None:
+    """A Booster trained on a DataFrame (.txt: columns) and one on a matrix (.bst: input-0);
+    a labels.txt beside the model is not taken for a LightGBM file."""
+    import lightgbm as lgb
+
+    x = RNG.uniform(0, 1, (80, 2))
+    y = (x[:, 0] > x[:, 1]).astype(int)
+    params = {"objective": "binary", "verbose": -1, "num_leaves": 4}
+    named = lgb.train(params, lgb.Dataset(pd.DataFrame(x, columns=["u", "v"]), label=y), 5)
+    plain = lgb.train(params, lgb.Dataset(x, label=y), 5)
+    (tmp_path / "named").mkdir()
+    named.save_model(str(tmp_path / "named" / "model.txt"))
+    (tmp_path / "named" / "labels.txt").write_text("no\nyes\n")
+    (tmp_path / "plain").mkdir()
+    plain.save_model(str(tmp_path / "plain" / "model.bst"))
+    services = await serve(
+        "models:\n"
+        "  - {name: named, modelFormat: {name: lightgbm}, storageUri: named}\n"
+        "  - {name: plain, modelFormat: {name: lightgbm}, storageUri: plain}\n"
+    )
+    assert [t.name for t in services.dataplane.model_metadata("named").inputs] == ["u", "v"]
+    frame = pd.DataFrame(x[:5], columns=["u", "v"])
+    answer = await infer_json(services, "named", encode_frame(frame))
+    np.testing.assert_array_equal(output(answer, "predict").ravel(), named.predict(frame))
+    answer = await infer_json(services, "plain", NumpyRequestCodec.encode_request(x[:5]))
+    np.testing.assert_array_equal(output(answer, "predict").ravel(), plain.predict(x[:5]))
+
+
+@pytest.mark.slow  # mlflow.pyfunc.save_model runs `uname` (the environment it records)
+async def test_mlflow_pyfunc_model_with_a_signature(serve: Serve, tmp_path: Path) -> None:
+    """A custom PythonModel saved with a column signature (double, long, string): the inputs
+    and their datatypes come from the signature, the model gets its DataFrame."""
+    from tabular_models import make_scorer
+
+    frame = pd.DataFrame({"amount": [1.5, 2.0, 3.25], "count": [1, 2, 3], "tag": ["a", "bb", "c"]})
+    with warnings.catch_warnings():  # MLflow warns on its own imports and untyped models
+        warnings.simplefilter("ignore")
+        import mlflow.pyfunc
+        from mlflow.models import infer_signature
+
+        scorer = make_scorer()
+        signature = infer_signature(frame, scorer.predict(None, frame))
+        path = str(tmp_path / "scorer")
+        mlflow.pyfunc.save_model(path, python_model=scorer, signature=signature)
+        want = mlflow.pyfunc.load_model(path).predict(frame)
+    services = await serve(
+        "models:\n  - {name: s, modelFormat: {name: mlflow}, storageUri: scorer}\n"
+    )
+    metadata = services.dataplane.model_metadata("s")
+    assert [(t.name, t.datatype) for t in metadata.inputs] == [
+        ("amount", "FP64"),
+        ("count", "INT64"),
+        ("tag", "BYTES"),
+    ]
+    assert [(t.name, t.datatype) for t in metadata.outputs] == [("predict", "FP64")]
+    answer = await infer_json(services, "s", encode_frame(frame))
+    np.testing.assert_array_equal(output(answer, "predict").ravel(), np.asarray(want))
+
+
+async def test_a_missing_library_is_unavailable_with_the_pip_command(
+    serve: Serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each library is an extra: without it the model is UNAVAILABLE, its reason the pip
+    command (find_spec answers None as for a library that is not installed)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "xgboost" else real(name, *a)
+    )
+    (tmp_path / "model.json").write_text("{}")
+    services = await serve(
+        "server: {strictReadiness: false}\n"
+        "models:\n  - {name: x, modelFormat: {name: xgboost}, storageUri: model.json}\n"
+    )
+    assert services.states() == {("x", "1"): "UNAVAILABLE"}
+    assert "pip install 'servekit[xgboost]'" in services.reason("x")

@@ -12,6 +12,7 @@ refuses is a 400 with its message.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from servekit.config.compiler import ModelPlan
@@ -51,11 +52,15 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
     require("mlflow", "mlflow", "MLflow")
     if version.path is None or not (version.path / "MLmodel").is_file():
         raise LoadError(f"no MLmodel file in {version.path}")
-    import mlflow.pyfunc
-    from mlflow.exceptions import MlflowException
+    with warnings.catch_warnings():  # MLflow's own import warns about its type hints
+        warnings.simplefilter("ignore", UserWarning)
+        import mlflow.pyfunc
+        from mlflow.exceptions import MlflowException
 
     try:
-        models = [mlflow.pyfunc.load_model(str(version.path)) for _ in range(plan.instances)]
+        with warnings.catch_warnings():  # and about a PythonModel without type hints
+            warnings.simplefilter("ignore", UserWarning)
+            models = [mlflow.pyfunc.load_model(str(version.path)) for _ in range(plan.instances)]
     except ModuleNotFoundError as exc:
         raise LoadError(
             f"the MLflow model in {version.path} needs the module {exc.name!r}, which is not "
