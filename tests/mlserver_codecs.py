@@ -22,7 +22,7 @@ if "mlserver" not in sys.modules:
     package.__path__ = [str(Path(spec.origin).parent)]
     sys.modules["mlserver"] = package
 
-from mlserver.codecs import (  # noqa: E402
+from mlserver.codecs import (
     Base64Codec,
     DatetimeCodec,
     NumpyCodec,
@@ -30,7 +30,7 @@ from mlserver.codecs import (  # noqa: E402
     PandasCodec,
     StringCodec,
 )
-from mlserver.types import (  # noqa: E402
+from mlserver.types import (
     InferenceRequest,
     InferenceResponse,
     RequestInput,

@@ -24,7 +24,6 @@ class DtypeEcho:
         )
 
 
-
 def make_scorer() -> Any:
     """An MLflow PythonModel: ``amount * count + len(tag)``. Defined in a function so that
     cloudpickle stores the class by value (the server that loads it need not import this)."""

@@ -9,9 +9,9 @@ tests/test_tabular_e2e.py.
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import warnings
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +175,7 @@ async def test_text_labels_and_a_request_for_both_outputs(serve: Serve, tmp_path
         outputs=[RequestOutput(name="predict"), RequestOutput(name="predict_proba")],
     )
     answer = await infer_json(services, "rf", request)
-    (predict, proba) = answer.outputs
+    predict = answer.outputs[0]
     assert predict.parameters is not None and predict.parameters.content_type == "str"
     assert StringCodec.decode_output(predict) == list(forest.predict(x[:4]))
     np.testing.assert_array_equal(output(answer, "predict_proba"), forest.predict_proba(x[:4]))
