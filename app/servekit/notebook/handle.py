@@ -25,7 +25,7 @@ from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
 from servekit.datatypes import from_numpy
 from servekit.errors import ServeError
-from servekit.notebook import convert, html, registry, sources, wire
+from servekit.notebook import convert, frames, html, registry, sources, wire
 from servekit.notebook.launcher import ServerThread
 from servekit.notebook.remote import RemoteServer
 from servekit.project import save as saving
@@ -210,15 +210,24 @@ class Server(RemoteServer):
     def infer(
         self,
         model: str,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, Any] | Any,
         version: int | str | None = None,
         outputs: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """Run ``model`` on ``inputs`` (name -> array or list) in process; name -> numpy array.
+        frame: bool | None = None,
+    ) -> Any:
+        """Run ``model`` on ``inputs`` (name -> array or list, or a pandas DataFrame: one
+        input per column) in process; name -> numpy array, or a DataFrame when ``frame`` is
+        true (default: when ``inputs`` is one; app/servekit/notebook/frames.py).
 
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
         HTTP and gRPC requests, without encoding anything.
         """
+        parameters: dict[str, dict[str, str]] = {}
+        request_parameters: dict[str, Any] = {}
+        if frames.is_frame(inputs):
+            frame = True if frame is None else frame
+            inputs, parameters = frames.columns(inputs)
+            request_parameters = dict(frames.REQUEST_PARAMETERS)
         dataplane = self._dataplane()
         wanted = [RequestedOutput(n) for n in outputs] if outputs else None
         label = None if version is None else str(version)
@@ -231,18 +240,25 @@ class Server(RemoteServer):
             return {s.name: s.datatype for s in signature.inputs}
 
         # Cast here, in the caller's thread, so a cast warning points at the caller's line.
-        arrays = wire.to_arrays(model, inputs, self._thread.run(declared()), self._casts)
+        # A DataFrame's columns go as they are, as MLServer's PandasCodec sends them.
+        types = {} if request_parameters else self._thread.run(declared())
+        arrays = wire.to_arrays(model, inputs, types, self._casts)
 
         async def run() -> dict[str, Any]:
             tensors = [
                 Tensor(key, from_numpy(array.dtype).name, array.shape, array)
                 for key, array in arrays.items()
             ]
-            request = InferRequest(model, tensors, model_version=label, outputs=wanted)
+            for tensor in tensors:
+                tensor.parameters = dict(parameters.get(tensor.name, {}))
+            request = InferRequest(
+                model, tensors, model_version=label, outputs=wanted, parameters=request_parameters
+            )
             response = await dataplane.infer(request)
             return {t.name: t.data for t in response.outputs}
 
-        return self._thread.run(run())
+        results = self._thread.run(run())
+        return frames.to_frame(results) if frame else results
 
     # -- lifecycle ----------------------------------------------------------------------------
     def stop(self, grace: float = 5.0) -> None:
