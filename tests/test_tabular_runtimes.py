@@ -424,3 +424,23 @@ async def test_a_missing_library_is_unavailable_with_the_pip_command(
     )
     assert services.states() == {("x", "1"): "UNAVAILABLE"}
     assert "pip install 'servekit[xgboost]'" in services.reason("x")
+
+
+def test_the_seed_example_compiles_and_kserve_can_select_servekit(tmp_path: Path) -> None:
+    """issue 24: `modelFormat: {name: sklearn}` with a .joblib file was refused ("no runtime
+    with autoSelect supports format sklearn"); the exported ServingRuntime lists the formats."""
+    from inprocess import plan_of
+
+    from servekit.export.kserve import supported_formats
+
+    joblib.dump(LinearRegression().fit([[0.0], [1.0]], [0.0, 1.0]), tmp_path / "mnist.joblib")
+    plan = plan_of(
+        "models:\n"
+        "  - {name: example-sklearn-isvc, modelFormat: {name: sklearn, version: '1'},\n"
+        "     storageUri: mnist.joblib}\n",
+        tmp_path,
+    )
+    (model,) = plan.models
+    assert (model.runtime, model.implementation, model.problem) == ("sklearn", "sklearn", None)
+    names = [f["name"] for f in supported_formats(plan)]
+    assert {"sklearn", "xgboost", "lightgbm", "mlflow"} <= set(names)
