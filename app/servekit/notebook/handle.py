@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +26,7 @@ from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
 from servekit.datatypes import from_numpy
 from servekit.errors import ServeError
-from servekit.notebook import convert, frames, html, registry, sources, wire
+from servekit.notebook import convert, frames, html, native, registry, sources, wire
 from servekit.notebook.launcher import ServerThread
 from servekit.notebook.remote import RemoteServer
 from servekit.project import save as saving
@@ -68,6 +69,8 @@ class Server(RemoteServer):
         self._thread = thread
         self._replan = replan
         self._cleanup = cleanup
+        self._native_folders: list[Path] = []
+        """Joblib files of estimators served natively (removed when the server stops)."""
         self._note = ""
 
     # -- tokens -------------------------------------------------------------------------------
@@ -151,6 +154,14 @@ class Server(RemoteServer):
         declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
         Returns the model's index rows; a model that fails to load raises with the reason.
         """
+        if convert.is_sklearn(source):
+            try:
+                source = convert.sklearn_to_onnx(source, example)
+            except ImportError:
+                raise
+            except Exception as exc:  # skl2onnx cannot: serve the estimator itself
+                native.warn(name, exc)
+                return self._add_native(name, source, version, inputs, outputs, config)
         source = convert.to_onnx_source(
             source,
             example,
@@ -173,6 +184,27 @@ class Server(RemoteServer):
         )
         control = self._control()
         self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
+        self._forget(name)
+        return self._rows(name)
+
+    def _add_native(
+        self,
+        name: str,
+        estimator: Any,
+        version: int,
+        inputs: sources.TensorsSpec | None,
+        outputs: sources.TensorsSpec | None,
+        config: dict[str, Any],
+    ) -> html.ModelTable:
+        """Serve a scikit-learn estimator with the sklearn runtime, from a joblib file in a
+        folder of this server's own (app/servekit/notebook/native.py)."""
+        folder = Path(tempfile.mkdtemp(prefix="servekit-native-"))
+        self._native_folders.append(folder)
+        path = native.write(estimator, folder / name / str(version))
+        fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
+        model = sources.model_config(name, "sklearn", fields, storage_uri=str(path.parent.parent))
+        control = self._control()
+        self._thread.run(control.add(model), timeout=self._load_timeout)
         self._forget(name)
         return self._rows(name)
 
@@ -275,6 +307,9 @@ class Server(RemoteServer):
         if self._cleanup is not None:
             shutil.rmtree(self._cleanup, ignore_errors=True)
             self._cleanup = None
+        for folder in self._native_folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._native_folders.clear()
 
     def __enter__(self) -> Server:
         return self
