@@ -236,6 +236,13 @@ class _Coalescer:
         return self.transport.is_closing()
 
 
+PROBES = frozenset(
+    {b"/v2/health/live", b"/v2/health/ready", b"/grps/v1/health/live", b"/grps/v1/health/ready"}
+)
+"""Health probes pass the cap on requests in flight: a server busy with slow requests is alive
+and says so, rather than failing the orchestrator's liveness probe and being restarted."""
+
+
 class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with deadlines, header limits and connection caps."""
 
@@ -354,7 +361,9 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._timer is None:
             self._timer = self.loop.call_at(self._deadline, self._on_deadline)
         previous = self.cycle
-        refusal: Any = _busy if len(self.tasks) >= limits.max_requests_in_flight else None
+        refusal: Any = None
+        if len(self.tasks) >= limits.max_requests_in_flight and self.url not in PROBES:
+            refusal = _busy
         if refusal is None and edge.hosts is not None:
             refusal = self._check_host(edge.hosts)
         if refusal is not None:

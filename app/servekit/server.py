@@ -274,6 +274,7 @@ class ServeKit:
                 await self._http_task
             self._http = None
         self.dataplane.shared_memory.close()  # close every region clients registered
+        await self.control.close()  # no more looks at remote storage
         await self.repository.close()
 
 

@@ -23,6 +23,7 @@ from servekit.config.auth import (
 )
 from servekit.config.hosts import is_loopback
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.remote_uris import local_path, remote_scheme
 from servekit.config.schema import (
     ModelConfig,
     RuntimeConfig,
@@ -33,7 +34,12 @@ from servekit.config.schema import (
     TensorOverride,
 )
 from servekit.config.tls import TlsError, TlsFiles, resolve_tls
-from servekit.config.versions import VersionSource, discover_versions, select_versions
+from servekit.config.versions import (
+    VersionSource,
+    discover_versions,
+    files_of,
+    select_versions,
+)
 from servekit.shown_paths import hide_paths
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
@@ -47,7 +53,21 @@ BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
         implementation="python",
         supported_model_formats=[SupportedModelFormat(name="python", auto_select=True)],
     ),
+    # The tabular formats, by KServe's format names (app/servekit/runtimes/tabular.py). Each
+    # library is an extra (servekit[sklearn], ...): without it the model is UNAVAILABLE.
+    *(
+        RuntimeConfig(
+            name=fmt,
+            implementation=fmt,
+            supported_model_formats=[SupportedModelFormat(name=fmt, auto_select=True)],
+        )
+        for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+    ),
 )
+TABULAR_IMPLEMENTATIONS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"})
+"""Runtimes that load a model with its own library; sklearn and mlflow files are pickles
+(code runs when they load), so app/servekit/models/pushed_config.py lets only serve.yaml
+declare any of them."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,9 @@ class ModelPlan:
     problem: str | None = None  # why no version can load (missing folder, ...)
     labels_file: tuple[str, ...] = field(default=(), hash=False, compare=True)
     """The lines of labels.txt beside the model (classification labels by index), if any."""
+    remote: str | None = None
+    """The remote storageUri the versions come from (None: a local path or no files). Until
+    the server has fetched it, the plan has one version with no file (see plan_model)."""
 
     def labels(self, output: str) -> tuple[str, ...]:
         """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
@@ -294,34 +317,26 @@ def resolve_options(
 def plan_model(
     model: ModelConfig, runtime: RuntimeConfig, options: ResolvedOptions, base_dir: Path
 ) -> ModelPlan:
-    """The plan of one model: its versions on disk filtered by the version policy."""
+    """The plan of one model: its versions on disk filtered by the version policy.
+
+    A remote storageUri is not read here (compiling never touches the network): its plan
+    names the URI in ``remote`` and has no versions yet; the server fetches it into its cache
+    and calls :func:`plan_at` with the local copy (app/servekit/models/remote.py)."""
     problem = None
     versions: tuple[VersionSource, ...] = ()
     labels: tuple[str, ...] = ()
+    remote = None
     if model.storage_uri is not None:
-        location = (base_dir / model.storage_uri).resolve()
-        found, problem = discover_versions(location, model.version_labels)
-        labels, labels_problem = read_labels(location)
-        problem = problem or labels_problem
-        versions = select_versions(found, model.version_policy)
-        if not problem and not any(v.path for v in versions):
-            # Versions that are on disk but cannot load say why ('1' and '01', no model file);
-            # only when the policy names versions that are not there is the policy the problem.
-            on_disk = {v.version for v in found}
-            problem = (
-                "; ".join(
-                    f"version {v.version}: {v.problem}"
-                    for v in versions
-                    if v.version in on_disk and v.problem
-                )
-                or f"no version of {location} matches the version policy"
+        scheme = remote_scheme(model.storage_uri)  # the schema validator checked it parses
+        if scheme is not None:
+            remote = model.storage_uri
+            versions = (VersionSource(1, None),)
+            problem = scheme.missing()
+        else:
+            location = (base_dir / local_path(model.storage_uri)).resolve()
+            versions, labels, problem = _versions_at(
+                model, location, base_dir, runtime.implementation
             )
-        # Clients read these reasons: paths relative to serve.yaml's folder, never absolute.
-        problem = hide_paths(problem, base_dir) if problem else problem
-        versions = tuple(
-            replace(v, problem=hide_paths(v.problem, base_dir)) if v.problem else v
-            for v in versions
-        )
     else:
         versions = (VersionSource(1, None),)
     return ModelPlan(
@@ -342,7 +357,45 @@ def plan_model(
         config=model,
         problem=problem,
         labels_file=labels,
+        remote=remote,
     )
+
+
+def plan_at(plan: ModelPlan, location: Path, base_dir: Path) -> ModelPlan:
+    """``plan`` of a remote model once its files are at ``location`` (the local cache)."""
+    assert plan.config is not None
+    versions, labels, problem = _versions_at(plan.config, location, base_dir, plan.implementation)
+    return replace(plan, versions=versions, labels_file=labels, problem=problem)
+
+
+def _versions_at(
+    model: ModelConfig, location: Path, base_dir: Path, implementation: str
+) -> tuple[tuple[VersionSource, ...], tuple[str, ...], str | None]:
+    """The versions found at ``location`` under the version policy, the labels beside them and
+    the problem that keeps all of them from loading (paths in reasons relative to
+    ``base_dir``, never absolute)."""
+    found, problem = discover_versions(location, model.version_labels, files_of(implementation))
+    labels, labels_problem = read_labels(location)
+    problem = problem or labels_problem
+    versions = select_versions(found, model.version_policy)
+    if not problem and not any(v.path for v in versions):
+        # Versions that are on disk but cannot load say why ('1' and '01', no model file);
+        # only when the policy names versions that are not there is the policy the problem.
+        on_disk = {v.version for v in found}
+        problem = (
+            "; ".join(
+                f"version {v.version}: {v.problem}"
+                for v in versions
+                if v.version in on_disk and v.problem
+            )
+            or f"no version of {location} matches the version policy"
+        )
+    # Clients read these reasons: paths relative to serve.yaml's folder, never absolute.
+    problem = hide_paths(problem, base_dir) if problem else problem
+    versions = tuple(
+        replace(v, problem=hide_paths(v.problem, base_dir)) if v.problem else v for v in versions
+    )
+    return versions, labels, problem
 
 
 LABELS_FILE = "labels.txt"

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
+from servekit.codecs.content_types import mark_outputs
 from servekit.config.auth import AccessPolicy
 from servekit.config.compiler import ModelPlan, ServePlan
 from servekit.config.schema import GrpsStreaming
@@ -180,8 +181,15 @@ class DataPlane:
         return None
 
     def models_not_ready(self) -> list[str]:
-        """Models asked for (``ModelRepository.requested``) with a version that is not READY,
-        or with no version at all; always empty when ``server.strictReadiness`` is false."""
+        """Models asked for (``ModelRepository.requested``) with a version that has not loaded
+        (loading, or its load failed), or with no version at all; always empty when
+        ``server.strictReadiness`` is false.
+
+        A version that loaded and then reported itself down (an isolated model's process
+        restarting, or its circuit breaker tripped: app/servekit/runtimes/isolated.py) is not
+        counted: a client's poison request would otherwise take the whole server out of its
+        load balancer while every other model serves. Per-model readiness and the repository
+        index say it, with the reason."""
         repository = self._repository
         if not self._state.plan.server.strict_readiness:
             return []
@@ -191,7 +199,7 @@ class DataPlane:
                 entry = repository.get(name)
             except NotFound:  # asked for, then left serve.yaml: no longer served at all
                 continue
-            if not entry.versions or entry.failed_versions():
+            if not entry.versions or any(map(_not_loaded, entry.versions.values())):
                 waiting.append(name)
         return waiting
 
@@ -329,6 +337,8 @@ class DataPlane:
             outputs = executor.check.tensors(results, wanted)
             if classes:  # the classification extension: top k instead of the tensor
                 outputs = classified(outputs, classes, plan)
+            if runtime.signature.tabular is not None:  # the content types MLServer's clients use
+                mark_outputs(outputs)
             output_ns = time.perf_counter_ns() - infer_done
             # executed: the model run is counted here when it ran on the loop, else the
             # executor counted it
@@ -463,6 +473,12 @@ class DataPlane:
         """The signature of the version a request for (name, version) would use."""
         _, found = self._repository.resolve(name, version)
         return _signature(found)
+
+
+def _not_loaded(version: VersionEntry) -> bool:
+    """Not READY and holding no runtime: still loading, or its load failed (a version holding
+    its runtime while UNAVAILABLE is a loaded one reporting itself down: ModelRepository._watch)."""
+    return version.state is not State.READY and version.runtime is None
 
 
 def _signature(found: VersionEntry) -> ModelSignature:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servekit.codecs.content_types import tabular_feed
 from servekit.errors import InvalidArgument
 from servekit.services.classification import class_count
 from servekit.types import InferRequest, ModelSignature, Tensor, TensorSpec
@@ -15,8 +16,14 @@ def check_request(
     request: InferRequest, signature: ModelSignature, max_batch_size: int
 ) -> tuple[dict[str, Any], list[TensorSpec], dict[str, int] | None, int]:
     """The runtime's feed (name -> array), the outputs to compute, the class counts asked for
-    (None: none) and the request's rows (1 for a model without a batch dimension)."""
-    feed = validate_inputs(request, signature.input_index, max_batch_size)
+    (None: none) and the request's rows (1 for a model without a batch dimension). A tabular
+    model's inputs are MLServer's content types, columns or a matrix (the codec
+    app/servekit/codecs/content_types.py reads them)."""
+    tabular = signature.tabular
+    if tabular is None:
+        feed = validate_inputs(request, signature.input_index, max_batch_size)
+    else:
+        feed, _ = tabular_feed(request, signature.inputs, tabular, max_batch_size)
     wanted, classes = requested_outputs(request, signature)
     rows = 1
     if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
@@ -73,7 +80,7 @@ def requested_outputs(
     class counts of those asked for with ``classification: k`` (checked before the model
     runs; None when none is)."""
     if not request.outputs:
-        return list(signature.outputs), None
+        return list(signature.defaults), None
     by_name = signature.output_index
     wanted = []
     classes: dict[str, int] | None = None
