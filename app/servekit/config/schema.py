@@ -509,6 +509,9 @@ class TensorOverride(Section):
     format: Literal["FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC"] | None = None
     """Inputs only: the image layout the input expects, shown in the model configuration
     (Triton's ModelInput.format; clients such as Triton's image_client read it)."""
+    optional: bool = False
+    """Inputs only: a request may leave this input out (Triton's ModelInput.optional); a
+    Python model then receives only the inputs that were sent (give the argument a default)."""
     labels: list[str] | None = None
     """Outputs only: class labels by index, for the classification extension (an output
     requested with `classification: k` answers its top k as "value:index:label"). Default: the
@@ -647,6 +650,8 @@ class ModelConfig(Section):
         for tensor in self.outputs or ():
             if tensor.format is not None:
                 raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
+            if tensor.optional:
+                raise ValueError(f"output {tensor.name!r}: optional belongs to inputs")
         if self.isolation != "process" and (
             self.timeout_seconds is not None or self.memory_limit_bytes is not None
         ):

@@ -68,6 +68,7 @@ def _input(tensor: TensorConfig) -> mc.ModelInput:
         data_type=mc.DataType.Value(tensor.data_type),
         format=mc.ModelInput.Format.Value(tensor.format or "FORMAT_NONE"),
         dims=tensor.dims,
+        optional=tensor.optional,
     )
 
 

@@ -61,6 +61,8 @@ def _tensor(tensor: TensorConfig) -> dict[str, Any]:
     if tensor.format is not None:
         out["format"] = tensor.format
     out["dims"] = list(tensor.dims)
+    if tensor.optional:  # as protobuf JSON omits a false one
+        out["optional"] = True
     if tensor.label_filename:  # as protobuf JSON (the gRPC answer) omits an empty one
         out["label_filename"] = tensor.label_filename
     return out

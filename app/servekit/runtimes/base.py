@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -110,6 +111,18 @@ def apply_overrides(
             tuple(override.shape) if override.shape is not None else current.shape,
         )
     return tuple(by_name[s.name] for s in specs)
+
+
+def mark_optional(
+    signature: ModelSignature, declared: tuple[TensorOverride, ...] | None
+) -> ModelSignature:
+    """``signature`` with the inputs serve.yaml declares ``optional: true`` marked so (one
+    place for every runtime: a model file or a ``predict`` cannot say it)."""
+    optional = {t.name for t in declared or () if t.optional}
+    if not optional:
+        return signature
+    inputs = tuple(replace(s, optional=s.name in optional) for s in signature.inputs)
+    return replace(signature, inputs=inputs)
 
 
 def is_decoupled(runtime: object) -> bool:

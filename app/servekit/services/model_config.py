@@ -48,6 +48,8 @@ class TensorConfig:
     label_filename: str | None = None
     """Outputs only: "labels.txt" when the labels file beside the model labels this output's
     classes, "" when not (serve.yaml labels have no file); None for inputs."""
+    optional: bool = False
+    """Inputs only: a request may leave it out (Triton's ModelInput.optional)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +167,9 @@ def _tensor(
     spec: TensorSpec, batch: int, fmt: str | None, label_filename: str | None = None
 ) -> TensorConfig:
     config_name = lookup(spec.datatype).config_name
-    return TensorConfig(spec.name, config_name, dims(spec, batch), fmt, label_filename)
+    return TensorConfig(
+        spec.name, config_name, dims(spec, batch), fmt, label_filename, spec.optional
+    )
 
 
 def _format(plan: ModelPlan, name: str) -> str:
