@@ -45,6 +45,18 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
     if config.default_model_filename is not None:
         out["default_model_filename"] = config.default_model_filename
     out["model_transaction_policy"] = {"decoupled": config.decoupled}
+    if config.ensemble_steps:
+        out["ensemble_scheduling"] = {
+            "step": [
+                {
+                    "model_name": step.model_name,
+                    "model_version": step.model_version,
+                    "input_map": dict(step.input_map),
+                    "output_map": dict(step.output_map),
+                }
+                for step in config.ensemble_steps
+            ]
+        }
     return out
 
 

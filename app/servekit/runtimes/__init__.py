@@ -24,7 +24,14 @@ IMPLEMENTATIONS: dict[str, str] = {
 }
 ISOLATED = "isolated-python"
 """Not a name serve.yaml's ``implementation`` can give: ``isolation: process`` selects it."""
-_LOADERS = {**IMPLEMENTATIONS, ISOLATED: "servekit.runtimes.isolated:load"}
+PIPELINE = "ensemble"
+"""Not a name serve.yaml's ``implementation`` can give: a model with ``pipeline:`` gets it
+(app/servekit/config/pipelines.py's PIPELINE_RUNTIME)."""
+_LOADERS = {
+    **IMPLEMENTATIONS,
+    ISOLATED: "servekit.runtimes.isolated:load",
+    PIPELINE: "servekit.runtimes.pipeline:load",
+}
 
 
 def loader_for(implementation: str) -> Callable[[ModelPlan, VersionSource], ModelRuntime]:

@@ -36,6 +36,7 @@ from servekit.services.executor import ModelExecutor
 from servekit.services.jobs import ExecutorSettings
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
+from servekit.services.pipelines import Pipelines
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
@@ -94,6 +95,8 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
+        self._pipelines = Pipelines(self, repository)
+        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -261,15 +264,16 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         entry = self._repository.get(name)
+        steps_ready = not entry.plan.pipeline or self._pipelines.steps_ready(entry.plan)
         if version is None or version == "":
-            return bool(entry.ready_versions())
+            return bool(entry.ready_versions()) and steps_ready
         try:
             self._repository.resolve(name, version)
         except ServeError as exc:
             if exc.code.value in ("NOT_FOUND", "INVALID_ARGUMENT"):  # unknown, or not a version
                 raise
             return False
-        return True
+        return steps_ready
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         entry, found = self._repository.resolve(name, version)
@@ -304,6 +308,8 @@ class DataPlane:
             )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
+        if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
+            return await self._pipelines.infer(entry, version, request, deadline, arrived)
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
         try:
@@ -424,6 +430,12 @@ class DataPlane:
         except ServeError:
             return False
         return found.runtime is not None and is_decoupled(found.runtime)
+
+    def request_deadlines(
+        self, request: InferRequest, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """See ``_deadlines`` (a pipeline works its deadline out once, for all its steps)."""
+        return self._deadlines(request, deadline)
 
     def _deadlines(
         self, request: InferRequest, deadline: float | None
