@@ -68,6 +68,14 @@ def add(a, b):
     return {"total": a + b}
 
 
+RELEASE = threading.Event()
+
+
+def stall(x):
+    RELEASE.wait(10)  # until the test lets it go
+    return {"y": x}
+
+
 def explode(x):
     raise ValueError("the post-processing table is missing")
 
@@ -159,6 +167,17 @@ models:
     outputs: [{_tensor("Y", "FP32", "[-1]")}]
     pipeline:
       - {{model: explode, inputs: {{x: X}}, outputs: {{y: Y}}}}
+  - name: stall
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:stall"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("y", "FP32", "[-1]")}]
+  - name: stalled
+    inputs: [{_tensor("X", "FP32", "[-1]")}]
+    outputs: [{_tensor("Y", "FP32", "[-1]")}]
+    pipeline:
+      - {{model: add, inputs: {{a: X, b: X}}, outputs: {{total: T}}}}
+      - {{model: stall, inputs: {{x: T}}, outputs: {{y: Y}}}}
   - name: vllm_model
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:vllm_model"

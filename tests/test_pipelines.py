@@ -9,6 +9,8 @@ their YAML line (tests/pipeline_models.py holds the models).
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from pipeline_models import CONFIG, rows, write_project
 
 from servekit.config.compiler import compile_plan
 from servekit.config.loader import ConfigError, load_config
-from servekit.errors import Internal, InvalidArgument, Unavailable
+from servekit.errors import DeadlineExceeded, Internal, InvalidArgument, Unavailable
 from servekit.grpc.triton_proto import model_config_message
 from servekit.rest.triton_json import model_config_json
 from servekit.types import InferRequest, RequestedOutput, Tensor
@@ -81,6 +83,19 @@ async def test_a_failing_step_is_named(serve: Serve, tmp_path: Path) -> None:
     assert "post-processing table is missing" in caught.value.message
     assert services.statistics("broken")["inference_stats"]["fail"]["count"] == 1
     assert services.statistics("explode")["inference_stats"]["fail"]["count"] == 1
+
+
+async def test_the_deadline_covers_every_step(serve: Serve, tmp_path: Path) -> None:
+    services = await start(serve, tmp_path)
+    module = sys.modules["pipeline_user_models"]
+    request = InferRequest("stalled", [fp32("X", np.ones(2, np.float32))])
+    try:
+        with pytest.raises(DeadlineExceeded, match=r"pipeline 'stalled' step 1 \(model 'stall'\)"):
+            await services.dataplane.infer(request, time.monotonic() + 0.3)
+    finally:
+        module.RELEASE.set()
+    assert services.statistics("add")["inference_stats"]["success"]["count"] == 1
+    assert services.statistics("stalled")["inference_stats"]["fail"]["count"] == 1
 
 
 async def test_the_pipeline_checks_its_own_inputs(serve: Serve, tmp_path: Path) -> None:
