@@ -69,9 +69,11 @@ def add(a, b):
 
 
 RELEASE = threading.Event()
+STALLED = threading.Event()
 
 
 def stall(x):
+    STALLED.set()
     RELEASE.wait(10)  # until the test lets it go
     return {"y": x}
 
@@ -178,6 +180,12 @@ models:
     pipeline:
       - {{model: add, inputs: {{a: X, b: X}}, outputs: {{total: T}}}}
       - {{model: stall, inputs: {{x: T}}, outputs: {{y: Y}}}}
+  - name: draining
+    inputs: [{_tensor("X", "FP32", "[-1]")}]
+    outputs: [{_tensor("Y", "FP32", "[-1]")}]
+    pipeline:
+      - {{model: stall, inputs: {{x: X}}, outputs: {{y: T}}}}
+      - {{model: add, inputs: {{a: T, b: T}}, outputs: {{total: Y}}}}
   - name: vllm_model
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:vllm_model"

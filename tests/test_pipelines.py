@@ -9,6 +9,7 @@ their YAML line (tests/pipeline_models.py holds the models).
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -96,6 +97,26 @@ async def test_the_deadline_covers_every_step(serve: Serve, tmp_path: Path) -> N
         module.RELEASE.set()
     assert services.statistics("add")["inference_stats"]["success"]["count"] == 1
     assert services.statistics("stalled")["inference_stats"]["fail"]["count"] == 1
+
+
+async def test_a_pipeline_accepted_before_a_graceful_stop_finishes(
+    serve: Serve, tmp_path: Path
+) -> None:
+    services = await start(serve, tmp_path)
+    module = sys.modules["pipeline_user_models"]
+    request = InferRequest("draining", [fp32("X", np.ones(2, np.float32))])
+    accepted = asyncio.create_task(services.dataplane.infer(request))
+    try:
+        assert await asyncio.to_thread(module.STALLED.wait, 10)
+        stopping = asyncio.create_task(services.stop())
+        await asyncio.sleep(0)  # stop() has begun: draining
+        with pytest.raises(Unavailable, match="stopping"):
+            await services.dataplane.infer(request)
+    finally:
+        module.RELEASE.set()
+    response = await asyncio.wait_for(accepted, 10)  # its second step ran after the drain began
+    assert response.outputs[0].data.tolist() == [2.0, 2.0]
+    await asyncio.wait_for(stopping, 10)
 
 
 async def test_the_pipeline_checks_its_own_inputs(serve: Serve, tmp_path: Path) -> None:

@@ -69,6 +69,8 @@ class Pipelines:
         dataplane = self._dataplane
         plan = entry.plan
         started = time.perf_counter_ns()
+        if arrived is None:  # accepted now: its steps still run if a graceful stop begins
+            arrived = time.monotonic()
         stats = dataplane.statistics.of(plan.name, version.version)
         version.enter()
         try:
