@@ -54,6 +54,41 @@ class Combined:
         return postprocess(scores)
 
 
+def calling(raw):
+    """The three models called from one Python model (servekit.models.infer), in process."""
+    from servekit import models
+
+    features = models.infer("featurise", {"raw": raw})["features"]
+    scores = models.infer("mlp", {"input": features}, version=1)["output"]
+    return models.infer("postprocess", {"scores": scores})
+
+
+def selfish(x):
+    from servekit import models
+
+    return models.infer("selfish", {"x": x})
+
+
+def ping(x):
+    from servekit import models
+
+    return {"y": models.infer("pong", {"x": x})["y"]}
+
+
+def pong(x):
+    from servekit import models
+
+    if float(x[0]) < 0:  # only a negative x calls back
+        return {"y": models.infer("ping", {"x": x})["y"]}
+    return {"y": x}
+
+
+def impatient(x):
+    from servekit import models
+
+    return models.infer("stall", {"x": x})
+
+
 def left(x):
     MEET.wait()  # returns only once `right` is running too
     return {"y": x + 1}
@@ -186,6 +221,33 @@ models:
     pipeline:
       - {{model: stall, inputs: {{x: X}}, outputs: {{y: T}}}}
       - {{model: add, inputs: {{a: T, b: T}}, outputs: {{total: Y}}}}
+  - name: calling
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:calling"
+    inputs: [{_tensor("raw", "FP32", "[-1, 8]")}]
+    outputs:
+      - {_tensor("label", "INT64", "[-1]")}
+      - {_tensor("probabilities", "FP32", "[-1, 4]")}
+  - name: selfish
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:selfish"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("y", "FP32", "[-1]")}]
+  - name: ping
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:ping"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("y", "FP32", "[-1]")}]
+  - name: pong
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:pong"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("y", "FP32", "[-1]")}]
+  - name: impatient
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:impatient"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("y", "FP32", "[-1]")}]
   - name: vllm_model
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:vllm_model"

@@ -91,6 +91,12 @@ use. A context variable, so it follows the call into a worker thread (``asyncio.
 copies the context) without changing ``predict``'s arguments."""
 
 
+CALLING_MODEL: ContextVar[str | None] = ContextVar("servekit_calling_model", default=None)
+"""The served model whose code is running (set by the Python runtime around ``predict``), so a
+call it makes to another model (``servekit.models.infer``) knows its caller: a model calling
+itself, or models calling each other in a circle, is refused instead of deadlocking."""
+
+
 def apply_overrides(
     specs: tuple[TensorSpec, ...], overrides: tuple[TensorOverride, ...] | None, kind: str
 ) -> tuple[TensorSpec, ...]:

@@ -9,6 +9,7 @@ checks the outputs against the metadata (app/servekit/services/outputs.py) and r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -29,11 +30,13 @@ from servekit.errors import (
     Unavailable,
     internal_error,
 )
+from servekit.models.calls import install as install_calls
 from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
 from servekit.services.classification import class_count, classify
 from servekit.services.executor import ModelExecutor
 from servekit.services.jobs import ExecutorSettings
+from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.pipelines import Pipelines
@@ -97,6 +100,8 @@ class DataPlane:
         self._extensions = tuple(extensions)
         self._pipelines = Pipelines(self, repository)
         """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._calls = ModelCalls(self.infer)
+        install_calls(self._calls)  # servekit.models.infer from a model reaches this server
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -468,6 +473,7 @@ class DataPlane:
     ) -> ModelExecutor:
         """The executor of a loaded version (made on first use, closed when it is retired)."""
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
+        self._calls.loop = asyncio.get_running_loop()  # where models' calls to models run
         executor = ModelExecutor(plan.name, version, runtime, stats, settings)
         version.executor = executor
         return executor
