@@ -89,6 +89,15 @@ def impatient(x):
     return models.infer("stall", {"x": x})
 
 
+def image_features(image):
+    """16-bin histogram of each image file's bytes (a stand-in for decoding and resizing)."""
+    out = np.zeros((len(image), 16), dtype=np.float32)
+    for row, (data,) in enumerate(image):
+        counts = np.bincount(np.frombuffer(data, dtype=np.uint8) // 16, minlength=16)
+        out[row] = counts / max(1, counts.sum())
+    return {"features": out}
+
+
 def left(x):
     MEET.wait()  # returns only once `right` is running too
     return {"y": x + 1}
@@ -248,6 +257,20 @@ models:
     entrypoint: "{MODULE_NAME}:impatient"
     inputs: [{_tensor("x", "FP32", "[-1]")}]
     outputs: [{_tensor("y", "FP32", "[-1]")}]
+  - name: image_preprocess
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:image_features"
+    maxBatchSize: 8
+    inputs: [{_tensor("image", "BYTES", "[-1, 1]")}]
+    outputs: [{_tensor("features", "FP32", "[-1, 16]")}]
+  - name: preprocess_inception_ensemble
+    maxBatchSize: 8
+    inputs: [{_tensor("INPUT", "BYTES", "[-1, 1]")}]
+    outputs:
+      - {_tensor("OUTPUT", "FP32", "[-1, 4]", ", labels: [cat, dog, fish, bird]")}
+    pipeline:
+      - {{model: image_preprocess, inputs: {{image: INPUT}}, outputs: {{features: F}}}}
+      - {{model: mlp, inputs: {{input: F}}, outputs: {{output: OUTPUT}}}}
   - name: vllm_model
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:vllm_model"

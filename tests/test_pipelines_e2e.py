@@ -10,6 +10,7 @@ request, which leaves the model's optional inputs out, is answered (tests/pipeli
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,57 @@ def test_independent_steps_run_together(server: ServerProcess) -> None:
         x = np.array([1.0, 5.0], np.float32)
         got = infer(client, httpclient, "fan", X=x).as_numpy("TOTAL")
     np.testing.assert_array_equal(got, (x + 1) + (x * 2))
+
+
+# -- Triton's ensemble_image_client.py, its calls in our words ----------------------------------
+def test_the_ensemble_image_client_calls(transport: tuple[Any, Any], tmp_path: Path) -> None:
+    """What Triton's example makes of ``preprocess_inception_ensemble`` (its program is not
+    ours to ship): one input and output in metadata and config, a batch of image files as
+    BYTES [n, 1] (binary over HTTP), the output asked for with ``class_count``, answered as
+    "value:index:label" per row."""
+    client, module = transport
+    grpc = module is grpcclient
+    name = "preprocess_inception_ensemble"
+    if grpc:
+        metadata = client.get_model_metadata(model_name=name)
+        config = client.get_model_config(model_name=name).config
+        assert len(metadata.inputs) == 1 and len(config.input) == 1
+        input_name, outputs, batch = (
+            metadata.inputs[0].name,
+            metadata.outputs,
+            config.max_batch_size,
+        )
+        output_names = [o.name for o in outputs]
+    else:
+        metadata = client.get_model_metadata(model_name=name)
+        config = client.get_model_config(model_name=name)
+        assert len(metadata["inputs"]) == 1 and len(config["input"]) == 1
+        input_name, batch = metadata["inputs"][0]["name"], config["max_batch_size"]
+        output_names = [o["name"] for o in metadata["outputs"]]
+    assert batch == 8
+    files = []
+    for index in range(3):
+        path = tmp_path / f"image{index}.jpg"
+        path.write_bytes(bytes(range(index * 40, 256)) * (index + 1))
+        files.append(path)
+    images = np.stack([np.array([f.read_bytes()], dtype=bytes) for f in files], axis=0)
+    tensor = module.InferInput(input_name, images.shape, "BYTES")
+    if grpc:
+        tensor.set_data_from_numpy(images)
+        wanted = [module.InferRequestedOutput(n, class_count=2) for n in output_names]
+    else:
+        tensor.set_data_from_numpy(images, binary_data=True)
+        wanted = [
+            module.InferRequestedOutput(n, binary_data=True, class_count=2) for n in output_names
+        ]
+    result = client.infer(name, [tensor], outputs=wanted)
+    classes = result.as_numpy("OUTPUT")
+    assert classes.shape == (3, 2)
+    for row in classes:
+        for entry in row:
+            value, index, label = entry.decode().split(":")
+            assert label == ["cat", "dog", "fish", "bird"][int(index)]
+            float(value)
 
 
 # -- optional inputs: the vLLM backend README's generate request --------------------------------
