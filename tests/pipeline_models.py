@@ -98,6 +98,10 @@ def image_features(image):
     return {"features": out}
 
 
+def maybe_add(a, b=None):
+    return {"total": a if b is None else a + b}
+
+
 def left(x):
     MEET.wait()  # returns only once `right` is running too
     return {"y": x + 1}
@@ -271,6 +275,16 @@ models:
     pipeline:
       - {{model: image_preprocess, inputs: {{image: INPUT}}, outputs: {{features: F}}}}
       - {{model: mlp, inputs: {{input: F}}, outputs: {{output: OUTPUT}}}}
+  - name: maybe_add
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:maybe_add"
+    inputs: [{_tensor("a", "FP32", "[-1]")}, {_tensor("b", "FP32", "[-1]", ", optional: true")}]
+    outputs: [{_tensor("total", "FP32", "[-1]")}]
+  - name: maybe
+    inputs: [{_tensor("A", "FP32", "[-1]")}, {_tensor("B", "FP32", "[-1]", ", optional: true")}]
+    outputs: [{_tensor("TOTAL", "FP32", "[-1]")}]
+    pipeline:
+      - {{model: maybe_add, inputs: {{a: A, b: B}}, outputs: {{total: TOTAL}}}}
   - name: vllm_model
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:vllm_model"

@@ -77,6 +77,17 @@ async def test_independent_steps_run_at_the_same_time(serve: Serve, tmp_path: Pa
     np.testing.assert_array_equal(got["TOTAL"], (x + 1) + (x * 2))
 
 
+async def test_an_optional_pipeline_input_may_be_left_out(serve: Serve, tmp_path: Path) -> None:
+    services = await start(serve, tmp_path)
+    a, b = np.array([1.0, 2.0], np.float32), np.array([10.0, 20.0], np.float32)
+    assert (await call(services, "maybe", A=a))["TOTAL"].tolist() == [1.0, 2.0]
+    assert (await call(services, "maybe", A=a, B=b))["TOTAL"].tolist() == [11.0, 22.0]
+    inputs = services.dataplane.model_metadata("maybe").as_dict()["inputs"]
+    assert [i.get("optional", False) for i in inputs] == [False, True]
+    with pytest.raises(InvalidArgument, match="'maybe' needs input"):
+        await call(services, "maybe", B=b)
+
+
 async def test_a_failing_step_is_named(serve: Serve, tmp_path: Path) -> None:
     services = await start(serve, tmp_path)
     with pytest.raises(Internal, match=r"pipeline 'broken' step 0 \(model 'explode'\)") as caught:
