@@ -509,6 +509,9 @@ class TensorOverride(Section):
     format: Literal["FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC"] | None = None
     """Inputs only: the image layout the input expects, shown in the model configuration
     (Triton's ModelInput.format; clients such as Triton's image_client read it)."""
+    optional: bool = False
+    """Inputs only: a request may leave this input out (Triton's ModelInput.optional); a
+    Python model then receives only the inputs that were sent (give the argument a default)."""
     labels: list[str] | None = None
     """Outputs only: class labels by index, for the classification extension (an output
     requested with `classification: k` answers its top k as "value:index:label"). Default: the
@@ -548,13 +551,39 @@ class DynamicBatching(Section):
         return value
 
 
+PIPELINE_FORMAT = "ensemble"
+"""The format (and Triton platform) of a model that is a pipeline of other models."""
+
+
+class PipelineStep(Section):
+    """One step of a pipeline (Triton's ModelEnsembling.Step): a served model, fed from the
+    pipeline's tensors and adding its outputs to them."""
+
+    model: str
+    """The model this step runs (any model of serve.yaml, a pipeline included)."""
+    version: int | None = Field(None, ge=1, le=INT64_MAX)
+    """Its version; default the version an unversioned request gets."""
+    inputs: dict[str, str] = Field(min_length=1)
+    """The step model's input name -> the pipeline tensor it is given (a pipeline input or an
+    earlier step's output)."""
+    outputs: dict[str, str] = Field(min_length=1)
+    """The step model's output name -> the pipeline tensor it becomes (a pipeline output, or
+    a tensor later steps take)."""
+
+
 class ModelConfig(Section):
     """One served model."""
 
     name: str
     """Model name used in URLs and requests."""
     model_format: ModelFormat
-    """Format of the model, e.g. {name: onnx}."""
+    """Format of the model, e.g. {name: onnx}. Required, except for a pipeline."""
+    pipeline: list[PipelineStep] | None = Field(None, min_length=1)
+    """This model is a pipeline of other served models (Triton's ensemble): its steps, each a
+    model with input and output maps onto the pipeline's tensors. Steps run in the server's
+    process, handing arrays over without copies; steps whose inputs are ready run together.
+    A pipeline declares its own `inputs` and `outputs` (name, datatype, shape) and has no
+    modelFormat, storageUri or entrypoint."""
     storage_uri: str | None = None
     """Path relative to serve.yaml, or a remote URI (`s3://`, `gs://`, `az://`,
     `https://<account>.blob.core.windows.net/...`, `https://` for one file or a `.tar.gz` /
@@ -633,8 +662,19 @@ class ModelConfig(Section):
             )
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_format(cls, data: Any) -> Any:
+        """A pipeline's format is ``ensemble`` without saying so (its steps have formats)."""
+        pipeline = isinstance(data, dict) and data.get("pipeline") is not None
+        if pipeline and "modelFormat" not in data and "model_format" not in data:
+            return {**data, "model_format": {"name": PIPELINE_FORMAT}}
+        return data
+
     @model_validator(mode="after")
     def _has_source(self) -> ModelConfig:
+        if self.pipeline is not None or self.model_format.name == PIPELINE_FORMAT:
+            return self._pipeline_checked()
         if self.storage_uri is None and self.entrypoint is None:
             raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
         if self.storage_uri is not None:
@@ -647,6 +687,8 @@ class ModelConfig(Section):
         for tensor in self.outputs or ():
             if tensor.format is not None:
                 raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
+            if tensor.optional:
+                raise ValueError(f"output {tensor.name!r}: optional belongs to inputs")
         if self.isolation != "process" and (
             self.timeout_seconds is not None or self.memory_limit_bytes is not None
         ):
@@ -654,6 +696,37 @@ class ModelConfig(Section):
                 "timeoutSeconds and memoryLimitBytes apply to isolation: process only (a model "
                 "in the server's process cannot be stopped or limited on its own)"
             )
+        return self
+
+    def _pipeline_checked(self) -> ModelConfig:
+        """A pipeline runs other models: it has steps and declared tensors, and nothing of a
+        model of its own (where its steps' tensors go is checked against the other models
+        by the compiler: app/servekit/config/pipelines.py)."""
+        if self.pipeline is None:
+            raise ValueError(f"modelFormat {PIPELINE_FORMAT!r} is a pipeline: give pipeline: steps")
+        if self.model_format.name != PIPELINE_FORMAT:
+            raise ValueError("a pipeline has no modelFormat (its steps' models have theirs)")
+        own = {
+            "storageUri": self.storage_uri,
+            "entrypoint": self.entrypoint,
+            "runtime": self.runtime,
+            "dynamicBatching": self.dynamic_batching,
+            "runtimeOptions": self.runtime_options,
+        }
+        given = [key for key, value in own.items() if value is not None]
+        if self.isolation != "none":
+            given.append("isolation")
+        if given:
+            raise ValueError(
+                f"a pipeline runs other models and has no {', '.join(given)} (set them on the "
+                "models of its steps)"
+            )
+        for kind, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
+            if not tensors:
+                raise ValueError(f"a pipeline declares its {kind} (name, datatype, shape)")
+            for tensor in tensors:
+                if tensor.datatype is None or tensor.shape is None:
+                    raise ValueError(f"pipeline {kind} {tensor.name!r}: give datatype and shape")
         return self
 
 
@@ -717,4 +790,6 @@ def json_schema() -> dict[str, Any]:
     """JSON Schema of serve.yaml, with field docstrings as descriptions."""
     schema = ServeConfig.model_json_schema(by_alias=True)
     schema["title"] = "servekit serve.yaml"
+    model = schema["$defs"]["ModelConfig"]  # a pipeline needs none (see _pipeline_format)
+    model["required"] = [key for key in model.get("required", []) if key != "modelFormat"]
     return schema

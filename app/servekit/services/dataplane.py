@@ -9,6 +9,7 @@ checks the outputs against the metadata (app/servekit/services/outputs.py) and r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -30,13 +31,16 @@ from servekit.errors import (
     Unavailable,
     internal_error,
 )
+from servekit.models.calls import install as install_calls
 from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
 from servekit.services.classification import class_count, classify
 from servekit.services.executor import ModelExecutor
 from servekit.services.jobs import ExecutorSettings
+from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
+from servekit.services.pipelines import Pipelines
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
@@ -95,6 +99,10 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
+        self._pipelines = Pipelines(self, repository)
+        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._calls = ModelCalls(self.infer)
+        install_calls(self._calls)  # servekit.models.infer from a model reaches this server
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -262,15 +270,16 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         entry = self._repository.get(name)
+        steps_ready = not entry.plan.pipeline or self._pipelines.steps_ready(entry.plan)
         if version is None or version == "":
-            return bool(entry.ready_versions())
+            return bool(entry.ready_versions()) and steps_ready
         try:
             self._repository.resolve(name, version)
         except ServeError as exc:
             if exc.code.value in ("NOT_FOUND", "INVALID_ARGUMENT"):  # unknown, or not a version
                 raise
             return False
-        return True
+        return steps_ready
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         entry, found = self._repository.resolve(name, version)
@@ -305,6 +314,8 @@ class DataPlane:
             )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
+        if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
+            return await self._pipelines.infer(entry, version, request, deadline, arrived)
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
         try:
@@ -433,6 +444,12 @@ class DataPlane:
             return False
         return found.runtime is not None and is_decoupled(found.runtime)
 
+    def request_deadlines(
+        self, request: InferRequest, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """See ``_deadlines`` (a pipeline works its deadline out once, for all its steps)."""
+        return self._deadlines(request, deadline)
+
     def _deadlines(
         self, request: InferRequest, deadline: float | None
     ) -> tuple[float | None, float | None]:
@@ -464,6 +481,7 @@ class DataPlane:
     ) -> ModelExecutor:
         """The executor of a loaded version (made on first use, closed when it is retired)."""
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
+        self._calls.loop = asyncio.get_running_loop()  # where models' calls to models run
         executor = ModelExecutor(plan.name, version, runtime, stats, settings)
         version.executor = executor
         return executor
@@ -521,9 +539,11 @@ def validate_inputs(
             )
         _check_shape(tensor, spec, max_batch_size)
         feed[tensor.name] = tensor.data
-    missing = [name for name in by_name if name not in feed]
-    if missing:
-        raise InvalidArgument(f"model {request.model_name!r} needs input(s) {', '.join(missing)}")
+    if len(feed) < len(by_name):  # some left out: only optional ones may be
+        missing = [n for n, spec in by_name.items() if n not in feed and not spec.optional]
+        if missing:
+            model = request.model_name
+            raise InvalidArgument(f"model {model!r} needs input(s) {', '.join(missing)}")
     return feed
 
 
