@@ -231,6 +231,33 @@ class NetworkLimits(Section):
     (more often: GOAWAY, grpcio's too_many_pings)."""
 
 
+class LoggingConfig(Section):
+    """How the server writes its log (stderr) and its access log: one formatter for every
+    source (servekit, uvicorn, grpc, watchfiles, onnxruntime), set once at start
+    (app/servekit/logs.py)."""
+
+    format: Literal["text", "json"] = "text"
+    """`text`: one readable line per record. `json`: one JSON object per line (time, level,
+    logger, message, and when known model, version, request_id, worker), for a log pipeline;
+    the listening line on stdout is a JSON object too."""
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level written (`servekit serve --log-level` overrides it)."""
+    access_log: Literal["off", "on", "errors"] = "off"
+    """One line per HTTP request or gRPC call (method or RPC, path, status, duration, bytes in
+    and out, model, version, client address, request ID): `on` for every one, `errors` for
+    those answered with an error only (HTTP status 400 and above, gRPC other than OK)."""
+
+    @field_validator("access_log", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `off` / `on` as false / true: take them as the words."""
+        if value is True:
+            return "on"
+        if value is False:
+            return "off"
+        return value
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server.
 
@@ -312,6 +339,8 @@ class ServerConfig(Section):
     each has its own event loop, listeners and model sessions, and a supervisor keeps one
     repository state and one set of statistics across them. `auto`: one per core this process
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
+    logging: LoggingConfig = Field(LoggingConfig(), json_schema_extra=RESTART)
+    """Log format (text or JSON lines), level and the access log (docs/ops.md, "Logs")."""
     requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
     """Python packages the project's image installs (`servekit build`), one PEP 508
     requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,
