@@ -44,11 +44,13 @@ GRPC = b"gRPC"
 def count(tree: Path, config: Path, body: bytes, header_length: int | None, requests: int,
           out_dir: Path, name: str) -> float:  # fmt: skip
     """Instructions per request of one checkout's server (started here, stopped here)."""
-    env = dict(os.environ, PYTHONPATH=str(tree.resolve()), PYTHONMALLOC="malloc")
+    # Since the move to app/servekit/, the source root is app/ (no symlink at the top).
+    root = tree / "app" if (tree / "app" / "servekit").is_dir() else tree
+    env = dict(os.environ, PYTHONPATH=str(root.resolve()), PYTHONMALLOC="malloc")
     out_file = out_dir / f"callgrind.{name}.out"
     prefix = f"--vgdb-prefix={out_dir / name}-vgdb"
     # A checkout from before the package was called servekit (issue 16) serves as `app`.
-    package = "servekit" if (tree / "servekit").exists() else "app"
+    package = "servekit" if (root / "servekit").exists() else "app"
     argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--vgdb=yes", prefix,
             f"--callgrind-out-file={out_file}", sys.executable, "-m", package, "serve",
             str(config), "--http-port", "0", "--host", "127.0.0.1",

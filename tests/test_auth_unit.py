@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from servekit.config.auth import AccessPolicy, ApiGroup, TokenError, clear_tokens, resolve_policy
-from servekit.config.compiler import compile_plan, is_loopback
+from servekit.config.compiler import compile_plan
+from servekit.config.hosts import is_loopback
 from servekit.config.schema import AuthConfig, ServeConfig
 from servekit.errors import Unauthenticated
 from servekit.grpc import grps_servicer

@@ -4,6 +4,7 @@ Accept-Encoding."""
 from __future__ import annotations
 
 import gzip
+import tracemalloc
 import zlib
 
 import pytest
@@ -35,13 +36,30 @@ def test_gzip_members_are_concatenated() -> None:
     assert compression.decode(body, ["gzip"], 100, TOO_LARGE) == b"first second"
 
 
+def _peak_bytes_refusing(bomb: bytes, limit: int) -> int:
+    """The most memory Python held while ``decode`` refused ``bomb`` (traced from after the
+    bomb was built, so only what decoding allocated counts)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResourceExhausted):
+            compression.decode(bomb, ["gzip"], limit, TOO_LARGE)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_limit_counts_decoded_bytes_and_stops_inflating() -> None:
-    encoder = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    # A bomb is refused once its decoded size passes the limit, and decoding stops there: the
+    # memory held stays near the limit, far below what inflating the whole body would take.
+    # One gzip stream of 16 MiB of zeros (16 KiB sent), and a gzip body of 1,024 members of
+    # 1 MiB each (1 GiB decoded, 1 MiB sent; members are the cheap way to build a large bomb).
     zeros = bytes(1 << 20)
-    bomb = b"".join(encoder.compress(zeros) for _ in range(1024)) + encoder.flush()  # 1 GiB
-    assert len(bomb) < 2 << 20
-    with pytest.raises(ResourceExhausted):
-        compression.decode(bomb, ["gzip"], 1 << 20, TOO_LARGE)
+    encoder = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    one_stream = b"".join(encoder.compress(zeros) for _ in range(16)) + encoder.flush()
+    members = gzip.compress(zeros, 9) * 1024
+    assert len(one_stream) < 64 << 10 and len(members) < 2 << 20
+    for bomb in (one_stream, members):
+        assert _peak_bytes_refusing(bomb, 1 << 20) < 8 << 20  # inflating all: >= 16 MiB
     data = bytes(1000)
     assert compression.decode(gzip.compress(data), ["gzip"], 1000, TOO_LARGE) == data
     with pytest.raises(ResourceExhausted):

@@ -269,21 +269,42 @@ def test_root_serve_yaml_validates_and_compiles() -> None:
     assert [v.version for v in mlp.versions] == [1, 2]
 
 
-def _readme_configs() -> list[str]:
-    """Fenced yaml blocks of README.md that are whole serve.yaml files (fragments are skipped
-    by content, not by a test skip: a fragment is not a config)."""
-    readme = ROOT / "README.md"
-    if not readme.exists():
-        return []
-    blocks = re.findall(r"```ya?ml\n(.*?)```", readme.read_text(encoding="utf-8"), re.DOTALL)
-    whole = []
-    for block in blocks:
-        data = yaml.safe_load(block)
-        if isinstance(data, dict) and data and set(data) <= {"server", "runtimes", "models"}:
-            whole.append(block)
-    return whole
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_YAML_FENCE = re.compile(r"^( *)```ya?ml\n(.*?)^\1```", re.DOTALL | re.MULTILINE)
+_SERVE_YAML_KEY = re.compile(r"^(server|models):", re.MULTILINE)
 
 
-def test_readme_configs_validate() -> None:
-    for block in _readme_configs():
-        parse_config(block, "README.md")
+def serve_yaml_blocks(text: str) -> list[tuple[int, str]]:
+    """The ```yaml blocks of a Markdown text that show a serve.yaml (a top-level ``server:`` or
+    ``models:`` key), each with the line of its fence; an indented fence (inside a list item)
+    is dedented first. Other yaml blocks (Kubernetes manifests, ...) are not serve.yaml."""
+    found = []
+    for match in _YAML_FENCE.finditer(text):
+        indent = len(match.group(1))
+        block = "".join(line[indent:] for line in match.group(2).splitlines(keepends=True))
+        if _SERVE_YAML_KEY.search(block):
+            found.append((text.count("\n", 0, match.start()) + 1, block))
+    return found
+
+
+def _doc_blocks() -> list[tuple[str, str]]:
+    return [
+        (f"{path.relative_to(ROOT)}:{line}", block)
+        for path in DOC_FILES
+        for line, block in serve_yaml_blocks(path.read_text(encoding="utf-8"))
+    ]
+
+
+def test_the_docs_show_serve_yaml_blocks() -> None:
+    # The check below must have something to check: the README shows one serve.yaml, and the
+    # pages that explain serve.yaml (models, protocols, security) show theirs.
+    where = [name.split(":")[0] for name, _ in _doc_blocks()]
+    for page in ("README.md", "docs/models.md", "docs/protocols.md", "docs/security.md"):
+        assert page in where, f"{page} shows no serve.yaml block (```yaml with server:/models:)"
+    indented = "- item\n\n  ```yaml\n  server:\n    httpPort: 1\n  ```\n"
+    assert serve_yaml_blocks(indented) == [(3, "server:\n  httpPort: 1\n")]
+
+
+@pytest.mark.parametrize(("where", "block"), _doc_blocks(), ids=[w for w, _ in _doc_blocks()])
+def test_serve_yaml_in_the_docs_validates(where: str, block: str) -> None:
+    parse_config(block, where)  # servekit's own loader: unknown keys, wrong values, bad YAML

@@ -151,6 +151,7 @@ def test_requirements_pin_installed_distributions_only() -> None:
 
 
 # -- scikit-learn conversion ----------------------------------------------------------------
+@pytest.mark.slow  # in process, but importing scikit-learn and skl2onnx takes seconds
 def test_sklearn_conversion_keeps_outputs_without_zipmap() -> None:
     from sklearn.linear_model import LinearRegression, LogisticRegression
 

@@ -12,6 +12,10 @@ import torch
 
 from servekit.notebook import convert, torch_onnx
 
+# In process, but importing torch alone takes seconds (5 s on a busy 2-core machine): the
+# developer loop leaves these to the full run (tests/tiers.py).
+pytestmark = pytest.mark.slow
+
 EXTRA = 'pip install "servekit[torch]"'
 
 

@@ -4,7 +4,9 @@
 config, the services driven directly with fake runtimes) and take milliseconds each.
 Everything that starts a server process, a browser, a container, a notebook kernel or listens on
 a port is end-to-end and carries the ``slow`` marker (``pytestmark = pytest.mark.slow`` on the
-module, or ``@pytest.mark.slow`` on the test); plain ``pytest`` runs both tiers.
+module, or ``@pytest.mark.slow`` on the test), and so does an in-process test that needs a
+library taking seconds to import (torch, scikit-learn's converter), so that the developer loop
+stays under 45 s on a quiet 2-core machine. Plain ``pytest`` runs both tiers.
 
 Forgetting the marker cannot go unnoticed: while a test without it runs, starting a process,
 listening on a socket or connecting to a TCP address fails the test with a message saying to

@@ -192,6 +192,7 @@ def _serve(args: argparse.Namespace) -> int:
         from servekit.workers import supervisor
 
         config = str(Path(args.config).absolute())
+        _print_closed(plan)
         try:
             return supervisor.serve(plan, config, overrides, workers, args.log_level)
         except OSError as exc:
@@ -233,6 +234,15 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_closed(plan: ServePlan) -> None:
+    """Say at start which API groups a bind beyond loopback closed, and what opens them."""
+    from servekit.config.auth import closed_line
+
+    line = closed_line(plan.access, plan.server.host)
+    if line is not None:
+        print(line, flush=True)
+
+
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
     from servekit.server import ServeKit
 
@@ -243,6 +253,7 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
     server = ServeKit(plan)
     addresses = await server.start()
     print(addresses.listening_line(), flush=True)
+    _print_closed(plan)
     watcher = None
     if plan.server.watch:
         from servekit.services.watch import watch_config

@@ -20,6 +20,8 @@ connection, only what those gaps need:
   sending its headers: a slowloris client), as nginx reuses idle connections; with none to
   displace, 503 and close at once, never an ``accept()`` failing for lack of descriptors;
 - a cap on requests in flight (all connections): 503 with Retry-After at once;
+- a ``Host`` header the server does not answer to (app/servekit/config/hosts.py, the
+  DNS-rebinding guard): 403 with ``{"error": ...}`` and close, before any routing;
 - a client that closes its connection while its inference request waits for the model
   cancels that request (app/servekit/rest/leaving.py ``WAITING``): queued, it never runs. uvicorn
   itself
@@ -56,6 +58,7 @@ import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
 from servekit.request_id import CURRENT
 from servekit.rest import request_ids
@@ -95,6 +98,8 @@ class EdgeState:
 
     limits: NetworkLimits
     max_connections: int
+    hosts: HostPolicy | None = None
+    """The ``Host`` names answered (None: any, ``server.allowedHosts: ['*']``)."""
     waiting: dict[EdgeProtocol, None] = field(default_factory=dict)
     """Connections with no request in progress, oldest first: the ones a new connection may
     displace at the cap."""
@@ -126,9 +131,10 @@ def connection_cap(configured: int) -> int:
     return min(configured, room)
 
 
-def protocol_class(limits: NetworkLimits) -> type[EdgeProtocol]:
-    """The protocol class uvicorn instantiates per connection, bound to these limits."""
-    state = EdgeState(limits, connection_cap(limits.max_connections))
+def protocol_class(limits: NetworkLimits, hosts: HostPolicy | None = None) -> type[EdgeProtocol]:
+    """The protocol class uvicorn instantiates per connection, bound to these limits (and
+    answering only the ``Host`` names of ``hosts``, when given)."""
+    state = EdgeState(limits, connection_cap(limits.max_connections), hosts)
 
     class BoundEdgeProtocol(EdgeProtocol):
         edge = state
@@ -323,8 +329,11 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._timer is None:
             self._timer = self.loop.call_at(self._deadline, self._on_deadline)
         previous = self.cycle
-        if len(self.tasks) >= limits.max_requests_in_flight:
-            self.app = _busy
+        refusal: Any = _busy if len(self.tasks) >= limits.max_requests_in_flight else None
+        if refusal is None and edge.hosts is not None:
+            refusal = self._check_host(edge.hosts)
+        if refusal is not None:
+            self.app = refusal
             try:
                 super().on_headers_complete()
             finally:
@@ -335,6 +344,19 @@ class EdgeProtocol(HttpToolsProtocol):
         if cycle is not previous and not self.expect_100_continue:
             # Its task is created, not started: every write of this response coalesces.
             cycle.transport = self._out  # type: ignore[assignment]  # what the cycle calls
+
+    def _check_host(self, hosts: HostPolicy) -> Any:
+        """None when the request's ``Host`` is one this server answers (app/servekit/config/
+        hosts.py), else the application answering 403: the DNS-rebinding guard, here so that
+        it runs before routing and covers every route, the inference fast path included.
+        Clients send ``Host`` first, so the scan usually stops at the first header, and an
+        allowed value seen before costs one dictionary lookup."""
+        for name, value in self.headers:
+            if name == b"host":
+                if value in hosts.remembered or hosts.allows(value):
+                    return None
+                return _refusing(403, hosts.refusal(value))
+        return None  # no Host (HTTP/1.0): not a browser
 
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds
@@ -409,6 +431,22 @@ class EdgeProtocol(HttpToolsProtocol):
                 cycle.message_event.set()
             self.transport.write(_answer(status, message))
         self.transport.close()
+
+
+def _refusing(status: int, message: str) -> Any:
+    """An application answering ``status`` with ``{"error": message}`` and closing."""
+    body = orjson.dumps({"error": message})
+
+    async def refuse(scope: Any, receive: Any, send: Any) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return refuse
 
 
 async def _busy(scope: Any, receive: Any, send: Any) -> None:

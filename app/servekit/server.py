@@ -24,6 +24,7 @@ from litestar import Litestar
 
 from servekit import dashboard, edge
 from servekit.config.compiler import ServePlan
+from servekit.config.hosts import host_policy
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models.repository import ModelRepository
 from servekit.rest import create_app
@@ -146,7 +147,9 @@ class ServeKit:
             loop="none",
             # uvicorn's httptools protocol plus the deadlines and limits it lacks
             # (app/servekit/edge.py)
-            http=edge.protocol_class(network),
+            http=edge.protocol_class(
+                network, host_policy(server.host, hosts, server.allowed_hosts)
+            ),
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,
             # Our own context (app/servekit/config/tls.py, from the files the config check read):

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from servekit.config.hosts import is_loopback
 from servekit.config.schema import AuthConfig, TokenSpec
-from servekit.errors import Unauthenticated
+from servekit.errors import PermissionDenied, Unauthenticated
 
 log = logging.getLogger("servekit.auth")
 
@@ -73,34 +74,47 @@ class _RefusalLog:
 
 @dataclass(frozen=True)
 class AccessPolicy:
-    """The tokens in force: group -> the exact bytes a bearer token must equal."""
+    """The tokens in force: group -> the exact bytes a bearer token must equal; and the groups
+    closed to every request (``closed``: group -> why, see :func:`close_public_groups`)."""
 
     tokens: Mapping[ApiGroup, bytes] = field(default_factory=dict)
+    closed: Mapping[ApiGroup, str] = field(default_factory=dict)
+    """Groups without a token that no request may use (403), with the reason it is told."""
     _log: _RefusalLog = field(default_factory=_RefusalLog, compare=False, repr=False)
     enabled: bool = field(init=False, compare=False)
-    """Whether any group needs a token (if not, adapters skip the check entirely). A field,
-    not a property: the inference fast path reads it on every request."""
+    """Whether any group needs a token or is closed (if not, adapters skip the check
+    entirely). A field, not a property: the inference fast path reads it on every request."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "enabled", bool(self.tokens))
+        object.__setattr__(self, "enabled", bool(self.tokens) or bool(self.closed))
 
     def protects(self, group: ApiGroup) -> bool:
+        """Whether ``group`` has a token (a client holding it may use the group)."""
         return group in self.tokens
+
+    def guards(self, group: ApiGroup) -> bool:
+        """Whether some request of ``group`` is refused: it has a token, or it is closed."""
+        return group in self.tokens or group in self.closed
 
     def allows(self, group: ApiGroup, authorization: bytes | str | None) -> bool:
         """Whether an ``Authorization`` header value (or gRPC metadata value) opens ``group``."""
         expected = self.tokens.get(group)
         if expected is None:
-            return True
+            return group not in self.closed
         presented = _bearer(authorization)
         # compare_digest takes time independent of where the two differ; comparing against
         # the expected value even when nothing was presented keeps the two paths alike.
         return hmac.compare_digest(presented or b"", expected) and presented is not None
 
     def check(self, group: ApiGroup, authorization: bytes | str | None, client: str) -> None:
-        """Raise :class:`Unauthenticated` unless the request may use ``group``."""
+        """Raise :class:`Unauthenticated` unless the request may use ``group``
+        (:class:`PermissionDenied`, naming the token setting, when the group is closed)."""
         if self.allows(group, authorization):
             return
+        reason = self.closed.get(group)
+        if reason is not None:
+            self._log.refused(group, client, "the group is closed")
+            raise PermissionDenied(reason)
         why = "no bearer token" if _bearer(authorization) is None else "wrong token"
         self._log.refused(group, client, why)
         raise Unauthenticated(
@@ -132,6 +146,59 @@ def resolve_policy(
         if value is not None:
             tokens[ApiGroup(name)] = value
     return AccessPolicy(tokens)
+
+
+CLOSED_WHEN_PUBLIC = (ApiGroup.REPOSITORY, ApiGroup.ADMIN)
+"""What a server beyond loopback closes when the group has no token: changing what it serves
+(repository: load, unload, push, shared memory) and running it (admin: grps offline/online,
+statistics, configuration, /metrics, the dashboard's benchmark). Inference, metadata and
+health stay open: they are what a served model is for."""
+
+
+def close_public_groups(
+    policy: AccessPolicy, host: str, model_control: str | None = None
+) -> AccessPolicy:
+    """``policy`` with the groups of :data:`CLOSED_WHEN_PUBLIC` that have no token closed,
+    when ``host`` (``server.host``) is reachable beyond this machine.
+
+    On loopback only this machine's users reach the server, so a missing token opens the
+    group, as before. Beyond it, a missing token used to mean "anyone on the network may take
+    the server offline or load code"; now it means "nobody may", and the 403 says which
+    setting opens it. ``server.modelControl: explicit`` written in serve.yaml keeps the
+    repository group open: it is the explicit request that clients may load models.
+    """
+    if is_loopback(host):
+        return policy
+    closed: dict[ApiGroup, str] = {}
+    for group in CLOSED_WHEN_PUBLIC:
+        if policy.protects(group):
+            continue
+        if group is ApiGroup.REPOSITORY and model_control == "explicit":
+            continue
+        closed[group] = closed_reason(group, host)
+    return AccessPolicy(policy.tokens, closed) if closed else policy
+
+
+def closed_line(policy: AccessPolicy, host: str) -> str | None:
+    """What ``servekit serve`` prints at start when groups are closed (None: none are)."""
+    if not policy.closed:
+        return None
+    names = [g.value for g in policy.closed]
+    settings = ", ".join(f"server.auth.{n}" for n in names)
+    return (
+        f"servekit: closed: the {' and '.join(names)} API{'s' if len(names) > 1 else ''} "
+        f"({host} is beyond loopback and no token guards them; set {settings} or "
+        "server.auth.default to open them to that token)"
+    )
+
+
+def closed_reason(group: ApiGroup, host: str) -> str:
+    """Why a request of a closed ``group`` is refused, and the setting that opens it."""
+    return (
+        f"the {group.value} API is closed: the server listens on {host} (beyond loopback) "
+        f"and no token guards it; set server.auth.{group.value} (or server.auth.default) "
+        "and send 'Authorization: Bearer <token>'"
+    )
 
 
 def _resolve(

@@ -9,13 +9,19 @@ missing is *not* a config error: it compiles with a ``problem`` and is served as
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from servekit.config.auth import AccessPolicy, ApiGroup, TokenError, resolve_policy
+from servekit.config.auth import (
+    AccessPolicy,
+    ApiGroup,
+    TokenError,
+    close_public_groups,
+    resolve_policy,
+)
+from servekit.config.hosts import is_loopback
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
 from servekit.config.schema import (
     ModelConfig,
@@ -118,17 +124,6 @@ class ServePlan:
         return "explicit" if guarded else "none"
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is an address only this machine reaches (127.0.0.0/8, ::1, localhost).
-    Any other name counts as reachable from outside: the safe side when in doubt."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None = None) -> ServePlan:
     """Compile ``config``; raise ConfigError listing every model whose runtime cannot be chosen."""
     runtimes = merged_runtimes(config.runtimes)
@@ -159,6 +154,7 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         models.append(plan_model(model, runtime, options, base_dir))
     try:
         access = resolve_policy(config.server.auth, base_dir)
+        access = close_public_groups(access, config.server.host, config.server.model_control)
     except TokenError as exc:
         line = line_in_file(config_path, exc.field.split("."))
         issues.append(ConfigIssue(exc.field, line, str(exc)))

@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from servekit.config.hosts import check_entry
 from servekit.config.pip_requirements import NAME_START, check_requirement
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -195,7 +196,7 @@ class NetworkLimits(Section):
     """How long clients may take and how many they may be, on both listeners: what keeps a
     slow, idle or oversized client from holding the server (slowloris, huge headers, runaway
     streams). The defaults suit a small machine (2 cores, a 1,024 open-file limit) serving
-    programs, not browsers on slow links; README's "Limits at the edge" explains each."""
+    programs, not browsers on slow links; docs/server.md, "Limits at the edge", explains each."""
 
     header_timeout_seconds: float = Field(10.0, gt=0, le=3600)
     """Time a client has to send a request's whole header block, from its first byte (or from
@@ -258,6 +259,17 @@ class LoggingConfig(Section):
         return value
 
 
+def _allowed_host(value: str) -> str:
+    try:
+        return check_entry(value)
+    except ValueError as exc:
+        raise PydanticCustomError("allowed_host", str(exc)) from None
+
+
+AllowedHost = Annotated[str, AfterValidator(_allowed_host)]
+"""One entry of ``server.allowedHosts`` (app/servekit/config/hosts.py says what is accepted)."""
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server.
 
@@ -279,7 +291,15 @@ class ServerConfig(Section):
     Default: `explicit` when the server listens only on loopback or a repository token is
     configured, `none` otherwise. Editing serve.yaml under `--watch` works in either mode."""
     auth: AuthConfig = Field(AuthConfig(), json_schema_extra=RESTART)
-    """Access tokens by API group (inference, metadata, repository, admin)."""
+    """Access tokens by API group (inference, metadata, repository, admin). On an address
+    beyond loopback, a group without a token is open only if harmless to expose: the admin and
+    repository groups are then closed (403) until they get one (docs/ops.md)."""
+    allowed_hosts: list[AllowedHost] = Field([], json_schema_extra=RESTART)
+    """Host names HTTP clients may reach the server by, besides `localhost`, loopback and the
+    bound addresses (a DNS-rebinding guard: any other `Host` header is answered 403). A name,
+    `*.example.com` for every name under example.com, an IP address, or `*` to turn the check
+    off. Bound to `0.0.0.0` or `::`, any IP address is accepted, names still need listing
+    (a load balancer's or a Kubernetes Service's name, for example)."""
     tls: TlsConfig | None = Field(None, json_schema_extra=RESTART)
     """Serve HTTPS and gRPC over TLS (optionally mutual); default plain HTTP/gRPC."""
     strict_readiness: bool = Field(True, json_schema_extra=LIVE)

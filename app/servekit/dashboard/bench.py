@@ -1,13 +1,23 @@
 """``POST /dashboard/api/models/{name}/benchmark``: the model page's Benchmark button.
 
 The server benchmarks itself the way ``server.benchmark`` does from a notebook
-(app/servekit/notebook/
-bench.py): client threads in this process drive the model over its own HTTP and gRPC listeners
-with generated inputs, so every request takes the real path (codec, access check, batching).
-It costs the server real work, so the route belongs to the admin group, is a control route
-(same-site browser requests or non-browser clients only), runs one benchmark at a time, and
-bounds what a request may ask: at most ``MAX_SECONDS`` per step, ``MAX_LEVELS`` concurrency
-levels of at most ``MAX_CONCURRENCY`` each. The client threads use the server's own tokens.
+(app/servekit/notebook/bench.py): client threads in this process drive the model over its own
+HTTP and gRPC listeners with generated inputs, so every request takes the real path (codec,
+access check, batching). It costs the server real work, so:
+
+* it belongs to the admin group (its token, and nothing else: not also the metadata token,
+  which a single ``Authorization`` header could not carry beside it when the two differ), is
+  closed with that group on a public bind without one, and is a control route (same-site
+  browser requests or non-browser clients only);
+* one runs at a time per process; another request meanwhile is answered 409;
+* what a request may ask is bounded (``MAX_SECONDS`` per step, ``MAX_LEVELS`` concurrency
+  levels of at most ``MAX_CONCURRENCY``), and each step's length is a hard deadline: requests
+  still in flight when it ends are abandoned, so a slow model cannot stretch the run;
+* it stops when its client leaves: the edge cancels the waiting handler when the connection
+  is lost (app/servekit/rest/leaving.py), which sets the run's stop event; the lock is freed
+  only once the client threads have ended, so a next run never overlaps a leaving one.
+
+The client threads send the server's own tokens.
 """
 
 from __future__ import annotations
@@ -20,10 +30,11 @@ from litestar import Request, Response, post
 from litestar.params import FromPath
 
 from servekit.config.auth import ApiGroup
-from servekit.dashboard.routes import NO_STORE, SECURITY, json_viewer
-from servekit.errors import InvalidArgument, ResourceExhausted
+from servekit.dashboard.routes import NO_STORE, SECURITY
+from servekit.errors import AlreadyExists, InvalidArgument
 from servekit.rest.access import cross_site_guard
 from servekit.rest.inject import Dataplane
+from servekit.rest.leaving import unless_client_leaves
 from servekit.services.dataplane import DataPlane
 
 if TYPE_CHECKING:
@@ -79,14 +90,18 @@ def _bounded(data: Any) -> tuple[float, tuple[int, ...]]:
 
 
 def _run(
-    dataplane: DataPlane, name: str, seconds: float, levels: tuple[int, ...]
+    dataplane: DataPlane,
+    name: str,
+    seconds: float,
+    levels: tuple[int, ...],
+    stop: threading.Event,
 ) -> BenchmarkTable:
     # Imported here: servekit.notebook imports the server, which imports the dashboard.
     from servekit.notebook.bench import run_benchmark
 
     client = _self_client(dataplane)
     try:
-        return run_benchmark(client, name, levels, seconds, progress=False)
+        return run_benchmark(client, name, levels, seconds, progress=False, stop=stop)
     finally:
         client.close()
 
@@ -102,14 +117,30 @@ def _run(
 async def benchmark(
     dataplane: Dataplane, request: Request[Any, Any, Any], name: FromPath[str]
 ) -> Response[dict[str, Any]]:
-    json_viewer(dataplane, request)
+    # The admin group's check (the application guard) is the whole access rule; checking it
+    # again here keeps the route closed even if it lost its ``opt``.
+    client = request.client.host if request.client else "unknown"
+    dataplane.access.check(ApiGroup.ADMIN, request.headers.get("authorization"), client)
     seconds, levels = _bounded(await request.json())
     if not _running.acquire(blocking=False):
-        raise ResourceExhausted("a benchmark is already running on this server; try again later")
-    try:  # an unknown model fails in the metadata request, with its own error
-        table = await asyncio.to_thread(_run, dataplane, name, seconds, levels)
-    finally:
+        raise AlreadyExists(
+            "a benchmark is already running on this server: wait for it to finish (at most "
+            f"{MAX_LEVELS * 2 * MAX_SECONDS:g} s) and try again"
+        )
+    stop = threading.Event()
+    try:
+        job = asyncio.get_running_loop().run_in_executor(
+            None, _run, dataplane, name, seconds, levels, stop
+        )
+    except BaseException:
         _running.release()
+        raise
+    job.add_done_callback(lambda _: _running.release())  # once its threads have ended
+    try:
+        # The edge cancels this wait when the client's connection is lost (ClientLeft).
+        table = await unless_client_leaves(request.scope, asyncio.shield(job))
+    finally:
+        stop.set()  # nothing left to do when it ended; else its client left: stop it now
     return Response({"model": name, "rows": table.to_list()}, headers=NO_STORE)
 
 

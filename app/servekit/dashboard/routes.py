@@ -92,7 +92,8 @@ def home(dataplane: Dataplane, control: Control, request: AnyRequest) -> Respons
     admin = seen.may(ApiGroup.ADMIN)
     server = views.overview(views.Sources(dataplane, control), admin=admin)
     asks, gated = [], []
-    if not admin and len(dataplane.workers()) > 1:  # the Workers panel is admin data
+    opens = dataplane.access.protects(ApiGroup.ADMIN)  # a token could open it (not closed)
+    if not admin and opens and len(dataplane.workers()) > 1:  # the Workers panel: admin data
         asks.append("see the workers")
         gated.append(ApiGroup.ADMIN.value)
     return _page("home.html", asks=asks, gated=gated, page="home", server=server)
@@ -138,7 +139,8 @@ def _model_view(src: views.Sources, request: AnyRequest, name: str, template: st
         asks.append("run inference")
     if not seen.may(ApiGroup.ADMIN):
         model = hide_admin_data(model)
-        if template == "model.html":  # the only page showing admin data
+        opens = seen.policy.protects(ApiGroup.ADMIN)  # else closed: no token would open it
+        if template == "model.html" and opens:  # the only page showing admin data
             asks.append("see statistics and configuration")
             gated.append(ApiGroup.ADMIN.value)
     return _page(template, asks=asks, gated=gated, page="models", server=server, model=model)

@@ -65,6 +65,8 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         "errors": recent_errors(dp),
         "modelControl": src.control.mode,
         "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
+        # Closed to every request (a public bind without that group's token): no token helps.
+        "closed": [group.value for group in access.closed],
         "workers": workers(dp) if admin else [],
     }
 

@@ -3,7 +3,10 @@
 The metadata key is ``authorization`` with the value ``Bearer <token>``, as over HTTP, so a
 client sets it once for both (tritonclient: ``headers={"authorization": "Bearer ..."}``).
 :func:`protect` wraps the servicers' methods when they are registered, only when a group has a
-token. A method missing from :data:`METHOD_GROUPS` counts as admin (fail closed), and
+token or is closed (a public bind without its token: config/auth.py ``close_public_groups``).
+The ``:authority`` header is not checked against ``server.allowedHosts``: DNS rebinding is a
+browser's attack, and no page can speak gRPC (app/servekit/config/hosts.py).
+A method missing from :data:`METHOD_GROUPS` counts as admin (fail closed), and
 tests/test_auth_unit.py checks that every method our servicers implement is in the table, so a
 new RPC has to choose its group. Server reflection stays open, like the OpenAPI document: it
 describes the protocol, not the models.
@@ -20,7 +23,7 @@ from typing import Any
 import grpc
 
 from servekit.config.auth import AccessPolicy, ApiGroup
-from servekit.errors import Unauthenticated
+from servekit.errors import PermissionDenied, Unauthenticated
 
 _INFERENCE = "/inference.GRPCInferenceService/"
 _GRPS = "/grps.protos.v1.GrpsService/"
@@ -69,7 +72,7 @@ def group_of(method: str) -> ApiGroup:
 
 def protect(servicer: object, service: str, policy: AccessPolicy) -> None:
     """Put the bearer check in front of each method of ``servicer`` (the implementation of
-    gRPC service ``service``) whose group has a token; other methods are left untouched.
+    gRPC service ``service``) whose group has a token or is closed; others are left untouched.
 
     Done once at registration, on the instance, instead of with a server interceptor: grpcio
     runs interceptors in Python for every call of every method, which cost about 4% of the
@@ -81,7 +84,7 @@ def protect(servicer: object, service: str, policy: AccessPolicy) -> None:
         return
     for name in _rpc_names(servicer):
         group = group_of(f"/{service}/{name}")
-        if policy.protects(group):
+        if policy.guards(group):
             setattr(servicer, name, _checked(getattr(servicer, name), policy, group))
 
 
@@ -131,6 +134,10 @@ def _refused(context: grpc.aio.ServicerContext, policy: AccessPolicy, group: Api
         policy.check(group, token, context.peer())  # raises; logs with the peer's address
     except Unauthenticated as exc:
         context.set_code(grpc.StatusCode.UNAUTHENTICATED)
+        context.set_details(exc.message)
+        return True
+    except PermissionDenied as exc:  # a group closed on a public bind (config/auth.py)
+        context.set_code(grpc.StatusCode.PERMISSION_DENIED)
         context.set_details(exc.message)
         return True
     return False

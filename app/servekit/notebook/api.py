@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from servekit.config.compiler import ServePlan, is_loopback
+from servekit.config.compiler import ServePlan
+from servekit.config.hosts import is_loopback
 from servekit.config.overrides import Overrides, load_plan, plan_config
 from servekit.config.schema import ServeConfig
 from servekit.notebook import registry
@@ -81,10 +82,11 @@ def serve(
     try:
         replan = _planner(config, overrides)
         plan = replan()  # a bad config raises here, before any thread or port exists
-        if not is_loopback(plan.server.host) and not plan.access.enabled:
+        if not is_loopback(plan.server.host) and not plan.access.tokens:
             warnings.warn(
                 f"servekit listens on {plan.server.host} without a token: anyone who reaches "
-                "this machine can use every API; pass token=True to require one",
+                "this machine can run inference and read metadata, and the admin and "
+                "repository APIs are closed to every client; pass token=True to require one",
                 stacklevel=2,
             )
         server = registry.replace(name, lambda: _start(plan, name, replan, cleanup, timeout))

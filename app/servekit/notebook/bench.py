@@ -11,6 +11,7 @@ work: run it from another machine for a server's true capacity.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from servekit.codecs.raw import tensor_to_buffer
 from servekit.config.auth import ApiGroup
 from servekit.datatypes import from_numpy, lookup
 from servekit.notebook import wire
+from servekit.notebook.transport import Reply, check
 
 if TYPE_CHECKING:
     from servekit.notebook.remote import RemoteServer
@@ -173,25 +175,74 @@ def example_inputs(metadata: dict[str, Any]) -> dict[str, np.ndarray]:
     return inputs
 
 
+class _Senders:
+    """What one step's client threads send with, and how to cut off what they still await.
+
+    Every request carries the time left until the step's deadline (HTTP: its socket's
+    timeout; gRPC: the call's deadline, which the server also honours by dropping it from the
+    model's queue), so a slow model cannot stretch a step past its length. :meth:`abandon`
+    (a stop, e.g. the dashboard's client leaving) cuts the requests in flight at once: the
+    gRPC channel is closed (its calls are cancelled) and the HTTP sockets are shut down (the
+    server sees its client leave and drops a queued request, app/servekit/rest/leaving.py).
+    """
+
+    def __init__(self) -> None:
+        self._sockets: list[Any] = []
+        self._lock = threading.Lock()
+        self.close: Callable[[], None] = lambda: None
+
+    def watch(self, sock: Any) -> None:
+        with self._lock:
+            if sock is not None and sock not in self._sockets:
+                self._sockets.append(sock)
+
+    def abandon(self) -> None:
+        import socket
+
+        self.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 def _http_sender(
-    server: RemoteServer, model: str, inputs: dict[str, np.ndarray]
-) -> Callable[[], None]:
+    server: RemoteServer, model: str, inputs: dict[str, np.ndarray], senders: _Senders
+) -> Callable[[float], None]:
     body, length = wire.encode_request(inputs)
     path = f"/v2/models/{quote(model, safe='')}/infer"
     headers = {
         "Content-Type": "application/octet-stream",
         "Inference-Header-Content-Length": str(length),
     }
+    headers.update(server._auth(ApiGroup.INFERENCE))
+    transport = server._http
 
-    def send() -> None:
-        server._send(ApiGroup.INFERENCE, "POST", path, body, headers)
+    def send(seconds: float) -> None:
+        # This thread's keep-alive connection, used directly: the transport's one retry on a
+        # closed connection would resend a request abandon() has just cut off.
+        conn = transport._connection()
+        try:
+            conn.timeout = seconds  # a new connection's connect
+            if conn.sock is None:
+                conn.connect()  # now, so that abandon() can cut it while the request waits
+            conn.sock.settimeout(seconds)
+            senders.watch(conn.sock)
+            conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except BaseException:
+            transport.close()  # this thread's connection: unusable after a cut
+            raise
+        check(Reply(response.status, {}, data))
 
     return send
 
 
 def _grpc_sender(
-    target: str, token: str | None, model: str, inputs: dict[str, np.ndarray]
-) -> tuple[Callable[[], None], Callable[[], None]]:
+    target: str, token: str | None, model: str, inputs: dict[str, np.ndarray], senders: _Senders
+) -> Callable[[float], None]:
     import grpc
 
     from servekit.protos import grpc_service_pb2 as pb
@@ -205,15 +256,24 @@ def _grpc_sender(
     channel = grpc.insecure_channel(target)
     stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
     metadata = [("authorization", f"Bearer {token}")] if token else None
+    senders.close = channel.close
 
-    def send() -> None:
-        stub.ModelInfer(request, metadata=metadata, timeout=60)
+    def send(seconds: float) -> None:
+        stub.ModelInfer(request, metadata=metadata, timeout=seconds)
 
-    return send, channel.close
+    return send
 
 
-def _measure(send: Callable[[], None], concurrency: int, seconds: float, protocol: str,
-             on_exit: Callable[[], None] | None = None) -> BenchmarkRow:  # fmt: skip
+ABANDON_GRACE = 1.0
+"""Seconds past a step's deadline its client threads get to notice it, after which what they
+still await is cut off (their requests already carry the deadline; this is the backstop)."""
+
+
+def _measure(send: Callable[[float], None], concurrency: int, seconds: float, protocol: str,
+             senders: _Senders, stop: threading.Event, on_exit: Callable[[], None] | None = None,
+             ) -> BenchmarkRow:  # fmt: skip
+    """One step: ``concurrency`` threads sending until ``seconds`` from now, a hard deadline
+    (or until ``stop`` is set); what is in flight then is abandoned, not awaited."""
     row = BenchmarkRow(protocol, concurrency, 0, 0, seconds)
     lock = threading.Lock()
     stop_at = time.perf_counter() + seconds
@@ -222,11 +282,16 @@ def _measure(send: Callable[[], None], concurrency: int, seconds: float, protoco
         latencies: list[float] = []
         errors = 0
         try:
-            while time.perf_counter() < stop_at:
+            while not stop.is_set():
                 started = time.perf_counter()
+                left = stop_at - started
+                if left <= 0:
+                    break
                 try:
-                    send()
+                    send(left)
                 except Exception:
+                    if stop.is_set() or time.perf_counter() >= stop_at:
+                        break  # cut off by the deadline or the stop: not the server's error
                     errors += 1
                     continue
                 latencies.append((time.perf_counter() - started) * 1000.0)
@@ -242,9 +307,17 @@ def _measure(send: Callable[[], None], concurrency: int, seconds: float, protoco
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
     for thread in threads:
         thread.start()
+    stop.wait(max(0.0, stop_at - time.perf_counter()))  # returns early on a stop
+    if stop.is_set():
+        senders.abandon()
+    grace = time.perf_counter() + ABANDON_GRACE
     for thread in threads:
-        thread.join(seconds + 120)
-    row.seconds = time.perf_counter() - begun
+        thread.join(max(0.0, grace - time.perf_counter()))
+    if any(thread.is_alive() for thread in threads):
+        senders.abandon()  # stuck past the deadline (a connect, a slow network): cut them
+        for thread in threads:
+            thread.join(ABANDON_GRACE)
+    row.seconds = min(time.perf_counter(), stop_at) - begun
     return row
 
 
@@ -263,8 +336,12 @@ def run_benchmark(
     seconds: float = 5.0,
     protocols: Sequence[str] = ("http", "grpc"),
     progress: bool = True,
+    stop: threading.Event | None = None,
 ) -> BenchmarkTable:
-    """Drive ``model`` of ``server`` (see the module docstring)."""
+    """Drive ``model`` of ``server`` (see the module docstring). Each step lasts ``seconds``
+    whatever the model's speed (requests still in flight at its end are abandoned); setting
+    ``stop`` ends the run at once with the rows measured so far."""
+    stop = stop or threading.Event()
     levels = [int(c) for c in concurrency]
     if not levels or any(c < 1 or c > MAX_CONCURRENCY for c in levels):
         raise ValueError(f"concurrency: numbers from 1 to {MAX_CONCURRENCY}")
@@ -278,19 +355,24 @@ def run_benchmark(
     rows: list[BenchmarkRow] = []
     for protocol in plan:
         for level in levels:
+            if stop.is_set():
+                break
             if progress:
                 _progress(len(rows), total, f"{protocol}, {level} in flight")
+            senders = _Senders()
             if protocol == "http":
-                send = _http_sender(server, model, inputs)
-                rows.append(_measure(send, level, seconds, protocol, server._http.close))
+                send = _http_sender(server, model, inputs, senders)
+                rows.append(
+                    _measure(send, level, seconds, protocol, senders, stop, server._http.close)
+                )
             else:
                 assert server.grpc_target is not None
                 token = server._token_for(ApiGroup.INFERENCE)
-                send, close = _grpc_sender(server.grpc_target, token, model, inputs)
+                send = _grpc_sender(server.grpc_target, token, model, inputs, senders)
                 try:
-                    rows.append(_measure(send, level, seconds, protocol))
+                    rows.append(_measure(send, level, seconds, protocol, senders, stop))
                 finally:
-                    close()
+                    senders.close()
     if progress:
         _progress(total, total, "done")
     return BenchmarkTable(model, rows)

@@ -8,6 +8,13 @@ before Litestar runs guards (app/servekit/rest/infer.py's fast path), so they ch
 themselves: one ``is None`` test per request when inference is open, one header compare when
 it is not.
 
+On a bind beyond loopback, the admin and repository groups without a token are closed
+(app/servekit/config/auth.py ``close_public_groups``): the same guard and fast-path check refuse
+them with 403, naming the token setting. Which ``Host`` names are answered at all is decided
+before routing, at the edge (app/servekit/config/hosts.py, app/servekit/edge.py): that is the
+guard against DNS rebinding, which the checks below cannot be (after rebinding, the attacker's
+page is same-origin).
+
 Control routes (``guards=[cross_site_guard]``: repository load/unload, grps online/offline)
 change what the server does, so a browser on another site must not reach them with a form, an
 image or a no-cors fetch, which send no preflight and carry no token. :func:`refuse_cross_site`
@@ -47,9 +54,10 @@ def group_of(handler_opt: dict[str, Any]) -> ApiGroup:
 
 
 def token_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    """Application guard (installed only when a group has a token): a request to a protected
-    group needs its bearer token. The V2 inference routes skip guards (their fast path answers
-    before Litestar's handling) and check the same policy in app/servekit/rest/infer.py."""
+    """Application guard (installed only when a group has a token or is closed): a request to
+    a protected group needs its bearer token; one to a closed group is refused. The V2
+    inference routes skip guards (their fast path answers before Litestar's handling) and
+    check the same policy in app/servekit/rest/infer.py."""
     if connection.scope.get("method") == "OPTIONS":
         return  # Litestar's own answer (Allow): open, as CORS preflights carry no credentials
     policy: AccessPolicy = connection.app.state.access

@@ -49,6 +49,7 @@ export function keepAccessToken(token) {
 
 export function forgetAccessToken() {
   sessionStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem("servekit.adminToken"); // the benchmark's own (modelpage.js)
 }
 
 /** ``headers`` plus ``Authorization: Bearer`` when there is a token (the kept one by default). */

@@ -1,7 +1,7 @@
 // Model page: statistics, version states and the queue and batching charts refresh in place
 // every two seconds.
 import { barChart } from "./chart.js";
-import { el, getJSON, ms, poll, readError, timestampMs, withToken } from "./common.js";
+import { accessToken, el, getJSON, ms, poll, readError, timestampMs, withToken } from "./common.js";
 
 // What each chart of the "Queue and batching" section draws from a version's statistics
 // (the dashboard JSON: app/servekit/dashboard/views.py version_stats).
@@ -85,7 +85,21 @@ export function initModelPage() {
 }
 
 // The Benchmark button: the server drives this model over its own HTTP and gRPC listeners
-// (POST /dashboard/api/models/NAME/benchmark, admin group) and answers a table.
+// (POST /dashboard/api/models/NAME/benchmark) and answers a table. It needs the admin group's
+// token: the kept access token when it opens admin, else (distinct tokens per group) the admin
+// token typed into the benchmark's own field, kept apart in this tab's sessionStorage. Leaving
+// the page aborts the request, and the server stops the benchmark when its client leaves.
+const ADMIN_TOKEN_KEY = "servekit.adminToken";
+let typedAdminToken = ""; // when sessionStorage refuses to keep it
+
+function adminToken() {
+  try {
+    return sessionStorage.getItem(ADMIN_TOKEN_KEY) || typedAdminToken || accessToken();
+  } catch {
+    return typedAdminToken || accessToken();
+  }
+}
+
 export function initBenchmark() {
   const button = document.getElementById("benchmark-run");
   const head = document.querySelector(".page-head[data-model]");
@@ -93,18 +107,26 @@ export function initBenchmark() {
   if (!button || !head || !section) return;
   const status = document.getElementById("benchmark-status");
   const table = document.getElementById("benchmark-table");
+  const tokenForm = document.getElementById("benchmark-token");
   const url = `/dashboard/api/models/${encodeURIComponent(head.dataset.model)}/benchmark`;
-  button.addEventListener("click", async () => {
+  const run = async () => {
     section.hidden = false;
     button.disabled = true;
+    if (tokenForm) tokenForm.hidden = true;
     status.textContent = "Running: HTTP and gRPC, 1 and 8 requests in flight, 2 s each…";
     try {
       const response = await fetch(url, {
         method: "POST",
-        headers: withToken({ "Content-Type": "application/json" }),
+        headers: withToken({ "Content-Type": "application/json" }, adminToken()),
         body: JSON.stringify({ seconds: 2, concurrency: [1, 8] }),
         signal: AbortSignal.timeout(120000),
       });
+      if (response.status === 401 && tokenForm) {
+        status.textContent = `The benchmark needs the admin token: ${await readError(response)}`;
+        tokenForm.hidden = false;
+        tokenForm.querySelector("input").focus();
+        return;
+      }
       if (!response.ok) {
         status.textContent = `Benchmark failed: ${await readError(response)}`;
         return;
@@ -130,5 +152,20 @@ export function initBenchmark() {
     } finally {
       button.disabled = false;
     }
+  };
+  button.addEventListener("click", run);
+  tokenForm?.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const input = tokenForm.querySelector("input");
+    const token = input.value.trim();
+    if (!token) return;
+    input.value = "";
+    typedAdminToken = token;
+    try {
+      sessionStorage.setItem(ADMIN_TOKEN_KEY, token);
+    } catch {
+      /* storage refused: nothing to keep it in, the run below fails again with 401 */
+    }
+    run();
   });
 }
