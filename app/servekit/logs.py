@@ -50,6 +50,8 @@ CHILD_FORMAT = "_SERVEKIT_LOG_FORMAT"
 _STANDARD = frozenset(
     (*vars(logging.LogRecord("", 0, "", 0, "", None, None)), "message", "asctime", "worker")
 )
+_CONTEXT = frozenset(("request_id", "model", "version", "access"))
+"""Fields written from the request's context (or left out: ``access`` marks access lines)."""
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}  # fmt: skip
 
@@ -91,8 +93,7 @@ class JsonFormatter(logging.Formatter):
         if self.worker is not None:
             out["worker"] = self.worker
         for key, value in record.__dict__.items():
-            if key not in _STANDARD and key not in out and key not in ("request_id", "model",
-                                                                       "version", "access"):  # fmt: skip
+            if key not in _STANDARD and key not in out and key not in _CONTEXT:
                 out[key] = value
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
@@ -125,8 +126,11 @@ def formatter(fmt: Format, worker: int | None = None) -> logging.Formatter:
     return JsonFormatter(worker) if fmt == "json" else TextFormatter(worker)
 
 
-def setup(fmt: Format, level: str = "info", *, worker: int | None = None) -> None:
-    """Route every source through one handler on stderr in ``fmt`` at ``level``."""
+def setup(
+    fmt: Format, level: str = "info", *, worker: int | None = None, onnxruntime: bool = True
+) -> None:
+    """Route every source through one handler on stderr in ``fmt`` at ``level``
+    (``onnxruntime``: quieten it too; a supervisor, which loads no model, does not import it)."""
     os.environ[CHILD_FORMAT] = fmt  # child processes (isolated models) format alike
     if fmt == "json":
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # read when grpc core starts
@@ -146,7 +150,8 @@ def setup(fmt: Format, level: str = "info", *, worker: int | None = None) -> Non
     logging.captureWarnings(True)
     sys.excepthook = _uncaught
     threading.excepthook = _uncaught_in_thread
-    quiet_onnxruntime(fmt)
+    if onnxruntime:
+        quiet_onnxruntime(fmt)
 
 
 def quiet_onnxruntime(fmt: Format) -> None:
@@ -192,9 +197,7 @@ def announce(message: str, fmt: Format, **fields: Any) -> None:
 _log = logging.getLogger("servekit")
 
 
-def _uncaught(
-    kind: type[BaseException], exc: BaseException, tb: TracebackType | None
-) -> None:
+def _uncaught(kind: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
     if issubclass(kind, KeyboardInterrupt):
         sys.__excepthook__(kind, exc, tb)
         return
