@@ -521,6 +521,45 @@ class DynamicBatching(Section):
         return value
 
 
+class WarmupInput(Section):
+    """One input of a warm-up sample (Triton's ModelWarmup.Input): its datatype, its shape
+    without the batch dimension, and where its values come from (exactly one of them)."""
+
+    data_type: str
+    """V2 datatype (FP32, INT64, BYTES, ...) or Triton's name (TYPE_FP32, TYPE_STRING)."""
+    dims: list[Annotated[int, Field(ge=0, le=1 << 24)]]
+    """Shape of one sample, without the batch dimension when maxBatchSize > 0."""
+    zero_data: bool | None = None
+    """Zeros (BYTES: empty strings)."""
+    random_data: bool | None = None
+    """Random values (BYTES: random digits)."""
+    input_data_file: str | None = None
+    """A file, relative to serve.yaml, holding the input's raw little-endian values in
+    row-major order (BYTES: each element a 4-byte little-endian length, then its bytes)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WarmupInput:
+        given = [self.zero_data, self.random_data, self.input_data_file]
+        if sum(1 for g in given if g) != 1:
+            raise ValueError("give exactly one of zeroData: true, randomData: true, inputDataFile")
+        return self
+
+
+class WarmupSample(Section):
+    """A warm-up request run when the model loads, before it is READY (Triton's model_warmup):
+    what pays for lazy initialisation (ONNX Runtime's first run, a Python model's caches) so
+    the first client does not."""
+
+    name: str
+    """Name of the sample (shown in the log and in the reason of a failed warm-up)."""
+    batch_size: int = Field(1, ge=0, le=INT32_MAX)
+    """Rows of the request when maxBatchSize > 0 (at most maxBatchSize); ignored otherwise."""
+    count: int = Field(1, ge=1, le=10_000)
+    """How many times the sample runs."""
+    inputs: dict[str, WarmupInput]
+    """The sample's inputs by name (every input of the model)."""
+
+
 class ModelConfig(Section):
     """One served model."""
 
@@ -579,6 +618,10 @@ class ModelConfig(Section):
     grps_message: bool = False
     """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
     does (also when predict's one argument is annotated GrpsMessage)."""
+    warmup: list[WarmupSample] = []
+    """Warm-up samples run at every load, before the version is READY (Triton's model_warmup):
+    a failing one leaves it UNAVAILABLE with the reason; a reload warms the new version before
+    it takes traffic."""
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
