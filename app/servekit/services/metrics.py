@@ -70,12 +70,19 @@ class DataPlaneCollector(Collector):
             "waiting requests had other dimensions)",
             labels=[*labels, "reason"],
         )
+        warmup = GaugeMetricFamily(
+            "servekit_model_warmup_seconds",
+            "How long the version's warm-up took when it loaded (serve.yaml warmup)",
+            labels=labels,
+        )
         for entry in self._dataplane.models():
             name = entry.plan.name
             for number, version in entry.versions.items():
                 key = [name, str(number)]
                 for candidate in State:
                     state.add_metric([*key, candidate.value], float(version.state is candidate))
+                if version.warmup_s is not None:
+                    warmup.add_metric(key, version.warmup_s)
                 stats = self._dataplane.statistics.find(name, number)
                 if stats is None:
                     continue
@@ -89,7 +96,7 @@ class DataPlaneCollector(Collector):
                 for reason, count in sorted(stats.batch_reasons.items()):
                     dispatches.add_metric([*key, reason], count)
         yield from (success, failure, rows, executions, seconds, state)
-        yield from (batch_sizes, queue_seconds, dispatches)
+        yield from (batch_sizes, queue_seconds, dispatches, warmup)
 
 
 def _histograms(
