@@ -254,7 +254,7 @@ def _print_closed(plan: ServePlan) -> None:
 def _warn_public_without_token(plan: ServePlan) -> None:
     """One warning at start when the server listens beyond loopback and no token guards any
     API group: inference and metadata are then open to whoever reaches the port."""
-    from servekit.config.compiler import is_loopback
+    from servekit.config.hosts import is_loopback
 
     host = plan.server.host
     if is_loopback(host) or plan.access.tokens:

@@ -23,7 +23,14 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.schema import WarmupInput, WarmupSample
 from servekit.datatypes import DataType, element_count, from_config_name
 from servekit.errors import ServeError
-from servekit.runtimes.base import Arrays, ModelRuntime, PerInstance, is_decoupled, predict_stream
+from servekit.runtimes.base import (
+    Arrays,
+    ModelRuntime,
+    PerInstance,
+    Predict,
+    is_decoupled,
+    predict_stream,
+)
 
 MAX_ELEMENTS = 1 << 26
 """Largest warm-up input (elements, batch included): a typo in dims must not fill memory."""
@@ -39,7 +46,7 @@ def warm_up(plan: ModelPlan, runtime: ModelRuntime, base_dir: Path) -> tuple[int
     samples = plan.config.warmup if plan.config is not None else []
     if not samples:
         return 0, 0.0
-    predictors = [runtime.predict]
+    predictors: list[Predict] = [runtime.predict]
     if isinstance(runtime, PerInstance):
         predictors = [runtime.predictor(i) for i in range(max(1, plan.instances))]
     outputs = [spec.name for spec in runtime.signature.outputs]
@@ -112,7 +119,9 @@ def _array(
     rng = np.random.default_rng(0)
     if datatype.is_bytes:
         digits = rng.integers(0, 10_000, size=shape)
-        return np.vectorize(lambda v: str(v).encode(), otypes=[object])(digits)
+        texts = np.empty(shape, dtype=object)
+        texts.reshape(-1)[:] = [str(v).encode() for v in digits.reshape(-1)]
+        return texts
     kind = datatype.dtype.kind
     if kind == "f":
         return rng.random(shape).astype(datatype.dtype)
