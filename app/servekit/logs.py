@@ -166,7 +166,7 @@ def quiet_onnxruntime(fmt: Format) -> None:
 def setup_child(name: str) -> None:
     """An isolated model's child process: the server's format (``CHILD_FORMAT``), INFO."""
     fmt: Format = "json" if os.environ.get(CHILD_FORMAT) == "json" else "text"
-    setup(fmt, "info")
+    setup(fmt, "info", onnxruntime=False)
     logging.getLogger().handlers[0].addFilter(_Named(name))
 
 
