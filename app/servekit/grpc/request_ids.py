@@ -47,8 +47,10 @@ def tagged(method: str, handler: Any) -> Any:
     if not (inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)):
         return handler
     logged = ACCESS.mode != "off"
-    if handler.response_streaming:
+    if handler.response_streaming and inspect.isasyncgenfunction(behaviour):
         wrapped = _streaming(method, behaviour, handler.request_streaming, logged)
+    elif handler.response_streaming:  # a coroutine writing its answers (context.write)
+        wrapped = _writing(method, behaviour, handler.request_streaming, logged)
     elif logged:
         wrapped = _unary_logged(method, behaviour, handler.request_streaming)
     else:
@@ -188,3 +190,30 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
                 _write(method, context, info, started, sizes, error)
 
     return stream
+
+
+def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
+    """A streaming answer written with ``context.write`` (gRPC health's Watch): the ID goes
+    in the initial metadata first; bytes out are not counted (the writes are not seen)."""
+
+    async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.monotonic()
+        info = _info(context, None if request_streaming else request)
+        CURRENT.set(info)
+        sizes = [0, 0]
+        if request_streaming and logged:
+            request = _counted(request, info, sizes)
+        elif logged:
+            sizes[0] = _size(request)
+        error: BaseException | None = None
+        try:
+            await context.send_initial_metadata(((HEADER, info.id),))
+            return await behaviour(request, context)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if logged:
+                _write(method, context, info, started, sizes, error)
+
+    return writer
