@@ -3,7 +3,8 @@ and in a real server (this file is copied beside its serve.yaml; ``SERVE_YAML`` 
 
 ``Simple`` and ``SimpleString`` take and give what Triton's example programs send to their
 "simple" and "simple_string" models: two [1, 16] inputs, their sum and difference (INT32, or
-BYTES holding decimal numbers). ``Scores`` answers fixed class scores for classification.
+BYTES holding decimal numbers). ``Head`` echoes the start of a large input. ``Scores``
+answers fixed class scores for classification.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ class SimpleString:
     def predict(self, INPUT0: NDArray[np.object_], INPUT1: NDArray[np.object_]) -> dict[str, Any]:
         a, b = _numbers(INPUT0), _numbers(INPUT1)
         return {"OUTPUT0": _text(a + b), "OUTPUT1": _text(a - b)}
+
+
+class Head:
+    """The first 8 bytes of a large UINT8 input (what a region shrunk under a copy feeds)."""
+
+    def predict(self, data: NDArray[np.uint8]) -> dict[str, Any]:
+        return {"head": data[:8].copy()}
 
 
 class Scores:

@@ -23,7 +23,7 @@ from servekit.models.repository import VersionEntry
 from servekit.rest.triton_json import statistics_json
 from servekit.runtimes.base import CALL_DEADLINE
 from servekit.runtimes.cancel import cancel_event
-from servekit.runtimes.python import register_object
+from servekit.runtimes.python import PythonModel, register_object
 from servekit.server import ServeKit
 from servekit.services import placement
 from servekit.services.dataplane import DataPlane
@@ -39,6 +39,15 @@ WAIT = 10.0  # bound of every wait on a condition (never reached when things wor
 BATCHING = "    maxBatchSize: 8\n    dynamicBatching: {maxQueueDelayMicroseconds: 100}\n"
 ROOMY = "inlineBelowMicroseconds: 100000"
 """A bound no preemption on a busy machine reaches: a fast model stays measured fast."""
+
+
+@pytest.fixture(autouse=True)
+def python_stands_in_for_an_inline_runtime(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where calls run is decided the same way for every runtime that may run on the loop
+    (``may_run_inline``: ONNX Runtime). These tests need a model whose time and behaviour they
+    control (sleep, block, raise, exit), so they let Python functions stand in for such a
+    runtime; that a real Python model never runs on the loop is tests/test_loop_safety.py."""
+    monkeypatch.setattr(PythonModel, "may_run_inline", True)
 
 
 def model(name: str, fn: object, extra: str = "") -> str:
@@ -118,7 +127,7 @@ def test_first_calls_run_in_threads_then_a_fast_model_moves_to_the_loop(tmp_path
         return x * 2
 
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("fast", fast))
+        dataplane = await serve(tmp_path, model("fast", fast), server=ROOMY)
         for _ in range(placement.LEARN_FAST + 3):
             response = await dataplane.infer(request("fast", 1.0, 2.0))
             assert response.outputs[0].data.tolist() == [2.0, 4.0]

@@ -209,7 +209,7 @@ class Restarting:
     """A runtime whose health changes after loading, as an isolated model's does."""
 
     platform = "python"
-    off_loop = True
+    may_run_inline = False
     signature = ModelSignature((), ())
 
     def __init__(self) -> None:

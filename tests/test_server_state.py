@@ -20,6 +20,7 @@ import pytest
 import servekit
 from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import RESTART_ONLY, ServerConfig
+from servekit.runtimes.python import PythonModel
 from servekit.server import ServeKit
 from servekit.services import placement
 from servekit.services.watch import watch_config
@@ -58,11 +59,15 @@ def test_every_server_setting_is_marked_live_or_restart_only() -> None:
 
 
 @pytest.mark.slow  # binds its listeners
-def test_an_inline_threshold_edit_under_watch_takes_effect(tmp_path: Path) -> None:
+def test_an_inline_threshold_edit_under_watch_takes_effect(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Bug: the DataPlane kept the threshold it was built with, so the edit was reported
     applied and ignored. Huge threshold: once measured (its first calls run in its worker
     thread, app/servekit/services/placement.py), the model runs on the loop thread; 0: in its
-    worker."""
+    worker. (A Python function stands in for a runtime that may run on the loop, ONNX
+    Runtime's, so that the test can see which thread runs it.)"""
+    monkeypatch.setattr(PythonModel, "may_run_inline", True)
     module = "svc_state_probe"
     (tmp_path / f"{module}.py").write_text(PROBE)
     config = tmp_path / "serve.yaml"

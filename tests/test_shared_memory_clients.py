@@ -34,7 +34,8 @@ SIXTEEN = 16 * 4
 TOKEN = "shm-repo-t0ken"
 
 
-def _store(root: Path, server: str = "") -> Path:
+def _store(root: Path, server: str = "sharedMemory: system") -> Path:
+    """serve.yaml with ``server`` as its server section (shared memory is off by default)."""
     shutil.copy(Path(__file__).with_name("shm_models.py"), root / "shm_models.py")
     text = SERVE_YAML.replace("server: {strictReadiness: true}", f"server: {{{server}}}")
     (root / "serve.yaml").write_text(text)
@@ -222,7 +223,9 @@ def test_path_like_keys_are_refused(client: Client, key: str) -> None:
 def test_registration_errors(client: Client, objects: Objects) -> None:
     key, _ = objects.make(64)
     error = _error(lambda: client.register_system_shared_memory("r", key, 128))
-    assert _status(error) == "StatusCode.INVALID_ARGUMENT" and "invalid args" in error.message()
+    assert _status(error) == "StatusCode.INVALID_ARGUMENT"
+    assert "Unable to open shared memory region" in error.message()
+    assert "at least offset + byte_size (128) bytes" in error.message()
     absent = f"/servekit-absent-{uuid.uuid4().hex}"
     error = _error(lambda: client.register_system_shared_memory("r", absent, 8))
     assert "Unable to open shared memory region" in error.message()
@@ -292,7 +295,7 @@ def test_input_format_in_the_config(client: Client) -> None:
 
 
 def test_the_repository_token_guards_the_regions(tmp_path: Path) -> None:
-    server = start_server(_store(tmp_path, f"auth: {{repository: {TOKEN}}}"))
+    server = start_server(_store(tmp_path, f"sharedMemory: system, auth: {{repository: {TOKEN}}}"))
     try:
         with httpx.Client(base_url=server.http_url, timeout=10) as http:
             refused = http.get("/v2/systemsharedmemory/status")

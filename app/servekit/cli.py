@@ -120,6 +120,8 @@ def _validate(path: str) -> int:
     print(f"{path}: OK, {len(plan.models)} model(s)")
     for model in plan.models:
         versions = ",".join(str(v.version) for v in model.versions) or "-"
+        if model.remote is not None:
+            versions = "fetched at start"
         status = f"  problem: {model.problem}" if model.problem else ""
         print(
             f"  {model.name}: format {model.format_name}, runtime {model.runtime}, "
@@ -133,11 +135,16 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
     issues = []
     for index, model in enumerate(plan.models):  # compiled in serve.yaml's order, none left out
         uri = model.config.storage_uri if model.config is not None else None
-        if uri is None or (plan.base_dir / uri).exists():
+        if model.remote is not None:  # fetched by serve; validate reads no network
+            if model.problem is None:
+                continue
+            message = model.problem  # its scheme's extra is not installed
+        elif uri is None or (plan.base_dir / uri).exists():
             continue
+        else:
+            message = f"{uri} does not exist (looked for {(plan.base_dir / uri).resolve()})"
         where = ["models", index, "storageUri"]
         line = line_in_file(plan.config_path, where)
-        message = f"{uri} does not exist (looked for {(plan.base_dir / uri).resolve()})"
         issues.append(ConfigIssue(f"models[{index}].storageUri", line, message))
     return issues
 

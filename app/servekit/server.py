@@ -37,10 +37,16 @@ from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.model_control import ModelControl
+from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import Listening, ServerState
 from servekit.services.stats import Statistics
 
 log = logging.getLogger("servekit")
+
+
+DRAIN_SETTLE = 0.1
+"""Least time a graceful stop keeps the gRPC listener taking calls (within the grace): the
+calls that reached grpc core before the signal get handed to servekit and answered."""
 
 
 class _EmbeddedUvicorn(uvicorn.Server):
@@ -91,11 +97,19 @@ class ServeKit:
         # Every HTTP and gRPC surface below offers the configuration, statistics and
         # repository extensions and Triton's generate extension (app/servekit/rest/generate.py), so
         # server metadata names them.
+        shared_memory = SharedMemoryRegions(
+            enabled=plan.server.shared_memory == "system",
+            max_bytes=plan.server.max_request_bytes,
+        )
         extensions = (
-            *server_extensions(config_and_statistics=True, repository=True),
+            *server_extensions(
+                config_and_statistics=True, repository=True, shared_memory=shared_memory.enabled
+            ),
             *rest_generate.GENERATE,
         )
-        self.dataplane = DataPlane(self.state, self.repository, self.statistics, extensions)
+        self.dataplane = DataPlane(
+            self.state, self.repository, self.statistics, extensions, shared_memory
+        )
         self._worker = worker
         self.control = (
             ModelControl(self.state, self.repository)
@@ -151,14 +165,19 @@ class ServeKit:
             loop="none",
             # uvicorn's httptools protocol plus the deadlines and limits it lacks
             # (app/servekit/edge.py)
+            # (each shared memory region holds a descriptor the connections must leave free).
+            # TLS: our own context (app/servekit/config/tls.py, from the files the config check
+            # read: uvicorn's file options would prompt on the terminal for an encrypted key's
+            # password), handshaken by the edge itself so the handshake counts against the
+            # connection cap and the header timeout; uvicorn is given no SSL context.
             http=edge.protocol_class(
-                network, host_policy(server.host, hosts, server.allowed_hosts)
+                network,
+                host_policy(server.host, hosts, server.allowed_hosts),
+                reserved=self.dataplane.shared_memory.max_regions,
+                tls=None if tls is None else tls.server_context(),
             ),
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,
-            # Our own context (app/servekit/config/tls.py, from the files the config check read):
-            # uvicorn's file options would prompt on the terminal for an encrypted key's password.
-            ssl_context_factory=None if tls is None else lambda _c, _d: tls.server_context(),
         )
         self._http = _EmbeddedUvicorn(config)
         # uvicorn keeps one task per HTTP request in progress: with the gRPC calls, what a
@@ -221,18 +240,30 @@ class ServeKit:
         connections after their current response, gRPC calls still open get the rest of the
         grace) and models are released. Refusing first, closing after, means no request a
         client saw accepted is cut off: a load balancer retries the refused ones elsewhere.
-        Streams of decoupled models (which may never finish) end at their next response."""
+
+        Open streams (SSE generate_stream, grps streaming, gRPC ModelStreamInfer) count as
+        accepted requests: they go on for the grace like any other, and only one still open
+        when it runs out ends, at its next response (UNAVAILABLE). The gRPC listener keeps
+        taking calls while the server drains (answering new ones UNAVAILABLE) and closes
+        only once the calls in its handlers are done, after at least ``DRAIN_SETTLE``
+        seconds: grpc core cancels a call it holds but has not handed over yet when it shuts
+        down, so every call that arrived before the signal is first let in and answered."""
         loop = asyncio.get_running_loop()
         grace = self.plan.server.drain_seconds if grace is None else grace
-        deadline = loop.time() + grace
+        began = loop.time()
+        deadline = began + grace
+        settled = began + min(grace, DRAIN_SETTLE)
         self.state.begin_drain()
-        self.state.stopping = True
         if self._loading is not None and not self._loading.done():
             self._loading.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._loading
-        while self.dataplane.in_flight() and loop.time() < deadline:
+        calls = self.state.grpc_calls
+        while loop.time() < deadline and (
+            self.dataplane.in_flight() or calls.n or loop.time() < settled
+        ):
             await asyncio.sleep(0.01)
+        self.state.stopping = True  # streams still open end at their next response
         if self.dataplane.in_flight():
             log.warning("stopping with %d request(s) unfinished after %.1f s of drain",
                         self.dataplane.in_flight(), grace)  # fmt: skip
@@ -246,7 +277,8 @@ class ServeKit:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._http_task
             self._http = None
-        self.dataplane.shared_memory.close()  # unmap every region clients registered
+        self.dataplane.shared_memory.close()  # close every region clients registered
+        await self.control.close()  # no more looks at remote storage
         await self.repository.close()
 
 

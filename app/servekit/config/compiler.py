@@ -23,6 +23,7 @@ from servekit.config.auth import (
 )
 from servekit.config.hosts import is_loopback
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.remote_uris import local_path, remote_scheme
 from servekit.config.schema import (
     ModelConfig,
     RuntimeConfig,
@@ -82,6 +83,9 @@ class ModelPlan:
     problem: str | None = None  # why no version can load (missing folder, ...)
     labels_file: tuple[str, ...] = field(default=(), hash=False, compare=True)
     """The lines of labels.txt beside the model (classification labels by index), if any."""
+    remote: str | None = None
+    """The remote storageUri the versions come from (None: a local path or no files). Until
+    the server has fetched it, the plan has one version with no file (see plan_model)."""
 
     def labels(self, output: str) -> tuple[str, ...]:
         """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
@@ -165,11 +169,50 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         line = line_in_file(config_path, exc.field.split("."))
         issues.append(ConfigIssue(exc.field, line, str(exc)))
         tls = None
+    issues.extend(shared_memory_issues(config.server, access, config_path))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
         config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
     )
+
+
+def shared_memory_issues(
+    server: ServerConfig, access: AccessPolicy, config_path: Path | None
+) -> list[ConfigIssue]:
+    """Why ``server.sharedMemory: system`` cannot be served as configured (empty: it can).
+
+    A registered region makes the server read and write a file in /dev/shm that a client
+    names, so registering must be reserved to someone the operator trusts: only this machine
+    (a loopback host) or the holders of the repository token. Regions live in one process, so
+    under several workers a region registered through one would be unknown to the others."""
+    if server.shared_memory != "system":
+        return []
+    line = line_in_file(config_path, ["server", "sharedMemory"])
+    issues: list[ConfigIssue] = []
+    if not (is_loopback(server.host) or access.protects(ApiGroup.REPOSITORY)):
+        issues.append(
+            ConfigIssue(
+                "server.sharedMemory",
+                line,
+                f"sharedMemory: system lets clients make the server read and write shared "
+                f"memory objects of its host; with host {server.host!r} any client on the "
+                "network could register one. Listen on loopback (host: 127.0.0.1) or protect "
+                "the repository API with a token (server.auth.repository)",
+            )
+        )
+    workers = available_cores() if server.workers == "auto" else server.workers
+    if workers > 1:
+        issues.append(
+            ConfigIssue(
+                "server.sharedMemory",
+                line,
+                f"sharedMemory: system needs one server process (workers: 1, here "
+                f"{server.workers!r}): a region registered through one worker would be unknown "
+                "to the others, so requests naming it would fail at random",
+            )
+        )
+    return issues
 
 
 def available_cores() -> int:
@@ -255,34 +298,24 @@ def resolve_options(
 def plan_model(
     model: ModelConfig, runtime: RuntimeConfig, options: ResolvedOptions, base_dir: Path
 ) -> ModelPlan:
-    """The plan of one model: its versions on disk filtered by the version policy."""
+    """The plan of one model: its versions on disk filtered by the version policy.
+
+    A remote storageUri is not read here (compiling never touches the network): its plan
+    names the URI in ``remote`` and has no versions yet; the server fetches it into its cache
+    and calls :func:`plan_at` with the local copy (app/servekit/models/remote.py)."""
     problem = None
     versions: tuple[VersionSource, ...] = ()
     labels: tuple[str, ...] = ()
+    remote = None
     if model.storage_uri is not None:
-        location = (base_dir / model.storage_uri).resolve()
-        found, problem = discover_versions(location, model.version_labels)
-        labels, labels_problem = read_labels(location)
-        problem = problem or labels_problem
-        versions = select_versions(found, model.version_policy)
-        if not problem and not any(v.path for v in versions):
-            # Versions that are on disk but cannot load say why ('1' and '01', no model file);
-            # only when the policy names versions that are not there is the policy the problem.
-            on_disk = {v.version for v in found}
-            problem = (
-                "; ".join(
-                    f"version {v.version}: {v.problem}"
-                    for v in versions
-                    if v.version in on_disk and v.problem
-                )
-                or f"no version of {location} matches the version policy"
-            )
-        # Clients read these reasons: paths relative to serve.yaml's folder, never absolute.
-        problem = hide_paths(problem, base_dir) if problem else problem
-        versions = tuple(
-            replace(v, problem=hide_paths(v.problem, base_dir)) if v.problem else v
-            for v in versions
-        )
+        scheme = remote_scheme(model.storage_uri)  # the schema validator checked it parses
+        if scheme is not None:
+            remote = model.storage_uri
+            versions = (VersionSource(1, None),)
+            problem = scheme.missing()
+        else:
+            location = (base_dir / local_path(model.storage_uri)).resolve()
+            versions, labels, problem = _versions_at(model, location, base_dir)
     else:
         versions = (VersionSource(1, None),)
     return ModelPlan(
@@ -303,7 +336,45 @@ def plan_model(
         config=model,
         problem=problem,
         labels_file=labels,
+        remote=remote,
     )
+
+
+def plan_at(plan: ModelPlan, location: Path, base_dir: Path) -> ModelPlan:
+    """``plan`` of a remote model once its files are at ``location`` (the local cache)."""
+    assert plan.config is not None
+    versions, labels, problem = _versions_at(plan.config, location, base_dir)
+    return replace(plan, versions=versions, labels_file=labels, problem=problem)
+
+
+def _versions_at(
+    model: ModelConfig, location: Path, base_dir: Path
+) -> tuple[tuple[VersionSource, ...], tuple[str, ...], str | None]:
+    """The versions found at ``location`` under the version policy, the labels beside them and
+    the problem that keeps all of them from loading (paths in reasons relative to
+    ``base_dir``, never absolute)."""
+    found, problem = discover_versions(location, model.version_labels)
+    labels, labels_problem = read_labels(location)
+    problem = problem or labels_problem
+    versions = select_versions(found, model.version_policy)
+    if not problem and not any(v.path for v in versions):
+        # Versions that are on disk but cannot load say why ('1' and '01', no model file);
+        # only when the policy names versions that are not there is the policy the problem.
+        on_disk = {v.version for v in found}
+        problem = (
+            "; ".join(
+                f"version {v.version}: {v.problem}"
+                for v in versions
+                if v.version in on_disk and v.problem
+            )
+            or f"no version of {location} matches the version policy"
+        )
+    # Clients read these reasons: paths relative to serve.yaml's folder, never absolute.
+    problem = hide_paths(problem, base_dir) if problem else problem
+    versions = tuple(
+        replace(v, problem=hide_paths(v.problem, base_dir)) if v.problem else v for v in versions
+    )
+    return versions, labels, problem
 
 
 LABELS_FILE = "labels.txt"

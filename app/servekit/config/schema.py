@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationInfo,
@@ -28,6 +29,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from servekit.config.hosts import check_entry
 from servekit.config.pip_requirements import NAME_START, check_requirement
+from servekit.config.remote_uris import remote_scheme
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -259,6 +261,38 @@ class LoggingConfig(Section):
         return value
 
 
+class S3Storage(Section):
+    """Where `s3://` URIs are read from: AWS, or any S3-compatible store."""
+
+    endpoint: str | None = None
+    """The store's URL (MinIO, Ceph, a local emulator); default `AWS_ENDPOINT_URL`, else AWS.
+    Credentials come from the usual AWS environment variables and files, never serve.yaml."""
+    anonymous: bool = False
+    """Read a public bucket without credentials."""
+
+
+class StorageConfig(Section):
+    """Remote `storageUri`s (`s3://`, `gs://`, `az://`, Azure Blob and `https://` URLs):
+    downloaded once into a local cache, served from there."""
+
+    cache_dir: str | None = None
+    """The cache folder; default `$XDG_CACHE_HOME/servekit/models` (`~/.cache/...`). In an
+    image, a writable volume. Relative paths are relative to serve.yaml's folder."""
+    max_bytes: int = Field(20 * 1024**3, ge=1024 * 1024)
+    """The cache's size bound: beyond it, the least recently used downloads that no served
+    model uses are deleted."""
+    max_download_bytes: int = Field(10 * 1024**3, ge=1024)
+    """The largest model (all its files, or an archive and what it unpacks to) one remote
+    storageUri may bring."""
+    timeout_seconds: float = Field(600.0, gt=0, le=86_400)
+    """The longest one model's download may take, listing included."""
+    poll_seconds: float = Field(30.0, ge=1, le=86_400)
+    """How often `--watch` looks at remote models for new versions and changed objects, and
+    how soon a model whose download failed is tried again (doubling up to 10 minutes)."""
+    s3: S3Storage = S3Storage()
+    """`s3://` settings."""
+
+
 def _allowed_host(value: str) -> str:
     try:
         return check_entry(value)
@@ -268,6 +302,15 @@ def _allowed_host(value: str) -> str:
 
 AllowedHost = Annotated[str, AfterValidator(_allowed_host)]
 """One entry of ``server.allowedHosts`` (app/servekit/config/hosts.py says what is accepted)."""
+
+
+def _yaml_off(value: object) -> object:
+    """YAML 1.1 (PyYAML) reads a bare ``off`` as false: take it as the word written."""
+    return "off" if value is False else value
+
+
+SharedMemoryMode = Annotated[Literal["off", "system"], BeforeValidator(_yaml_off)]
+"""``server.sharedMemory``: ``off`` or ``system`` (``off`` unquoted in YAML is false)."""
 
 
 class ServerConfig(Section):
@@ -331,16 +374,21 @@ class ServerConfig(Section):
     storage_dir: str | None = Field(None, json_schema_extra=RESTART)
     """Folder for models pushed by clients (repository load with files); default
     `.servekit/storage` beside serve.yaml."""
+    storage: StorageConfig = Field(StorageConfig(), json_schema_extra=RESTART)
+    """Remote model storage (`s3://`, `gs://`, `az://`, `https://` storageUris): the local
+    cache and its bounds."""
     startup_models: Literal["all", "none"] | list[str] = Field("all", json_schema_extra=LIVE)
     """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
     watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
     inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
-    """Models measured faster than this (wall time of a call, measured in the model's worker
-    threads first) run on the event loop thread, where a thread hop would cost more than the
-    model; all others run in their own worker threads. A version seen slower than this while
-    on the loop goes back to its threads, and after a few such moments stays there until it is
-    reloaded. 0 keeps every model off the loop. An edit starts the measuring over."""
+    """ONNX models measured faster than this (wall time of a call, measured in the model's
+    worker threads first) run on the event loop thread, where a thread hop would cost more than
+    the model; all others run in their own worker threads (Python models always do: their code
+    may block on any call, and the loop also answers the liveness probes). A version seen
+    slower than this while on the loop goes back to its threads, and after a few such moments
+    stays there until it is reloaded. 0 keeps every model off the loop. An edit starts the
+    measuring over."""
     drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
     """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
     inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones
@@ -361,6 +409,14 @@ class ServerConfig(Section):
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
     logging: LoggingConfig = Field(LoggingConfig(), json_schema_extra=RESTART)
     """Log format (text or JSON lines), level and the access log (docs/ops.md, "Logs")."""
+    shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
+    """Triton's system shared memory extension (clients on this host register POSIX shared
+    memory objects and name them in inference requests instead of sending tensors): `off`
+    (the default, as Triton now ships it: the register, status and unregister routes answer
+    403 / PERMISSION_DENIED saying so) or `system`. `system` needs a loopback `host` or a
+    `server.auth.repository` token, and one server process (`workers: 1`); registration is
+    accepted from clients on this host only, for objects owned by the server's user and
+    closed to group and others (mode 0600). docs/ops.md, "Shared memory"."""
     requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
     """Python packages the project's image installs (`servekit build`), one PEP 508
     requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,
@@ -568,7 +624,9 @@ class ModelConfig(Section):
     model_format: ModelFormat
     """Format of the model, e.g. {name: onnx}."""
     storage_uri: str | None = None
-    """Path relative to serve.yaml: a folder of numbered version folders, or one model file."""
+    """Path relative to serve.yaml, or a remote URI (`s3://`, `gs://`, `az://`,
+    `https://<account>.blob.core.windows.net/...`, `https://` for one file or a `.tar.gz` /
+    `.zip` archive): a folder of numbered version folders, one model file, or an archive."""
     entrypoint: str | None = None
     """For Python models: `module:attr`, a class with load/predict or a function."""
     runtime: str | None = None
@@ -605,11 +663,14 @@ class ModelConfig(Section):
     child process of its own (one per instance), fed over a socket, as Triton's Python backend
     stub: a crash (segfault, abort), an out-of-memory kill or a call that hangs past
     `timeoutSeconds` makes this model UNAVAILABLE with the reason while its process restarts,
-    and every other model keeps serving. Costs a round trip per call (tens of microseconds)."""
+    and every other model keeps serving (server readiness included); 5 such losses within 60 s
+    stop the restarts until the model is loaded again (circuit breaker). Costs a round trip per
+    call (tens of microseconds)."""
     timeout_seconds: float | None = Field(None, gt=0, le=86_400)
-    """For `isolation: process`: longest one call may run in the child process (or the
-    request's own deadline when it is shorter); past it the process is killed and restarted
-    and the request answered 503 / UNAVAILABLE. Default 60."""
+    """For `isolation: process`: longest one call may run in the child process; past it the
+    process is killed and restarted and the request answered 503 / UNAVAILABLE. Default 60. A
+    request's own shorter deadline answers that request 504 / DEADLINE_EXCEEDED and leaves
+    the call to finish in the process (its answer dropped), which is not killed for it."""
     memory_limit_bytes: int | None = Field(None, ge=64 * 1024 * 1024, le=INT64_MAX)
     """For `isolation: process`: the child's RLIMIT_DATA (heap and private anonymous memory,
     not shared libraries or mapped files), so an allocation past it fails with MemoryError
@@ -648,6 +709,8 @@ class ModelConfig(Section):
     def _has_source(self) -> ModelConfig:
         if self.storage_uri is None and self.entrypoint is None:
             raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
+        if self.storage_uri is not None:
+            remote_scheme(self.storage_uri)  # a scheme servekit cannot read is a config error
         if self.dynamic_batching is not None and self.max_batch_size == 0:
             raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
         for tensor in self.inputs or ():

@@ -27,6 +27,7 @@ import yaml
 from servekit.config.compiler import ServePlan, compile_plan
 from servekit.config.loader import load_config
 from servekit.config.names import k8s_label
+from servekit.config.remote_uris import shown_uri
 from servekit.config.schema import AuthConfig
 from servekit.export import secrets as export_secrets
 
@@ -41,6 +42,10 @@ TOKEN_FILE_MODE = 0o440
 """Token files of the Deployment: read-only, for the owner (root) and the pod's fsGroup."""
 STORAGE_ENV = {"name": "SERVEKIT_SERVER__STORAGEDIR", "value": "/tmp/servekit-storage"}
 """Models pushed by clients go to the writable emptyDir: the root filesystem is read-only."""
+CACHE_DIR = "/var/cache/servekit"
+"""Where a pod keeps models fetched from remote storageUris: a volume of its own (emptyDir by
+default; a PersistentVolumeClaim there keeps downloads across restarts)."""
+CACHE_ENV = {"name": "SERVEKIT_SERVER__STORAGE__CACHEDIR", "value": CACHE_DIR}
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
@@ -117,7 +122,13 @@ def warnings(plan: ServePlan, target: str) -> list[str]:
                 f"model {model.name}: its Python module must be in the image (the Dockerfile "
                 "copies *.py beside serve.yaml to /srv, which is on the Python path)"
             )
-        if target == "k8s" and uri is not None:
+        if target == "k8s" and model.remote is not None:
+            found.append(
+                f"model {model.name}: storageUri {shown_uri(model.remote)} is fetched at start "
+                f"into the pod's cache volume ({CACHE_DIR}); give the pod the store's "
+                "credentials in its environment (docs/ops.md, 'Models in remote storage')"
+            )
+        elif target == "k8s" and uri is not None:
             location = (plan.base_dir / uri).resolve()
             if _URI.match(uri) or not location.is_relative_to(plan.base_dir.resolve() / "models"):
                 found.append(
@@ -195,13 +206,16 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
         {"name": "config", "mountPath": f"{CONFIG_DIR}/serve.yaml", "subPath": "serve.yaml"},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
+    remote = any(m.remote is not None for m in plan.models)
+    if remote:
+        mounts.append({"name": "model-cache", "mountPath": CACHE_DIR})
     used = [str(m["mountPath"]) for m in mounts]
     tokens = container_tokens(plan, CONFIG_DIR, used=used, mode=TOKEN_FILE_MODE)
     container = {
         "name": "servekit",
         "image": image,
         "args": args,
-        "env": [STORAGE_ENV, *tokens.env],
+        "env": [STORAGE_ENV, *([CACHE_ENV] if remote else []), *tokens.env],
         "ports": ports,
         "livenessProbe": probe("/v2/health/live", "http", period=10, failures=3),
         "readinessProbe": probe("/v2/health/ready", "http", period=5, failures=2),
@@ -265,11 +279,15 @@ def _config_map_name(plan: ServePlan) -> str:
 
 
 def volumes(plan: ServePlan) -> list[Manifest]:
-    """serve.yaml from the ConfigMap, and a writable /tmp beside a read-only root filesystem."""
-    return [
+    """serve.yaml from the ConfigMap, a writable /tmp beside a read-only root filesystem, and
+    the cache of remote models when a storageUri is remote."""
+    listed: list[Manifest] = [
         {"name": "config", "configMap": {"name": _config_map_name(plan)}},
         {"name": "tmp", "emptyDir": {}},
     ]
+    if any(m.remote is not None for m in plan.models):
+        listed.append({"name": "model-cache", "emptyDir": {}})
+    return listed
 
 
 def probe(path: str, port: int | str, *, period: int, failures: int) -> Manifest:

@@ -136,6 +136,9 @@ def server_options(server: ServerConfig) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
         ("grpc.http2.max_ping_strikes", 2),
+        # A connection's (TLS) handshake within headerTimeoutSeconds, as on the HTTP listener
+        # (grpc core's default is 120 s: a silent connection held its descriptor that long).
+        ("grpc.server_handshake_timeout_ms", round(network.header_timeout_seconds * 1000)),
     ]
 
 

@@ -203,7 +203,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         control = await self._repository(context, "RepositoryModelUnload")
         return await repository_rpcs.repository_model_unload(control, request, context)
 
-    # -- shared memory extensions (system: offered; CUDA: refused with the reason) -----------
+    # -- shared memory extensions (system: with server.sharedMemory; CUDA: refused) ----------
     # Same group as the repository RPCs (app/servekit/grpc/access.py); why:
     # app/servekit/rest/shared_memory.py.
     @guarded
@@ -227,7 +227,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.SystemSharedMemoryRegisterRequest, context: Context
     ) -> Any:
         self._dataplane.shared_memory.register(
-            request.name, request.key, request.offset, request.byte_size
+            request.name, request.key, request.offset, request.byte_size, peer=context.peer()
         )
         return pb.SystemSharedMemoryRegisterResponse()
 

@@ -360,6 +360,11 @@ def check_sources(
         current is not None and current.storage_uri == model.storage_uri
     ):
         return
+    if "://" in model.storage_uri:  # the server fetching what a client names: never
+        raise InvalidArgument(
+            "storageUri of a load request cannot be a URI (s3://, https://, ...): remote "
+            "storage is declared in serve.yaml only"
+        )
     location = (base_dir / model.storage_uri).resolve()
     root = base_dir.resolve()
     inside = location.is_relative_to(root) and not location.is_relative_to(storage_dir.resolve())

@@ -248,9 +248,13 @@ class RemoteServer:
         requirements.txt, Dockerfile). The V2 API does not hand out model files or code: each
         model gets a placeholder ``storageUri`` and a note (``serve.yaml`` comments,
         ``missing``) says what to copy there. Save from the notebook that serves the models
-        (``server.save``) to get everything."""
+        (``server.save``) to get everything. A name in the server's index that serve.yaml
+        would not accept (``../x``, ``a/b``) fails the save (SaveError) before anything is
+        written."""
         project = saving.Project()
-        for name in sorted({row["name"] for row in self.models}):
+        names = [row["name"] for row in self.models]
+        saving.check_names(names)  # another program's answer: never a path outside ``folder``
+        for name in sorted(set(names)):
             config = self._call(ApiGroup.METADATA, "GET", _path("v2", "models", name, "config"))
             entry, note = _entry_from_config(name, config or {})
             project.models.append(entry)

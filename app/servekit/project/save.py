@@ -8,7 +8,11 @@ for what was defined in the notebook, copies of the project's own modules otherw
 same models with the same outputs, and ``servekit build folder`` makes its image.
 
 Nothing is written unless every model can be: a model whose source cannot be written (a lambda,
-a closure ...) fails the save with every such model named.
+a closure ...) fails the save with every such model named. Nothing is written or removed outside
+the folder either: the model names may come from another server (``servekit save URL``), so each
+must be a model name by serve.yaml's own rule, and every path the save replaces or writes must
+resolve inside the folder (a saved model's own folder inside ``models/``) before anything is
+touched.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import yaml
 
 from servekit import __version__
 from servekit.config.compiler import BUILTIN_RUNTIMES, ModelPlan
-from servekit.config.schema import RuntimeConfig
+from servekit.config.schema import MODEL_NAME, RuntimeConfig
 from servekit.project import dockerfile, requirements
 from servekit.project.source import MODULE, ModuleSource, SourceError
 from servekit.runtimes import onnx_files
@@ -32,6 +36,23 @@ from servekit.runtimes.python import OBJECT_PREFIX, resolve_entrypoint
 
 class SaveError(ValueError):
     """Models that cannot be saved; the message names each one and why."""
+
+
+NAME_RULE = (
+    "letters, digits, '_', '.', '-', starting with a letter or digit, at most 128 characters"
+)
+"""serve.yaml's model-name rule (``MODEL_NAME``) in words, for the save's refusals."""
+
+
+def check_names(names: Sequence[object]) -> None:
+    """SaveError naming every entry of ``names`` that is not a model name serve.yaml accepts
+    (a server's index is another program's answer: ``../x`` must not become a path)."""
+    bad = [n for n in names if not isinstance(n, str) or not MODEL_NAME.fullmatch(n)]
+    if bad:
+        raise SaveError(
+            "cannot save: the server names models that are not model names "
+            f"({NAME_RULE}); nothing was written: " + ", ".join(repr(n) for n in bad)
+        )
 
 
 @dataclass
@@ -54,15 +75,16 @@ class Project:
 
     def write(self, folder: str | Path) -> Path:
         """Write the project into ``folder`` (created if needed; files of the same name and
-        each saved model's own folder under ``models/`` are replaced)."""
+        each saved model's own folder under ``models/`` are replaced).
+
+        SaveError, before anything is written or removed, when a model name is not one
+        serve.yaml accepts or a path would land outside ``folder``."""
         root = Path(folder).expanduser()
+        replaced, written = self._targets(root)
         root.mkdir(parents=True, exist_ok=True)
-        for entry in self.models:
-            uri = entry.get("storageUri")
-            if isinstance(uri, str) and uri.startswith("models/"):
-                shutil.rmtree(root / uri, ignore_errors=True)
-        for relative, content in self.files.items():
-            target = root / relative
+        for target in replaced:
+            shutil.rmtree(target, ignore_errors=True)
+        for target, content in written:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         if self.source.definitions:
@@ -73,6 +95,39 @@ class Project:
         (root / "Dockerfile").write_text(dockerfile.PROJECT_DOCKERFILE)
         (root / ".dockerignore").write_text(dockerfile.DOCKERIGNORE)
         return root
+
+    def _targets(self, root: Path) -> tuple[list[Path], list[tuple[Path, bytes]]]:
+        """The model folders to replace and the files to write, each checked to resolve
+        inside ``root`` (the folders strictly inside ``root/models``, never it or ``root``)."""
+        base = root.resolve()
+        models = base / "models"
+        problems: list[str] = []
+        for entry in self.models:
+            name = entry.get("name")
+            if not isinstance(name, str) or not MODEL_NAME.fullmatch(name):
+                problems.append(f"{name!r} is not a model name ({NAME_RULE})")
+        replaced: list[Path] = []
+        for entry in self.models:
+            uri = entry.get("storageUri")
+            if isinstance(uri, str) and uri.startswith("models/"):
+                target = (base / uri).resolve()
+                if target.parent != models:  # models/<name> itself, nothing above or below
+                    problems.append(f"storageUri {uri!r} is not a model folder under models/")
+                else:
+                    replaced.append(target)
+        written: list[tuple[Path, bytes]] = []
+        for relative, content in self.files.items():
+            target = (base / relative).resolve()
+            if target == base or not target.is_relative_to(base):
+                problems.append(f"file {relative!r} would be written outside the folder")
+            else:
+                written.append((target, content))
+        if problems:
+            raise SaveError(
+                "cannot save (nothing was written or removed):\n"
+                + "\n".join(f"  {p}" for p in problems)
+            )
+        return replaced, written
 
     def serve_yaml(self) -> str:
         header = (

@@ -8,10 +8,14 @@ posts ``{"key", "offset", "byte_size"}`` to ``.../region/{name}/register``;
 the DataPlane's :class:`servekit.services.shared_memory.SharedMemoryRegions`; inference reads and
 writes them there, whatever transport the request came over.
 
-API group: ``repository``. Registering makes the server open and map an object a client names
-and write model outputs into it; that changes what the server holds and touches host memory
-beyond the request, like loading a model, not like one inference. The operator who hands out
-the repository token already trusts its holders with server state; a group of its own would
+Off unless ``server.sharedMemory: system``: without it the system routes answer 403 saying which
+setting enables them (the CUDA routes answer as always). Registering is accepted from a client on
+the server's host only (the peer uvicorn saw: loopback, or a UNIX socket), checked in the service.
+
+API group: ``repository``. Registering makes the server open (and keep open) an object a client
+names and write model outputs into it; that changes what the server holds and touches host
+memory beyond the request, like loading a model, not like one inference. The operator who hands
+out the repository token already trusts its holders with server state; a group of its own would
 add a token setting to serve.yaml for a feature used by clients on the same host only (the
 regions are local by nature), and inference with a region still needs the inference token.
 Register and unregister also carry the cross-site guard of control routes.
@@ -36,8 +40,9 @@ from servekit.services.shared_memory import CUDA_UNSUPPORTED
 _SYSTEM = "/v2/systemsharedmemory"
 _CUDA = "/v2/cudasharedmemory"
 _GROUP = group_opt(ApiGroup.REPOSITORY)
-_FAILS = failures(ApiGroup.REPOSITORY, 400, 404, 409, 413)
-"""What a shared-memory route can refuse (a bad key or window, an unknown or taken name)."""
+_FAILS = failures(ApiGroup.REPOSITORY, 400, 403, 404, 409, 413)
+"""What a shared-memory route can refuse (a bad key or window, an unknown or taken name, shared
+memory disabled or a remote client, no room for another region)."""
 _REGISTER = Schema(
     type=OpenAPIType.OBJECT,
     required=["key", "byte_size"],
@@ -88,7 +93,10 @@ async def system_register(
     request: Request[Any, Any, Any], dataplane: Dataplane, name: FromPath[str]
 ) -> Response[dict[str, Any]]:
     body = await _register_body(request)
-    dataplane.shared_memory.register(name, body["key"], body.get("offset", 0), body["byte_size"])
+    peer = request.client.host if request.client is not None else None
+    dataplane.shared_memory.register(
+        name, body["key"], body.get("offset", 0), body["byte_size"], peer=peer
+    )
     return _done()
 
 

@@ -26,15 +26,22 @@ class ModelRuntime(Protocol):
     """One loaded model version.
 
     ``predict`` is called with inputs already validated against ``signature`` (names, datatypes,
-    shapes) and the list of outputs wanted; it may run on the event loop thread or a worker
-    thread, so it must be thread-safe and must not touch the event loop.
+    shapes) and the list of outputs wanted; it runs in a worker thread, or on the event loop
+    thread when ``may_run_inline`` allows it, so it must be thread-safe and must not touch the
+    event loop.
     """
 
     signature: ModelSignature
     platform: str
-    off_loop: bool
-    """True: never call ``predict`` on the event loop thread, however fast it was measured (it
-    waits on another process and may wait up to its timeout: app/servekit/runtimes/isolated.py)."""
+    may_run_inline: bool
+    """Whether the executor may call ``predict`` on the event loop thread once calls are
+    measured fast (app/servekit/services/placement.py). Only a runtime whose calls cannot block
+    says True: pure computation whose time follows its input (ONNX Runtime; the executor also
+    keeps a request with more rows than were measured off the loop). A runtime that runs
+    arbitrary code (a Python model may sleep, take a lock or wait on the network once in a
+    while, after any number of fast calls) or waits on another process (an isolated model)
+    says False: one blocked call on the loop would stall every request, liveness probes
+    included, of every model."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """Run the model."""
@@ -75,9 +82,12 @@ class Supervised(Protocol):
 
 CALL_DEADLINE: ContextVar[float | None] = ContextVar("servekit_call_deadline", default=None)
 """The ``time.monotonic()`` by which the current request must be answered, when the caller
-knows one (a client's deadline); a runtime that can stop a call (an isolated model) stops it
-then, else at its own timeout. A context variable, so it follows the call into a worker thread
-(``asyncio.to_thread`` copies the context) without changing ``predict``'s arguments."""
+knows one (a client's deadline). The executor answers the client at that time whatever the
+runtime does; a runtime may use it to not start work nobody waits for (an isolated model
+waits for a free process until then, and does not send a call past it), but a call already
+running is never killed for it: a client's short deadline must not restart a model others
+use. A context variable, so it follows the call into a worker thread (``asyncio.to_thread``
+copies the context) without changing ``predict``'s arguments."""
 
 
 def apply_overrides(

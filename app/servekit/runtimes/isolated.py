@@ -9,12 +9,23 @@ runtime with ``predict`` and ``close``; what it adds is that the model's failure
 process:
 
 - the process dies (segfault, abort, the kernel's out-of-memory killer, ``os._exit``), or runs
-  out of memory under ``memoryLimitBytes`` (RLIMIT_DATA), or a call runs past its deadline
-  (the request's, ``CALL_DEADLINE``, else ``timeoutSeconds``; the process is then killed): the
-  calls it had get 503 / UNAVAILABLE with the reason, the model reports itself down with that
-  reason (the repository shows the version UNAVAILABLE: :class:`~servekit.runtimes.base.Supervised`)
-  and a new process is started after a backoff (0.2 s, doubling to 30 s while it keeps failing
-  soon after starting); once it has loaded, the model is READY again. Other models never notice.
+  out of memory under ``memoryLimitBytes`` (RLIMIT_DATA), or a call runs past the model's
+  ``timeoutSeconds`` (the process is then killed): the calls it had get 503 / UNAVAILABLE with
+  the reason, the model reports itself down with that reason (the repository shows the version
+  UNAVAILABLE: :class:`~servekit.runtimes.base.Supervised`; server readiness does not count it,
+  app/servekit/services/dataplane.py) and a new process is started after a backoff (0.2 s,
+  doubling to 30 s while it keeps failing soon after starting); once it has loaded, the model
+  is READY again. Other models never notice.
+- a client's deadline (``CALL_DEADLINE``) or cancellation never kills the process: the
+  executor answers that client at once and the call goes on in the child, its answer read
+  and dropped when it comes (the wire stays one message each way), the process free again
+  for the model's other clients. Killing it there let any client with a short deadline
+  restart the model over and over, failing everybody else's calls.
+- a model that crashes ``BREAKER_CRASHES`` times within ``BREAKER_WINDOW_S`` (a poison request
+  sent again and again, a process that dies soon after every start) trips its circuit
+  breaker: it stays UNAVAILABLE with the reason ("crashed 5 times in 60 s: <the last one>"),
+  its processes are stopped and no longer restarted until a repository load (or serve.yaml
+  edit) loads it anew.
 - the process never outlives the server: it asks the kernel for SIGKILL when the server dies
   (``PR_SET_PDEATHSIG``, which fires when the *thread* that started it ends, so every child is
   started by one long-lived spawner thread), exits at end of file on its socket, and ``close``
@@ -38,6 +49,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +62,7 @@ from servekit.config.versions import VersionSource
 from servekit.datatypes import DATATYPES
 from servekit.errors import (
     AlreadyExists,
+    DeadlineExceeded,
     Internal,
     InvalidArgument,
     NotFound,
@@ -81,6 +94,10 @@ BACKOFF_FIRST_S = 0.2
 BACKOFF_MAX_S = 30.0
 STABLE_S = 60.0
 """A process that served this long before failing restarts after the first backoff again."""
+BREAKER_CRASHES = 5
+BREAKER_WINDOW_S = 60.0
+"""That many lost processes (crash, out of memory, killed at ``timeoutSeconds``) within this
+many seconds trip the model's circuit breaker: no more restarts until it is loaded again."""
 _ERRORS: dict[str, type[ServeError]] = {
     cls.code.value: cls
     for cls in (
@@ -182,7 +199,7 @@ class IsolatedModel:
     """An isolated Python model: ``instances`` child processes, one call at a time each."""
 
     platform = PLATFORM
-    off_loop = True
+    may_run_inline = False  # a call waits on another process (runtimes/base.py)
 
     def __init__(
         self, settings: ChildSettings, children: list[_Child], signature: ModelSignature
@@ -198,6 +215,10 @@ class IsolatedModel:
         self._busy: set[_Child] = set()
         self._down: dict[int, str] = {}
         self._backoff: dict[int, float] = {}
+        self._crashes: deque[float] = deque()
+        """When recent processes were lost (``time.monotonic()``), for the breaker."""
+        self._tripped: str | None = None
+        """The breaker's reason once it tripped: the model is down until it is loaded anew."""
         self._closing = threading.Event()
         self._report: Callable[[str | None], None] | None = None
         for child in children:
@@ -205,20 +226,28 @@ class IsolatedModel:
 
     # -- the runtime interface ------------------------------------------------------------------
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
-        own = time.monotonic() + self._settings.timeout_s
+        """One call in a free process. The request's deadline (``CALL_DEADLINE``) bounds only
+        the wait for a free process and whether the call starts at all; once sent, the call
+        runs to its answer or to ``timeoutSeconds`` (see the module docstring): the executor
+        has answered a client whose deadline passed meanwhile and drops this result."""
+        timeout = self._settings.timeout_s
         given = CALL_DEADLINE.get()
-        deadline = given if given is not None and given < own else own
-        child = self._take(deadline)
-        try:
-            send_message(child.sock, {"op": "infer", "outputs": outputs}, inputs, deadline)
-            header, arrays = recv_message(child.sock, deadline)
-        except TimeoutError:
-            limit = (
-                "the request's deadline"
-                if deadline is given
-                else f"timeoutSeconds ({self._settings.timeout_s:g} s)"
+        wait_until = time.monotonic() + timeout
+        if given is not None and given < wait_until:
+            wait_until = given
+        child = self._take(wait_until, given)
+        if given is not None and time.monotonic() >= given:
+            self._give_back(child)
+            raise DeadlineExceeded(
+                f"model {self._name!r}: the request's deadline passed before its call started"
             )
-            raise self._failed(child, f"a call ran past {limit}; its process was killed") from None
+        limit = time.monotonic() + timeout
+        try:
+            send_message(child.sock, {"op": "infer", "outputs": outputs}, inputs, limit)
+            header, arrays = recv_message(child.sock, limit)
+        except TimeoutError:
+            why = f"a call ran past timeoutSeconds ({timeout:g} s); its process was killed"
+            raise self._failed(child, why) from None
         except (ChannelClosed, ProtocolError, OSError) as exc:
             if isinstance(exc, ProtocolError):
                 log.error("model %s: bad message from its process: %s", self._name, exc)
@@ -267,11 +296,14 @@ class IsolatedModel:
     def _name(self) -> str:
         return self._settings.model
 
-    def _take(self, deadline: float) -> _Child:
+    def _take(self, deadline: float, given: float | None) -> _Child:
+        """A free process, waiting until ``deadline`` at most (``given``: the request's)."""
         with self._cond:
             while True:
                 if self._closing.is_set():
                     raise Unavailable(f"model {self._name!r} is unloading")
+                if self._tripped is not None:
+                    raise Unavailable(f"model {self._name!r} is unavailable: {self._tripped}")
                 if self._idle:
                     child = self._idle.pop()
                     self._busy.add(child)
@@ -280,28 +312,43 @@ class IsolatedModel:
                     raise Unavailable(f"model {self._name!r} is unavailable: {self._problem()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise Unavailable(
-                        f"model {self._name!r}: all {self._instances} of its processes stayed "
-                        "busy until the call's deadline"
+                    busy = (
+                        f"all {self._instances} of its processes stayed busy until the "
+                        "request's deadline"
                     )
+                    if deadline == given:
+                        raise DeadlineExceeded(f"model {self._name!r}: {busy}")
+                    raise Unavailable(f"model {self._name!r}: {busy}")
                 self._cond.wait(left)
 
     def _give_back(self, child: _Child) -> None:
         with self._cond:
             self._busy.discard(child)
-            if not child.dead and not self._closing.is_set():
+            stop = self._tripped is not None and not child.dead
+            if stop:  # the breaker tripped during this call: the process is not used again
+                child.dead = True
+            elif not child.dead and not self._closing.is_set():
                 self._idle.append(child)
             self._cond.notify()
+        if stop:
+            _stop(child, 0.0)
 
     def _problem(self) -> str | None:
+        if self._tripped is not None:
+            return self._tripped
         if not self._down:
             return None
         reasons = sorted(set(self._down.values()))
         return "; ".join(reasons) + "; restarting it"
 
     def _failed(self, child: _Child, reason: str) -> Unavailable:
-        """Take ``child`` out (killed), report the model down, restart it; the caller's error."""
+        """Take ``child`` out (killed), report the model down, restart it unless the breaker
+        trips; the caller's error."""
         self._lose(child, reason)
+        with self._cond:
+            tripped = self._tripped
+        if tripped is not None:
+            return Unavailable(f"model {self._name!r} is unavailable: {tripped}")
         return Unavailable(f"model {self._name!r} is unavailable: {reason}; restarting it")
 
     def _lose(self, child: _Child, reason: str) -> None:
@@ -313,12 +360,29 @@ class IsolatedModel:
             if child in self._idle:
                 self._idle.remove(child)
             self._down[child.slot] = reason
-            lived = time.monotonic() - child.started
+            now = time.monotonic()
+            lived = now - child.started
             first = lived >= STABLE_S or child.slot not in self._backoff
             delay = BACKOFF_FIRST_S if first else min(2 * self._backoff[child.slot], BACKOFF_MAX_S)
             self._backoff[child.slot] = delay
+            stopped = self._trip_if_looping(now, reason)
             problem = self._problem()
             self._cond.notify_all()
+        _stop(child, 0.0)
+        for other in stopped:
+            _stop(other, 0.0)
+        if self._tripped is not None:
+            log.error(
+                "model %s: process %d (instance %d) failed: %s; circuit breaker tripped (%s), "
+                "no more restarts until the model is loaded again",
+                self._name,
+                child.proc.pid,
+                child.slot,
+                reason,
+                self._tripped,
+            )
+            self._tell(problem)
+            return
         log.warning(
             "model %s: process %d (instance %d) failed: %s; restarting it in %.1f s",
             self._name,
@@ -327,7 +391,6 @@ class IsolatedModel:
             reason,
             delay,
         )
-        _stop(child, 0.0)
         self._tell(problem)
         threading.Thread(
             target=self._restart,
@@ -336,8 +399,30 @@ class IsolatedModel:
             daemon=True,
         ).start()
 
+    def _trip_if_looping(self, now: float, reason: str) -> list[_Child]:
+        """Count a lost process (under ``_cond``); at ``BREAKER_CRASHES`` within the window,
+        trip the breaker and return the idle processes to stop (busy ones stop when their
+        call returns: ``_give_back``)."""
+        crashes = self._crashes
+        crashes.append(now)
+        while crashes and now - crashes[0] > BREAKER_WINDOW_S:
+            crashes.popleft()
+        if self._tripped is not None or len(crashes) < BREAKER_CRASHES:
+            return []
+        self._tripped = (
+            f"crashed {len(crashes)} times in {BREAKER_WINDOW_S:g} s: {reason}; not restarted "
+            "until the model is loaded again (repository load or serve.yaml edit)"
+        )
+        stopped = list(self._idle)
+        self._idle.clear()
+        for other in stopped:
+            other.dead = True
+        return stopped
+
     def _restart(self, slot: int, delay: float) -> None:
         while not self._closing.wait(delay):
+            if self._tripped is not None:
+                return
             try:
                 child, signature = start_child(self._settings, slot)
             except LoadError as exc:
@@ -358,7 +443,7 @@ class IsolatedModel:
                     self._name,
                 )
             with self._cond:
-                if self._closing.is_set():
+                if self._closing.is_set() or self._tripped is not None:
                     child.dead = True
                 else:
                     self._down.pop(slot, None)

@@ -98,7 +98,7 @@ class OnnxModel:
     """A loaded ONNX model version with ``instances`` sessions used in turn."""
 
     platform = PLATFORM
-    off_loop = False
+    may_run_inline = True  # pure computation, timed by the executor (runtimes/base.py)
 
     def __init__(
         self,

@@ -158,7 +158,7 @@ class PythonModel:
     refuse a decoupled model, because answering once would drop or merge responses."""
 
     platform = PLATFORM
-    off_loop = False
+    may_run_inline = False  # user code may block at any call (runtimes/base.py)
     fatal: tuple[type[BaseException], ...] = ()
     """Exceptions of the model's code that ``predict`` lets through as they are instead of
     turning them into the request's error: an isolated model's child process sets

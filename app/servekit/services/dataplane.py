@@ -50,20 +50,25 @@ from servekit.types import (
 
 log = logging.getLogger("servekit.dataplane")
 
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification", "system_shared_memory")
-"""The protocol extensions every DataPlane implements: binary tensor data (its codecs),
-classification (app/servekit/services/classification.py) and system shared memory
-(app/servekit/services/shared_memory.py; both adapters offer its registration)."""
+BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification")
+"""The protocol extensions every DataPlane implements: binary tensor data (its codecs) and
+classification (app/servekit/services/classification.py)."""
+SHARED_MEMORY: tuple[str, ...] = ("system_shared_memory",)
+"""System shared memory (app/servekit/services/shared_memory.py; both adapters offer its
+registration), named only when ``server.sharedMemory: system`` turns it on."""
 CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
 """Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
 REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
 """Triton's model repository extension (index, load, unload)."""
 
 
-def server_extensions(*, config_and_statistics: bool, repository: bool) -> tuple[str, ...]:
+def server_extensions(
+    *, config_and_statistics: bool, repository: bool, shared_memory: bool = False
+) -> tuple[str, ...]:
     """The extensions server metadata names for what the composition root enables."""
     return (
         *BINARY_DATA,
+        *(SHARED_MEMORY if shared_memory else ()),
         *(CONFIG_AND_STATISTICS if config_and_statistics else ()),
         *(REPOSITORY if repository else ()),
     )
@@ -83,7 +88,7 @@ class DataPlane:
         shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         self._state = state
-        self.shared_memory = shared_memory or SharedMemoryRegions()
+        self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegions()
         """The system shared-memory regions clients registered (register/status/unregister
         are called on it by the adapters; inference reads and writes them here)."""
         self._repository = repository
@@ -166,8 +171,15 @@ class DataPlane:
         return None
 
     def models_not_ready(self) -> list[str]:
-        """Models asked for (``ModelRepository.requested``) with a version that is not READY,
-        or with no version at all; always empty when ``server.strictReadiness`` is false."""
+        """Models asked for (``ModelRepository.requested``) with a version that has not loaded
+        (loading, or its load failed), or with no version at all; always empty when
+        ``server.strictReadiness`` is false.
+
+        A version that loaded and then reported itself down (an isolated model's process
+        restarting, or its circuit breaker tripped: app/servekit/runtimes/isolated.py) is not
+        counted: a client's poison request would otherwise take the whole server out of its
+        load balancer while every other model serves. Per-model readiness and the repository
+        index say it, with the reason."""
         repository = self._repository
         if not self._state.plan.server.strict_readiness:
             return []
@@ -177,7 +189,7 @@ class DataPlane:
                 entry = repository.get(name)
             except NotFound:  # asked for, then left serve.yaml: no longer served at all
                 continue
-            if not entry.versions or entry.failed_versions():
+            if not entry.versions or any(map(_not_loaded, entry.versions.values())):
                 waiting.append(name)
         return waiting
 
@@ -461,6 +473,12 @@ class DataPlane:
         """The signature of the version a request for (name, version) would use."""
         _, found = self._repository.resolve(name, version)
         return _signature(found)
+
+
+def _not_loaded(version: VersionEntry) -> bool:
+    """Not READY and holding no runtime: still loading, or its load failed (a version holding
+    its runtime while UNAVAILABLE is a loaded one reporting itself down: ModelRepository._watch)."""
+    return version.state is not State.READY and version.runtime is None
 
 
 def _signature(found: VersionEntry) -> ModelSignature:

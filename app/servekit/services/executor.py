@@ -1,10 +1,10 @@
 """The executor of one loaded model version: the one place that decides how a request reaches
 the model's compute.
 
-* **On the event loop** (no thread hop) only for versions measured fast, as
+* **On the event loop** (no thread hop) only for versions of a runtime that cannot block
+  (``may_run_inline``: ONNX Runtime, never Python code) measured fast, as
   app/servekit/services/placement.py decides (never a new version's first calls, never a version
-  that
-  keeps being slow), and only for requests no larger than a call already timed fast.
+  that keeps being slow), and only for requests no larger than a call already timed fast.
 * **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
   session or Python object (app/servekit/runtimes/base.py PerInstance). A model that hangs or raises
   only ever occupies its own threads and fills its own queue: other models, model loading
@@ -76,10 +76,8 @@ class ModelExecutor:
         self._version = version
         self._runtime = runtime
         self._stats = stats
-        self.placement = Placement(  # a runtime that waits on a process never runs on the loop
-            name,
-            settings.inline_below_ns,
-            may_inline=not runtime.off_loop,
+        self.placement = Placement(  # only a runtime that cannot block may run on the loop
+            name, settings.inline_below_ns, may_inline=runtime.may_run_inline
         )
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()

@@ -120,8 +120,9 @@ class Work:
         self.cancel = threading.Event()
         self.deadline = _latest(job.deadline for job in jobs)
         """When nobody waits for this call's answer any more (the latest of its requests'
-        deadlines; None if one has none): a runtime that can stop a call (an isolated model)
-        reads it as CALL_DEADLINE (app/servekit/runtimes/base.py)."""
+        deadlines; None if one has none): a runtime reads it as CALL_DEADLINE
+        (app/servekit/runtimes/base.py), e.g. an isolated model to not start a call nobody
+        waits for."""
         self.started_ns = time.perf_counter_ns()
         self.results: Arrays | None = None
         self.error: BaseException | None = None

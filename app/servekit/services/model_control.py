@@ -34,6 +34,7 @@ to a client names where pushed files live (app/servekit/shown_paths.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
@@ -59,6 +60,7 @@ from servekit.errors import (
 )
 from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
+from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
 from servekit.runtimes import onnx_files
 from servekit.runtimes.python import forget_object, register_object
@@ -85,6 +87,9 @@ class ModelControl:
         self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
         plan = state.plan
         self._fingerprints = {m.name: fingerprint(m) for m in plan.models}
+        self.remote = RemoteModels(plan.server.storage, plan.base_dir)
+        """The cache of models whose storageUri is remote (fetched before they load)."""
+        self._refresher: asyncio.Task[None] | None = None
         _import_root(plan.base_dir)
         storage.clean(self.storage_dir)
 
@@ -134,8 +139,54 @@ class ModelControl:
         for model in plan.models:
             if plan.loads_at_start(model.name):
                 self._repository.requested.add(model.name)
-                await self._repository.load(model)
+                fetched = await self._fetched(model)
+                if fetched is not model:
+                    self._fingerprints[model.name] = fingerprint(fetched)
+                await self._repository.load(fetched)
         self._state.startup_done = True
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_remote_models())
+
+    async def close(self) -> None:
+        """Stop looking at remote storage."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
+
+    async def _fetched(self, plan: ModelPlan) -> ModelPlan:
+        """``plan`` with a remote storageUri's files at hand (downloaded in a thread, so the
+        loop keeps serving); any other plan as it is."""
+        if plan.remote is None:
+            return plan
+        return await asyncio.to_thread(self.remote.materialize, plan)
+
+    async def _refresh_remote_models(self) -> None:
+        """Remote models, looked at again every ``server.storage.pollSeconds``: under
+        ``--watch`` every remote model served or asked for (a new version folder becomes a new
+        version, a changed object a reload, and a failed reload keeps the old load serving);
+        without it, only those whose download failed, with a backoff doubling up to 10 min."""
+        while True:
+            await asyncio.sleep(self.plan.server.storage.poll_seconds)
+            for plan in self.plan.models:
+                if plan.remote is None or plan.name not in self._repository.requested:
+                    continue
+                entry = self._entry(plan.name)
+                failed = entry is None or not entry.ready_versions()
+                if not self.plan.server.watch and not failed:
+                    continue
+                if failed and not self.remote.due_for_retry(plan.name):
+                    continue
+                async with self._lock(plan.name):
+                    current = self._current(plan.name)
+                    if current is None or current.remote is None:
+                        continue  # replaced by a push or removed meanwhile
+                    fresh = await self._fetched(current)
+                    if not failed and fingerprint(fresh) == self._fingerprints.get(plan.name):
+                        continue
+                    with contextlib.suppress(ServeError):  # the repository recorded why
+                        await self._load(fresh, None)
 
     # -- repository extension ---------------------------------------------------------------
     async def load(self, name: str, parameters: dict[str, object] | None = None) -> None:
@@ -293,6 +344,7 @@ class ModelControl:
         done: dict[str, list[str]],
     ) -> None:
         """One model of an edited serve.yaml (under that model's lock)."""
+        plan = await self._fetched(plan)  # under --watch, every edit looks at the remote too
         if before is not None and self._unchanged(before, plan, old, new_plan):
             return
         entry = self._entry(plan.name)
@@ -364,6 +416,7 @@ class ModelControl:
         return self.compile_model(plan.config) if plan.config is not None else plan
 
     async def _load(self, plan: ModelPlan, folder: Path | None) -> None:
+        plan = await self._fetched(plan)
         before = self._current(plan.name)
         try:
             entry = await self._repository.load(plan)
@@ -396,6 +449,7 @@ class ModelControl:
             storage.discard(self.storage_dir, self._pushed.pop(name))
 
     async def _forget(self, name: str) -> None:
+        self.remote.forget(name)
         plan = self._current(name)
         await self._repository.remove(name)
         storage.discard(self.storage_dir, self._pushed.pop(name, None))
@@ -407,6 +461,8 @@ class ModelControl:
         """Same entry, same runtime definition, same files (derived thread counts ignored)."""
         runtime_a = next((r for r in old.runtimes if r.name == a.runtime), None)
         runtime_b = next((r for r in new.runtimes if r.name == b.runtime), None)
+        if a.remote is not None and b.remote == a.remote:  # versions come from the fetch
+            b = replace(b, versions=a.versions, labels_file=a.labels_file, problem=a.problem)
         return (
             replace(a, options=b.options) == b
             and runtime_a == runtime_b

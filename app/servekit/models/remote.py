@@ -1,0 +1,105 @@
+"""Remote models: a plan whose storageUri is remote, turned into a plan of local files.
+
+The compiler leaves a remote model's versions open (it never reads the network); before such
+a model loads, :meth:`RemoteModels.materialize` lists the remote, brings its cache snapshot up
+to date (app/servekit/models/remote_cache.py) and plans the versions found there. A failure
+(bad credentials, no bucket, a timeout, a store that is down, an unsafe archive) becomes the
+plan's problem: that model is UNAVAILABLE with the reason, every other model serves. Reasons
+never hold a secret or a signed URL: the URI is shown without user info or query, and any
+credential the environment holds is blanked out of a library's message.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from servekit.config.compiler import ModelPlan, plan_at
+from servekit.config.remote_uris import shown_uri
+from servekit.config.schema import StorageConfig
+from servekit.config.versions import VersionSource
+from servekit.models.remote_cache import cache_dir, snapshot
+from servekit.models.remote_stores import StoreError, open_store
+
+log = logging.getLogger("servekit.storage")
+
+SECRET_VARIABLES = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_KEY",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+)
+_QUERY = re.compile(r"(https?://[^\s'\"?]*)\?[^\s'\"]*")
+MAX_REASON = 400
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 600.0
+
+
+class RemoteModels:
+    """The cache and the snapshots this server's models use."""
+
+    def __init__(self, settings: StorageConfig, base_dir: Path) -> None:
+        self.settings = settings
+        self.root = cache_dir(settings, base_dir)
+        self.base_dir = base_dir
+        self._in_use: dict[str, Path] = {}  # model name -> its snapshot
+        self._failures: dict[str, tuple[int, float]] = {}  # name -> (count, when to retry)
+
+    def materialize(self, plan: ModelPlan) -> ModelPlan:
+        """``plan`` with its versions read from the local copy of its remote URI (blocking:
+        run it in a thread). A plan that is not remote, or already has a problem, is
+        returned as it is."""
+        if plan.remote is None or plan.problem is not None:
+            return plan
+        shown = shown_uri(plan.remote)
+        started = time.monotonic()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            store = open_store(plan.remote, self.settings)
+            protected = set(self._in_use.values())
+            location = snapshot(plan.remote, store, self.root, self.settings, protected)
+        except Exception as exc:  # any library's failure is this model's problem
+            reason = f"cannot fetch {shown}: {_shown_error(exc)}"
+            log.warning("model %s: %s", plan.name, reason)
+            count = self._failures.get(plan.name, (0, 0.0))[0] + 1
+            wait = min(RETRY_FIRST_S * 2 ** (count - 1), RETRY_MAX_S)
+            self._failures[plan.name] = (count, time.monotonic() + wait)
+            return replace(plan, versions=(VersionSource(1, None),), problem=reason)
+        self._failures.pop(plan.name, None)
+        folder = location if location.is_dir() else location.parent
+        self._in_use[plan.name] = folder if folder.parent.parent == self.root else folder.parent
+        log.info("model %s: %s is at hand (%.2f s)", plan.name, shown, time.monotonic() - started)
+        return plan_at(plan, location, self.base_dir)
+
+    def due_for_retry(self, name: str) -> bool:
+        """Whether a model whose fetch failed may be tried again now (backoff doubling from
+        5 s to 10 min); a model that never failed is always due."""
+        failure = self._failures.get(name)
+        return failure is None or time.monotonic() >= failure[1]
+
+    def forget(self, name: str) -> None:
+        """``name`` no longer serves: its snapshot may be evicted."""
+        self._in_use.pop(name, None)
+        self._failures.pop(name, None)
+
+
+def _shown_error(exc: BaseException) -> str:
+    """A library's error as a reason: its type and first line, URLs without their query, and
+    every credential the environment holds blanked out."""
+    if isinstance(exc, StoreError):
+        text = str(exc)
+    else:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    text = _QUERY.sub(r"\1?...", text)
+    for variable in SECRET_VARIABLES:
+        value = os.environ.get(variable)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text[:MAX_REASON]

@@ -1,0 +1,246 @@
+"""The transports of remote storage: list what a storageUri names, download one object.
+
+S3, GCS and Azure Blob go through fsspec's filesystems (s3fs, gcsfs, adlfs): one kept library
+family with one interface (``find``/``info``/``get_file``) over the three stores, each an extra
+(``servekit[s3]``, ``[gcs]``, ``[azure]``), with the stores' usual credential chains (AWS
+environment and files, Google application default credentials or ``STORAGE_EMULATOR_HOST``,
+Azure connection strings and account keys). Why not KServe's ``kserve-storage``: it downloads
+a whole URI into a folder in one call, with no listing to compare against a cache and no size
+bound, and it brings KServe's dependency pins. ``https://`` (one file or an archive) needs no
+library: the standard library's ``urllib`` with the system's trust store (``SSL_CERT_FILE``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import ssl
+import urllib.request
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from servekit.config.remote_uris import AZURE, GCS, HTTPS, S3, Scheme, remote_scheme
+from servekit.config.schema import StorageConfig
+
+Progress = Callable[[int], None]
+"""Called with the bytes written so far by one download."""
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One object under a storageUri: its path relative to the URI, size and version tag."""
+
+    path: PurePosixPath
+    size: int
+    tag: str
+    """ETag, MD5 or generation: what changes when the object's content does."""
+    md5: str | None = None
+    """The content's MD5 (hex) when the store gives it, checked after the download."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a storageUri names: its objects, and whether the URI is one file (or archive)."""
+
+    objects: list[RemoteObject]
+    is_file: bool
+
+
+class Store(Protocol):
+    """What the cache needs of a transport."""
+
+    def list(self) -> Listing:
+        """Every object the URI names (one for a file or an archive); empty: nothing there."""
+        ...
+
+    def download(self, item: RemoteObject, target: str, progress: Progress) -> None:
+        """Write ``item`` to the local file ``target``."""
+        ...
+
+
+def open_store(uri: str, settings: StorageConfig) -> Store:
+    """The transport for ``uri`` (its library imported only now: each is an extra)."""
+    scheme = remote_scheme(uri)
+    if scheme is None:
+        raise ValueError(f"{uri} is not a remote storageUri")
+    missing = scheme.missing()
+    if missing:
+        raise StoreError(missing)
+    if scheme is HTTPS:
+        return HttpsStore(uri, settings.timeout_seconds)
+    return FsspecStore(scheme, uri, settings)
+
+
+class StoreError(Exception):
+    """A failure whose message can be shown as it is (no secret, no signed URL)."""
+
+
+class FsspecStore:
+    """S3, GCS or Azure Blob through fsspec."""
+
+    def __init__(self, scheme: Scheme, uri: str, settings: StorageConfig) -> None:
+        self.fs, self.root = _filesystem(scheme, uri, settings)
+
+    def list(self) -> Listing:
+        root = self.root.rstrip("/")
+        try:
+            info = self.fs.info(root)
+        except FileNotFoundError:
+            return Listing([], is_file=False)
+        if info.get("type") == "file":
+            return Listing([_described(PurePosixPath(root).name, info)], is_file=True)
+        found: dict[str, dict[str, Any]] = self.fs.find(root, detail=True)
+        objects = [
+            _described(name[len(root) :].lstrip("/"), info)
+            for name, info in sorted(found.items())
+            if info.get("type") != "directory" and not name.endswith("/")
+        ]
+        return Listing(objects, is_file=False)
+
+    def download(self, item: RemoteObject, target: str, progress: Progress) -> None:
+        root = self.root.rstrip("/")
+        source = root if self.fs.isfile(root) else f"{root}/{item.path}"
+        with (
+            self.fs.open(source, "rb", block_size=1024 * 1024) as remote,
+            open(target, "wb") as out,
+        ):
+            _copy(remote, out, item.size, progress)
+
+
+class HttpsStore:
+    """One file or archive over HTTPS (the system's trust store; no redirects to plain HTTP)."""
+
+    def __init__(self, uri: str, timeout: float) -> None:
+        self.uri = uri
+        self.timeout = timeout
+        self.context = ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE"))
+
+    def _request(self, method: str) -> Any:
+        request = urllib.request.Request(self.uri, method=method)
+        handler = urllib.request.HTTPSHandler(context=self.context)
+        opener = urllib.request.build_opener(handler, _NoPlainRedirect())
+        return opener.open(request, timeout=min(self.timeout, 60.0))
+
+    def list(self) -> Listing:
+        with self._request("HEAD") as answer:
+            size = int(answer.headers.get("Content-Length") or -1)
+            tag = answer.headers.get("ETag") or answer.headers.get("Last-Modified") or ""
+        name = PurePosixPath(urlsplit(self.uri).path).name or "model"
+        return Listing([RemoteObject(PurePosixPath(name), size, f"{tag}:{size}")], is_file=True)
+
+    def download(self, item: RemoteObject, target: str, progress: Progress) -> None:
+        with self._request("GET") as answer, open(target, "wb") as out:
+            _copy(answer, out, item.size, progress)
+
+
+class _NoPlainRedirect(urllib.request.HTTPRedirectHandler):
+    """Follow redirects to HTTPS only (a signed-URL redirect is fine, a downgrade is not)."""
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
+        if not newurl.lower().startswith("https://"):
+            raise StoreError("the server redirected to a non-HTTPS URL")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _copy(source: Any, out: Any, expected: int, progress: Progress) -> None:
+    """Copy in 1 MiB chunks, reporting progress; never more than the listed size allows."""
+    written = 0
+    while chunk := source.read(1024 * 1024):
+        written += len(chunk)
+        if 0 <= expected < written:
+            raise StoreError(f"the object grew while it was downloaded (over {expected} bytes)")
+        out.write(chunk)
+        progress(written)
+    if 0 <= expected != written:
+        raise StoreError(f"download ended after {written} of {expected} bytes")
+
+
+def _filesystem(scheme: Scheme, uri: str, settings: StorageConfig) -> tuple[Any, str]:
+    parts = urlsplit(uri)
+    timeout = min(settings.timeout_seconds, 60.0)
+    if scheme is S3:
+        import s3fs
+
+        endpoint = settings.s3.endpoint or os.environ.get("AWS_ENDPOINT_URL")
+        fs = s3fs.S3FileSystem(
+            anon=settings.s3.anonymous,
+            endpoint_url=endpoint,
+            config_kwargs={
+                "connect_timeout": timeout,
+                "read_timeout": timeout,
+                "retries": {"max_attempts": 3, "mode": "standard"},
+            },
+            skip_instance_cache=True,
+            use_listings_cache=False,
+        )
+        return fs, f"{parts.netloc}{parts.path}"
+    if scheme is GCS:
+        with warnings.catch_warnings():  # google-auth's notice about grpcio's version
+            warnings.simplefilter("ignore", FutureWarning)
+            # The JSON API filesystem, not gcsfs' default ExtendedGcsFileSystem: that one
+            # first asks the gRPC storage-control API for the bucket's layout, which
+            # S3-style emulators and private endpoints do not answer (a 60 s stall per call).
+            from gcsfs.core import GCSFileSystem
+
+        token = "anon" if os.environ.get("STORAGE_EMULATOR_HOST") else None
+        fs = GCSFileSystem(
+            token=token, skip_instance_cache=True, use_listings_cache=False, timeout=timeout
+        )
+        return fs, f"{parts.netloc}{parts.path}"
+    if scheme is AZURE:
+        import adlfs
+
+        if parts.scheme.lower() == "https":  # https://<account>.blob.core.windows.net/c/p
+            account = (parts.hostname or "").split(".", 1)[0]
+            fs = adlfs.AzureBlobFileSystem(
+                account_name=account,
+                connection_string=os.environ.get("AZURE_STORAGE_CONNECTION_STRING"),
+                skip_instance_cache=True,
+            )
+            return fs, parts.path.lstrip("/")
+        fs = adlfs.AzureBlobFileSystem(
+            connection_string=os.environ.get("AZURE_STORAGE_CONNECTION_STRING"),
+            account_name=os.environ.get("AZURE_STORAGE_ACCOUNT_NAME"),
+            account_key=os.environ.get("AZURE_STORAGE_KEY"),
+            skip_instance_cache=True,
+        )
+        return fs, f"{parts.netloc}{parts.path}"
+    raise ValueError(f"no filesystem for {scheme.name}")
+
+
+def _described(name: str, info: dict[str, Any]) -> RemoteObject:
+    """A listing entry of any of the three stores as a RemoteObject."""
+    size = int(info.get("size") or 0)
+    etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+    md5 = None
+    if len(etag) == 32 and all(c in "0123456789abcdef" for c in etag):
+        md5 = etag  # S3's ETag of a single-part upload is the content's MD5
+    raw_md5 = info.get("md5Hash")  # GCS: base64 of the MD5
+    if isinstance(raw_md5, str):
+        import base64
+        import binascii
+
+        try:
+            md5 = base64.b64decode(raw_md5).hex()
+        except (binascii.Error, ValueError):
+            md5 = None
+    settings = info.get("content_settings")  # Azure: bytes of the MD5, when set
+    content_md5 = getattr(settings, "content_md5", None) if settings is not None else None
+    if isinstance(content_md5, bytes | bytearray) and len(content_md5) == 16:
+        md5 = bytes(content_md5).hex()
+    tag = etag or str(info.get("generation") or info.get("last_modified") or info.get("mtime"))
+    return RemoteObject(PurePosixPath(name), size, f"{tag}:{size}", md5)
+
+
+def copy_file(source: str, target: str) -> None:
+    """Reuse an unchanged file of an earlier download (a hard link where the disk allows)."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)

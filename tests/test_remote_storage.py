@@ -1,0 +1,448 @@
+"""Models from remote storage, end to end: a real S3-compatible server (moto's server mode) and a
+real HTTPS server on 127.0.0.1, each started by the test; ``servekit serve`` fetches from them
+into its cache (app/servekit/models/remote.py).
+
+For each: a model folder with two versions serves; an unchanged restart downloads nothing; a new
+version uploaded under ``--watch`` appears; a broken store makes that model UNAVAILABLE with a
+reason that holds no secret while the other models serve; a store that breaks mid-download leaves
+nothing half-written and the old version serving; a tar with ``../`` entries is refused.
+"""
+
+from __future__ import annotations
+
+import http.server
+import io
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import onnx
+import onnx_builders
+import pytest
+import trustme
+from servers import ServerProcess, start_server
+
+pytestmark = pytest.mark.slow
+
+SECRET = "s3cr3t-Value-That-Must-Not-Show"
+BODY = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _model_bytes(seed: int) -> bytes:
+    return bytes(onnx_builders.mlp(seed=seed).SerializeToString())
+
+
+# ---- S3 (moto's server mode) -------------------------------------------------------------------
+
+
+class Moto:
+    def __init__(self, log_path: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        with log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        _wait(self._up, 30, "moto's server")
+        import boto3
+
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+
+    def _up(self) -> bool:
+        try:
+            return httpx.get(self.url, timeout=1).status_code < 500
+        except httpx.HTTPError:
+            return False
+
+    def gets(self, key: str) -> int:
+        """GET requests moto answered for ``key`` so far (its access log)."""
+        return sum(1 for line in self.log_path.read_text().splitlines() if f'"GET /{key}' in line)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+@pytest.fixture
+def moto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Moto]:
+    server = Moto(tmp_path / "moto.log")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _config(tmp_path: Path, uri: str, *, extra_server: str = "") -> Path:
+    (tmp_path / "local").mkdir(exist_ok=True)
+    onnx.save(onnx_builders.mlp(seed=9), str(tmp_path / "local" / "model.onnx"))
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server: {strictReadiness: false, storage: {pollSeconds: 1}" + extra_server + "}\nmodels:\n"
+        f"  - {{name: remote, modelFormat: {{name: onnx}}, storageUri: '{uri}', "
+        "versionPolicy: {all: {}}}\n"
+        "  - {name: local, modelFormat: {name: onnx}, storageUri: local}\n"
+    )
+    return config
+
+
+def _ready(server: ServerProcess, path: str) -> bool:
+    with server.http_client(timeout=5) as client:
+        return client.get(path).status_code == 200
+
+
+def _infer(server: ServerProcess, model: str, version: int) -> list[float]:
+    with server.http_client(timeout=10) as client:
+        answer = client.post(f"/v2/models/{model}/versions/{version}/infer", json=BODY)
+    assert answer.status_code == 200, answer.text
+    data: list[float] = answer.json()["outputs"][0]["data"]
+    return data
+
+
+def test_s3_versions_serve_and_an_unchanged_restart_downloads_nothing(
+    tmp_path: Path, moto: Moto
+) -> None:
+    moto.s3.create_bucket(Bucket="models")
+    for version in (1, 2):
+        moto.s3.put_object(
+            Bucket="models", Key=f"mlp/{version}/model.onnx", Body=_model_bytes(version)
+        )
+    config = _config(tmp_path, "s3://models/mlp")
+    server = start_server(config, grpc=False)
+    try:
+        one, two = _infer(server, "remote", 1), _infer(server, "remote", 2)
+        assert one != two  # two different models, each under its own version
+        assert _infer(server, "local", 1)
+    finally:
+        assert server.stop() == 0, server.log()
+    assert moto.gets("models/mlp/1/model.onnx") >= 1
+    before = moto.gets("models/mlp/1/model.onnx") + moto.gets("models/mlp/2/model.onnx")
+
+    server = start_server(config, grpc=False)
+    try:
+        assert _infer(server, "remote", 1) == one and _infer(server, "remote", 2) == two
+    finally:
+        assert server.stop() == 0, server.log()
+    after = moto.gets("models/mlp/1/model.onnx") + moto.gets("models/mlp/2/model.onnx")
+    assert after == before, "the restart downloaded model files again"
+
+
+def test_s3_a_new_version_uploaded_under_watch_appears(tmp_path: Path, moto: Moto) -> None:
+    moto.s3.create_bucket(Bucket="models")
+    moto.s3.put_object(Bucket="models", Key="mlp/1/model.onnx", Body=_model_bytes(1))
+    server = start_server(_config(tmp_path, "s3://models/mlp"), grpc=False, extra=["--watch"])
+    try:
+        assert _infer(server, "remote", 1)
+        assert not _ready(server, "/v2/models/remote/versions/2/ready")
+        moto.s3.put_object(Bucket="models", Key="mlp/2/model.onnx", Body=_model_bytes(2))
+        _wait(lambda: _ready(server, "/v2/models/remote/versions/2/ready"), 30, "version 2")
+        assert _infer(server, "remote", 2) != _infer(server, "remote", 1)
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_s3_a_missing_bucket_is_unavailable_with_a_reason_and_no_secret(
+    tmp_path: Path, moto: Moto
+) -> None:
+    server = start_server(_config(tmp_path, "s3://no-such-bucket/mlp"), grpc=False)
+    try:
+        assert _infer(server, "local", 1)  # every other model serves
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+            answer = client.post("/v2/models/remote/infer", json=BODY)
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE"
+        assert "cannot fetch s3://no-such-bucket/mlp" in row["reason"], row
+        assert answer.status_code >= 400
+        for text in (str(index), answer.text, server.log()):
+            assert SECRET not in text
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+# ---- HTTPS (a local server with a throwaway CA) -------------------------------------------------
+
+
+class Archives(http.server.BaseHTTPRequestHandler):
+    """Serves ``files`` by path; a path in ``cut`` sends half its body, then closes."""
+
+    files: dict[str, bytes] = {}
+    cut: set[str] = set()
+
+    def _answer(self, body: bool) -> None:
+        data = self.files.get(self.path)
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("ETag", f'"{hash(data) & 0xFFFFFFFF:x}"')
+        self.end_headers()
+        if body:
+            self.wfile.write(data[: len(data) // 2] if self.path in self.cut else data)
+
+    def do_HEAD(self) -> None:
+        self._answer(False)
+
+    def do_GET(self) -> None:
+        self._answer(True)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def https(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    bundle = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    Archives.files, Archives.cut = {}, set()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Archives)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_https_archive_serves_and_a_cut_download_keeps_the_old_version(
+    tmp_path: Path, https: str
+) -> None:
+    Archives.files["/mlp.tar.gz"] = _tar({"1/model.onnx": _model_bytes(1)})
+    server = start_server(_config(tmp_path, f"{https}/mlp.tar.gz"), grpc=False, extra=["--watch"])
+    try:
+        first = _infer(server, "remote", 1)
+        # The archive changes, and the store breaks while the new one downloads.
+        Archives.files["/mlp.tar.gz"] = _tar(
+            {"1/model.onnx": _model_bytes(5), "2/model.onnx": _model_bytes(2)}
+        )
+        Archives.cut.add("/mlp.tar.gz")
+        cache = tmp_path / "xdg-cache" / "servekit" / "models"
+        _wait(lambda: "download ended after" in server.log(), 30, "the cut download")
+        assert _infer(server, "remote", 1) == first  # still the old version
+        snapshots = [p for key in cache.iterdir() if key.is_dir() for p in key.iterdir()]
+        assert [p.name.startswith(".tmp-") for p in snapshots if p.is_dir()] == [False]
+        # The store comes back: the new archive becomes the served model.
+        Archives.cut.clear()
+        _wait(lambda: _ready(server, "/v2/models/remote/versions/2/ready"), 30, "version 2")
+        assert _infer(server, "remote", 1) != first
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_https_a_tar_slip_is_refused(tmp_path: Path, https: str) -> None:
+    Archives.files["/evil.tar.gz"] = _tar(
+        {"1/model.onnx": _model_bytes(1), "../../escaped.txt": b"owned"}
+    )
+    server = start_server(_config(tmp_path, f"{https}/evil.tar.gz"), grpc=False)
+    try:
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE"
+        assert "leaves the model's folder" in row["reason"], row
+        assert _infer(server, "local", 1)
+    finally:
+        assert server.stop() == 0, server.log()
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
+# ---- Azure Blob (Azurite) and GCS (gcp-storage-emulator) ---------------------------------------
+
+AZURITE_KEY = (  # Azurite's published development account key (not a secret)
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+class Emulator:
+    """A store's emulator in its own process group, up once its port answers."""
+
+    def __init__(self, argv: list[str], port: int, log_path: Path) -> None:
+        self.port = port
+        with log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        _wait(self._up, 60, argv[0])
+
+    def _up(self) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.port)) == 0
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+
+def _azure_connection(port: int, key: str) -> str:
+    return (
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+        f"AccountKey={key};BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
+    )
+
+
+@pytest.fixture
+def azurite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    binary = shutil.which("azurite-blob")
+    if binary is None:
+        pytest.fail("azurite-blob is missing: npm install -g azurite (.ci/run installs it)")
+    port = _free_port()
+    emulator = Emulator(
+        [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
+         str(tmp_path / "azurite"), "--silent", "--skipApiVersionCheck"],
+        port, tmp_path / "azurite.log",
+    )  # fmt: skip
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(port, AZURITE_KEY))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    import adlfs
+
+    fs = adlfs.AzureBlobFileSystem(connection_string=_azure_connection(port, AZURITE_KEY))
+    try:
+        yield fs, port
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def gcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    binary = shutil.which("gcp-storage-emulator")
+    assert binary is not None, "gcp-storage-emulator is missing: pip install -e '.[test]'"
+    port = _free_port()
+    emulator = Emulator(
+        [binary, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
+        port, tmp_path / "gcs.log",
+    )  # fmt: skip
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        from gcsfs.core import GCSFileSystem
+
+    fs = GCSFileSystem(token="anon", skip_instance_cache=True)
+    try:
+        yield fs
+    finally:
+        emulator.stop()
+
+
+def _two_versions_then_restart(tmp_path: Path, uri: str, put: Any) -> None:
+    """Two versions serve; a restart with the remote unchanged fetches nothing; a third
+    version uploaded under --watch appears."""
+    for version in (1, 2):
+        put(f"mlp/{version}/model.onnx", _model_bytes(version))
+    config = _config(tmp_path, uri)
+    server = start_server(config, grpc=False)
+    try:
+        one, two = _infer(server, "remote", 1), _infer(server, "remote", 2)
+        assert one != two
+    finally:
+        assert server.stop() == 0, server.log()
+    assert "fetched" in server.log()
+    server = start_server(config, grpc=False, extra=["--watch"])
+    try:
+        assert _infer(server, "remote", 1) == one and _infer(server, "remote", 2) == two
+        assert "unchanged: served from the cache" in server.log()
+        assert "fetched" not in server.log()
+        put("mlp/3/model.onnx", _model_bytes(3))
+        _wait(lambda: _ready(server, "/v2/models/remote/versions/3/ready"), 30, "version 3")
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_azure_blob_versions_serve_restart_and_watch(tmp_path: Path, azurite: Any) -> None:
+    fs, _ = azurite
+    fs.mkdir("models")
+    _two_versions_then_restart(
+        tmp_path, "az://models/mlp", lambda key, data: fs.pipe(f"models/{key}", data)
+    )
+
+
+def test_azure_blob_wrong_credentials_are_unavailable_without_the_key(
+    tmp_path: Path, azurite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs, port = azurite
+    fs.mkdir("models")
+    fs.pipe("models/mlp/1/model.onnx", _model_bytes(1))
+    wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(port, wrong))
+    server = start_server(_config(tmp_path, "az://models/mlp"), grpc=False)
+    try:
+        assert _infer(server, "local", 1)
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE" and "cannot fetch az://models/mlp" in row["reason"]
+        for text in (str(index), server.log()):
+            assert wrong not in text and wrong[:20] not in text
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_gcs_versions_serve_restart_and_watch(tmp_path: Path, gcs: Any) -> None:
+    gcs.mkdir("models")
+    _two_versions_then_restart(
+        tmp_path, "gs://models/mlp", lambda key, data: gcs.pipe(f"models/{key}", data)
+    )
