@@ -180,3 +180,28 @@ def test_warmup_inputs(tmp_path: Path) -> None:
         )
     with pytest.raises(ValueError, match="exactly one of"):
         _sample(x={"dataType": "FP32", "dims": [3], "zeroData": True, "randomData": True})
+
+
+def test_custom_metrics_bind_the_loading_version_and_refuse_bad_use() -> None:
+    from servekit import custom_metrics as cm
+
+    token = cm.LOADING.set(("unit-m", "3"))
+    try:
+        first = cm.counter("unit_things_total", "things")
+        again = cm.counter("unit_things", "things")  # the same family and child
+        level = cm.gauge("unit_level")
+    finally:
+        cm.LOADING.reset(token)
+    first.inc(2)
+    again.inc()
+    level.set(5)
+    level.dec(2)
+    rows = {s.name: s.rows for s in cm.samples()}
+    assert (("unit-m", "3"), 3.0, 0.0, []) in rows["unit_things"]
+    assert (("unit-m", "3"), 3.0, 0.0, []) in rows["unit_level"]
+    with pytest.raises(ValueError, match="only goes up"):
+        first.inc(-1)
+    with pytest.raises(ValueError, match="servekit_"):
+        cm.counter("servekit_mine")
+    with pytest.raises(ValueError, match="already exists as a counter"):
+        cm.gauge("unit_things")

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
+from servekit.custom_metrics import LOADING
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
 from servekit.models.warmup import WarmupError, warm_up
 from servekit.runtimes import load_runtime
@@ -306,6 +307,8 @@ def _load_version(plan: ModelPlan, source: VersionSource, base_dir: Path) -> Ver
     only once warm; any failure becomes an UNAVAILABLE reason."""
     if plan.problem or source.problem:
         return VersionEntry(source.version, State.UNAVAILABLE, source.problem or plan.problem or "")
+    # Metrics the model's code creates while it loads are labelled with this version.
+    LOADING.set((plan.name, str(source.version)))  # this thread's load only (to_thread's copy)
     try:
         runtime = load_runtime(plan, source)
     except LoadError as exc:
