@@ -412,11 +412,9 @@ class EdgeProtocol(HttpToolsProtocol):
         """The request's task starts knowing its request (ID on the answer, access log:
         app/servekit/rest/request_ids.py); its log records carry the ID (``CURRENT`` is set only
         while the task is created, which copies it)."""
-        token = CURRENT.set(request_ids.begin(cycle))
-        try:
-            super()._start_asgi_task(cycle, app)
-        finally:
-            CURRENT.reset(token)
+        token = request_ids.begin(cycle)
+        super()._start_asgi_task(cycle, app)
+        CURRENT.reset(token)
 
     # -- deadlines ----------------------------------------------------------------------------
     def _watch(self, phase: int, seconds: float) -> None:

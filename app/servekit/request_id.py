@@ -7,7 +7,7 @@ made here. The adapters put a :class:`RequestInfo` in :data:`CURRENT` for the re
 so every log record written while it runs (the DataPlane's, a model's) carries its ID, model and
 version (app/servekit/logs.py reads it), and write the ID back on the answer.
 
-A made ID is this process's random prefix and a counter (``3f9c1a2b7d4e-1a``): unique across
+A made ID is this process's random prefix and a counter (``3f9c1a2b7d4e-26``): unique across
 processes and restarts without a system call per request, which a UUID would cost.
 """
 
@@ -30,24 +30,30 @@ AccessMode = Literal["off", "on", "errors"]
 access_log = logging.getLogger("servekit.access")
 """The access log's logger: one record per request or call (app/servekit/logs.py formats it)."""
 
-_PREFIX = os.urandom(6).hex()
-_counter = itertools.count(1)
+PREFIX = os.urandom(6).hex() + "-"
+"""This process's part of every ID it makes (the counter follows)."""
+counter = itertools.count(1)
 
 
 class RequestInfo:
     """One request as the log knows it. Mutable: the adapter fills in the model and version
-    once routed, and may adopt the V2 body's ``id`` before the answer is written."""
+    once routed, and may adopt the V2 body's ``id`` before the answer is written.
 
-    __slots__ = ("headers", "id", "model", "sent", "version")
+    No ``__slots__`` and class-level defaults, on purpose: the HTTP edge makes one per request
+    with ``object.__new__`` and two attribute stores (app/servekit/rest/request_ids.py), no
+    ``__init__`` frame."""
+
+    id: str = ""
+    sent: bool = False
+    """Whether the client sent the ID (then the body's ``id`` does not replace it)."""
+    model: str | None = None
+    version: str | None = None
+    headers: list[tuple[bytes, bytes]] | None = None
+    """The HTTP response's header list that carries the ID (rewritten by :meth:`adopt`)."""
 
     def __init__(self, request_id: str, sent: bool) -> None:
         self.id = request_id
         self.sent = sent
-        """Whether the client sent the ID (then the body's ``id`` does not replace it)."""
-        self.model: str | None = None
-        self.version: str | None = None
-        self.headers: list[tuple[bytes, bytes]] | None = None
-        """The HTTP response's header list that carries the ID (rewritten by :meth:`adopt`)."""
 
     def adopt(self, body_id: str) -> None:
         """Take the V2 request's ``id`` as this request's ID when the client sent no header
@@ -76,8 +82,8 @@ def adopt_body_id(body_id: str) -> None:
 
 
 def new_id() -> str:
-    """A fresh ID: this process's prefix and the next number (hex)."""
-    return f"{_PREFIX}-{next(_counter):x}"
+    """A fresh ID: this process's prefix and the next number."""
+    return PREFIX + str(next(counter))
 
 
 def accepted(value: bytes | str) -> str | None:

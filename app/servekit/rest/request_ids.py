@@ -13,35 +13,50 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import Token
 from typing import Any
 
 from servekit.request_id import (
     ACCESS,
+    CURRENT,
     HEADER_BYTES,
+    PREFIX,
     RequestInfo,
     accepted,
-    new_id,
+    counter,
     record_access,
 )
 
 Message = dict[str, Any]
 
 
-def begin(cycle: Any) -> RequestInfo:
+def begin(cycle: Any) -> Token[RequestInfo | None]:
     """The request of uvicorn's ``cycle``: its ID (the client's ``X-Request-ID`` when valid,
-    else a new one) put on the answer's headers, and the access log hooked in when on."""
-    sent = None
+    else a new one) put on the answer's headers, made :data:`CURRENT` (the caller resets it once
+    the request's task is created), and the access log hooked in when on.
+
+    Written flat (no helper calls when no ID is sent): it runs for every HTTP request."""
+    info = _new(RequestInfo)
     for name, value in cycle.scope["headers"]:  # lower-case names (uvicorn)
         if name == HEADER_BYTES:
             sent = accepted(value)
+            if sent is not None:
+                info.id = sent
+                info.sent = True
+                encoded = value
             break
-    info = RequestInfo(new_id() if sent is None else sent, sent is not None)
-    headers = [*cycle.default_headers, (HEADER_BYTES, info.id.encode())]
+    if not info.sent:
+        info.id = made = PREFIX + str(next(counter))
+        encoded = made.encode()
+    headers = [*cycle.default_headers, (HEADER_BYTES, encoded)]
     info.headers = headers
     cycle.default_headers = headers
     if ACCESS.mode != "off":
         _log_access(cycle, info)
-    return info
+    return CURRENT.set(info)
+
+
+_new = object.__new__
 
 
 def _log_access(cycle: Any, info: RequestInfo) -> None:
