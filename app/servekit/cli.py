@@ -35,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         type=_workers_flag,
         help="server processes behind the same ports (a number, or auto: one per core)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="lowest level logged (default: server.logging.level, info)",
+    )
     serve.add_argument(
         "--only", metavar="NAME", help="serve only this model (its name or Kubernetes name)"
     )
@@ -188,12 +192,15 @@ def _overrides(args: argparse.Namespace) -> Overrides:
 def _serve(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     plan = load_overridden(args.config, overrides)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from servekit import logs
     from servekit.workers.spec import worker_count
 
     workers = worker_count(plan.server.workers)
+    settings = plan.server.logging
+    level = logs.level_of(args.log_level, settings.level)
+    # The one log setup of this process (a supervisor's workers set up their own).
+    logs.setup(settings.format, level, onnxruntime=workers == 1)
+    _warn_public_without_token(plan)
     # More than one: a supervisor and worker processes (app/servekit/workers/); 1: this process.
     if workers > 1:
         from servekit.workers import supervisor
@@ -201,9 +208,9 @@ def _serve(args: argparse.Namespace) -> int:
         config = str(Path(args.config).absolute())
         _print_closed(plan)
         try:
-            return supervisor.serve(plan, config, overrides, workers, args.log_level)
+            return supervisor.serve(plan, config, overrides, workers, level)
         except OSError as exc:
-            print(f"servekit: {exc}", file=sys.stderr)
+            logging.getLogger("servekit").error("servekit: %s", exc)
             return 1
     try:
         import uvloop
@@ -215,7 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_run(plan, overrides))
     except OSError as exc:
-        print(f"servekit: {exc}", file=sys.stderr)
+        logging.getLogger("servekit").error("servekit: %s", exc)
         return 1
     return 0
 
@@ -243,14 +250,32 @@ def _export(args: argparse.Namespace) -> int:
 
 def _print_closed(plan: ServePlan) -> None:
     """Say at start which API groups a bind beyond loopback closed, and what opens them."""
+    from servekit import logs
     from servekit.config.auth import closed_line
 
     line = closed_line(plan.access, plan.server.host)
     if line is not None:
-        print(line, flush=True)
+        logs.announce(line, plan.server.logging.format)
+
+
+def _warn_public_without_token(plan: ServePlan) -> None:
+    """One warning at start when the server listens beyond loopback and no token guards any
+    API group: inference and metadata are then open to whoever reaches the port."""
+    from servekit.config.hosts import is_loopback
+
+    host = plan.server.host
+    if is_loopback(host) or plan.access.tokens:
+        return
+    logging.getLogger("servekit").warning(
+        "servekit listens on %s (beyond loopback) without any token: whoever reaches it can "
+        "run inference and read metadata; set server.auth.default (for example "
+        "{env: SERVEKIT_TOKEN}) in serve.yaml to require a bearer token",
+        host,
+    )
 
 
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
+    from servekit import logs
     from servekit.server import ServeKit
 
     stop = asyncio.Event()
@@ -259,7 +284,10 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
         loop.add_signal_handler(sig, stop.set)
     server = ServeKit(plan)
     addresses = await server.start()
-    print(addresses.listening_line(), flush=True)
+    fmt = plan.server.logging.format
+    logs.announce(
+        addresses.listening_line(), fmt, http=addresses.http_url, grpc=addresses.grpc_target
+    )
     _print_closed(plan)
     watcher = None
     if plan.server.watch:
@@ -267,10 +295,10 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()
-    print(
+    logs.announce(
         "servekit: stopping: not ready, new requests refused, accepted ones finish first "
         f"(up to server.drainSeconds: {server.plan.server.drain_seconds:g} s)",
-        flush=True,
+        fmt,
     )
     if watcher is not None:
         watcher.cancel()

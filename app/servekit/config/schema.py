@@ -234,6 +234,33 @@ class NetworkLimits(Section):
     (more often: GOAWAY, grpcio's too_many_pings)."""
 
 
+class LoggingConfig(Section):
+    """How the server writes its log (stderr) and its access log: one formatter for every
+    source (servekit, uvicorn, grpc, watchfiles, onnxruntime), set once at start
+    (app/servekit/logs.py)."""
+
+    format: Literal["text", "json"] = "text"
+    """`text`: one readable line per record. `json`: one JSON object per line (time, level,
+    logger, message, and when known model, version, request_id, worker), for a log pipeline;
+    the listening line on stdout is a JSON object too."""
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level written (`servekit serve --log-level` overrides it)."""
+    access_log: Literal["off", "on", "errors"] = "off"
+    """One line per HTTP request or gRPC call (method or RPC, path, status, duration, bytes in
+    and out, model, version, client address, request ID): `on` for every one, `errors` for
+    those answered with an error only (HTTP status 400 and above, gRPC other than OK)."""
+
+    @field_validator("access_log", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `off` / `on` as false / true: take them as the words."""
+        if value is True:
+            return "on"
+        if value is False:
+            return "off"
+        return value
+
+
 class S3Storage(Section):
     """Where `s3://` URIs are read from: AWS, or any S3-compatible store."""
 
@@ -380,6 +407,8 @@ class ServerConfig(Section):
     each has its own event loop, listeners and model sessions, and a supervisor keeps one
     repository state and one set of statistics across them. `auto`: one per core this process
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
+    logging: LoggingConfig = Field(LoggingConfig(), json_schema_extra=RESTART)
+    """Log format (text or JSON lines), level and the access log (docs/ops.md, "Logs")."""
     shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
     """Triton's system shared memory extension (clients on this host register POSIX shared
     memory objects and name them in inference requests instead of sending tensors): `off`
@@ -571,6 +600,45 @@ class PipelineStep(Section):
     a tensor later steps take)."""
 
 
+class WarmupInput(Section):
+    """One input of a warm-up sample (Triton's ModelWarmup.Input): its datatype, its shape
+    without the batch dimension, and where its values come from (exactly one of them)."""
+
+    data_type: str
+    """V2 datatype (FP32, INT64, BYTES, ...) or Triton's name (TYPE_FP32, TYPE_STRING)."""
+    dims: list[Annotated[int, Field(ge=0, le=1 << 24)]]
+    """Shape of one sample, without the batch dimension when maxBatchSize > 0."""
+    zero_data: bool | None = None
+    """Zeros (BYTES: empty strings)."""
+    random_data: bool | None = None
+    """Random values (BYTES: random digits)."""
+    input_data_file: str | None = None
+    """A file, relative to serve.yaml, holding the input's raw little-endian values in
+    row-major order (BYTES: each element a 4-byte little-endian length, then its bytes)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WarmupInput:
+        given = [self.zero_data, self.random_data, self.input_data_file]
+        if sum(1 for g in given if g) != 1:
+            raise ValueError("give exactly one of zeroData: true, randomData: true, inputDataFile")
+        return self
+
+
+class WarmupSample(Section):
+    """A warm-up request run when the model loads, before it is READY (Triton's model_warmup):
+    what pays for lazy initialisation (ONNX Runtime's first run, a Python model's caches) so
+    the first client does not."""
+
+    name: str
+    """Name of the sample (shown in the log and in the reason of a failed warm-up)."""
+    batch_size: int = Field(1, ge=0, le=INT32_MAX)
+    """Rows of the request when maxBatchSize > 0 (at most maxBatchSize); ignored otherwise."""
+    count: int = Field(1, ge=1, le=10_000)
+    """How many times the sample runs."""
+    inputs: dict[str, WarmupInput]
+    """The sample's inputs by name (every input of the model)."""
+
+
 class ModelConfig(Section):
     """One served model."""
 
@@ -640,6 +708,10 @@ class ModelConfig(Section):
     grps_message: bool = False
     """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
     does (also when predict's one argument is annotated GrpsMessage)."""
+    warmup: list[WarmupSample] = []
+    """Warm-up samples run at every load, before the version is READY (Triton's model_warmup):
+    a failing one leaves it UNAVAILABLE with the reason; a reload warms the new version before
+    it takes traffic."""
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""

@@ -45,6 +45,7 @@ from typing import Any
 
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from servekit.models.repository import VersionEntry
+from servekit.request_id import CURRENT
 from servekit.runtimes import cancel
 from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, PerInstance, Predict
 from servekit.services import batching
@@ -420,6 +421,7 @@ class ModelExecutor:
         while (work := self._inbox.get()) is not None:
             token = cancel.running_with(work.cancel)
             deadline = CALL_DEADLINE.set(work.deadline)
+            request = CURRENT.set(work.request)
             started = time.perf_counter_ns()
             try:
                 work.results = predict(work.feed, work.outputs)
@@ -428,6 +430,7 @@ class ModelExecutor:
             except BaseException as exc:  # SystemExit and the like in model code
                 work.error = _raised(exc)
             finally:
+                CURRENT.reset(request)
                 CALL_DEADLINE.reset(deadline)
                 cancel.restore(token)
             work.spent_ns = time.perf_counter_ns() - started
