@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -28,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int, help="gRPC port (0 picks a free one)")
     serve.add_argument("--no-grpc", action="store_true", help="disable gRPC")
     serve.add_argument("--host", help="address to listen on")
+    serve.add_argument(
+        "--token",
+        help="bearer token every API group but health then needs (default: $SERVEKIT_TOKEN; "
+        "groups serve.yaml's server.auth names keep their own)",
+    )
     serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
     serve.add_argument(
         "--workers",
@@ -180,12 +186,21 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         server["watch"] = True
     if args.workers is not None:
         server["workers"] = args.workers
+    from servekit.config.auth import TOKEN_ENV
+
+    # The flag travels as the variable (set by _serve), never as the token, so worker processes
+    # inherit it and their command lines and the overrides never hold it.
+    token_env = TOKEN_ENV if args.token or os.environ.get(TOKEN_ENV) else None
     # Absolute now: a reload must read the same folder whatever the working directory is then.
     uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
-    return Overrides(server, args.only, uri)
+    return Overrides(server, args.only, uri, token_env)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.token:
+        from servekit.config.auth import TOKEN_ENV
+
+        os.environ[TOKEN_ENV] = args.token  # this process serves until it exits
     overrides = _overrides(args)
     plan = load_overridden(args.config, overrides)
     logging.basicConfig(
