@@ -83,6 +83,7 @@ def _build(args: argparse.Namespace) -> int:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1
     print(f"servekit: built {built.tag} with {built.engine}; run it with:\n  {built.run_command()}")
+    print(f"servekit: {built.public_hint()}")
     return 0
 
 

@@ -44,9 +44,22 @@ class Built:
     tag: str
 
     def run_command(self) -> str:
-        """How to run the image (ports 8000 HTTP and 8001 gRPC), hardened as in docs/ops.md."""
+        """How to run the image (ports 8000 HTTP and 8001 gRPC), hardened as in docs/ops.md.
+
+        The ports are published on this machine's loopback only: the image's server listens on
+        every interface of its container and needs no token, so a plain ``-p 8000:8000`` would
+        hand every model, and inference, to anyone on the network."""
         return (
-            f"{self.engine} run --rm -p 8000:8000 -p 8001:8001 --read-only --tmpfs /tmp {self.tag}"
+            f"{self.engine} run --rm -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 "
+            f"--read-only --tmpfs /tmp {self.tag}"
+        )
+
+    def public_hint(self) -> str:
+        """How to publish the image beyond this machine: with a token (SERVEKIT_TOKEN)."""
+        return (
+            f"to publish it on every interface, give it a token: {self.engine} run --rm "
+            "-e SERVEKIT_TOKEN -p 8000:8000 -p 8001:8001 --read-only --tmpfs /tmp "
+            f"{self.tag} (with SERVEKIT_TOKEN set here; clients send 'Authorization: Bearer')"
         )
 
 
