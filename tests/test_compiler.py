@@ -126,7 +126,8 @@ def test_explicit_runtime_need_not_be_auto_selectable(tmp_path: Path) -> None:
 def test_explicit_runtime_must_exist(tmp_path: Path) -> None:
     (line,) = refused(tmp_path, "models:\n" + model(extra="    runtime: triton\n"))
     assert line.startswith(f"{tmp_path / 'serve.yaml'}:5: models[0].runtime: ")
-    assert "runtime 'triton' is not defined; known runtimes: onnxruntime, python" in line
+    known = "lightgbm, mlflow, onnxruntime, python, sklearn, xgboost"
+    assert f"runtime 'triton' is not defined; known runtimes: {known}" in line
 
 
 def test_explicit_runtime_must_support_format_and_version(tmp_path: Path) -> None:

@@ -99,7 +99,8 @@ def errors_of(text: str) -> list[str]:
             "runtimes:\n  - name: rt\n    implementation: tensorflow\n"
             "    supportedModelFormats: []\n",
             [
-                "serve.yaml:3: runtimes[0].implementation: Input should be 'onnxruntime' or",
+                "serve.yaml:3: runtimes[0].implementation: Input should be 'onnxruntime', "
+                "'python', 'sklearn',",
                 "serve.yaml:4: runtimes[0].supportedModelFormats: List should have at least 1 item",
             ],
         ),

@@ -156,10 +156,15 @@ def test_kserve_manifests(project: Path) -> None:
     for volume in spec["volumes"]:
         validate_definition(volume, "volume-v1")
     assert spec["protocolVersions"] == ["v2", "grpc-v2"]
-    # Built-in onnxruntime and python, plus the declared runtime's priority for onnx "1".
+    # The built-in runtimes' formats (KServe then selects servekit for sklearn, xgboost,
+    # lightgbm and mlflow models too), plus the declared runtime's priority for onnx "1".
     assert spec["supportedModelFormats"] == [
         {"name": "onnx", "version": "1", "autoSelect": True, "priority": 5},
         {"name": "python", "autoSelect": True, "priority": 1},
+        *(
+            {"name": fmt, "autoSelect": True, "priority": 1}
+            for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+        ),
     ]
     (container,) = spec["containers"]
     assert container["name"] == "kserve-container"

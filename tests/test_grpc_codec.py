@@ -117,3 +117,15 @@ def test_typed_empty_fp16_is_accepted_but_values_are_not() -> None:
     contents.fp32_contents.append(1.0)
     with pytest.raises(InvalidArgument, match="raw_input_contents"):
         v2_proto.typed_to_array("x", lookup("FP16"), (1,), contents)
+
+
+def test_output_and_response_parameters_are_encoded() -> None:
+    """Output parameters (a tabular model's content_type) and response parameters reach the
+    protobuf answer (assigning them to protobuf's message map at once raised: a 500)."""
+    request = InferRequest("m", [])
+    output = Tensor("predict", "INT64", (2,), np.array([1, 2]), {"content_type": "np"})
+    response = InferResponse("m", "1", [output], parameters={"content_type": "pd", "n": 3})
+    encoded = v2_proto.encode_response(request, response)
+    assert encoded.outputs[0].parameters["content_type"].string_param == "np"
+    assert encoded.parameters["content_type"].string_param == "pd"
+    assert encoded.parameters["n"].int64_param == 3

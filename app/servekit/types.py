@@ -109,12 +109,24 @@ class ModelSignature:
     grps_message: bool = False
     """The model takes and gives whole grps messages: one BYTES input and output named
     :data:`GRPS_MESSAGE` holding a serialized GrpsMessage (app/servekit/services/grps.py)."""
+    tabular: str | None = None
+    """A tabular model's layout, ``columns`` (one input per feature) or ``matrix`` (one
+    [-1, F] input): the DataPlane then reads requests with MLServer's content types
+    (app/servekit/codecs/content_types.py) instead of checking each input by name and
+    datatype."""
+    default_outputs: tuple[str, ...] | None = None
+    """The outputs a request that names none gets (None: all). A tabular model answers
+    ``predict`` alone unless ``predict_proba`` is asked for, as MLServer's runtimes do."""
     input_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
     output_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
+    defaults: tuple[TensorSpec, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "input_index", {s.name: s for s in self.inputs})
         object.__setattr__(self, "output_index", {s.name: s for s in self.outputs})
+        chosen = self.default_outputs
+        defaults = self.outputs if chosen is None else tuple(self.output_index[n] for n in chosen)
+        object.__setattr__(self, "defaults", defaults)
 
 
 @dataclass(frozen=True, slots=True)

@@ -200,7 +200,7 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
         if typed and not (in_shm and t.name in in_shm):
             tensor.contents.CopyFrom(_typed_contents(t))
         if t.parameters:
-            tensor.parameters.update(_parameters_to_proto(t.parameters))
+            _set_parameters(tensor.parameters, t.parameters)
         tensors.append(tensor)
     raw = None
     if not typed and not in_shm:
@@ -215,7 +215,7 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
         raw_output_contents=raw,
     )
     if response.parameters:
-        message.parameters.update(_parameters_to_proto(response.parameters))
+        _set_parameters(message.parameters, response.parameters)
     return message
 
 
@@ -233,8 +233,12 @@ def _typed_answer(request: InferRequest, outputs: list[Tensor]) -> bool:
     )
 
 
-def _parameters_to_proto(params: Parameters) -> dict[str, pb.InferParameter]:
-    return {key: parameter_to_proto(value) for key, value in params.items()}
+def _set_parameters(target: Any, params: Parameters) -> None:
+    """Fill a protobuf parameters map: its values are messages, which protobuf copies in
+    one by one (``update`` with message objects raises "Message objects may not be
+    assigned")."""
+    for key, value in params.items():
+        target[key].CopyFrom(parameter_to_proto(value))
 
 
 def _raw_bytes(tensor: Tensor) -> bytes:

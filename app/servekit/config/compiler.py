@@ -34,7 +34,12 @@ from servekit.config.schema import (
     TensorOverride,
 )
 from servekit.config.tls import TlsError, TlsFiles, resolve_tls
-from servekit.config.versions import VersionSource, discover_versions, select_versions
+from servekit.config.versions import (
+    VersionSource,
+    discover_versions,
+    files_of,
+    select_versions,
+)
 from servekit.shown_paths import hide_paths
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
@@ -48,7 +53,21 @@ BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
         implementation="python",
         supported_model_formats=[SupportedModelFormat(name="python", auto_select=True)],
     ),
+    # The tabular formats, by KServe's format names (app/servekit/runtimes/tabular.py). Each
+    # library is an extra (servekit[sklearn], ...): without it the model is UNAVAILABLE.
+    *(
+        RuntimeConfig(
+            name=fmt,
+            implementation=fmt,
+            supported_model_formats=[SupportedModelFormat(name=fmt, auto_select=True)],
+        )
+        for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+    ),
 )
+TABULAR_IMPLEMENTATIONS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"})
+"""Runtimes that load a model with its own library; sklearn and mlflow files are pickles
+(code runs when they load), so app/servekit/models/pushed_config.py lets only serve.yaml
+declare any of them."""
 
 
 @dataclass(frozen=True)
@@ -315,7 +334,9 @@ def plan_model(
             problem = scheme.missing()
         else:
             location = (base_dir / local_path(model.storage_uri)).resolve()
-            versions, labels, problem = _versions_at(model, location, base_dir)
+            versions, labels, problem = _versions_at(
+                model, location, base_dir, runtime.implementation
+            )
     else:
         versions = (VersionSource(1, None),)
     return ModelPlan(
@@ -343,17 +364,17 @@ def plan_model(
 def plan_at(plan: ModelPlan, location: Path, base_dir: Path) -> ModelPlan:
     """``plan`` of a remote model once its files are at ``location`` (the local cache)."""
     assert plan.config is not None
-    versions, labels, problem = _versions_at(plan.config, location, base_dir)
+    versions, labels, problem = _versions_at(plan.config, location, base_dir, plan.implementation)
     return replace(plan, versions=versions, labels_file=labels, problem=problem)
 
 
 def _versions_at(
-    model: ModelConfig, location: Path, base_dir: Path
+    model: ModelConfig, location: Path, base_dir: Path, implementation: str
 ) -> tuple[tuple[VersionSource, ...], tuple[str, ...], str | None]:
     """The versions found at ``location`` under the version policy, the labels beside them and
     the problem that keeps all of them from loading (paths in reasons relative to
     ``base_dir``, never absolute)."""
-    found, problem = discover_versions(location, model.version_labels)
+    found, problem = discover_versions(location, model.version_labels, files_of(implementation))
     labels, labels_problem = read_labels(location)
     problem = problem or labels_problem
     versions = select_versions(found, model.version_policy)

@@ -453,7 +453,7 @@ class RuntimeConfig(Section):
 
     name: str
     """Runtime name, referred to by a model's `runtime`."""
-    implementation: Literal["onnxruntime", "python"]
+    implementation: Literal["onnxruntime", "python", "sklearn", "xgboost", "lightgbm", "mlflow"]
     """Which built-in implementation runs the models."""
     supported_model_formats: list[SupportedModelFormat] = Field(min_length=1)
     """Formats this runtime serves."""

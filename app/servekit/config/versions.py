@@ -21,9 +21,43 @@ from pathlib import Path
 
 from servekit.config.schema import VersionPolicy
 
-MODEL_SUFFIXES = (".onnx",)
 MAX_VERSION = 2**63 - 1
 """The largest version number: Triton's model config and statistics carry versions as int64."""
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    """What a model of one runtime implementation looks like on disk.
+
+    A one-file model is a file with one of ``suffixes``; in a folder, the first of ``preferred``
+    that exists wins, else the only file with such a suffix. A folder model (MLflow's) is a
+    folder holding ``marker``: the version's path is then that folder.
+    """
+
+    suffixes: tuple[str, ...]
+    preferred: tuple[str, ...]
+    marker: str | None = None
+
+
+ONNX_FILES = ModelFiles((".onnx",), ("model.onnx",))
+FILES: dict[str, ModelFiles] = {
+    "onnxruntime": ONNX_FILES,
+    # KServe's sklearnserver looks for model.joblib, model.pkl, model.pickle in that order.
+    "sklearn": ModelFiles(
+        (".joblib", ".pkl", ".pickle"), ("model.joblib", "model.pkl", "model.pickle")
+    ),
+    "xgboost": ModelFiles((".json", ".ubj", ".bst"), ("model.json", "model.ubj", "model.bst")),
+    "lightgbm": ModelFiles((".txt", ".bst"), ("model.txt", "model.bst")),
+    "mlflow": ModelFiles((), (), marker="MLmodel"),
+}
+"""Model files by runtime implementation (a Python model's storageUri follows ONNX's rules)."""
+IGNORED_FILES = frozenset({"labels.txt"})
+"""Files beside a model that are never the model (labels.txt is a LightGBM-like .txt)."""
+
+
+def files_of(implementation: str) -> ModelFiles:
+    """The on-disk rules of a runtime implementation."""
+    return FILES.get(implementation, ONNX_FILES)
 
 
 @dataclass(frozen=True, order=True)
@@ -35,31 +69,42 @@ class VersionSource:
     problem: str | None = None
 
 
-def model_file_in(folder: Path) -> tuple[Path | None, str | None]:
-    """The model file in a version folder: model.onnx, else the only *.onnx file."""
-    preferred = folder / "model.onnx"
-    if preferred.exists():
-        return preferred, None
-    files = _model_files(folder)
-    if len(files) == 1:
-        return files[0], None
-    if not files:
-        return None, f"no model file (model.onnx) in {folder}"
-    names = ", ".join(p.name for p in files)
-    return None, f"several model files in {folder} ({names}); name one model.onnx"
+def model_file_in(folder: Path, files: ModelFiles = ONNX_FILES) -> tuple[Path | None, str | None]:
+    """The model in a version folder: the first preferred name (model.onnx), else the only
+    file with the format's suffix; for a folder model, the folder itself when it holds the
+    marker (MLmodel)."""
+    if files.marker is not None:
+        if (folder / files.marker).is_file():
+            return folder, None
+        return None, f"no {files.marker} file in {folder}"
+    for name in files.preferred:
+        preferred = folder / name
+        if preferred.exists():
+            return preferred, None
+    found = _model_files(folder, files)
+    if len(found) == 1:
+        return found[0], None
+    if not found:
+        return None, f"no model file ({files.preferred[0]}) in {folder}"
+    names = ", ".join(p.name for p in found)
+    return None, f"several model files in {folder} ({names}); name one {files.preferred[0]}"
 
 
 def discover_versions(
-    location: Path, labels: Mapping[str, int] | None = None
+    location: Path, labels: Mapping[str, int] | None = None, files: ModelFiles = ONNX_FILES
 ) -> tuple[list[VersionSource], str | None]:
     """Versions found at ``location``, or a problem a user can act on.
 
     A folder named by one of the model's ``labels`` (serve.yaml ``versionLabels``, e.g. grps'
-    ``1.0.0/``) is the version that label names."""
+    ``1.0.0/``) is the version that label names. ``files`` says what a model file is (the
+    runtime implementation's rules); a folder model (MLflow) at ``location`` itself is
+    version 1."""
     labels = labels or {}
     if not location.exists():
         return [], f"storageUri {location} does not exist"
     if location.is_file():
+        return [VersionSource(1, location)], None
+    if files.marker is not None and (location / files.marker).is_file():
         return [VersionSource(1, location)], None
     folders: dict[int, list[str]] = {}
     others: list[str] = []
@@ -80,8 +125,8 @@ def discover_versions(
             )
         folders.setdefault(number, []).append(entry.name)
     if not folders:
-        path, problem = model_file_in(location)
-        if problem and others and not _model_files(location):  # say why 'v1/' did not count
+        path, problem = model_file_in(location, files)
+        if problem and others and not _model_files(location, files):  # say why 'v1/' did not count
             named = ", ".join(f"'{n}'" for n in sorted(others))
             problem += f" (not version folders: {named}; name them 1/, 2/, ...)"
         return ([VersionSource(1, path)] if path else []), problem
@@ -90,15 +135,20 @@ def discover_versions(
         if len(names) > 1:
             versions.append(VersionSource(number, None, _same_number(number, names)))
             continue
-        path, problem = model_file_in(location / names[0])
+        path, problem = model_file_in(location / names[0], files)
         versions.append(VersionSource(number, path, problem))
     return versions, None
 
 
-def _model_files(folder: Path) -> list[Path]:
+def _model_files(folder: Path, files: ModelFiles) -> list[Path]:
     """Candidate model files of a folder, by name."""
     return sorted(
-        p for p in folder.iterdir() if p.suffix in MODEL_SUFFIXES and _visible(p) and p.is_file()
+        p
+        for p in folder.iterdir()
+        if p.suffix in files.suffixes
+        and p.name not in IGNORED_FILES
+        and _visible(p)
+        and p.is_file()
     )
 
 

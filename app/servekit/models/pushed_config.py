@@ -70,6 +70,24 @@ set them too (a load request must not move an isolated model into the server's p
 lift its limits; a Triton config, which cannot express them, keeps serve.yaml's)."""
 SERVE_YAML_ONLY = CODE_FIELDS + CONTAINMENT_FIELDS
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
+_PICKLE = (
+    "its files are pickles, which run code when they load, so such models are declared in "
+    "serve.yaml (or --watch) by whoever may place files there"
+)
+_LIBRARY = (
+    "its files go to a model library's own loader, so such models are declared in serve.yaml "
+    "(or --watch), like the pickled formats"
+)
+DECLARED_ONLY: dict[str, str] = {
+    "python": "Python models run code, so they are declared in serve.yaml (entrypoint, parameters)",
+    "sklearn": _PICKLE,
+    "mlflow": _PICKLE,
+    "xgboost": _LIBRARY,
+    "lightgbm": _LIBRARY,
+}
+"""Runtime implementations whose models only serve.yaml declares: a load request may reload
+them with serve.yaml's code-reaching fields, never make a model one of them nor point one at
+other files (app/servekit/runtimes/tabular.py: scikit-learn and MLflow files are pickles)."""
 
 
 def parse_load_config(
@@ -255,7 +273,7 @@ def check_code(
     """Refuse what would let a load request choose code; returns ``model`` with a Python
     model's code-reaching fields as serve.yaml declared them (a config may leave them out)."""
     name = model.name
-    if runtime.implementation != "python":
+    if runtime.implementation not in DECLARED_ONLY:
         if model.entrypoint is not None and (
             current is None or current.entrypoint != model.entrypoint
         ):
@@ -265,14 +283,15 @@ def check_code(
             )
         _check_providers(model, runtime, current)
         return model
+    kind = "Python" if runtime.implementation == "python" else runtime.implementation
+    why = DECLARED_ONLY[runtime.implementation]
     declared = (
-        current.config if current is not None and current.implementation == "python" else None
+        current.config
+        if current is not None and current.implementation == runtime.implementation
+        else None
     )
     if declared is None:
-        raise PermissionDenied(
-            f"a load request cannot make {name!r} a Python model (entrypoint, parameters): Python "
-            "models run code, so they are declared in serve.yaml"
-        )
+        raise PermissionDenied(f"a load request cannot make {name!r} a {kind} model: {why}")
     changed = [
         field
         for field in SERVE_YAML_ONLY
@@ -282,7 +301,7 @@ def check_code(
     if changed:
         fields = ", ".join(to_camel(f) for f in changed)
         raise PermissionDenied(
-            f"{name!r} is a Python model: a load request cannot change its {fields} (they reach "
+            f"{name!r} is a {kind} model: a load request cannot change its {fields} (they reach "
             "or contain its code); only serve.yaml can"
         )
     return model.model_copy(update={field: getattr(declared, field) for field in SERVE_YAML_ONLY})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +26,7 @@ from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
 from servekit.datatypes import from_numpy
 from servekit.errors import ServeError
-from servekit.notebook import convert, html, registry, sources, wire
+from servekit.notebook import convert, frames, html, native, registry, sources, wire
 from servekit.notebook.launcher import ServerThread
 from servekit.notebook.remote import RemoteServer
 from servekit.project import save as saving
@@ -68,6 +69,8 @@ class Server(RemoteServer):
         self._thread = thread
         self._replan = replan
         self._cleanup = cleanup
+        self._native_folders: list[Path] = []
+        """Joblib files of estimators served natively (removed when the server stops)."""
         self._note = ""
 
     # -- tokens -------------------------------------------------------------------------------
@@ -151,6 +154,14 @@ class Server(RemoteServer):
         declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
         Returns the model's index rows; a model that fails to load raises with the reason.
         """
+        if convert.is_sklearn(source):
+            try:
+                source = convert.sklearn_to_onnx(source, example)
+            except ImportError:
+                raise
+            except Exception as exc:  # skl2onnx cannot: serve the estimator itself
+                native.warn(name, exc)
+                return self._add_native(name, source, version, inputs, outputs, config)
         source = convert.to_onnx_source(
             source,
             example,
@@ -173,6 +184,27 @@ class Server(RemoteServer):
         )
         control = self._control()
         self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
+        self._forget(name)
+        return self._rows(name)
+
+    def _add_native(
+        self,
+        name: str,
+        estimator: Any,
+        version: int,
+        inputs: sources.TensorsSpec | None,
+        outputs: sources.TensorsSpec | None,
+        config: dict[str, Any],
+    ) -> html.ModelTable:
+        """Serve a scikit-learn estimator with the sklearn runtime, from a joblib file in a
+        folder of this server's own (app/servekit/notebook/native.py)."""
+        folder = Path(tempfile.mkdtemp(prefix="servekit-native-"))
+        self._native_folders.append(folder)
+        path = native.write(estimator, folder / name / str(version))
+        fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
+        model = sources.model_config(name, "sklearn", fields, storage_uri=str(path.parent.parent))
+        control = self._control()
+        self._thread.run(control.add(model), timeout=self._load_timeout)
         self._forget(name)
         return self._rows(name)
 
@@ -210,15 +242,24 @@ class Server(RemoteServer):
     def infer(
         self,
         model: str,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, Any] | Any,
         version: int | str | None = None,
         outputs: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """Run ``model`` on ``inputs`` (name -> array or list) in process; name -> numpy array.
+        frame: bool | None = None,
+    ) -> Any:
+        """Run ``model`` on ``inputs`` (name -> array or list, or a pandas DataFrame: one
+        input per column) in process; name -> numpy array, or a DataFrame when ``frame`` is
+        true (default: when ``inputs`` is one; app/servekit/notebook/frames.py).
 
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
         HTTP and gRPC requests, without encoding anything.
         """
+        parameters: dict[str, dict[str, str]] = {}
+        request_parameters: dict[str, Any] = {}
+        if frames.is_frame(inputs):
+            frame = True if frame is None else frame
+            inputs, parameters = frames.columns(inputs)
+            request_parameters = dict(frames.REQUEST_PARAMETERS)
         dataplane = self._dataplane()
         wanted = [RequestedOutput(n) for n in outputs] if outputs else None
         label = None if version is None else str(version)
@@ -231,18 +272,25 @@ class Server(RemoteServer):
             return {s.name: s.datatype for s in signature.inputs}
 
         # Cast here, in the caller's thread, so a cast warning points at the caller's line.
-        arrays = wire.to_arrays(model, inputs, self._thread.run(declared()), self._casts)
+        # A DataFrame's columns go as they are, as MLServer's PandasCodec sends them.
+        types = {} if request_parameters else self._thread.run(declared())
+        arrays = wire.to_arrays(model, inputs, types, self._casts)
 
         async def run() -> dict[str, Any]:
             tensors = [
                 Tensor(key, from_numpy(array.dtype).name, array.shape, array)
                 for key, array in arrays.items()
             ]
-            request = InferRequest(model, tensors, model_version=label, outputs=wanted)
+            for tensor in tensors:
+                tensor.parameters = dict(parameters.get(tensor.name, {}))
+            request = InferRequest(
+                model, tensors, model_version=label, outputs=wanted, parameters=request_parameters
+            )
             response = await dataplane.infer(request)
             return {t.name: t.data for t in response.outputs}
 
-        return self._thread.run(run())
+        results = self._thread.run(run())
+        return frames.to_frame(results) if frame else results
 
     # -- lifecycle ----------------------------------------------------------------------------
     def stop(self, grace: float = 5.0) -> None:
@@ -259,6 +307,9 @@ class Server(RemoteServer):
         if self._cleanup is not None:
             shutil.rmtree(self._cleanup, ignore_errors=True)
             self._cleanup = None
+        for folder in self._native_folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._native_folders.clear()
 
     def __enter__(self) -> Server:
         return self

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from servekit.config.auth import ApiGroup
 from servekit.errors import Unauthenticated
-from servekit.notebook import convert, html, sources, wire
+from servekit.notebook import convert, frames, html, sources, wire
 from servekit.notebook.transport import Reply, Transport, check
 from servekit.project import save as saving
 
@@ -267,16 +267,30 @@ class RemoteServer:
     def infer(
         self,
         model: str,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, Any] | Any,
         version: int | str | None = None,
         outputs: Sequence[str] | None = None,
-    ) -> dict[str, Any]:
-        """Run ``model`` on ``inputs`` (name -> array or list); return name -> numpy array.
+        frame: bool | None = None,
+    ) -> Any:
+        """Run ``model`` on ``inputs`` (name -> array or list, or a pandas DataFrame: one
+        input per column, as MLServer's PandasCodec sends it); return name -> numpy array, or
+        a DataFrame when ``frame`` is true (default: when ``inputs`` is one).
 
         Arrays keep their dtype; lists and scalars take the dtype the model declares.
         """
-        arrays = self._arrays(model, inputs, version)
-        body, header_length = wire.encode_request(arrays, outputs)
+        parameters: dict[str, dict[str, str]] = {}
+        if frames.is_frame(inputs):
+            frame = True if frame is None else frame
+            inputs, parameters = frames.columns(inputs)
+            arrays = wire.to_arrays(model, inputs, {}, self._casts)  # columns as they are
+        else:
+            arrays = self._arrays(model, inputs, version)
+        if parameters or frame:
+            body, header_length = wire.encode_request(
+                arrays, outputs, parameters, dict(frames.REQUEST_PARAMETERS)
+            )
+        else:
+            body, header_length = wire.encode_request(arrays, outputs)
         parts = ["v2", "models", model] + ([] if version is None else ["versions", str(version)])
         reply = self._send(
             ApiGroup.INFERENCE,
@@ -289,7 +303,8 @@ class RemoteServer:
             },
         )
         length = reply.headers.get("inference-header-content-length")
-        return wire.decode_response(reply.body, int(length) if length is not None else None)
+        results = wire.decode_response(reply.body, int(length) if length is not None else None)
+        return frames.to_frame(results) if frame else results
 
     def _arrays(
         self, model: str, inputs: Mapping[str, Any], version: int | str | None

@@ -73,9 +73,13 @@ def to_arrays(
 
 
 def encode_request(
-    inputs: Mapping[str, Array], outputs: Sequence[str] | None = None
+    inputs: Mapping[str, Array],
+    outputs: Sequence[str] | None = None,
+    input_parameters: Mapping[str, Mapping[str, Any]] | None = None,
+    request_parameters: Mapping[str, Any] | None = None,
 ) -> tuple[bytes, int]:
-    """A binary-extension request body and its JSON header length."""
+    """A binary-extension request body and its JSON header length (``input_parameters``,
+    ``request_parameters``: content types, for a DataFrame's columns)."""
     entries: list[dict[str, Any]] = []
     buffers: list[Any] = []
     for name, array in inputs.items():
@@ -87,11 +91,14 @@ def encode_request(
                 "name": name,
                 "datatype": datatype.name,
                 "shape": list(array.shape),
-                "parameters": {"binary_data_size": size},
+                "parameters": {**(input_parameters or {}).get(name, {}), "binary_data_size": size},
             }
         )
         buffers.append(buffer)
-    header: dict[str, Any] = {"inputs": entries, "parameters": {"binary_data_output": True}}
+    header: dict[str, Any] = {
+        "inputs": entries,
+        "parameters": {**(request_parameters or {}), "binary_data_output": True},
+    }
     if outputs:
         header["outputs"] = [{"name": n, "parameters": {"binary_data": True}} for n in outputs]
     head = v2_json.dumps(header)

@@ -182,6 +182,8 @@ def from_plans(
                 _onnx(plan, entry, project)
             elif plan.implementation == "python":
                 _python(plan, entry, project)
+            elif plan.implementation in ONE_FILE_FORMATS:
+                _model_files(plan, entry, project)
             else:
                 problems.append(f"{plan.name}: runtime {plan.runtime} cannot be saved")
                 continue
@@ -208,6 +210,25 @@ def _onnx(plan: ModelPlan, entry: dict[str, Any], project: Project) -> None:
     entry["storageUri"] = f"models/{plan.name}"
     versions = sorted(v.version for v in served)
     entry["versionPolicy"] = {"specific": {"versions": versions}}
+
+
+ONE_FILE_FORMATS = ("sklearn", "xgboost", "lightgbm")
+"""Tabular formats whose version is one file, copied as it is (an MLflow folder is not saved
+yet)."""
+
+
+def _model_files(plan: ModelPlan, entry: dict[str, Any], project: Project) -> None:
+    """Each served version's model file under models/<name>/<v>/ (a joblib file of a model
+    add_model served natively, an XGBoost or LightGBM file)."""
+    served = [v for v in plan.versions if v.path is not None and v.path.is_file()]
+    if not served:
+        raise SourceError(f"{plan.name}: no model file on disk")
+    for version in served:
+        assert version.path is not None
+        folder = f"models/{plan.name}/{version.version}"
+        project.files[f"{folder}/{version.path.name}"] = version.path.read_bytes()
+    entry["storageUri"] = f"models/{plan.name}"
+    entry["versionPolicy"] = {"specific": {"versions": sorted(v.version for v in served)}}
 
 
 def add_onnx_file(project: Project, name: str, version: int, file: str, path: Path) -> None:

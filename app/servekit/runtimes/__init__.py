@@ -21,6 +21,10 @@ if TYPE_CHECKING:  # annotations only: the isolated child imports this without p
 IMPLEMENTATIONS: dict[str, str] = {
     "onnxruntime": "servekit.runtimes.onnx:load",
     "python": "servekit.runtimes.python:load",
+    "sklearn": "servekit.runtimes.sklearn:load",
+    "xgboost": "servekit.runtimes.xgboost_runtime:load",
+    "lightgbm": "servekit.runtimes.lightgbm_runtime:load",
+    "mlflow": "servekit.runtimes.mlflow_runtime:load",
 }
 ISOLATED = "isolated-python"
 """Not a name serve.yaml's ``implementation`` can give: ``isolation: process`` selects it."""

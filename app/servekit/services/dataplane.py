@@ -17,6 +17,7 @@ from contextlib import aclosing
 from typing import Any
 
 from servekit import __version__
+from servekit.codecs.content_types import mark_outputs, tabular_feed
 from servekit.config.auth import AccessPolicy
 from servekit.config.compiler import ModelPlan, ServePlan
 from servekit.config.schema import GrpsStreaming
@@ -311,7 +312,12 @@ class DataPlane:
             if runtime is None:
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
             signature = runtime.signature
-            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            tabular = signature.tabular
+            if tabular is None:
+                feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
+            else:  # MLServer's content types, columns or a matrix
+                plan = entry.plan
+                feed, _ = tabular_feed(request, signature.inputs, tabular, plan.max_batch_size)
             wanted, classes = requested_outputs(request, signature)
             queue_by = None
             state = self._state
@@ -337,6 +343,8 @@ class DataPlane:
             outputs = executor.check.tensors(results, wanted)
             if classes:  # the classification extension: top k instead of the tensor
                 outputs = classified(outputs, classes, entry.plan)
+            if tabular is not None:  # the content types MLServer's clients decode by
+                mark_outputs(outputs)
             stats.record_success(
                 rows,
                 queue_ns,
@@ -542,7 +550,7 @@ def requested_outputs(
     class counts of those asked for with ``classification: k`` (checked before the model
     runs; None when none is)."""
     if not request.outputs:
-        return list(signature.outputs), None
+        return list(signature.defaults), None
     by_name = signature.output_index
     wanted = []
     classes: dict[str, int] | None = None

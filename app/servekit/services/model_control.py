@@ -235,8 +235,9 @@ class ModelControl:
             if pushed_files:
                 if runtime.implementation != "onnxruntime":
                     raise PermissionDenied(
-                        f"{model.model_format.name} models cannot be pushed as files (Python "
-                        "models run code); declare them in serve.yaml"
+                        f"{model.model_format.name} models cannot be pushed as files (only "
+                        "ONNX models can: Python code and pickled models run code when they "
+                        "load); declare them in serve.yaml"
                     )
                 await asyncio.to_thread(onnx_files.check_pushed, pushed_files)
                 self._check_room(name, pushed_files)

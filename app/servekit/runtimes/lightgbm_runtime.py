@@ -1,0 +1,65 @@
+"""LightGBM models (``modelFormat: lightgbm``): a Booster saved with ``save_model`` (``.txt``,
+or ``.bst`` as KServe's lgbserver names it).
+
+``predict`` is the Booster's own: probabilities for a binary or multiclass objective (one row
+per class for multiclass), values for a regression, as MLServer's LightGBM runtime answers.
+Feature names the booster was trained with (a DataFrame) make its inputs one column each;
+LightGBM's own defaults (``Column_0``, ...) mean it was trained on a matrix. Threads per call
+follow the model's ``intraOpThreads``. The file is text, not a pickle.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import partial
+from typing import Any
+
+from servekit.config.compiler import ModelPlan
+from servekit.config.versions import VersionSource
+from servekit.runtimes.base import LoadError
+from servekit.runtimes.onnx import check_model_file
+from servekit.runtimes.tabular import (
+    PREDICT,
+    Instance,
+    TabularModel,
+    columns_layout,
+    matrix_layout,
+    plan_layout,
+    plan_outputs,
+    require,
+)
+from servekit.types import TensorSpec
+
+PLATFORM = "lightgbm"
+_DEFAULT_NAME = re.compile(r"Column_\d+")
+
+
+def read(path: str) -> Any:
+    import lightgbm as lgb
+
+    return lgb.Booster(model_file=path)
+
+
+def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
+    """``instances`` Boosters; LoadError with a reason a user can act on."""
+    require("lightgbm", "lightgbm", "LightGBM")
+    path = check_model_file(version.path)
+    try:
+        boosters = [read(str(path)) for _ in range(plan.instances)]
+    except Exception as exc:
+        raise LoadError(f"LightGBM could not load {path}: {exc}") from None
+    names = [str(n) for n in boosters[0].feature_name()]
+    if names and not all(_DEFAULT_NAME.fullmatch(n) for n in names):
+        layout = columns_layout(names)
+    else:
+        layout = matrix_layout(boosters[0].num_feature())
+    threads = plan.options.intra_op_threads
+    from lightgbm.basic import LightGBMError
+
+    return TabularModel(
+        PLATFORM,
+        plan_layout(plan, layout),
+        plan_outputs(plan, (TensorSpec(PREDICT, "FP64", (-1,)),)),
+        [Instance({PREDICT: partial(b.predict, num_threads=threads)}) for b in boosters],
+        (ValueError, TypeError, KeyError, LightGBMError),
+    )

@@ -1,0 +1,93 @@
+"""scikit-learn models (``modelFormat: sklearn``): a joblib or pickle file of a fitted
+estimator or pipeline, as KServe's sklearnserver and MLServer load them.
+
+Unpickling runs code chosen by whoever wrote the file: such a model is declared in serve.yaml
+only, never pushed through the repository API (app/servekit/models/pushed_config.py). The
+estimator's ``feature_names_in_`` (fitted on a DataFrame) make its inputs one column each and
+it is given a DataFrame; else ``n_features_in_`` sizes its ``input-0`` matrix. ``predict``'s
+datatype follows ``classes_`` for a classifier (INT64, BYTES for text labels), FP64 otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from servekit.config.compiler import ModelPlan
+from servekit.config.versions import VersionSource
+from servekit.runtimes.onnx import check_model_file
+from servekit.runtimes.tabular import (
+    PREDICT,
+    PREDICT_PROBA,
+    Instance,
+    TabularLayout,
+    TabularModel,
+    columns_layout,
+    label_datatype,
+    matrix_layout,
+    plan_layout,
+    plan_outputs,
+    require,
+)
+from servekit.types import TensorSpec
+
+PLATFORM = "sklearn"
+
+
+def read(path: Path) -> Any:
+    """The estimator in ``path`` (joblib reads plain pickles too)."""
+    import joblib
+
+    return joblib.load(path)
+
+
+def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
+    """``instances`` copies of the estimator; LoadError with a reason a user can act on."""
+    require("sklearn", "sklearn", "scikit-learn")
+    from servekit.runtimes.base import LoadError
+
+    path = check_model_file(version.path)
+    try:
+        estimators = [read(path) for _ in range(plan.instances)]
+    except ModuleNotFoundError as exc:
+        raise LoadError(
+            f"{path} needs the module {exc.name!r}, which is not installed in the server's "
+            "environment"
+        ) from None
+    except Exception as exc:
+        raise LoadError(f"{path} could not be read as a joblib or pickle file: {exc}") from None
+    first = estimators[0]
+    if not hasattr(first, "predict"):
+        raise LoadError(f"{path} holds a {type(first).__name__}, which has no predict method")
+    return TabularModel(
+        PLATFORM,
+        plan_layout(plan, layout_of(first)),
+        outputs_of(plan, first),
+        [Instance(methods_of(e)) for e in estimators],
+    )
+
+
+def layout_of(estimator: Any) -> TabularLayout:
+    """Columns when the estimator knows its feature names, else the sized matrix."""
+    names = getattr(estimator, "feature_names_in_", None)
+    if names is not None:
+        return columns_layout([str(n) for n in names])
+    count = getattr(estimator, "n_features_in_", None)
+    return matrix_layout(int(count) if isinstance(count, int) else None)
+
+
+def outputs_of(plan: ModelPlan, estimator: Any) -> tuple[TensorSpec, ...]:
+    """``predict``, and ``predict_proba`` when the estimator offers it."""
+    classes = getattr(estimator, "classes_", None)
+    specs = [TensorSpec(PREDICT, label_datatype(classes), (-1,))]
+    if hasattr(estimator, PREDICT_PROBA):
+        width = len(classes) if classes is not None else -1
+        specs.append(TensorSpec(PREDICT_PROBA, "FP64", (-1, width)))
+    return plan_outputs(plan, tuple(specs))
+
+
+def methods_of(estimator: Any) -> dict[str, Any]:
+    methods = {PREDICT: estimator.predict}
+    if hasattr(estimator, PREDICT_PROBA):
+        methods[PREDICT_PROBA] = estimator.predict_proba
+    return methods
