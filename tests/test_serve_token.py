@@ -126,3 +126,26 @@ def test_a_group_serve_yaml_names_keeps_its_own_token(from_env: ServerProcess) -
         assert client.get("/v2/models/stats", headers=_bearer(OWN)).status_code == 200
         infer = client.post("/v2/models/mlp/infer", json=INFER, headers=_bearer(ENV_TOKEN))
         assert infer.status_code == 200, infer.text
+
+
+def test_workers_inherit_the_token_and_never_see_it_on_a_command_line(tmp_path: Path) -> None:
+    """Under --workers the token reaches each worker through its environment (SERVEKIT_TOKEN),
+    not through the worker's command line, which any user of the machine can read."""
+    server = _start(_project(tmp_path), {}, ("--workers", "2", "--token", TOKEN, "--no-grpc"))
+    try:
+        with httpx.Client(base_url=server.http_url, timeout=30) as client:
+            for _ in range(6):  # the kernel spreads connections over both workers
+                with httpx.Client(base_url=server.http_url, timeout=30) as fresh:
+                    assert fresh.post("/v2/models/mlp/infer", json=INFER).status_code == 401
+                    served = fresh.post("/v2/models/mlp/infer", json=INFER, headers=_bearer(TOKEN))
+                    assert served.status_code == 200, served.text
+            assert client.get("/v2/health/ready").status_code == 200
+        pid = server.process.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        assert len(children) >= 2
+        for child in children:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ")
+            assert TOKEN.encode() not in argv
+            assert b"SERVEKIT_TOKEN" in argv  # the spec names the variable
+    finally:
+        assert server.stop() == 0, server.log()
