@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -13,27 +14,64 @@ from typing import Any
 
 from servekit import __version__
 from servekit.config.compiler import ServePlan
-from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.loader import ConfigError, ConfigIssue, ConfigMissing, line_in_file
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each argument's default after its help, as uvicorn and mlserver do; defaults that
+    are None (the setting comes from serve.yaml) say so in their help text instead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, argparse.SUPPRESS):
+            return text
+        if action.default is False:
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
+
+
+CONFIG_HELP = "the serve.yaml to read"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servekit", description="Serve models from serve.yaml.")
+    parser = argparse.ArgumentParser(
+        prog="servekit",
+        description="Serve models from serve.yaml over HTTP and gRPC (KServe V2). "
+        "Start with `servekit init`, then `servekit serve`.",
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"servekit {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
-    serve.add_argument("config", nargs="?", default="serve.yaml")
-    serve.add_argument("--http-port", type=int, help="HTTP port (0 picks a free one)")
-    serve.add_argument("--grpc-port", type=int, help="gRPC port (0 picks a free one)")
+    serve.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="HTTP port, 0 picks a free one (default: server.httpPort, 8000)",
+    )
+    serve.add_argument(
+        "--grpc-port",
+        type=int,
+        help="gRPC port, 0 picks a free one (default: server.grpcPort, 8001)",
+    )
     serve.add_argument("--no-grpc", action="store_true", help="disable gRPC")
-    serve.add_argument("--host", help="address to listen on")
+    serve.add_argument(
+        "--host", help="address to listen on (default: server.host, 127.0.0.1: this machine only)"
+    )
+    serve.add_argument(
+        "--token",
+        help="bearer token every API group but health then needs (default: $SERVEKIT_TOKEN; "
+        "groups serve.yaml's server.auth names keep their own)",
+    )
     serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
     serve.add_argument(
         "--workers",
         metavar="N",
         type=_workers_flag,
-        help="server processes behind the same ports (a number, or auto: one per core)",
+        help="server processes behind the same ports, a number or auto: one per core "
+        "(default: server.workers, 1)",
     )
     serve.add_argument(
         "--log-level",
@@ -41,26 +79,34 @@ def _parser() -> argparse.ArgumentParser:
         help="lowest level logged (default: server.logging.level, info)",
     )
     serve.add_argument(
-        "--only", metavar="NAME", help="serve only this model (its name or Kubernetes name)"
+        "--only",
+        metavar="NAME",
+        help="serve only this model, its name or Kubernetes name (default: every model)",
     )
     serve.add_argument(
         "--storage-uri",
         metavar="PATH",
-        help="read the model's files from PATH (KServe: /mnt/models)",
+        help="read the model's files from PATH, KServe: /mnt/models "
+        "(default: the model's storageUri)",
     )
-    validate = sub.add_parser("validate", help="check CONFIG and print a summary")
-    validate.add_argument("config", nargs="?", default="serve.yaml")
+    validate = sub.add_parser(
+        "validate", help="check CONFIG (and import its Python models) and print a summary"
+    )
+    validate.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
     sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
     export = sub.add_parser("export", help="print Kubernetes manifests that serve CONFIG")
     export.add_argument("target", choices=["k8s", "kserve"], help="plain Deployment, or KServe")
-    export.add_argument("config", nargs="?", default="serve.yaml")
+    export.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
     export.add_argument("--image", default=f"servekit:{__version__}", help="container image")
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
-    from servekit import cli_project
+    from servekit import cli_project, cli_start
 
+    cli_start.register(sub)
     cli_project.register(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
     return parser
 
 
@@ -86,16 +132,22 @@ def load_plan(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `servekit`: the help, as `servekit --help` prints it
+        parser.print_help()
+        return 0
     if args.command == "schema":
         from servekit.config.schema import json_schema
 
         print(json.dumps(json_schema(), indent=2))
         return 0
-    from servekit import cli_project
+    from servekit import cli_project, cli_start
 
     if args.command in cli_project.COMMANDS:
         return cli_project.run(args)
+    if args.command in cli_start.COMMANDS:
+        return cli_start.run(args)
     try:
         if args.command == "validate":
             return _validate(args.config)
@@ -103,8 +155,20 @@ def main(argv: list[str] | None = None) -> int:
             return _export(args)
         return _serve(args)
     except ConfigError as exc:
-        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        print(config_error_text(exc), file=sys.stderr)
         return 1
+
+
+def config_error_text(exc: ConfigError) -> str:
+    """What the command line says of a config it cannot use: a missing file as such (with the
+    command that writes one), anything else as an invalid config listing every problem."""
+    if isinstance(exc, ConfigMissing):
+        return (
+            f"servekit: no such file: {exc.filename}\n"
+            "  write a starter project here with `servekit init`, or name another config "
+            "(servekit serve PATH/serve.yaml)"
+        )
+    return f"servekit: invalid config\n{exc}"
 
 
 def _validate(path: str) -> int:
@@ -114,7 +178,7 @@ def _validate(path: str) -> int:
     plan = load_plan(path)
     for warning in _clear_token_warnings(plan, path):
         print(warning, file=sys.stderr)
-    missing = _missing_storage(plan)
+    missing = _missing_storage(plan) + _python_issues(plan)
     if missing:
         raise ConfigError(path, missing)
     print(f"{path}: OK, {len(plan.models)} model(s)")
@@ -146,6 +210,20 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
         where = ["models", index, "storageUri"]
         line = line_in_file(plan.config_path, where)
         issues.append(ConfigIssue(f"models[{index}].storageUri", line, message))
+    return issues
+
+
+def _python_issues(plan: ServePlan) -> list[ConfigIssue]:
+    """A ConfigIssue, at its entrypoint's line, for each Python model serve would not load."""
+    from servekit.runtimes.python_check import python_problems
+
+    problems = python_problems(plan)
+    issues = []
+    for index, model in enumerate(plan.models):
+        if model.name in problems:
+            line = line_in_file(plan.config_path, ["models", index, "entrypoint"])
+            where = f"models[{index}].entrypoint"
+            issues.append(ConfigIssue(where, line, f"{model.name}: {problems[model.name]}"))
     return issues
 
 
@@ -184,12 +262,21 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         server["watch"] = True
     if args.workers is not None:
         server["workers"] = args.workers
+    from servekit.config.auth import TOKEN_ENV
+
+    # The flag travels as the variable (set by _serve), never as the token, so worker processes
+    # inherit it and their command lines and the overrides never hold it.
+    token_env = TOKEN_ENV if args.token or os.environ.get(TOKEN_ENV) else None
     # Absolute now: a reload must read the same folder whatever the working directory is then.
     uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
-    return Overrides(server, args.only, uri)
+    return Overrides(server, args.only, uri, token_env)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.token:
+        from servekit.config.auth import TOKEN_ENV
+
+        os.environ[TOKEN_ENV] = args.token  # this process serves until it exits
     overrides = _overrides(args)
     plan = load_overridden(args.config, overrides)
     from servekit import logs

@@ -206,6 +206,7 @@ class Supervisor:
             server={k: v for k, v in self.overrides.server.items() if k != "workers"},
             only=self.overrides.only,
             storage_uri=self.overrides.storage_uri,
+            token_env=self.overrides.token_env,
             log_level=self.log_level,
         )
         slot.joined = slot.listening = False
