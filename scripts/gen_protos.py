@@ -109,7 +109,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "app" / "protos"
+OUT_DIR = ROOT / "app" / "servekit" / "protos"
 PACKAGE = "servekit.protos"
 
 INIT_PY = '''\

@@ -23,6 +23,9 @@ from servers import ServerProcess, grpc_available, start_server, write_model_sto
 
 def pytest_configure(config: pytest.Config) -> None:
     tiers.install_guard()
+    # A developer's SERVEKIT_TOKEN (set for clients) would protect every server the tests
+    # start (`servekit serve` reads it); tests that want one set it themselves.
+    os.environ.pop("SERVEKIT_TOKEN", None)
     # Servers, CLIs and notebooks the tests start as subprocesses run this checkout's code
     # (app/ is the source root), not whatever servekit an editable install points at: a
     # worktree's tests must test the worktree.

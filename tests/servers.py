@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import queue
 import re
@@ -184,6 +185,19 @@ def _pump(stream: IO[str], lines: list[str], out: queue.Queue[str | None]) -> No
     out.put(None)
 
 
+def _message_of(line: str) -> str:
+    """A stdout line's text: the line itself, or a JSON line's ``message``
+    (``server.logging.format: json`` writes the listening line as a JSON object)."""
+    if line.startswith("{"):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return line
+        if isinstance(record, dict) and isinstance(record.get("message"), str):
+            return record["message"]
+    return line
+
+
 def start_server(
     config: Path,
     *,
@@ -230,6 +244,7 @@ def start_server(
                 continue
             if line is None:
                 raise RuntimeError(f"server exited with {process.wait(10)} before listening")
+            line = _message_of(line)
             match = LISTENING.match(line)
         also = [(m[1], m[2]) for m in ALSO.finditer(line, match.end())]
         server = ServerProcess(

@@ -263,28 +263,62 @@ def test_try_it_out_equals_tritonclient(
     ran = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("output [[")
+    connect = page.locator("#try-connect").text_content() or ""
+    assert "servekit.connect(" in connect
+    ran = subprocess.run(
+        [sys.executable, "-c", connect], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith("output [[")
     snap(page, shots, "try-it-out")
 
 
 def test_bad_input_shows_the_servers_error_inline(
     page: Page, page_errors: list[str], server: ServerProcess, shots: Path
 ) -> None:
-    page.goto("/models/add_sub/try")
-    page.locator('[data-input="INPUT0"] textarea').fill("1, 2, 3")
+    """A request the form cannot judge (a UINT8 value out of range) gets the server's error."""
+    page.goto("/models/image_identity/try")
+    values = [300] + [0] * (8 * 8 * 3 - 1)
+    page.locator('[data-input="INPUT0"] textarea').fill(", ".join(map(str, values)))
     page.locator('[data-input="INPUT0"] textarea').press("Control+Enter")  # keyboard submit
-    body = {"inputs": [
-        {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [1, 2, 3]},
-        {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16},
-    ]}  # fmt: skip
-    answer = httpx.post(f"{server.http_url}/v2/models/add_sub/infer", json=body)
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 8, 8, 3], "datatype": "UINT8",
+                        "data": values}]}  # fmt: skip
+    answer = httpx.post(f"{server.http_url}/v2/models/image_identity/infer", json=body)
     assert answer.status_code == 400
     expect(page.locator("#try-error")).to_have_text(f"HTTP 400: {answer.json()['error']}")
     expect(page.locator("#try-error")).to_have_attribute("role", "alert")
     snap(page, shots, "try-it-out-error")
+    page.goto("/models/add_sub/try")
     page.locator('[data-input="INPUT0"] textarea').fill("1, two, 3")
     page.get_by_role("button", name="Run inference").click()
     field_error = page.locator('[data-input="INPUT0"] .field-error')
     expect(field_error).to_contain_text('value 2 ("two") is not a number')  # caught before sending
+
+
+def test_a_wrong_shape_is_refused_before_sending(page: Page, page_errors: list[str]) -> None:
+    """Values that do not fill the shape, or a shape the model cannot take, are said next to
+    the input and nothing is sent (the form used to rewrite the shape and send it anyway)."""
+    page.goto("/models/add_sub/try")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.endswith("/infer") else None)
+    field = page.locator('[data-input="INPUT0"]')
+    field.locator("textarea").fill("1, 2, 3")
+    page.get_by_role("button", name="Run inference").click()
+    expect(field.locator(".field-error")).to_contain_text(
+        "3 value(s) for shape [1, 16], which holds 16"
+    )
+    expect(page.locator("#try-error")).to_contain_text("Not sent")
+    field.locator("textarea").fill("[[1, 2, 3], [4, 5, 6]]")
+    page.get_by_role("button", name="Run inference").click()
+    expect(field.locator(".field-error")).to_contain_text("dimension 2 must be 16")
+    assert sent == []
+
+
+def test_titles_and_the_models_table_say_what_they_hold(page: Page, page_errors: list[str]) -> None:
+    page.goto("/")
+    assert page.title() == "Overview · dashboard-demo · servekit"
+    page.goto("/models")
+    expect(page.locator("#model-index thead th").first).to_have_text("Model / version")
 
 
 def test_bytes_and_image_inputs(page: Page, page_errors: list[str], tmp_path: Path) -> None:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -44,7 +45,15 @@ def _layers() -> list[str]:
 
 
 def test_lint_imports_passes() -> None:
-    assert lint_imports(str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True) == 0
+    # import-linter configures logging (dictConfig), which disables every logger that exists:
+    # later tests reading servekit's logs would see nothing. Put them back as they were.
+    loggers = [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)]
+    disabled = [logger.disabled for logger in loggers]
+    try:
+        assert lint_imports(str(ROOT / "pyproject.toml"), no_cache=True, no_logo=True) == 0
+    finally:
+        for logger, was in zip(loggers, disabled, strict=True):
+            logger.disabled = was
 
 
 # (file, import added, what it does) -- the probe of issue 23, one import at a time.

@@ -219,3 +219,14 @@ def test_saved_project_keeps_declared_runtimes_and_served_versions(tmp_path: Pat
     assert sorted(project.files) == ["models/mlp/2/model.onnx", "models/mlp/3/model.onnx"]
     out = project.write(tmp_path / "saved")
     assert ServeConfig.model_validate(yaml.safe_load((out / "serve.yaml").read_text()))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [dockerfile.DOCKERIGNORE, (Path(__file__).resolve().parents[1] / ".dockerignore").read_text()],
+    ids=["saved-project", "repository"],
+)
+def test_dockerignore_keeps_venvs_caches_and_git_out(text: str) -> None:
+    lines = set(text.splitlines())
+    for entry in (".git", ".venv", "venv", "**/.venv", "**/__pycache__", ".pytest_cache"):
+        assert entry in lines, entry

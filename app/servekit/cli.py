@@ -6,57 +6,107 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from servekit.config.compiler import ServePlan
-from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.loader import ConfigError, ConfigIssue, ConfigMissing, line_in_file
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
 from servekit.version import __version__
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each argument's default after its help, as uvicorn and mlserver do; defaults that
+    are None (the setting comes from serve.yaml) say so in their help text instead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, argparse.SUPPRESS):
+            return text
+        if action.default is False:
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
+
+
+CONFIG_HELP = "the serve.yaml to read"
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servekit", description="Serve models from serve.yaml.")
+    parser = argparse.ArgumentParser(
+        prog="servekit",
+        description="Serve models from serve.yaml over HTTP and gRPC (KServe V2). "
+        "Start with `servekit init`, then `servekit serve`.",
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"servekit {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
-    serve.add_argument("config", nargs="?", default="serve.yaml")
-    serve.add_argument("--http-port", type=int, help="HTTP port (0 picks a free one)")
-    serve.add_argument("--grpc-port", type=int, help="gRPC port (0 picks a free one)")
+    serve.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="HTTP port, 0 picks a free one (default: server.httpPort, 8000)",
+    )
+    serve.add_argument(
+        "--grpc-port",
+        type=int,
+        help="gRPC port, 0 picks a free one (default: server.grpcPort, 8001)",
+    )
     serve.add_argument("--no-grpc", action="store_true", help="disable gRPC")
-    serve.add_argument("--host", help="address to listen on")
+    serve.add_argument(
+        "--host", help="address to listen on (default: server.host, 127.0.0.1: this machine only)"
+    )
+    serve.add_argument(
+        "--token",
+        help="bearer token every API group but health then needs (default: $SERVEKIT_TOKEN; "
+        "groups serve.yaml's server.auth names keep their own)",
+    )
     serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
     serve.add_argument(
         "--workers",
         metavar="N",
         type=_workers_flag,
-        help="server processes behind the same ports (a number, or auto: one per core)",
+        help="server processes behind the same ports, a number or auto: one per core "
+        "(default: server.workers, 1)",
     )
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
-        "--only", metavar="NAME", help="serve only this model (its name or Kubernetes name)"
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="lowest level logged (default: server.logging.level, info)",
+    )
+    serve.add_argument(
+        "--only",
+        metavar="NAME",
+        help="serve only this model, its name or Kubernetes name (default: every model)",
     )
     serve.add_argument(
         "--storage-uri",
         metavar="PATH",
-        help="read the model's files from PATH (KServe: /mnt/models)",
+        help="read the model's files from PATH, KServe: /mnt/models "
+        "(default: the model's storageUri)",
     )
-    validate = sub.add_parser("validate", help="check CONFIG and print a summary")
-    validate.add_argument("config", nargs="?", default="serve.yaml")
+    validate = sub.add_parser(
+        "validate", help="check CONFIG (and import its Python models) and print a summary"
+    )
+    validate.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
     sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
     export = sub.add_parser("export", help="print Kubernetes manifests that serve CONFIG")
     export.add_argument("target", choices=["k8s", "kserve"], help="plain Deployment, or KServe")
-    export.add_argument("config", nargs="?", default="serve.yaml")
+    export.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
     export.add_argument("--image", default=f"servekit:{__version__}", help="container image")
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
-    from servekit import cli_project
+    from servekit import cli_project, cli_start
 
+    cli_start.register(sub)
     cli_project.register(sub)
+    for command in sub.choices.values():
+        command.formatter_class = HelpFormatter
     return parser
 
 
@@ -82,16 +132,22 @@ def load_plan(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `servekit`: the help, as `servekit --help` prints it
+        parser.print_help()
+        return 0
     if args.command == "schema":
         from servekit.config.schema import json_schema
 
         print(json.dumps(json_schema(), indent=2))
         return 0
-    from servekit import cli_project
+    from servekit import cli_project, cli_start
 
     if args.command in cli_project.COMMANDS:
         return cli_project.run(args)
+    if args.command in cli_start.COMMANDS:
+        return cli_start.run(args)
     try:
         if args.command == "validate":
             return _validate(args.config)
@@ -99,8 +155,20 @@ def main(argv: list[str] | None = None) -> int:
             return _export(args)
         return _serve(args)
     except ConfigError as exc:
-        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        print(config_error_text(exc), file=sys.stderr)
         return 1
+
+
+def config_error_text(exc: ConfigError) -> str:
+    """What the command line says of a config it cannot use: a missing file as such (with the
+    command that writes one), anything else as an invalid config listing every problem."""
+    if isinstance(exc, ConfigMissing):
+        return (
+            f"servekit: no such file: {exc.filename}\n"
+            "  write a starter project here with `servekit init`, or name another config "
+            "(servekit serve PATH/serve.yaml)"
+        )
+    return f"servekit: invalid config\n{exc}"
 
 
 def _validate(path: str) -> int:
@@ -110,7 +178,7 @@ def _validate(path: str) -> int:
     plan = load_plan(path)
     for warning in _clear_token_warnings(plan, path):
         print(warning, file=sys.stderr)
-    missing = _missing_storage(plan)
+    missing = _missing_storage(plan) + _python_issues(plan)
     if missing:
         raise ConfigError(path, missing)
     print(f"{path}: OK, {len(plan.models)} model(s)")
@@ -142,6 +210,20 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
         where = ["models", index, "storageUri"]
         line = line_in_file(plan.config_path, where)
         issues.append(ConfigIssue(f"models[{index}].storageUri", line, message))
+    return issues
+
+
+def _python_issues(plan: ServePlan) -> list[ConfigIssue]:
+    """A ConfigIssue, at its entrypoint's line, for each Python model serve would not load."""
+    from servekit.services import python_problems
+
+    problems = python_problems(plan)
+    issues = []
+    for index, model in enumerate(plan.models):
+        if model.name in problems:
+            line = line_in_file(plan.config_path, ["models", index, "entrypoint"])
+            where = f"models[{index}].entrypoint"
+            issues.append(ConfigIssue(where, line, f"{model.name}: {problems[model.name]}"))
     return issues
 
 
@@ -180,20 +262,32 @@ def _overrides(args: argparse.Namespace) -> Overrides:
         server["watch"] = True
     if args.workers is not None:
         server["workers"] = args.workers
+    from servekit.config.auth import TOKEN_ENV
+
+    # The flag travels as the variable (set by _serve), never as the token, so worker processes
+    # inherit it and their command lines and the overrides never hold it.
+    token_env = TOKEN_ENV if args.token or os.environ.get(TOKEN_ENV) else None
     # Absolute now: a reload must read the same folder whatever the working directory is then.
     uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
-    return Overrides(server, args.only, uri)
+    return Overrides(server, args.only, uri, token_env)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.token:
+        from servekit.config.auth import TOKEN_ENV
+
+        os.environ[TOKEN_ENV] = args.token  # this process serves until it exits
     overrides = _overrides(args)
     plan = load_overridden(args.config, overrides)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    from servekit import logs
     from servekit.workers.spec import worker_count
 
     workers = worker_count(plan.server.workers)
+    settings = plan.server.logging
+    level = logs.level_of(args.log_level, settings.level)
+    # The one log setup of this process (a supervisor's workers set up their own).
+    logs.setup(settings.format, level, onnxruntime=workers == 1)
+    _warn_public_without_token(plan)
     # More than one: a supervisor and worker processes (app/servekit/workers/); 1: this process.
     if workers > 1:
         from servekit.workers import supervisor
@@ -201,9 +295,9 @@ def _serve(args: argparse.Namespace) -> int:
         config = str(Path(args.config).absolute())
         _print_closed(plan)
         try:
-            return supervisor.serve(plan, config, overrides, workers, args.log_level)
+            return supervisor.serve(plan, config, overrides, workers, level)
         except OSError as exc:
-            print(f"servekit: {exc}", file=sys.stderr)
+            logging.getLogger("servekit").error("servekit: %s", exc)
             return 1
     try:
         import uvloop
@@ -215,7 +309,7 @@ def _serve(args: argparse.Namespace) -> int:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_run(plan, overrides))
     except OSError as exc:
-        print(f"servekit: {exc}", file=sys.stderr)
+        logging.getLogger("servekit").error("servekit: %s", exc)
         return 1
     return 0
 
@@ -243,14 +337,32 @@ def _export(args: argparse.Namespace) -> int:
 
 def _print_closed(plan: ServePlan) -> None:
     """Say at start which API groups a bind beyond loopback closed, and what opens them."""
+    from servekit import logs
     from servekit.config.auth import closed_line
 
     line = closed_line(plan.access, plan.server.host)
     if line is not None:
-        print(line, flush=True)
+        logs.announce(line, plan.server.logging.format)
+
+
+def _warn_public_without_token(plan: ServePlan) -> None:
+    """One warning at start when the server listens beyond loopback and no token guards any
+    API group: inference and metadata are then open to whoever reaches the port."""
+    from servekit.config.hosts import is_loopback
+
+    host = plan.server.host
+    if is_loopback(host) or plan.access.tokens:
+        return
+    logging.getLogger("servekit").warning(
+        "servekit listens on %s (beyond loopback) without any token: whoever reaches it can "
+        "run inference and read metadata; set server.auth.default (for example "
+        "{env: SERVEKIT_TOKEN}) in serve.yaml to require a bearer token",
+        host,
+    )
 
 
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
+    from servekit import logs
     from servekit.server import ServeKit
 
     stop = asyncio.Event()
@@ -259,7 +371,10 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
         loop.add_signal_handler(sig, stop.set)
     server = ServeKit(plan)
     addresses = await server.start()
-    print(addresses.listening_line(), flush=True)
+    fmt = plan.server.logging.format
+    logs.announce(
+        addresses.listening_line(), fmt, http=addresses.http_url, grpc=addresses.grpc_target
+    )
     _print_closed(plan)
     watcher = None
     if plan.server.watch:
@@ -267,10 +382,10 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()
-    print(
+    logs.announce(
         "servekit: stopping: not ready, new requests refused, accepted ones finish first "
         f"(up to server.drainSeconds: {server.plan.server.drain_seconds:g} s)",
-        flush=True,
+        fmt,
     )
     if watcher is not None:
         watcher.cancel()

@@ -21,17 +21,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     save.add_argument("folder", help="where to write serve.yaml, requirements.txt, Dockerfile")
     save.add_argument("--token", help="bearer token (default: $SERVEKIT_TOKEN)")
     build = sub.add_parser("build", help="build the image of a project folder (docker/podman)")
-    build.add_argument("folder", nargs="?", default=".")
+    build.add_argument("folder", nargs="?", default=".", help="the project folder (its serve.yaml)")
     build.add_argument("--tag", "-t", help="image tag (default: the folder's name)")
     build.add_argument("--base", help="servekit's image to build on (default: servekit:VERSION)")
     requirements = sub.add_parser(
         "requirements",
         help="print CONFIG's server.requirements, one per line (what a project image installs)",
     )
-    requirements.add_argument("config", nargs="?", default="serve.yaml")
+    requirements.add_argument("config", nargs="?", default="serve.yaml", help="the serve.yaml")
     bench = sub.add_parser("bench", help="measure a model of a running server (HTTP and gRPC)")
     bench.add_argument("url", help="the server's HTTP URL")
-    bench.add_argument("model")
+    bench.add_argument("model", help="the model's name")
     bench.add_argument(
         "--concurrency", default="1,16,64", help="comma-separated in-flight request counts"
     )
@@ -52,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
             return _requirements(args)
         return _bench(args)
     except ConfigError as exc:
-        print(f"servekit: invalid config\n{exc}", file=sys.stderr)
+        from servekit.cli import config_error_text
+
+        print(config_error_text(exc), file=sys.stderr)
         return 1
     except (ConnectionError, ServeError, ValueError) as exc:
         print(f"servekit: {exc}", file=sys.stderr)
@@ -83,6 +85,7 @@ def _build(args: argparse.Namespace) -> int:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1
     print(f"servekit: built {built.tag} with {built.engine}; run it with:\n  {built.run_command()}")
+    print(f"servekit: {built.public_hint()}")
     return 0
 
 

@@ -70,6 +70,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
+from servekit.request_id import CURRENT
+from servekit.rest import request_ids
 from servekit.rest.leaving import WAITING
 
 log = logging.getLogger("servekit.http")
@@ -405,6 +407,14 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not pipelined and not self.transport.is_closing():
             self.edge.waiting[self] = None  # idle until the next request: displaceable
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """The request's task starts knowing its request (ID on the answer, access log:
+        app/servekit/rest/request_ids.py); its log records carry the ID (``CURRENT`` is set only
+        while the task is created, which copies it)."""
+        token = request_ids.begin(cycle)
+        super()._start_asgi_task(cycle, app)
+        CURRENT.reset(token)
 
     # -- deadlines ----------------------------------------------------------------------------
     def _watch(self, phase: int, seconds: float) -> None:

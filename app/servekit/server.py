@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import uvicorn
 from litestar import Litestar
 
-from servekit import dashboard, edge
+from servekit import dashboard, edge, request_id
 from servekit.config.compiler import ServePlan
 from servekit.config.hosts import host_policy
 from servekit.listen import Addresses, bind_http, bound_address
@@ -143,6 +143,7 @@ class ServeKit:
         server = self.plan.server
         tls = self.plan.tls
         worker = self._worker
+        request_id.set_access(server.logging.access_log)  # before the listeners exist
         if worker is not None:
             await self.control.start()
             await worker.before_listening()
@@ -155,6 +156,9 @@ class ServeKit:
             app if worker is None else worker.wrap_http(app),
             lifespan="off",
             log_level="warning",
+            # No dictConfig of uvicorn's own: its records reach the one handler servekit serve
+            # sets up (app/servekit/logs.py), in its format, once.
+            log_config=None,
             access_log=False,
             timeout_graceful_shutdown=30,
             server_header=False,

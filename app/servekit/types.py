@@ -87,9 +87,18 @@ class TensorSpec:
     name: str
     datatype: str
     shape: tuple[int, ...]
+    optional: bool = field(default=False, compare=False)
+    """Inputs only: a request may leave it out (serve.yaml's ``optional: true``, Triton's
+    ModelInput.optional); the model then receives only the inputs that were sent. Marked
+    from serve.yaml after a runtime loads (runtimes.load_runtime), so not compared: a
+    restarted isolated process reporting the same tensors reports the same signature."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+        out: dict[str, Any] = {"name": self.name, "datatype": self.datatype}
+        out["shape"] = list(self.shape)
+        if self.optional:  # only when set: V2 metadata has no such key, clients ignore extras
+            out["optional"] = True
+        return out
 
 
 GRPS_MESSAGE = "GRPS_MESSAGE"

@@ -30,6 +30,10 @@ log = logging.getLogger("servekit.auth")
 GROUP_FIELDS = ("inference", "metadata", "repository", "admin")
 """The protectable groups, as ``server.auth`` names them."""
 BEARER = b"bearer "
+TOKEN_ENV = "SERVEKIT_TOKEN"
+"""Set in ``servekit serve``'s environment (or by ``--token``): the token of every API group but
+health, unless serve.yaml gives a group its own (app/servekit/config/overrides.py). Clients
+(``servekit.connect``, ``servekit bench``/``save``/``infer``) read the same variable."""
 LOG_EVERY_SECONDS = 1.0
 
 
@@ -188,7 +192,7 @@ def closed_line(policy: AccessPolicy, host: str) -> str | None:
     return (
         f"servekit: closed: the {' and '.join(names)} API{'s' if len(names) > 1 else ''} "
         f"({host} is beyond loopback and no token guards them; set {settings} or "
-        "server.auth.default to open them to that token)"
+        f"server.auth.default, or start with --token / {TOKEN_ENV}, to open them to that token)"
     )
 
 

@@ -23,9 +23,12 @@ from servekit.config.auth import (
 )
 from servekit.config.hosts import is_loopback
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.pipelines import PIPELINE_RUNTIME, pipeline_issues
 from servekit.config.remote_uris import local_path, remote_scheme
 from servekit.config.schema import (
+    PIPELINE_FORMAT,
     ModelConfig,
+    PipelineStep,
     RuntimeConfig,
     RuntimeOptions,
     ServeConfig,
@@ -105,6 +108,9 @@ class ModelPlan:
     remote: str | None = None
     """The remote storageUri the versions come from (None: a local path or no files). Until
     the server has fetched it, the plan has one version with no file (see plan_model)."""
+    pipeline: tuple[PipelineStep, ...] = ()
+    """A pipeline's steps (Triton's ensemble; app/servekit/services/pipelines.py runs them);
+    empty for a model of its own."""
 
     def labels(self, output: str) -> tuple[str, ...]:
         """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
@@ -155,6 +161,9 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
     issues: list[ConfigIssue] = []
     models: list[ModelPlan] = []
     for index, model in enumerate(config.models):
+        if model.pipeline is not None:
+            models.append(plan_pipeline(model))
+            continue
         try:
             runtime = choose_runtime(model, runtimes)
         except ValueError as exc:
@@ -189,6 +198,7 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         issues.append(ConfigIssue(exc.field, line, str(exc)))
         tls = None
     issues.extend(shared_memory_issues(config.server, access, config_path))
+    issues.extend(pipeline_issues(config.models, config_path))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
@@ -358,6 +368,30 @@ def plan_model(
         problem=problem,
         labels_file=labels,
         remote=remote,
+    )
+
+
+def plan_pipeline(model: ModelConfig) -> ModelPlan:
+    """The plan of a pipeline: one version, no files, no runtime options of its own (its steps
+    run with theirs)."""
+    assert model.pipeline is not None
+    return ModelPlan(
+        name=model.name,
+        format_name=PIPELINE_FORMAT,
+        format_version=None,
+        runtime=PIPELINE_RUNTIME,
+        implementation=PIPELINE_RUNTIME,
+        options=ResolvedOptions(1, 1, "all", ()),
+        versions=(VersionSource(1, None),),
+        default_version=None,
+        max_batch_size=model.max_batch_size,
+        instances=1,
+        entrypoint=None,
+        inputs=tuple(model.inputs or ()),
+        outputs=tuple(model.outputs or ()),
+        parameters=dict(model.parameters),
+        config=model,
+        pipeline=tuple(model.pipeline),
     )
 
 

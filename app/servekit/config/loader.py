@@ -7,14 +7,17 @@ mapped back onto it, so ``models[1].modelFormat.nmae`` comes back as
 
 from __future__ import annotations
 
+import difflib
 import os
+import types
+import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from servekit.config.schema import ServeConfig
 
@@ -41,11 +44,18 @@ class ConfigError(Exception):
         super().__init__("\n".join(issue.render(filename) for issue in issues))
 
 
+class ConfigMissing(ConfigError):
+    """The config file does not exist (said as such, not as an invalid config)."""
+
+
 def load_config(path: str | Path) -> ServeConfig:
     """Load and validate a serve.yaml file (environment overrides applied)."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        issue = ConfigIssue("", None, f"cannot read: {exc.strerror}")
+        raise ConfigMissing(str(file), [issue]) from None
     except OSError as exc:
         issue = ConfigIssue("", None, f"cannot read: {exc.strerror}")
         raise ConfigError(str(file), [issue]) from None
@@ -119,10 +129,48 @@ def _issue(root: yaml.Node | None, error: Any) -> ConfigIssue:
         loc += [error["ctx"]["index"], "name"]
     extra = error["type"] == "extra_forbidden"
     message = "unknown key" if extra else validator_message(error["msg"])
+    if extra and loc and isinstance(loc[-1], str):
+        close = difflib.get_close_matches(loc[-1], sorted(section_keys(loc[:-1])), n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
     variable = _env_source(loc)
     if variable is not None:  # the environment beat the file: do not blame a file line
         return ConfigIssue(_render_path(loc), None, f"{message} (set by ${variable})")
     return ConfigIssue(_render_path(loc), _line_of(root, loc), message)
+
+
+def section_keys(loc: list[Any]) -> set[str]:
+    """The keys serve.yaml accepts in the section at ``loc`` (camelCase, as written), read
+    from the schema; empty when ``loc`` leads nowhere the schema describes."""
+    kinds: list[Any] = [ServeConfig]
+    for part in loc:
+        found: list[Any] = []
+        for kind in kinds:
+            for inner in _members(kind):
+                if isinstance(part, int):
+                    origin = typing.get_origin(inner)
+                    if origin in (list, tuple) and typing.get_args(inner):
+                        found.append(typing.get_args(inner)[0])
+                elif isinstance(inner, type) and issubclass(inner, BaseModel):
+                    for name, info in inner.model_fields.items():
+                        if part in (name, info.alias):
+                            found.append(info.annotation)
+        kinds = found
+    keys: set[str] = set()
+    for kind in kinds:
+        for inner in _members(kind):
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                keys.update(info.alias or name for name, info in inner.model_fields.items())
+    return keys
+
+
+def _members(kind: Any) -> list[Any]:
+    """The types an annotation may hold (``A | B | None`` -> A, B; ``Annotated`` unwrapped)."""
+    if typing.get_origin(kind) is typing.Annotated:
+        return _members(typing.get_args(kind)[0])
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(kind) for m in _members(arg)]
+    return [kind]
 
 
 def _env_source(loc: list[Any]) -> str | None:

@@ -7,6 +7,10 @@ model's files from PATH (how a KServe pod serves the one model mounted at /mnt/m
 of ``servekit serve`` and every reload of ``--watch`` go through :func:`load_plan` with the same
 :class:`Overrides`, so an edit of serve.yaml can never drop a flag (a pod started for one model
 serving all of them after a ConfigMap update).
+
+``servekit serve --token T`` and ``SERVEKIT_TOKEN`` in the server's environment become
+``server.auth.default`` (read from that variable at start: the token itself is never written into
+the overrides, a worker's command line or a log); groups serve.yaml gives their own token keep it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pydantic_core import ErrorDetails
 from servekit.config.compiler import ServePlan, compile_plan
 from servekit.config.loader import ConfigError, ConfigIssue, load_config
 from servekit.config.names import find_model
-from servekit.config.schema import ServeConfig
+from servekit.config.schema import ServeConfig, TokenSource
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class Overrides:
     """Serve only this model (its serve.yaml name or its Kubernetes name)."""
     storage_uri: str | None = None
     """Read the one served model's files from here (kept as given; made absolute on use)."""
+    token_env: str | None = None
+    """An environment variable holding the token of every API group but health: it replaces
+    ``server.auth.default`` (``servekit serve --token`` / ``SERVEKIT_TOKEN``); groups with their
+    own token in serve.yaml keep it."""
     flags: bool = True
     """Whether ``server`` came from command-line flags (a bad value is a ConfigError naming the
     flag) or from Python keyword arguments (``servekit.serve``: pydantic's ValidationError)."""
@@ -77,6 +85,12 @@ def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> Ser
             if not overrides.flags:
                 raise
             raise ConfigError(path, [_flag_issue(error) for error in exc.errors()]) from None
+        config = config.model_copy(update={"server": server})
+    if overrides.token_env is not None:
+        auth = config.server.auth.model_copy(
+            update={"default": TokenSource(env=overrides.token_env)}
+        )
+        server = config.server.model_copy(update={"auth": auth})
         config = config.model_copy(update={"server": server})
     if overrides.only is None and overrides.storage_uri is None:
         return config

@@ -234,6 +234,33 @@ class NetworkLimits(Section):
     (more often: GOAWAY, grpcio's too_many_pings)."""
 
 
+class LoggingConfig(Section):
+    """How the server writes its log (stderr) and its access log: one formatter for every
+    source (servekit, uvicorn, grpc, watchfiles, onnxruntime), set once at start
+    (app/servekit/logs.py)."""
+
+    format: Literal["text", "json"] = "text"
+    """`text`: one readable line per record. `json`: one JSON object per line (time, level,
+    logger, message, and when known model, version, request_id, worker), for a log pipeline;
+    the listening line on stdout is a JSON object too."""
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Lowest level written (`servekit serve --log-level` overrides it)."""
+    access_log: Literal["off", "on", "errors"] = "off"
+    """One line per HTTP request or gRPC call (method or RPC, path, status, duration, bytes in
+    and out, model, version, client address, request ID): `on` for every one, `errors` for
+    those answered with an error only (HTTP status 400 and above, gRPC other than OK)."""
+
+    @field_validator("access_log", mode="before")
+    @classmethod
+    def _yaml_booleans(cls, value: Any) -> Any:
+        """YAML 1.1 reads a bare `off` / `on` as false / true: take them as the words."""
+        if value is True:
+            return "on"
+        if value is False:
+            return "off"
+        return value
+
+
 class S3Storage(Section):
     """Where `s3://` URIs are read from: AWS, or any S3-compatible store."""
 
@@ -380,6 +407,8 @@ class ServerConfig(Section):
     each has its own event loop, listeners and model sessions, and a supervisor keeps one
     repository state and one set of statistics across them. `auto`: one per core this process
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
+    logging: LoggingConfig = Field(LoggingConfig(), json_schema_extra=RESTART)
+    """Log format (text or JSON lines), level and the access log (docs/ops.md, "Logs")."""
     shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
     """Triton's system shared memory extension (clients on this host register POSIX shared
     memory objects and name them in inference requests instead of sending tensors): `off`
@@ -509,6 +538,9 @@ class TensorOverride(Section):
     format: Literal["FORMAT_NONE", "FORMAT_NCHW", "FORMAT_NHWC"] | None = None
     """Inputs only: the image layout the input expects, shown in the model configuration
     (Triton's ModelInput.format; clients such as Triton's image_client read it)."""
+    optional: bool = False
+    """Inputs only: a request may leave this input out (Triton's ModelInput.optional); a
+    Python model then receives only the inputs that were sent (give the argument a default)."""
     labels: list[str] | None = None
     """Outputs only: class labels by index, for the classification extension (an output
     requested with `classification: k` answers its top k as "value:index:label"). Default: the
@@ -548,13 +580,78 @@ class DynamicBatching(Section):
         return value
 
 
+PIPELINE_FORMAT = "ensemble"
+"""The format (and Triton platform) of a model that is a pipeline of other models."""
+
+
+class PipelineStep(Section):
+    """One step of a pipeline (Triton's ModelEnsembling.Step): a served model, fed from the
+    pipeline's tensors and adding its outputs to them."""
+
+    model: str
+    """The model this step runs (any model of serve.yaml, a pipeline included)."""
+    version: int | None = Field(None, ge=1, le=INT64_MAX)
+    """Its version; default the version an unversioned request gets."""
+    inputs: dict[str, str] = Field(min_length=1)
+    """The step model's input name -> the pipeline tensor it is given (a pipeline input or an
+    earlier step's output)."""
+    outputs: dict[str, str] = Field(min_length=1)
+    """The step model's output name -> the pipeline tensor it becomes (a pipeline output, or
+    a tensor later steps take)."""
+
+
+class WarmupInput(Section):
+    """One input of a warm-up sample (Triton's ModelWarmup.Input): its datatype, its shape
+    without the batch dimension, and where its values come from (exactly one of them)."""
+
+    data_type: str
+    """V2 datatype (FP32, INT64, BYTES, ...) or Triton's name (TYPE_FP32, TYPE_STRING)."""
+    dims: list[Annotated[int, Field(ge=0, le=1 << 24)]]
+    """Shape of one sample, without the batch dimension when maxBatchSize > 0."""
+    zero_data: bool | None = None
+    """Zeros (BYTES: empty strings)."""
+    random_data: bool | None = None
+    """Random values (BYTES: random digits)."""
+    input_data_file: str | None = None
+    """A file, relative to serve.yaml, holding the input's raw little-endian values in
+    row-major order (BYTES: each element a 4-byte little-endian length, then its bytes)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> WarmupInput:
+        given = [self.zero_data, self.random_data, self.input_data_file]
+        if sum(1 for g in given if g) != 1:
+            raise ValueError("give exactly one of zeroData: true, randomData: true, inputDataFile")
+        return self
+
+
+class WarmupSample(Section):
+    """A warm-up request run when the model loads, before it is READY (Triton's model_warmup):
+    what pays for lazy initialisation (ONNX Runtime's first run, a Python model's caches) so
+    the first client does not."""
+
+    name: str
+    """Name of the sample (shown in the log and in the reason of a failed warm-up)."""
+    batch_size: int = Field(1, ge=0, le=INT32_MAX)
+    """Rows of the request when maxBatchSize > 0 (at most maxBatchSize); ignored otherwise."""
+    count: int = Field(1, ge=1, le=10_000)
+    """How many times the sample runs."""
+    inputs: dict[str, WarmupInput]
+    """The sample's inputs by name (every input of the model)."""
+
+
 class ModelConfig(Section):
     """One served model."""
 
     name: str
     """Model name used in URLs and requests."""
     model_format: ModelFormat
-    """Format of the model, e.g. {name: onnx}."""
+    """Format of the model, e.g. {name: onnx}. Required, except for a pipeline."""
+    pipeline: list[PipelineStep] | None = Field(None, min_length=1)
+    """This model is a pipeline of other served models (Triton's ensemble): its steps, each a
+    model with input and output maps onto the pipeline's tensors. Steps run in the server's
+    process, handing arrays over without copies; steps whose inputs are ready run together.
+    A pipeline declares its own `inputs` and `outputs` (name, datatype, shape) and has no
+    modelFormat, storageUri or entrypoint."""
     storage_uri: str | None = None
     """Path relative to serve.yaml, or a remote URI (`s3://`, `gs://`, `az://`,
     `https://<account>.blob.core.windows.net/...`, `https://` for one file or a `.tar.gz` /
@@ -611,6 +708,10 @@ class ModelConfig(Section):
     grps_message: bool = False
     """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
     does (also when predict's one argument is annotated GrpsMessage)."""
+    warmup: list[WarmupSample] = []
+    """Warm-up samples run at every load, before the version is READY (Triton's model_warmup):
+    a failing one leaves it UNAVAILABLE with the reason; a reload warms the new version before
+    it takes traffic."""
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
@@ -633,8 +734,19 @@ class ModelConfig(Section):
             )
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _pipeline_format(cls, data: Any) -> Any:
+        """A pipeline's format is ``ensemble`` without saying so (its steps have formats)."""
+        pipeline = isinstance(data, dict) and data.get("pipeline") is not None
+        if pipeline and "modelFormat" not in data and "model_format" not in data:
+            return {**data, "model_format": {"name": PIPELINE_FORMAT}}
+        return data
+
     @model_validator(mode="after")
     def _has_source(self) -> ModelConfig:
+        if self.pipeline is not None or self.model_format.name == PIPELINE_FORMAT:
+            return self._pipeline_checked()
         if self.storage_uri is None and self.entrypoint is None:
             raise ValueError("give storageUri (a model file or folder) or entrypoint (Python)")
         if self.storage_uri is not None:
@@ -647,6 +759,8 @@ class ModelConfig(Section):
         for tensor in self.outputs or ():
             if tensor.format is not None:
                 raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
+            if tensor.optional:
+                raise ValueError(f"output {tensor.name!r}: optional belongs to inputs")
         if self.isolation != "process" and (
             self.timeout_seconds is not None or self.memory_limit_bytes is not None
         ):
@@ -654,6 +768,37 @@ class ModelConfig(Section):
                 "timeoutSeconds and memoryLimitBytes apply to isolation: process only (a model "
                 "in the server's process cannot be stopped or limited on its own)"
             )
+        return self
+
+    def _pipeline_checked(self) -> ModelConfig:
+        """A pipeline runs other models: it has steps and declared tensors, and nothing of a
+        model of its own (where its steps' tensors go is checked against the other models
+        by the compiler: app/servekit/config/pipelines.py)."""
+        if self.pipeline is None:
+            raise ValueError(f"modelFormat {PIPELINE_FORMAT!r} is a pipeline: give pipeline: steps")
+        if self.model_format.name != PIPELINE_FORMAT:
+            raise ValueError("a pipeline has no modelFormat (its steps' models have theirs)")
+        own = {
+            "storageUri": self.storage_uri,
+            "entrypoint": self.entrypoint,
+            "runtime": self.runtime,
+            "dynamicBatching": self.dynamic_batching,
+            "runtimeOptions": self.runtime_options,
+        }
+        given = [key for key, value in own.items() if value is not None]
+        if self.isolation != "none":
+            given.append("isolation")
+        if given:
+            raise ValueError(
+                f"a pipeline runs other models and has no {', '.join(given)} (set them on the "
+                "models of its steps)"
+            )
+        for kind, tensors in (("inputs", self.inputs), ("outputs", self.outputs)):
+            if not tensors:
+                raise ValueError(f"a pipeline declares its {kind} (name, datatype, shape)")
+            for tensor in tensors:
+                if tensor.datatype is None or tensor.shape is None:
+                    raise ValueError(f"pipeline {kind} {tensor.name!r}: give datatype and shape")
         return self
 
 
@@ -717,4 +862,6 @@ def json_schema() -> dict[str, Any]:
     """JSON Schema of serve.yaml, with field docstrings as descriptions."""
     schema = ServeConfig.model_json_schema(by_alias=True)
     schema["title"] = "servekit serve.yaml"
+    model = schema["$defs"]["ModelConfig"]  # a pipeline needs none (see _pipeline_format)
+    model["required"] = [key for key in model.get("required", []) if key != "modelFormat"]
     return schema

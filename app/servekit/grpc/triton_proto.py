@@ -54,6 +54,13 @@ def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
         message.default_model_filename = config.default_model_filename
     if config.decoupled:
         message.model_transaction_policy.decoupled = True
+    for step in config.ensemble_steps:
+        message.ensemble_scheduling.step.add(
+            model_name=step.model_name,
+            model_version=step.model_version,
+            input_map=step.input_map,
+            output_map=step.output_map,
+        )
     return message
 
 
@@ -73,6 +80,7 @@ def _input(tensor: TensorConfig) -> mc.ModelInput:
         data_type=mc.DataType.Value(tensor.data_type),
         format=mc.ModelInput.Format.Value(tensor.format or "FORMAT_NONE"),
         dims=tensor.dims,
+        optional=tensor.optional,
     )
 
 

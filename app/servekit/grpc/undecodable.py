@@ -7,7 +7,8 @@ method handler is therefore wrapped once, at registration (:class:`SafeRegistrat
 for the server while services register): its deserializer returns an :class:`Undecodable`
 marker instead of raising, and its behaviour answers INVALID_ARGUMENT when handed one (for
 streamed requests, when the stream yields one). Warnings are rate-limited (:class:`Throttle`).
-Only asynchronous behaviours are wrapped (all of ours, health and reflection are).
+Only asynchronous behaviours are wrapped (all of ours, health and reflection are). Each is
+also given its request ID there (app/servekit/grpc/request_ids.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
+
+from servekit.grpc import request_ids
 
 log = logging.getLogger("servekit.grpc")
 
@@ -158,7 +161,7 @@ class _SafeGeneric(grpc.GenericRpcHandler):  # type: ignore[misc]
             found = self._inner.service(handler_call_details)
             if found is None:
                 return None
-            self._cache[method] = safe_handler(method, found)
+            self._cache[method] = request_ids.tagged(method, safe_handler(method, found))
         return self._cache[method]
 
 
@@ -172,7 +175,10 @@ class SafeRegistration(grpc.aio.Server):  # type: ignore[misc]
         self._server.add_generic_rpc_handlers([_SafeGeneric(h) for h in handlers])
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
-        safe = {name: safe_handler(f"/{service}/{name}", h) for name, h in handlers.items()}
+        safe = {
+            name: request_ids.tagged(f"/{service}/{name}", safe_handler(f"/{service}/{name}", h))
+            for name, h in handlers.items()
+        }
         self._server.add_registered_method_handlers(service, safe)
 
     # The rest of grpc.aio.Server's interface, passed through (registration needs none of it).

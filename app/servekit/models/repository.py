@@ -21,7 +21,9 @@ from typing import Protocol
 from servekit.codecs.grps_message import CODEC as GRPS_MESSAGES
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
+from servekit.custom_metrics import LOADING
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
+from servekit.models.warmup import WarmupError, warm_up
 from servekit.results import IndexRow, LoggedError
 from servekit.runtimes import load_runtime
 from servekit.runtimes.base import LoadError, ModelRuntime, Supervised
@@ -68,6 +70,8 @@ class VersionEntry:
     """Requests using this version, counted until their compute has really ended (a request
     whose client left still counts while its worker thread runs)."""
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    warmup_s: float | None = None
+    """Seconds its warm-up took (None: it has none), for the statistics and /metrics."""
     executor: Closeable | None = None
     """How requests reach the runtime (app/servekit/services/execution/executor.py): built
     by the repository's ``on_loaded`` hook when the version loads, closed with the runtime
@@ -207,7 +211,7 @@ class ModelRepository:
                 self._models[plan.name] = ModelEntry(plan, loading)
             versions = {}
             for source in plan.versions:
-                loaded = await asyncio.to_thread(_load_version, plan, source)
+                loaded = await asyncio.to_thread(_load_version, plan, source, self.base_dir)
                 shown = hide_paths(loaded.reason, self.base_dir)  # clients read reasons
                 if shown != loaded.reason:
                     log.info("%s version %s: %s", plan.name, source.version, loaded.reason)
@@ -306,10 +310,13 @@ def _unloaded(plan: ModelPlan, reason: str) -> dict[int, VersionEntry]:
     }
 
 
-def _load_version(plan: ModelPlan, source: VersionSource) -> VersionEntry:
-    """Load one version in a worker thread; any failure becomes an UNAVAILABLE reason."""
+def _load_version(plan: ModelPlan, source: VersionSource, base_dir: Path) -> VersionEntry:
+    """Load one version in a worker thread, then warm it up (serve.yaml ``warmup``): READY
+    only once warm; any failure becomes an UNAVAILABLE reason."""
     if plan.problem or source.problem:
         return VersionEntry(source.version, State.UNAVAILABLE, source.problem or plan.problem or "")
+    # Metrics the model's code creates while it loads are labelled with this version.
+    LOADING.set((plan.name, str(source.version)))  # this thread's load only (to_thread's copy)
     try:
         runtime = load_runtime(plan, source)
     except LoadError as exc:
@@ -317,8 +324,30 @@ def _load_version(plan: ModelPlan, source: VersionSource) -> VersionEntry:
     except Exception as exc:  # user code or a runtime library failing in an unexpected way
         log.exception("loading %s version %s failed", plan.name, source.version)
         return VersionEntry(source.version, State.UNAVAILABLE, f"{type(exc).__name__}: {exc}")
-    log.info("loaded %s version %s", plan.name, source.version)
-    return VersionEntry(source.version, State.READY, "", runtime)
+    try:
+        calls, seconds = warm_up(plan, runtime, base_dir)
+    except WarmupError as exc:
+        log.error("%s version %s: %s", plan.name, source.version, exc)
+        _close_quietly(runtime)
+        return VersionEntry(source.version, State.UNAVAILABLE, str(exc))
+    if calls:
+        fields = {"model": plan.name, "version": str(source.version), "warmup_ms": seconds * 1e3}
+        log.info(
+            "loaded %s version %s, warmed up in %.1f ms (%d call(s))",
+            plan.name, source.version, seconds * 1e3, calls, extra=fields,
+        )  # fmt: skip
+    else:
+        log.info("loaded %s version %s", plan.name, source.version)
+    entry = VersionEntry(source.version, State.READY, "", runtime)
+    entry.warmup_s = seconds if calls else None
+    return entry
+
+
+def _close_quietly(runtime: ModelRuntime) -> None:
+    try:
+        runtime.close()
+    except Exception:
+        log.exception("closing a model that failed its warm-up failed")
 
 
 async def _retire(entry: ModelEntry) -> None:

@@ -18,19 +18,23 @@ servekit's project Dockerfile is passed to the engine without writing into the f
 
 from __future__ import annotations
 
+import collections
 import os
 import re
-import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.config.loader import ConfigError, load_config
-from servekit.project.dockerfile import BASE_IMAGE, PROJECT_DOCKERFILE
+from servekit.project.dockerfile import BASE_IMAGE, DOCKERIGNORE, PROJECT_DOCKERFILE
+from servekit.project.engines import EngineError, choose_engine, diagnose
 
-ENGINE_ENV = "SERVEKIT_CONTAINER_ENGINE"
-"""Names the engine (docker or podman) when both are installed; default: docker, then podman."""
+FIRST_BASE_BUILD = "about 3-4 minutes, once: it installs servekit's dependencies"
+"""How long building servekit's own image takes the first time (docs/ops.md measures it)."""
+TAIL_LINES = 400
+"""How much of the engine's output is kept to recognise a known failure in."""
 
 
 class BuildError(RuntimeError):
@@ -43,22 +47,34 @@ class Built:
     tag: str
 
     def run_command(self) -> str:
-        """How to run the image (ports 8000 HTTP and 8001 gRPC), hardened as in docs/ops.md."""
+        """How to run the image (ports 8000 HTTP and 8001 gRPC), hardened as in docs/ops.md.
+
+        The ports are published on this machine's loopback only: the image's server listens on
+        every interface of its container and needs no token, so a plain ``-p 8000:8000`` would
+        hand every model, and inference, to anyone on the network."""
         return (
-            f"{self.engine} run --rm -p 8000:8000 -p 8001:8001 --read-only --tmpfs /tmp {self.tag}"
+            f"{self.engine} run --rm -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 "
+            f"--read-only --tmpfs /tmp {self.tag}"
+        )
+
+    def public_hint(self) -> str:
+        """How to publish the image beyond this machine: with a token (SERVEKIT_TOKEN)."""
+        return (
+            f"to publish it on every interface, give it a token: {self.engine} run --rm "
+            "-e SERVEKIT_TOKEN -p 8000:8000 -p 8001:8001 --read-only --tmpfs /tmp "
+            f"{self.tag} (with SERVEKIT_TOKEN set here; clients send 'Authorization: Bearer')"
         )
 
 
 def engine() -> str:
-    """docker or podman, whichever is installed (``SERVEKIT_CONTAINER_ENGINE`` chooses)."""
-    chosen = os.environ.get(ENGINE_ENV)
-    for name in [chosen] if chosen else ["docker", "podman"]:
-        if name and shutil.which(name):
-            return name
-    raise BuildError(
-        "neither docker nor podman is installed: install one (apt-get install podman) to build "
-        "an image; the project folder itself runs anywhere with `servekit serve serve.yaml`"
-    )
+    """docker when its daemon answers, else podman (``SERVEKIT_CONTAINER_ENGINE`` chooses);
+    app/servekit/project/engines.py."""
+    try:
+        chosen = choose_engine()
+    except EngineError as exc:
+        raise BuildError(str(exc)) from None
+    print(f"servekit: building with {chosen.name} ({chosen.why})", flush=True)
+    return chosen.name
 
 
 def default_tag(folder: Path) -> str:
@@ -82,18 +98,66 @@ def _qualified(engine_name: str, image: str) -> str:
 
 
 def _run(argv: list[str], timeout: float) -> None:
+    """Run the engine, its output shown as it comes; a failure says the fix when it is a known
+    one (no registry, crun, no daemon: app/servekit/project/engines.py)."""
     print("+ " + " ".join(argv), flush=True)
+    tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     try:
-        done = subprocess.run(argv, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise BuildError(f"{argv[0]} build took longer than {timeout:.0f} s") from None
-    if done.returncode != 0:
-        raise BuildError(f"{' '.join(argv[:2])} failed with exit code {done.returncode}")
+        process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+    except OSError as exc:
+        raise BuildError(f"{argv[0]} could not run: {exc.strerror}") from None
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.kill()
+
+    timer = threading.Timer(timeout, expire)
+    timer.start()
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            tail.append(line)
+        code = process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:  # interrupted (Ctrl-C): leave no engine behind
+            process.kill()
+            process.wait()
+    if expired.is_set():
+        raise BuildError(f"{argv[0]} build took longer than {timeout:.0f} s")
+    if code != 0:
+        fix = diagnose("".join(tail))
+        message = f"{' '.join(argv[:2])} failed with exit code {code}"
+        raise BuildError(f"{message}: {fix}" if fix else message)
 
 
 def _build_args(engine_name: str) -> list[str]:
     # podman: --format docker keeps the HEALTHCHECK (OCI images drop it).
     return ["build", "--format", "docker"] if engine_name == "podman" else ["build"]
+
+
+def _ignore_args(
+    engine_name: str, root: Path, dockerfile: Path, scratch: Path
+) -> tuple[Path, list[str]]:
+    """Keep virtualenvs, caches and .git out of the build context of a folder without its own
+    .dockerignore (a project's .venv is often gigabytes), without writing into the folder:
+    podman takes ``--ignorefile``; docker (BuildKit) reads ``<Dockerfile>.dockerignore`` beside
+    the Dockerfile, so the Dockerfile is used from a copy in ``scratch`` next to that file.
+    Returns the Dockerfile to pass and the engine's extra arguments."""
+    if (root / ".dockerignore").is_file() or (root / ".containerignore").is_file():
+        return dockerfile, []
+    ignore = scratch / "Dockerfile.dockerignore"
+    ignore.write_text(DOCKERIGNORE)
+    if engine_name == "podman":
+        return dockerfile, ["--ignorefile", str(ignore)]
+    copy = scratch / "Dockerfile"
+    if dockerfile != copy:
+        copy.write_text(dockerfile.read_text())
+    return copy, []
 
 
 def ensure_base(engine_name: str, base: str, timeout: float) -> str:
@@ -111,6 +175,11 @@ def ensure_base(engine_name: str, base: str, timeout: float) -> str:
             "not a source checkout to build it from: build it from servekit's repository "
             f"(`{engine_name} build -t {base} .` there, see docs/ops.md) or pass --base IMAGE"
         )
+    print(
+        f"servekit: {engine_name} has no {image} (servekit's own image) yet: building it first "
+        f"from {tree} ({FIRST_BASE_BUILD})",
+        flush=True,
+    )
     _run([engine_name, *_build_args(engine_name), "-t", image, str(tree)], timeout)
     return image
 
@@ -134,11 +203,20 @@ def build(
     chosen = tag or default_tag(root)
     with tempfile.TemporaryDirectory(prefix="servekit-build-") as scratch:
         dockerfile = root / "Dockerfile"
+        which = "its own Dockerfile"
         if not dockerfile.is_file():
             dockerfile = Path(scratch) / "Dockerfile"
             dockerfile.write_text(PROJECT_DOCKERFILE)
+            which = "servekit's project Dockerfile"
+        print(
+            f"servekit: building {chosen} from {root} ({which}, on {image}): its serve.yaml, "
+            "modules and models, then the packages of requirements.txt and "
+            "server.requirements",
+            flush=True,
+        )
+        dockerfile, ignore = _ignore_args(engine_name, root, dockerfile, Path(scratch))
         argv = [
-            engine_name, *_build_args(engine_name), "-f", str(dockerfile),
+            engine_name, *_build_args(engine_name), "-f", str(dockerfile), *ignore,
             "--build-arg", f"SERVEKIT_IMAGE={image}", "-t", chosen, str(root),
         ]  # fmt: skip
         _run(argv, timeout)

@@ -47,10 +47,24 @@ USER 10001:10001
 """
 
 DOCKERIGNORE = """\
-# Not part of the image: the build files, caches and the server's own storage.
+# Not part of the image: the build files, version control, virtualenvs (often gigabytes),
+# caches and the server's own storage.
 Dockerfile
 .dockerignore
+.git
+.venv
+venv
+**/.venv
+**/venv
 **/__pycache__
+**/*.pyc
+.cache
+.pytest_cache
+.mypy_cache
+.ruff_cache
+.tox
 .servekit
-.ipynb_checkpoints
+**/.ipynb_checkpoints
 """
+"""Written beside a saved project's Dockerfile; ``servekit build`` passes it to the engine for a
+folder that has no ``.dockerignore`` of its own."""

@@ -39,6 +39,7 @@ from litestar.types import (
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
+from servekit.request_id import adopt_body_id
 from servekit.rest import compression, large
 from servekit.rest.access import client_of, group_opt
 from servekit.rest.leaving import unless_client_leaves
@@ -110,6 +111,8 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
     else:
         infer_request = v2_binary.decode_request(body, header_length, model, version)
+    if infer_request.id:  # the V2 ``id`` names the request when no X-Request-ID did
+        adopt_body_id(infer_request.id)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered).
     response = await unless_client_leaves(scope, dataplane.infer(infer_request, arrived=arrived))
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)

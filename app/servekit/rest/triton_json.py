@@ -50,6 +50,18 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
     if config.default_model_filename is not None:
         out["default_model_filename"] = config.default_model_filename
     out["model_transaction_policy"] = {"decoupled": config.decoupled}
+    if config.ensemble_steps:
+        out["ensemble_scheduling"] = {
+            "step": [
+                {
+                    "model_name": step.model_name,
+                    "model_version": step.model_version,
+                    "input_map": dict(step.input_map),
+                    "output_map": dict(step.output_map),
+                }
+                for step in config.ensemble_steps
+            ]
+        }
     return out
 
 
@@ -66,6 +78,8 @@ def _tensor(tensor: TensorConfig) -> dict[str, Any]:
     if tensor.format is not None:
         out["format"] = tensor.format
     out["dims"] = list(tensor.dims)
+    if tensor.optional:  # as protobuf JSON omits a false one
+        out["optional"] = True
     if tensor.label_filename:  # as protobuf JSON (the gRPC answer) omits an empty one
         out["label_filename"] = tensor.label_filename
     return out

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from servekit.errors import Internal
-from servekit.runtimes.base import ModelRuntime
+from servekit.runtimes.base import ModelRuntime, mark_optional
 
 if TYPE_CHECKING:  # annotations only: the isolated child imports this without pydantic
     from servekit.config.compiler import ModelPlan
@@ -28,7 +28,14 @@ IMPLEMENTATIONS: dict[str, str] = {
 }
 ISOLATED = "isolated-python"
 """Not a name serve.yaml's ``implementation`` can give: ``isolation: process`` selects it."""
-_LOADERS = {**IMPLEMENTATIONS, ISOLATED: "servekit.runtimes.isolated:load"}
+PIPELINE = "ensemble"
+"""Not a name serve.yaml's ``implementation`` can give: a model with ``pipeline:`` gets it
+(app/servekit/config/pipelines.py's PIPELINE_RUNTIME)."""
+_LOADERS = {
+    **IMPLEMENTATIONS,
+    ISOLATED: "servekit.runtimes.isolated:load",
+    PIPELINE: "servekit.runtimes.pipeline:load",
+}
 
 
 def loader_for(implementation: str) -> Callable[[ModelPlan, VersionSource], ModelRuntime]:
@@ -49,6 +56,8 @@ def load_runtime(plan: ModelPlan, version: VersionSource) -> ModelRuntime:
     A Python model with ``isolation: process`` loads in child processes instead
     (app/servekit/runtimes/isolated.py); the compiler allows that setting on Python models only.
     """
-    if plan.config is not None and plan.config.isolation == "process":
-        return loader_for(ISOLATED)(plan, version)
-    return loader_for(plan.implementation)(plan, version)
+    isolated = plan.config is not None and plan.config.isolation == "process"
+    runtime = loader_for(ISOLATED if isolated else plan.implementation)(plan, version)
+    if plan.inputs:
+        runtime.signature = mark_optional(runtime.signature, plan.inputs)
+    return runtime

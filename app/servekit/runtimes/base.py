@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Callable
 from contextvars import ContextVar
+from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -90,6 +91,12 @@ use. A context variable, so it follows the call into a worker thread (``asyncio.
 copies the context) without changing ``predict``'s arguments."""
 
 
+CALLING_MODEL: ContextVar[str | None] = ContextVar("servekit_calling_model", default=None)
+"""The served model whose code is running (set by the Python runtime around ``predict``), so a
+call it makes to another model (``servekit.models.infer``) knows its caller: a model calling
+itself, or models calling each other in a circle, is refused instead of deadlocking."""
+
+
 def apply_overrides(
     specs: tuple[TensorSpec, ...], overrides: tuple[TensorOverride, ...] | None, kind: str
 ) -> tuple[TensorSpec, ...]:
@@ -110,6 +117,18 @@ def apply_overrides(
             tuple(override.shape) if override.shape is not None else current.shape,
         )
     return tuple(by_name[s.name] for s in specs)
+
+
+def mark_optional(
+    signature: ModelSignature, declared: tuple[TensorOverride, ...] | None
+) -> ModelSignature:
+    """``signature`` with the inputs serve.yaml declares ``optional: true`` marked so (one
+    place for every runtime: a model file or a ``predict`` cannot say it)."""
+    optional = {t.name for t in declared or () if t.optional}
+    if not optional:
+        return signature
+    inputs = tuple(replace(s, optional=s.name in optional) for s in signature.inputs)
+    return replace(signature, inputs=inputs)
 
 
 def predict_stream(

@@ -27,6 +27,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from servekit import logs
 from servekit.errors import ServeError
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.isolation_wire import ChannelClosed, recv_message, send_message
@@ -51,10 +52,7 @@ def main(argv: list[str]) -> int:
         header, _ = recv_message(sock)
     except ChannelClosed:
         return 0
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s %(levelname)s servekit.isolated[{header.get('model')}] %(message)s",
-    )
+    logs.setup_child(str(header.get("model")))  # the server's format (text or JSON lines)
     # This process's composition root: whole-message models take grps messages. The one import
     # of a codec under app/servekit/runtimes/ (pyproject.toml's runtimes contract names it).
     from servekit.codecs.grps_message import CODEC

@@ -53,7 +53,7 @@ import numpy as np
 
 from servekit.datatypes import DATATYPES, as_bytes_array
 from servekit.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
-from servekit.runtimes.base import Arrays, LoadError, Predict
+from servekit.runtimes.base import CALLING_MODEL, Arrays, LoadError, Predict
 from servekit.runtimes.python_hints import guessed_output_shapes, signature_of
 from servekit.runtimes.python_stream import is_generator_function, steps
 from servekit.shown_paths import hide_paths
@@ -203,6 +203,7 @@ class PythonModel:
 
     def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
         feed = {k: v if v.flags.writeable else v.copy() for k, v in inputs.items()}
+        caller = CALLING_MODEL.set(self._name)  # for models it calls (servekit.models.infer)
         try:
             result = call(**feed) if self._by_name else call(feed)
         except ServeError:
@@ -211,6 +212,8 @@ class PythonModel:
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
+        finally:
+            CALLING_MODEL.reset(caller)
         return self._convert(result, outputs)
 
     async def predict_stream(

@@ -12,9 +12,10 @@ names and count, its outputs. This module turns that into the V2 metadata and ru
   app/servekit/codecs/content_types.py's job; the DataPlane applies it through ``tabular``.
 * Outputs: ``predict``, and ``predict_proba`` when the model has it; a request that names no
   output gets ``predict`` only, as MLServer's runtimes answer.
-* Calls never run on the event loop (``may_run_inline`` is False): a model may take as long as it
-  likes, and pickled pipelines may block on anything. They go through the version's executor like
-  ONNX calls (queue limits, deadlines, batching when maxBatchSize and dynamicBatching are set).
+* Calls never run on the event loop (``may_run_inline`` is False): a model may take as long as
+  it likes, and pickled pipelines may block on anything. They go through the version's
+  executor like ONNX calls (queue limits, deadlines, batching when maxBatchSize and
+  dynamicBatching are set).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ class Instance:
 class TabularModel:
     """A loaded tabular model version (see the module docstring)."""
 
-    may_run_inline = False  # a library call may take as long as it likes (runtimes/base.py)
+    may_run_inline = False  # pickled pipelines may block on anything (runtimes/base.py)
     decoupled = False
     outputs_trusted = False
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from servekit.models.storage import FILE_PREFIX
 from servekit.results import IndexRow, LoggedError, ServerMetadata
+from servekit.runtimes.python_check import python_problems
 from servekit.services import grps as grps_calls
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.execution.batching import INCOMPATIBLE as DISPATCH_INCOMPATIBLE
@@ -71,6 +72,7 @@ __all__ = [
     "WorkerStatus",
     "grps_calls",
     "make_registry",
+    "python_problems",
     "render_metrics",
     "server_extensions",
     "watch_config",

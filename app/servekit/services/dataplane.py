@@ -9,6 +9,8 @@ metadata (app/servekit/services/execution/outputs.py) and records statistics.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -28,6 +30,7 @@ from servekit.errors import (
     Unavailable,
     internal_error,
 )
+from servekit.models.calls import install as install_calls
 from servekit.models.repository import ModelRepository, State, VersionEntry
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.base import ModelRuntime, predict_stream
@@ -35,8 +38,10 @@ from servekit.services.classification import classify
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.execution.jobs import ExecutorSettings
+from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
+from servekit.services.pipelines import Pipelines
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
@@ -96,6 +101,10 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
+        self._pipelines = Pipelines(self, repository)
+        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._calls = ModelCalls(self.infer)
+        install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
         # on a request's path.
         repository.on_loaded = self._build_executor
@@ -268,15 +277,16 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         entry = self._repository.get(name)
+        steps_ready = not entry.plan.pipeline or self._pipelines.steps_ready(entry.plan)
         if version is None or version == "":
-            return bool(entry.ready_versions())
+            return bool(entry.ready_versions()) and steps_ready
         try:
             self._repository.resolve(name, version)
         except ServeError as exc:
             if exc.code.value in ("NOT_FOUND", "INVALID_ARGUMENT"):  # unknown, or not a version
                 raise
             return False
-        return True
+        return steps_ready
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
         entry, found = self._repository.resolve(name, version)
@@ -312,6 +322,8 @@ class DataPlane:
             )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
+        if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
+            return await self._pipelines.infer(entry, version, request, deadline, arrived)
         plan, state = entry.plan, self._state
         stats = self.statistics.of(plan.name, version.version)
         version.enter()
@@ -418,6 +430,12 @@ class DataPlane:
             return False
         return found.runtime is not None and found.runtime.decoupled
 
+    def request_deadlines(
+        self, request: InferRequest, deadline: float | None
+    ) -> tuple[float | None, float | None]:
+        """See ``_deadlines`` (a pipeline works its deadline out once, for all its steps)."""
+        return self._deadlines(request, deadline)
+
     def _deadlines(
         self, request: InferRequest, deadline: float | None
     ) -> tuple[float | None, float | None]:
@@ -449,6 +467,8 @@ class DataPlane:
         assert version.runtime is not None
         stats = self.statistics.of(plan.name, version.version)
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
+        with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
+            self._calls.loop = asyncio.get_running_loop()
         return ModelExecutor(plan.name, version, version.runtime, stats, settings)
 
     def _retune(self) -> None:

@@ -7,6 +7,7 @@ so several servers in one process (tests, notebooks) do not collide.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,6 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from servekit import custom_metrics
 from servekit.services.dataplane import DataPlane
 from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
 from servekit.services.views import STATES
@@ -70,6 +72,11 @@ class DataPlaneCollector(Collector):
             "waiting requests had other dimensions)",
             labels=[*labels, "reason"],
         )
+        warmup = GaugeMetricFamily(
+            "servekit_model_warmup_seconds",
+            "How long the version's warm-up took when it loaded (serve.yaml warmup)",
+            labels=labels,
+        )
         for model in self._dataplane.models():
             name = model.name
             for version in model.versions:
@@ -77,6 +84,8 @@ class DataPlaneCollector(Collector):
                 key = [name, str(number)]
                 for candidate in STATES:
                     state.add_metric([*key, candidate], float(version.state == candidate))
+                if version.warmup_s is not None:
+                    warmup.add_metric(key, version.warmup_s)
                 stats = self._dataplane.statistics.find(name, number)
                 if stats is None:
                     continue
@@ -90,7 +99,7 @@ class DataPlaneCollector(Collector):
                 for reason, count in sorted(stats.batch_reasons.items()):
                     dispatches.add_metric([*key, reason], count)
         yield from (success, failure, rows, executions, seconds, state)
-        yield from (batch_sizes, queue_seconds, dispatches)
+        yield from (batch_sizes, queue_seconds, dispatches, warmup)
 
 
 def _histograms(
@@ -116,10 +125,35 @@ def _histograms(
     queue_seconds.add_metric(key, queue_buckets, sum_value=stats.queue.ns / 1e9)
 
 
+class CustomCollector(Collector):
+    """The metrics Python models define (app/servekit/custom_metrics.py), labelled with their
+    model and version."""
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["model", "version"]
+        for sample in custom_metrics.samples():
+            family: Metric
+            if sample.kind == "counter":
+                family = CounterMetricFamily(sample.name, sample.help, labels=labels)
+                for key, value, _, _ in sample.rows:
+                    family.add_metric(list(key), value)
+            elif sample.kind == "gauge":
+                family = GaugeMetricFamily(sample.name, sample.help, labels=labels)
+                for key, value, _, _ in sample.rows:
+                    family.add_metric(list(key), value)
+            else:
+                family = HistogramMetricFamily(sample.name, sample.help, labels=labels)
+                for key, total, _, buckets in sample.rows:
+                    shown = [("+Inf" if math.isinf(b) else str(b), float(c)) for b, c in buckets]
+                    family.add_metric(list(key), shown, sum_value=total)
+            yield family
+
+
 def make_registry(dataplane: DataPlane) -> CollectorRegistry:
-    """A registry of this server's metrics only."""
+    """A registry of this server's metrics only (and its models' own)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DataPlaneCollector(dataplane))
+    registry.register(CustomCollector())
     return registry
 
 

@@ -48,6 +48,8 @@ class TensorConfig:
     label_filename: str | None = None
     """Outputs only: "labels.txt" when the labels file beside the model labels this output's
     classes, "" when not (serve.yaml labels have no file); None for inputs."""
+    optional: bool = False
+    """Inputs only: a request may leave it out (Triton's ModelInput.optional)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,19 @@ class DynamicBatchingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class EnsembleStepConfig:
+    """One step of Triton's ModelEnsembling (a pipeline's step in serve.yaml)."""
+
+    model_name: str
+    model_version: int
+    """-1: the version an unversioned request gets (Triton's "latest")."""
+    input_map: Mapping[str, str]
+    """The step model's input -> the pipeline tensor it takes."""
+    output_map: Mapping[str, str]
+    """The step model's output -> the pipeline tensor it makes."""
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfiguration:
     """Triton's ModelConfig of a served model: what ``GET .../config`` and the ModelConfig RPC
     answer, field for field (the adapters write it as JSON or as the protobuf message, so a
@@ -107,6 +122,8 @@ class ModelConfiguration:
     default_model_filename: str | None = None
     decoupled: bool = False
     """Triton's ``model_transaction_policy.decoupled``: the model streams its responses."""
+    ensemble_steps: tuple[EnsembleStepConfig, ...] = ()
+    """Triton's ``ensemble_scheduling.step`` of a pipeline (platform ``ensemble``)."""
 
 
 def model_configuration(
@@ -114,6 +131,8 @@ def model_configuration(
 ) -> ModelConfiguration:
     """Triton's ModelConfig of a planned and loaded model."""
     batch = plan.max_batch_size
+    if plan.pipeline:
+        return _ensemble(plan, signature)
     return ModelConfiguration(
         name=plan.name,
         platform=platform,
@@ -129,6 +148,32 @@ def model_configuration(
         dynamic_batching=_dynamic_batching(plan.config),
         default_model_filename="model.onnx" if plan.implementation == "onnxruntime" else None,
         decoupled=decoupled,
+    )
+
+
+def _ensemble(plan: ModelPlan, signature: ModelSignature) -> ModelConfiguration:
+    """A pipeline as Triton reports an ensemble: no backend, instances or batching of its own,
+    its steps as ``ensemble_scheduling``."""
+    batch = plan.max_batch_size
+    steps = tuple(
+        EnsembleStepConfig(
+            s.model, -1 if s.version is None else s.version, dict(s.inputs), dict(s.outputs)
+        )
+        for s in plan.pipeline
+    )
+    return ModelConfiguration(
+        name=plan.name,
+        platform="ensemble",
+        backend="",
+        version_policy=version_policy(None),
+        max_batch_size=batch,
+        inputs=tuple(_tensor(spec, batch, "FORMAT_NONE") for spec in signature.inputs),
+        outputs=tuple(
+            _tensor(spec, batch, None, _label_file(plan, spec.name)) for spec in signature.outputs
+        ),
+        instance_groups=(),
+        parameters={key: _text(value) for key, value in plan.parameters.items()},
+        ensemble_steps=steps,
     )
 
 
@@ -165,7 +210,9 @@ def _tensor(
     spec: TensorSpec, batch: int, fmt: str | None, label_filename: str | None = None
 ) -> TensorConfig:
     config_name = lookup(spec.datatype).config_name
-    return TensorConfig(spec.name, config_name, dims(spec, batch), fmt, label_filename)
+    return TensorConfig(
+        spec.name, config_name, dims(spec, batch), fmt, label_filename, spec.optional
+    )
 
 
 def _format(plan: ModelPlan, name: str) -> str:

@@ -29,6 +29,8 @@ class VersionView:
     reason: str
     platform: str
     """The runtime's platform (e.g. onnxruntime_onnx); "" while no runtime is loaded."""
+    warmup_s: float | None = None
+    """How long its warm-up took when it loaded (serve.yaml ``warmup``); None: none ran."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +56,7 @@ def view_of(entry: ModelEntry) -> ModelView:
             version.state.value,
             version.reason,
             version.runtime.platform if version.runtime is not None else "",
+            version.warmup_s,
         )
         for number, version in sorted(entry.versions.items())
     )

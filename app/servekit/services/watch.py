@@ -129,13 +129,9 @@ class _Watcher:
             )
             return
         if not plan.models and self.server.control.plan.models and not names_models(text):
-            log.warning(NO_MODELS)
-            self.server.control.record_error("watch", NO_MODELS)
+            self.server.control.record_error("watch", NO_MODELS)  # logged there, once
             return
-        done = await self.server.control.apply_plan(plan)
-        changes = {k: v for k, v in done.items() if v}
-        if changes:
-            log.info("serve.yaml applied: %s", changes)
+        report_outcome(await self.server.control.apply_plan(plan))
 
     def _compile(self) -> ServePlan:
         plan = load_plan(self.path, self.overrides)  # the same rule as at start
@@ -148,6 +144,37 @@ class _Watcher:
             )
         self.effective = plan.server
         return plan  # apply_plan keeps the restart-only settings as they run
+
+
+def outcome(done: dict[str, list[str]]) -> tuple[int, str, dict[str, list[str]]]:
+    """A reload's outcome as a log line: its level, its words and its fields (for JSON).
+
+    A model that failed to load is named as failed only (ModelControl lists it as reloaded or
+    added too: it was tried), and the line is a warning then, never "applied"."""
+    failed = list(done.get("failed", []))
+    fields = {
+        "added": [n for n in done.get("added", []) if n not in failed],
+        "reloaded": [n for n in done.get("reloaded", []) if n not in failed],
+        "removed": list(done.get("removed", [])),
+        "failed": failed,
+    }
+    parts = [
+        f"{what} {', '.join(names)}" for what, names in fields.items() if names and what != "failed"
+    ]
+    if failed:
+        head = (
+            f"serve.yaml edit: {', '.join(failed)} failed to load (reason above and in the index)"
+        )
+        text = head + ("; " + "; ".join(parts) if parts else "")
+        return logging.WARNING, text, fields
+    if not parts:
+        return logging.DEBUG, "serve.yaml re-read: nothing to change", fields
+    return logging.INFO, "serve.yaml applied: " + "; ".join(parts), fields
+
+
+def report_outcome(done: dict[str, list[str]]) -> None:
+    level, text, fields = outcome(done)
+    log.log(level, "%s", text, extra={"reload": fields})
 
 
 async def settled(path: Path) -> bytes | None:

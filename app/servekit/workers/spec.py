@@ -43,6 +43,8 @@ class WorkerSpec:
     server: dict[str, Any] = field(default_factory=dict)
     only: str | None = None
     storage_uri: str | None = None
+    token_env: str | None = None
+    """The variable holding ``--token``/``SERVEKIT_TOKEN`` (inherited; never the token itself)."""
     log_level: str = "info"
 
     def to_json(self) -> str:
@@ -59,7 +61,7 @@ class WorkerSpec:
         server["workers"] = 1
         if self.index != 0:
             server["watch"] = False
-        return Overrides(server, self.only, self.storage_uri)
+        return Overrides(server, self.only, self.storage_uri, self.token_env)
 
 
 def worker_environment(workers: int) -> dict[str, str]:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servekit import logs
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides
 from servekit.errors import ServeError, Unavailable
@@ -205,6 +206,7 @@ class Supervisor:
             server={k: v for k, v in self.overrides.server.items() if k != "workers"},
             only=self.overrides.only,
             storage_uri=self.overrides.storage_uri,
+            token_env=self.overrides.token_env,
             log_level=self.log_level,
         )
         slot.joined = slot.listening = False
@@ -528,14 +530,21 @@ class Supervisor:
             for waiting in waits:
                 waiting.cancel()
             code = 0
+            fmt = self.plan.server.logging.format
             if self.failed_start.is_set():
-                print("servekit: a worker failed to start (see the log above)", file=sys.stderr)
+                log.error("servekit: a worker failed to start (see the log above)")
                 code = 1
             elif self.all_listening.is_set():
                 assert self.addresses is not None
-                print(f"{self.addresses.listening_line()} ({self.count} workers)", flush=True)
+                logs.announce(
+                    f"{self.addresses.listening_line()} ({self.count} workers)",
+                    fmt,
+                    http=self.addresses.http_url,
+                    grpc=self.addresses.grpc_target,
+                    workers=self.count,
+                )
                 await stop.wait()
-                print("servekit: stopping (in-flight requests finish first)", flush=True)
+                logs.announce("servekit: stopping (in-flight requests finish first)", fmt)
             await self.stop_workers()
             return code
         finally:

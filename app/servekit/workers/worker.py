@@ -25,6 +25,8 @@ from litestar import Litestar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from servekit import logs
+from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides, load_plan
 from servekit.models.repository import ModelRepository
 from servekit.server import ServeKit
@@ -229,9 +231,8 @@ class _WorkerCollector(Collector):
         return [workers, restarts, up, started, heartbeat, by_worker, success, failure]
 
 
-async def _run(spec: WorkerSpec) -> None:
+async def _run(spec: WorkerSpec, plan: ServePlan) -> None:
     overrides = spec.overrides()
-    plan = load_plan(spec.config, overrides)
     worker = Worker(spec, overrides)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -263,10 +264,9 @@ async def _run(spec: WorkerSpec) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     spec = WorkerSpec.from_json(args[0])
-    logging.basicConfig(
-        level=spec.log_level.upper(),
-        format=f"%(asctime)s %(levelname)s %(name)s[w{spec.index}]: %(message)s",
-    )
+    # serve.yaml's format; the level the command line resolved (passed in the spec)
+    plan = load_plan(spec.config, spec.overrides())
+    logs.setup(plan.server.logging.format, spec.log_level, worker=spec.index)
     try:
         import uvloop
 
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(_run(spec))
+        runner.run(_run(spec, plan))
     return 0
 
 

@@ -126,6 +126,24 @@ export function parseValues(text, datatype, shape, rank) {
   return { values: raw.map((v, i) => coerce(v, datatype, i)), shape: effective };
 }
 
+/** Refuse, before sending, a shape the model cannot take or values that do not fill it: the
+ * rank and every fixed dimension of ``declared`` (the model's metadata, -1 = free) must match. */
+export function checkShape(shape, declared, valueCount) {
+  const shown = (dims) => `[${dims.join(", ")}]`;
+  if (shape.length !== declared.length) {
+    throw new Error(`shape ${shown(shape)} has ${shape.length} dimension(s); the model takes ${declared.length}: ${shown(declared)}`);
+  }
+  declared.forEach((d, i) => {
+    if (d >= 0 && shape[i] !== d) {
+      throw new Error(`shape ${shown(shape)}: dimension ${i + 1} must be ${d} (the model takes ${shown(declared)})`);
+    }
+  });
+  const needed = count(shape);
+  if (needed !== valueCount) {
+    throw new Error(`${valueCount} value(s) for shape ${shown(shape)}, which holds ${needed}`);
+  }
+}
+
 /** Layout of an image-shaped UINT8 input, or null: channels last (HWC) or first (CHW). */
 export function imageLayout(datatype, shape) {
   if (datatype !== "UINT8" || shape.length < 3 || shape.length > 4) return null;

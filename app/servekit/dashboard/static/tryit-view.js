@@ -1,6 +1,6 @@
 // Try-it-out results: each output as a table with its shape and datatype, a bar chart of the
 // top values of a 1-D score vector, the round-trip latency, the raw JSON, and the equivalent
-// curl and tritonclient snippets for the exact request that was sent.
+// curl, servekit.connect and tritonclient snippets for the exact request that was sent.
 import { barChart } from "./chart.js";
 import { copyText, el } from "./common.js";
 import { imageLayout } from "./tensors.js";
@@ -151,7 +151,26 @@ function python(name, version, request, token) {
   return lines.join("\n");
 }
 
-/** The request as curl and tritonclient; with ``token`` they read it from $SERVEKIT_TOKEN. */
+/** The request with servekit's own client: ``servekit.connect`` reads $SERVEKIT_TOKEN itself. */
+function connect(name, version, request) {
+  const lines = ["import numpy as np", "import servekit", "",
+    `server = servekit.connect(${JSON.stringify(location.origin)})`, "inputs = {"];
+  for (const input of request.inputs) {
+    const literal = JSON.stringify(input.data).replaceAll("true", "True").replaceAll("false", "False");
+    const values = input.datatype === "BOOL" ? literal : JSON.stringify(input.data);
+    lines.push(`    ${JSON.stringify(input.name)}: np.array(${values}, dtype=${NUMPY[input.datatype]}).reshape(${JSON.stringify(input.shape)}),`);
+  }
+  lines.push("}");
+  const versionArg = version ? `, version=${JSON.stringify(version)}` : "";
+  const outputsArg = request.outputs ? `, outputs=${JSON.stringify(request.outputs.map((o) => o.name))}` : "";
+  lines.push(`outputs = server.infer(${JSON.stringify(name)}, inputs${versionArg}${outputsArg})`);
+  lines.push("for name, value in outputs.items():");
+  lines.push("    print(name, value)");
+  return lines.join("\n");
+}
+
+/** The request as curl, servekit.connect and tritonclient; with ``token`` they read it from
+ * $SERVEKIT_TOKEN. */
 export function showSnippets(name, version, path, request, body, token = false) {
   reveal();
   $("try-curl").textContent = [
@@ -160,6 +179,7 @@ export function showSnippets(name, version, path, request, body, token = false) 
     ...(token ? ['  -H "Authorization: Bearer $SERVEKIT_TOKEN" \\'] : []),
     `  -d ${shellQuote(body)}`,
   ].join("\n");
+  $("try-connect").textContent = connect(name, version, request);
   $("try-python").textContent = python(name, version, request, token);
 }
 

@@ -3,7 +3,7 @@
 import { isProtected } from "./access.js";
 import { el, readError, withToken } from "./common.js";
 import {
-  concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
+  checkShape, concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
   random, zeros,
 } from "./tensors.js";
 import { showError, showResult, showSnippets } from "./tryit-view.js";
@@ -96,6 +96,7 @@ function collect() {
     try {
       const dims = parseShape(shapeInput.value);
       const { values, shape } = parseValues(editor.value, spec.datatype, dims, spec.shape.length);
+      checkShape(shape, spec.shape, values.length);
       shapeInput.value = shape.join(", ");
       error.hidden = true;
       editor.removeAttribute("aria-invalid");

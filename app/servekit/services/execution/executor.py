@@ -44,6 +44,7 @@ from collections.abc import Callable
 
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from servekit.models.repository import VersionEntry
+from servekit.request_id import CURRENT
 from servekit.runtimes import cancel
 from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, Predict
 from servekit.services.execution import batching
@@ -416,6 +417,7 @@ class ModelExecutor:
         while (work := self._inbox.get()) is not None:
             token = cancel.running_with(work.cancel)
             deadline = CALL_DEADLINE.set(work.deadline)
+            request = CURRENT.set(work.request)
             started = time.perf_counter_ns()
             try:
                 work.results = predict(work.feed, work.outputs)
@@ -424,6 +426,7 @@ class ModelExecutor:
             except BaseException as exc:  # SystemExit and the like in model code
                 work.error = _raised(exc)
             finally:
+                CURRENT.reset(request)
                 CALL_DEADLINE.reset(deadline)
                 cancel.restore(token)
             work.spent_ns = time.perf_counter_ns() - started

@@ -51,9 +51,11 @@ def validate_inputs(
             )
         _check_shape(tensor, spec, max_batch_size)
         feed[tensor.name] = tensor.data
-    missing = [name for name in by_name if name not in feed]
-    if missing:
-        raise InvalidArgument(f"model {request.model_name!r} needs input(s) {', '.join(missing)}")
+    if len(feed) < len(by_name):  # some left out: only optional ones may be
+        missing = [n for n, spec in by_name.items() if n not in feed and not spec.optional]
+        if missing:
+            model = request.model_name
+            raise InvalidArgument(f"model {model!r} needs input(s) {', '.join(missing)}")
     return feed
 
 

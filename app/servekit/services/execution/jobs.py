@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from servekit.config.compiler import ModelPlan
+from servekit.request_id import CURRENT
 from servekit.runtimes.base import Arrays
 from servekit.services.execution import batching
 
@@ -61,6 +62,7 @@ class Job:
         "future",
         "key",
         "outputs",
+        "request",
         "rows",
         "state",
         "timer",
@@ -90,6 +92,8 @@ class Job:
         self.state = JobState.QUEUED
         self.timer: asyncio.TimerHandle | None = None
         self.work: Work | None = None
+        self.request = CURRENT.get()
+        """The request it serves, for the log records of its call in a worker thread."""
 
 
 class Work:
@@ -103,6 +107,7 @@ class Work:
         "jobs",
         "outputs",
         "probe",
+        "request",
         "results",
         "spent_ns",
         "started_ns",
@@ -122,6 +127,8 @@ class Work:
         self.results: Arrays | None = None
         self.error: BaseException | None = None
         self.spent_ns = 0
+        self.request = jobs[0].request if len(jobs) == 1 else None
+        """The request of an unbatched call: its log records name it (app/servekit/logs.py)."""
         self.probe: threading.Event | None = None
         """Set by the worker thread when the call is done, for a call the loop waits for
         (a learning version's timed call: see ModelExecutor.submit)."""

@@ -1,0 +1,219 @@
+"""gRPC request IDs and access-log lines: every method handler wrapped once, at registration
+(app/servekit/grpc/undecodable.py's :class:`SafeRegistration` calls :func:`tagged`).
+
+A call's ID is the client's ``x-request-id`` metadata when valid, else the V2 request's ``id``
+(ModelInfer), else a new one; it is returned in the trailing metadata of a unary call (with
+its answer or its error) and in the initial metadata of a streaming answer (before its first
+message), and every log record the call writes carries it. Wrapped at registration rather than
+with a server interceptor for the same reason as the token check (app/servekit/grpc/access.py):
+grpcio runs interceptors in Python for every call. With the access log on, the wrapper also
+times the call and writes one line when it ends: RPC, status code, bytes in and out (the
+protobuf sizes), model, version, peer and ID.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import grpc
+
+from servekit.request_id import (
+    ACCESS,
+    CURRENT,
+    HEADER,
+    RequestInfo,
+    accepted,
+    new_id,
+    record_access,
+)
+
+
+def tagged(method: str, handler: Any) -> Any:
+    """``handler`` (a grpc.RpcMethodHandler) whose calls get their request ID (and, with the
+    access log on, their line). Synchronous behaviours (none of ours) are left as they are."""
+    kind = {
+        (False, False): "unary_unary",
+        (False, True): "unary_stream",
+        (True, False): "stream_unary",
+        (True, True): "stream_stream",
+    }.get((handler.request_streaming, handler.response_streaming))
+    behaviour = getattr(handler, kind) if kind else None
+    if kind is None or behaviour is None:
+        return handler
+    if not (inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)):
+        return handler
+    logged = ACCESS.mode != "off"
+    if handler.response_streaming and inspect.isasyncgenfunction(behaviour):
+        wrapped = _streaming(method, behaviour, handler.request_streaming, logged)
+    elif handler.response_streaming:  # a coroutine writing its answers (context.write)
+        wrapped = _writing(method, behaviour, handler.request_streaming, logged)
+    elif logged:
+        wrapped = _unary_logged(method, behaviour, handler.request_streaming)
+    else:
+        wrapped = _unary(behaviour)
+    return handler._replace(**{kind: wrapped})
+
+
+def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
+    """The call's request: the client's ID, else ModelInfer's ``id``, else a new one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == HEADER:
+            sent = accepted(value)
+            if sent is not None:
+                return RequestInfo(sent, True)
+            break
+    body_id = getattr(request, "id", None)
+    if body_id and isinstance(body_id, str):
+        valid = accepted(body_id)
+        if valid is not None:
+            return RequestInfo(valid, True)
+    return RequestInfo(new_id(), False)
+
+
+def _unary(behaviour: Any) -> Any:
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        info = _info(context, request)
+        context.set_trailing_metadata(((HEADER, info.id),))  # kept by abort(): errors carry it
+        CURRENT.set(info)  # this call's own task
+        return await behaviour(request, context)
+
+    return unary
+
+
+def _model_of(info: RequestInfo, request: Any) -> None:
+    if info.model is not None:
+        return
+    model = getattr(request, "model_name", None) or getattr(request, "name", None)
+    if model and isinstance(model, str):
+        info.model = model
+        version = getattr(request, "model_version", None) or getattr(request, "version", None)
+        info.version = version if version and isinstance(version, str) else None
+
+
+def _size(message: Any) -> int:
+    size = getattr(message, "ByteSize", None)
+    return int(size()) if size is not None else 0
+
+
+def _write(
+    method: str,
+    context: grpc.aio.ServicerContext,
+    info: RequestInfo,
+    started: float,
+    sizes: list[int],
+    error: BaseException | None,
+) -> None:
+    code = context.code()
+    if code is None:
+        if error is None or isinstance(error, grpc.aio.AbortError):
+            code = grpc.StatusCode.OK
+        elif isinstance(error, BaseException) and not isinstance(error, Exception):
+            code = grpc.StatusCode.CANCELLED  # the client left (the call's task cancelled)
+        else:
+            code = grpc.StatusCode.UNKNOWN
+    name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+    record_access(
+        protocol="gRPC",
+        method=method.rsplit("/", 1)[-1],
+        path=method,
+        status=name,
+        failed=code != grpc.StatusCode.OK,
+        duration_s=time.monotonic() - started,
+        bytes_in=sizes[0],
+        bytes_out=sizes[1],
+        client=context.peer(),
+        info=info,
+    )
+
+
+async def _counted(requests: AsyncIterator[Any], info: RequestInfo, sizes: list[int]) -> Any:
+    async for request in requests:
+        sizes[0] += _size(request)
+        _model_of(info, request)
+        yield request
+
+
+def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.monotonic()
+        info = _info(context, None if request_streaming else request)
+        context.set_trailing_metadata(((HEADER, info.id),))
+        CURRENT.set(info)
+        sizes = [0, 0]
+        if request_streaming:
+            request = _counted(request, info, sizes)
+        else:
+            sizes[0] = _size(request)
+            _model_of(info, request)
+        error: BaseException | None = None
+        try:
+            response = await behaviour(request, context)
+            sizes[1] = _size(response)
+            return response
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            _write(method, context, info, started, sizes, error)
+
+    return unary
+
+
+def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
+    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        started = time.monotonic()
+        info = _info(context, None if request_streaming else request)
+        CURRENT.set(info)
+        sizes = [0, 0]
+        if request_streaming and logged:
+            request = _counted(request, info, sizes)
+        elif logged:
+            sizes[0] = _size(request)
+            _model_of(info, request)
+        error: BaseException | None = None
+        try:
+            await context.send_initial_metadata(((HEADER, info.id),))
+            async with aclosing(behaviour(request, context)) as replies:  # closed if cancelled
+                async for reply in replies:
+                    if logged:
+                        sizes[1] += _size(reply)
+                    yield reply
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if logged:
+                _write(method, context, info, started, sizes, error)
+
+    return stream
+
+
+def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
+    """A streaming answer written with ``context.write`` (gRPC health's Watch): the ID goes
+    in the initial metadata first; bytes out are not counted (the writes are not seen)."""
+
+    async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.monotonic()
+        info = _info(context, None if request_streaming else request)
+        CURRENT.set(info)
+        sizes = [0, 0]
+        if request_streaming and logged:
+            request = _counted(request, info, sizes)
+        elif logged:
+            sizes[0] = _size(request)
+        error: BaseException | None = None
+        try:
+            await context.send_initial_metadata(((HEADER, info.id),))
+            return await behaviour(request, context)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if logged:
+                _write(method, context, info, started, sizes, error)
+
+    return writer

@@ -1,0 +1,115 @@
+"""HTTP request IDs and access-log lines, at the edge (app/servekit/edge.py calls :func:`begin`
+once per request, before the request's task starts).
+
+Done there rather than as ASGI middleware, on purpose: every answer passes through uvicorn's
+cycle (routes, Litestar's errors, the inference fast path, streams, the edge's 503), and the
+cycle already writes its ``default_headers`` into each response, so the ID is one more entry
+of that list and costs no layer of calls per request. The access log, when on, wraps the
+cycle's ``send`` and ``receive`` (counting bytes, seeing the status and the last body write);
+off, nothing is wrapped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import Token
+from typing import Any
+
+from servekit.request_id import (
+    ACCESS,
+    CURRENT,
+    HEADER_BYTES,
+    PREFIX,
+    RequestInfo,
+    accepted,
+    counter,
+    record_access,
+)
+
+Message = dict[str, Any]
+
+
+def begin(cycle: Any) -> Token[RequestInfo | None]:
+    """The request of uvicorn's ``cycle``: its ID (the client's ``X-Request-ID`` when valid,
+    else a new one) put on the answer's headers, made :data:`CURRENT` (the caller resets it once
+    the request's task is created), and the access log hooked in when on.
+
+    Written flat (no helper calls when no ID is sent): it runs for every HTTP request."""
+    info = _new(RequestInfo)
+    for name, value in cycle.scope["headers"]:  # lower-case names (uvicorn)
+        if name == HEADER_BYTES:
+            sent = accepted(value)
+            if sent is not None:
+                info.id = sent
+                info.sent = True
+                encoded = value
+            break
+    if not info.sent:
+        info.id = made = PREFIX + str(next(counter))
+        encoded = made.encode()
+    headers = [*cycle.default_headers, (HEADER_BYTES, encoded)]
+    info.headers = headers
+    cycle.default_headers = headers
+    if ACCESS.mode != "off":
+        _log_access(cycle, info)
+    return CURRENT.set(info)
+
+
+_new = object.__new__
+
+
+def _log_access(cycle: Any, info: RequestInfo) -> None:
+    """Wrap the cycle's ``receive`` and ``send`` to count bytes and write one line when the
+    response's last body write goes out (a stream's: when it ends)."""
+    receive: Callable[[], Awaitable[Message]] = cycle.receive
+    send: Callable[[Message], Awaitable[None]] = cycle.send
+    scope = cycle.scope
+    started = time.monotonic()
+    counts = [0, 0, 0]  # bytes in, bytes out, status
+
+    async def counted_receive() -> Message:
+        message = await receive()
+        if message["type"] == "http.request":
+            counts[0] += len(message.get("body", b""))
+        return message
+
+    async def logged_send(message: Message) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            counts[2] = int(message["status"])
+        elif kind == "http.response.body":
+            counts[1] += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                try:
+                    await send(message)
+                finally:
+                    _write(scope, info, counts, started)
+                return
+        await send(message)
+
+    cycle.receive = counted_receive
+    cycle.send = logged_send
+
+
+def _write(scope: Any, info: RequestInfo, counts: list[int], started: float) -> None:
+    params = scope.get("path_params") or {}
+    if info.model is None:
+        model = params.get("model") or params.get("name")
+        info.model = None if model is None else str(model)
+        version = params.get("version")
+        info.version = None if version is None else str(version)
+    client = scope.get("client")
+    status = counts[2]
+    record_access(
+        protocol="HTTP",
+        method=scope.get("method", "-"),
+        path=scope.get("path", "-"),
+        status=status,
+        failed=status >= 400,
+        duration_s=time.monotonic() - started,
+        bytes_in=counts[0],
+        bytes_out=counts[1],
+        client=None if not client else f"{client[0]}:{client[1]}",
+        info=info,
+    )

@@ -1,0 +1,207 @@
+"""The log's parts in process: the JSON and text formatters, request IDs, a reload's outcome in
+words, the public-bind warning, ``accessLog`` spellings and warm-up inputs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx_builders import mlp
+
+from servekit import logs, request_id
+from servekit.cli import _warn_public_without_token
+from servekit.config.overrides import Overrides, load_plan
+from servekit.config.schema import LoggingConfig, WarmupSample
+from servekit.models.warmup import WarmupError, build_inputs
+from servekit.request_id import CURRENT, RequestInfo, accepted
+from servekit.server import ServeKit
+from servekit.services import watch
+from servekit.services.watch import _Watcher, outcome
+
+
+def _record(message: str, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("servekit.x", logging.WARNING, __file__, 1, message, None, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_a_json_line_carries_the_request_it_was_written_for() -> None:
+    info = RequestInfo("abc-1", True)
+    info.model, info.version = "m", "2"
+    token = CURRENT.set(info)
+    try:
+        line = logs.JsonFormatter(worker=1).format(_record("hello there", reload={"a": 1}))
+    finally:
+        CURRENT.reset(token)
+    record = json.loads(line)
+    assert record["message"] == "hello there" and record["level"] == "WARNING"
+    assert record["logger"] == "servekit.x" and record["time"].endswith("Z")
+    assert (record["request_id"], record["model"], record["version"]) == ("abc-1", "m", "2")
+    assert record["worker"] == 1 and record["reload"] == {"a": 1}
+    assert "\n" not in line
+
+
+def test_a_json_line_holds_a_traceback_in_one_line() -> None:
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        record = logging.LogRecord("x", logging.ERROR, "", 1, "failed", None, None)
+        import sys
+
+        record.exc_info = sys.exc_info()
+    line = logs.JsonFormatter().format(record)
+    assert "\n" not in line and "ValueError: bad" in json.loads(line)["error"]
+    assert "request_id" not in json.loads(line)  # no request: no field
+
+
+def test_a_text_line_names_its_request() -> None:
+    token = CURRENT.set(RequestInfo("r-9", False))
+    try:
+        text = logs.TextFormatter(worker=0).format(_record("oops"))
+    finally:
+        CURRENT.reset(token)
+    assert text.endswith("WARNING servekit.x[w0]: oops [request r-9]")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(b"abc-1", "abc-1"), ("x" * 128, "x" * 128), ("x" * 129, None), (b"", None),
+     (b"a b", None), (b"a\x00", None), ("é".encode(), None), (b"\xff", None)],
+)  # fmt: skip
+def test_only_short_printable_ids_are_taken(value: bytes | str, expected: str | None) -> None:
+    assert accepted(value) == expected
+
+
+def test_made_ids_are_distinct_and_a_body_id_is_adopted_once() -> None:
+    made = {request_id.new_id() for _ in range(1000)}
+    assert len(made) == 1000
+    info = RequestInfo(request_id.new_id(), False)
+    info.headers = [(b"date", b"x"), (b"x-request-id", info.id.encode())]
+    info.adopt("from-body")
+    assert info.id == "from-body" and info.headers[-1] == (b"x-request-id", b"from-body")
+    info.adopt("another")  # a client's ID (sent or adopted) is never replaced
+    assert info.id == "from-body"
+    sent = RequestInfo("header", True)
+    sent.adopt("body")
+    assert sent.id == "header"
+
+
+def test_a_failed_reload_reads_failed_never_applied() -> None:
+    level, text, fields = outcome(
+        {"added": [], "removed": [], "reloaded": ["rf", "ok"], "failed": ["rf"]}
+    )
+    assert level == logging.WARNING and "applied" not in text and "{" not in text
+    assert "rf failed to load" in text and "reloaded ok" in text
+    assert fields == {"added": [], "reloaded": ["ok"], "removed": [], "failed": ["rf"]}
+    level, text, _ = outcome({"added": ["a"], "removed": ["b"], "reloaded": [], "failed": []})
+    assert (level, text) == (logging.INFO, "serve.yaml applied: added a; removed b")
+
+
+def test_watch_logs_a_reload_that_failed_as_failed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def run() -> None:
+        onnx.save(mlp(16, 8, 4), tmp_path / "m.onnx")
+        path = tmp_path / "serve.yaml"
+        path.write_text("models:\n  - {name: m, modelFormat: {name: onnx}, storageUri: m.onnx}\n")
+        kit = ServeKit(load_plan(path, Overrides()))
+        await kit.control.start()
+        watcher = _Watcher(kit, path, Overrides())
+        await watcher.check(touched=False)
+        (tmp_path / "m.onnx").write_bytes(b"not a model at all")
+        with caplog.at_level(logging.INFO, "servekit.watch"):
+            await watcher.check(touched=True)
+        await kit.repository.close()
+
+    watch.SETTLE_STEP_S = 0.0
+    asyncio.run(run())
+    lines = [r.getMessage() for r in caplog.records if r.name == "servekit.watch"]
+    assert len(lines) == 1, lines
+    assert "m failed to load" in lines[0] and "applied" not in lines[0] and "{" not in lines[0]
+
+
+def test_a_public_bind_without_a_token_warns_once_naming_the_setting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "serve.yaml"
+    path.write_text("server: {host: 0.0.0.0}\nmodels: []\n")
+    with caplog.at_level(logging.WARNING, "servekit"):
+        _warn_public_without_token(load_plan(path, Overrides()))
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "server.auth.default" in warnings[0]
+    assert "SERVEKIT_TOKEN" in warnings[0] and "0.0.0.0" in warnings[0]
+    caplog.clear()
+    path.write_text("server: {host: 127.0.0.1}\nmodels: []\n")
+    with caplog.at_level(logging.WARNING, "servekit"):
+        _warn_public_without_token(load_plan(path, Overrides()))
+    assert not caplog.records
+
+
+def test_access_log_spellings() -> None:
+    assert LoggingConfig.model_validate({"accessLog": False}).access_log == "off"
+    assert LoggingConfig.model_validate({"accessLog": True}).access_log == "on"
+    assert LoggingConfig.model_validate({"accessLog": "errors"}).access_log == "errors"
+    with pytest.raises(ValueError):
+        LoggingConfig.model_validate({"accessLog": "sometimes"})
+
+
+def _sample(**inputs: dict[str, object]) -> WarmupSample:
+    return WarmupSample.model_validate({"name": "s", "batchSize": 2, "inputs": inputs})
+
+
+def test_warmup_inputs(tmp_path: Path) -> None:
+    zeros = build_inputs(
+        _sample(x={"dataType": "FP32", "dims": [3], "zeroData": True}), 4, tmp_path
+    )
+    assert zeros["x"].shape == (2, 3) and zeros["x"].dtype == np.float32 and not zeros["x"].any()
+    unbatched = build_inputs(
+        _sample(x={"dataType": "INT64", "dims": [5], "randomData": True}), 0, tmp_path
+    )
+    assert unbatched["x"].shape == (5,) and unbatched["x"].dtype == np.int64
+    lengths = b"".join(len(w).to_bytes(4, "little") + w for w in (b"ab", b"c"))
+    (tmp_path / "words.bin").write_bytes(lengths)
+    words = build_inputs(
+        _sample(t={"dataType": "TYPE_STRING", "dims": [2], "inputDataFile": "words.bin"}),
+        4,
+        tmp_path,
+    )
+    assert words["t"].tolist() == [[b"ab", b"c"], [b"ab", b"c"]]
+    with pytest.raises(WarmupError, match="batchSize 2 is not between 1 and"):
+        build_inputs(_sample(x={"dataType": "FP32", "dims": [3], "zeroData": True}), 1, tmp_path)
+    (tmp_path / "short.bin").write_bytes(b"\0" * 5)
+    with pytest.raises(WarmupError, match="holds 5 bytes"):
+        build_inputs(
+            _sample(x={"dataType": "FP32", "dims": [3], "inputDataFile": "short.bin"}), 4, tmp_path
+        )
+    with pytest.raises(ValueError, match="exactly one of"):
+        _sample(x={"dataType": "FP32", "dims": [3], "zeroData": True, "randomData": True})
+
+
+def test_custom_metrics_bind_the_loading_version_and_refuse_bad_use() -> None:
+    from servekit import custom_metrics as cm
+
+    token = cm.LOADING.set(("unit-m", "3"))
+    try:
+        first = cm.counter("unit_things_total", "things")
+        again = cm.counter("unit_things", "things")  # the same family and child
+        level = cm.gauge("unit_level")
+    finally:
+        cm.LOADING.reset(token)
+    first.inc(2)
+    again.inc()
+    level.set(5)
+    level.dec(2)
+    rows = {s.name: s.rows for s in cm.samples()}
+    assert (("unit-m", "3"), 3.0, 0.0, []) in rows["unit_things"]
+    assert (("unit-m", "3"), 3.0, 0.0, []) in rows["unit_level"]
+    with pytest.raises(ValueError, match="only goes up"):
+        first.inc(-1)
+    with pytest.raises(ValueError, match="servekit_"):
+        cm.counter("servekit_mine")
+    with pytest.raises(ValueError, match="already exists as a counter"):
+        cm.gauge("unit_things")

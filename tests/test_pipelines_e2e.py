@@ -1,0 +1,203 @@
+"""Pipelines and optional inputs through a real ``servekit serve`` (issue 29).
+
+tritonclient over HTTP and gRPC: the featurise (Python) -> ONNX -> post-process (Python)
+pipeline answers exactly what the client gets calling the three models in turn; its metadata
+and configuration are an ensemble's (``ensemble_scheduling``), its steps count their own
+statistics, a failing step is named in the error. And the vLLM backend README's ``generate``
+request, which leaves the model's optional inputs out, is answered (tests/pipeline_models.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from pipeline_models import rows, write_project
+from servers import ServerProcess, start_server
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    config = write_project(tmp_path_factory.mktemp("pipelines"))
+    process = start_server(config)
+    yield process
+    assert process.stop() == 0, process.log()
+
+
+@pytest.fixture(params=["http", "grpc"])
+def transport(request: pytest.FixtureRequest, server: ServerProcess) -> Iterator[tuple[Any, Any]]:
+    """(client, tritonclient module) for one transport."""
+    if request.param == "http":
+        with httpclient.InferenceServerClient(server.http_host_port) as http:
+            yield http, httpclient
+    else:
+        assert server.grpc_target is not None
+        with grpcclient.InferenceServerClient(server.grpc_target) as grpc_client:
+            yield grpc_client, grpcclient
+
+
+def infer(client: Any, module: Any, model: str, **inputs: np.ndarray) -> Any:
+    tensors = []
+    for name, value in inputs.items():
+        tensor = module.InferInput(name, list(value.shape), "FP32")
+        tensor.set_data_from_numpy(value)
+        tensors.append(tensor)
+    return client.infer(model, tensors)
+
+
+def test_the_pipeline_answers_as_the_three_client_calls(transport: tuple[Any, Any]) -> None:
+    client, module = transport
+    raw = rows(7, seed=3)
+    features = infer(client, module, "featurise", raw=raw).as_numpy("features")
+    scores = infer(client, module, "mlp", input=features).as_numpy("output")
+    expected = infer(client, module, "postprocess", scores=scores)
+    got = infer(client, module, "classify", RAW=raw)
+    np.testing.assert_array_equal(got.as_numpy("LABEL"), expected.as_numpy("label"))
+    np.testing.assert_array_equal(got.as_numpy("PROBABILITIES"), expected.as_numpy("probabilities"))
+
+
+def test_metadata_and_config_are_an_ensembles(transport: tuple[Any, Any]) -> None:
+    client, module = transport
+    assert client.is_model_ready("classify")
+    if module is httpclient:
+        metadata = client.get_model_metadata("classify")
+        config = client.get_model_config("classify")
+    else:
+        metadata = client.get_model_metadata("classify", as_json=True)
+        config = client.get_model_config("classify", as_json=True)["config"]
+    assert metadata["platform"] == "ensemble"
+    assert [t["name"] for t in metadata["outputs"]] == ["LABEL", "PROBABILITIES"]
+    assert config["platform"] == "ensemble"
+    steps = config["ensemble_scheduling"]["step"]
+    assert [s["model_name"] for s in steps] == ["featurise", "mlp", "postprocess"]
+    assert steps[1]["input_map"] == {"input": "FEATURES"}
+    assert steps[2]["output_map"] == {"label": "LABEL", "probabilities": "PROBABILITIES"}
+    assert int(steps[1]["model_version"]) == 1
+
+
+def test_a_failing_step_is_named(transport: tuple[Any, Any]) -> None:
+    client, module = transport
+    with pytest.raises(InferenceServerException) as caught:
+        infer(client, module, "broken", X=np.ones(3, np.float32))
+    assert "pipeline 'broken' step 0 (model 'explode')" in caught.value.message()
+    assert "post-processing table is missing" in caught.value.message()
+
+
+def test_each_step_counts_its_own_statistics(server: ServerProcess) -> None:
+    with httpclient.InferenceServerClient(server.http_host_port) as client:
+
+        def successes(model: str) -> int:
+            stats = client.get_inference_statistics(model)["model_stats"][0]
+            return int(stats["inference_stats"]["success"]["count"])
+
+        before = {m: successes(m) for m in ("classify", "featurise", "mlp", "postprocess")}
+        infer(client, httpclient, "classify", RAW=rows(2))
+        infer(client, httpclient, "classify", RAW=rows(4))
+        after = {m: successes(m) for m in before}
+    assert {m: after[m] - before[m] for m in before} == dict.fromkeys(before, 2)
+
+
+def test_independent_steps_run_together(server: ServerProcess) -> None:
+    with httpclient.InferenceServerClient(server.http_host_port) as client:
+        x = np.array([1.0, 5.0], np.float32)
+        got = infer(client, httpclient, "fan", X=x).as_numpy("TOTAL")
+    np.testing.assert_array_equal(got, (x + 1) + (x * 2))
+
+
+# -- Triton's ensemble_image_client.py, its calls in our words ----------------------------------
+def test_the_ensemble_image_client_calls(transport: tuple[Any, Any], tmp_path: Path) -> None:
+    """What Triton's example makes of ``preprocess_inception_ensemble`` (its program is not
+    ours to ship): one input and output in metadata and config, a batch of image files as
+    BYTES [n, 1] (binary over HTTP), the output asked for with ``class_count``, answered as
+    "value:index:label" per row."""
+    client, module = transport
+    grpc = module is grpcclient
+    name = "preprocess_inception_ensemble"
+    if grpc:
+        metadata = client.get_model_metadata(model_name=name)
+        config = client.get_model_config(model_name=name).config
+        assert len(metadata.inputs) == 1 and len(config.input) == 1
+        input_name, outputs, batch = (
+            metadata.inputs[0].name,
+            metadata.outputs,
+            config.max_batch_size,
+        )
+        output_names = [o.name for o in outputs]
+    else:
+        metadata = client.get_model_metadata(model_name=name)
+        config = client.get_model_config(model_name=name)
+        assert len(metadata["inputs"]) == 1 and len(config["input"]) == 1
+        input_name, batch = metadata["inputs"][0]["name"], config["max_batch_size"]
+        output_names = [o["name"] for o in metadata["outputs"]]
+    assert batch == 8
+    files = []
+    for index in range(3):
+        path = tmp_path / f"image{index}.jpg"
+        path.write_bytes(bytes(range(index * 40, 256)) * (index + 1))
+        files.append(path)
+    images = np.stack([np.array([f.read_bytes()], dtype=bytes) for f in files], axis=0)
+    tensor = module.InferInput(input_name, images.shape, "BYTES")
+    if grpc:
+        tensor.set_data_from_numpy(images)
+        wanted = [module.InferRequestedOutput(n, class_count=2) for n in output_names]
+    else:
+        tensor.set_data_from_numpy(images, binary_data=True)
+        wanted = [
+            module.InferRequestedOutput(n, binary_data=True, class_count=2) for n in output_names
+        ]
+    result = client.infer(name, [tensor], outputs=wanted)
+    classes = result.as_numpy("OUTPUT")
+    assert classes.shape == (3, 2)
+    for row in classes:
+        for entry in row:
+            value, index, label = entry.decode().split(":")
+            assert label == ["cat", "dog", "fish", "bird"][int(index)]
+            float(value)
+
+
+# -- optional inputs: the vLLM backend README's generate request --------------------------------
+def test_vllm_readme_generate_leaves_optional_inputs_out(server: ServerProcess) -> None:
+    with server.http_client(timeout=20) as http:
+        response = http.post(
+            "/v2/models/vllm_model/generate",
+            json={
+                "text_input": "What is Triton Inference Server?",
+                "parameters": {"stream": False, "temperature": 0},
+            },
+        )
+        assert response.status_code == 200, response.text
+        assert response.json()["text_output"] == "What is Triton Inference Server? [text_input]"
+        both = http.post(
+            "/v2/models/vllm_model/generate",
+            json={"text_input": "hi", "stream": False, "exclude_input_in_output": True},
+        )
+        assert both.json()["text_output"] == "hi [text_input,stream,exclude_input_in_output]"
+        missing = http.post("/v2/models/vllm_model/generate", json={"stream": False})
+        assert missing.status_code == 400
+        assert "needs input(s) text_input" in missing.json()["error"]
+        config = http.get("/v2/models/vllm_model/config").json()
+    assert [i.get("optional", False) for i in config["input"]] == [False, True, True, True]
+
+
+def test_optional_inputs_in_the_grpc_config(server: ServerProcess) -> None:
+    assert server.grpc_target is not None
+    with grpcclient.InferenceServerClient(server.grpc_target) as client:
+        config = client.get_model_config("vllm_model").config
+    assert [i.optional for i in config.input] == [False, True, True, True]
+
+
+def test_pipeline_over_plain_http(server: ServerProcess) -> None:
+    body = {"inputs": [{"name": "X", "datatype": "FP32", "shape": [2], "data": [1, 2]}]}
+    with server.http_client(timeout=20) as http:
+        response = http.post("/v2/models/fan/infer", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["model_name"] == "fan"
+    assert response.json()["outputs"][0]["data"] == [4.0, 7.0]
