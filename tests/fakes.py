@@ -45,9 +45,8 @@ class Slow:
 
     ``entered`` counts the calls that have started; the gate starts open so a warm-up call
     can pass, after which ``hold()`` closes it. Serve it with ``inlineBelowMicroseconds: 0``
-    so that every call runs in the model's own worker thread (app/servekit/services/executor.py),
-    never
-    on the event loop the test waits on.
+    so that every call runs in the model's own worker thread
+    (app/servekit/services/execution/executor.py), never on the event loop the test waits on.
     """
 
     def __init__(self) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 from servekit.config.compiler import ServePlan, compile_plan
 from servekit.config.loader import parse_config
 from servekit.rest.triton_json import statistics_json
+from servekit.results import LoggedError
 from servekit.server import ServeKit
 from servekit.services.dataplane import DataPlane
 from servekit.services.model_control import ModelControl
@@ -58,15 +59,15 @@ class Services:
 
     def states(self) -> dict[tuple[str, str], str]:
         """(model, version) -> state, from the repository index."""
-        return {(r["name"], r["version"]): r["state"] for r in self.control.index()}
+        return {(r.name, r.version): r.state for r in self.control.index()}
 
-    def recent_errors(self) -> list[dict[str, Any]]:
+    def recent_errors(self) -> list[LoggedError]:
         """Failed loads and rejected edits, newest last (what the dashboard lists)."""
         return list(self.control.recent_errors)
 
     def reason(self, name: str) -> str:
         """The reasons the index gives for ``name``'s versions, joined."""
-        return "; ".join(r["reason"] for r in self.control.index() if r["name"] == name)
+        return "; ".join(r.reason for r in self.control.index() if r.name == name)
 
 
 Serve = Callable[..., Awaitable[Services]]

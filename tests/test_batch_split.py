@@ -1,10 +1,9 @@
 """Dynamic batching splits answers back exactly, for every datatype (property-tested).
 
-Requests are stacked (app/servekit/services/batching.py ``stack``), a model computes every output
-any
-of them asked for, and ``split`` must hand each request exactly its own rows of exactly the
-outputs it asked for: ragged BYTES elements, several outputs, and outputs a request did not
-ask for (computed for another) never leak into its answer.
+Requests are stacked (app/servekit/services/execution/batching.py ``stack``), a model computes
+every output any of them asked for, and ``split`` must hand each request exactly its own rows
+of exactly the outputs it asked for: ragged BYTES elements, several outputs, and outputs a
+request did not ask for (computed for another) never leak into its answer.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from hypothesis import strategies as st
 from servekit.datatypes import DATATYPES
 from servekit.errors import Internal
 from servekit.runtimes.base import Arrays
-from servekit.services import batching
+from servekit.services.execution import batching
 
 OUTPUTS = ("same", "flipped", "first")
 

@@ -85,7 +85,7 @@ async def test_metadata_of_unknown_models_and_versions(serve: Serve) -> None:
 
 async def test_server_metadata_names_the_server(serve: Serve) -> None:
     services = await serve("server: {name: unit}\nmodels: []\n")
-    metadata = services.dataplane.server_metadata()
+    metadata = services.dataplane.server_metadata().as_dict()
     assert metadata["name"] == "unit"
     assert "binary_tensor_data" in metadata["extensions"]
     assert services.dataplane.live()

@@ -25,10 +25,10 @@ from servekit.runtimes.base import CALL_DEADLINE
 from servekit.runtimes.cancel import cancel_event
 from servekit.runtimes.python import PythonModel, register_object
 from servekit.server import ServeKit
-from servekit.services import placement
 from servekit.services.dataplane import DataPlane
-from servekit.services.executor import ModelExecutor
-from servekit.services.placement import Mode
+from servekit.services.execution import placement
+from servekit.services.execution.executor import ModelExecutor
+from servekit.services.execution.placement import Mode
 from servekit.types import InferRequest, Tensor
 
 IO = (

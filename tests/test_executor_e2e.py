@@ -41,7 +41,7 @@ from servekit.config.loader import parse_config
 from servekit.rest.triton_json import statistics_json
 from servekit.runtimes.python import register_object
 from servekit.server import ServeKit
-from servekit.services.executor import ModelExecutor
+from servekit.services.execution.executor import ModelExecutor
 
 pytestmark = pytest.mark.slow  # end to end: real server processes and Triton clients
 

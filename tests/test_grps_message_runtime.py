@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from servekit.codecs.grps_message import CODEC
 from servekit.errors import Internal, InvalidArgument
 from servekit.protos.grps_pb2 import GrpsMessage
 from servekit.runtimes.python import MESSAGE_SIGNATURE, GrpsMessageModel, takes_grps_message
@@ -36,7 +37,7 @@ def test_the_hint_asks_for_whole_messages() -> None:
 
 
 def _call(model: object, message: GrpsMessage) -> GrpsMessage:
-    runtime = GrpsMessageModel([model], MESSAGE_SIGNATURE)
+    runtime = GrpsMessageModel([model], MESSAGE_SIGNATURE, CODEC)
     inputs = {GRPS_MESSAGE: np.array([message.SerializeToString()], dtype=object)}
     out = runtime.predict(inputs, [GRPS_MESSAGE])
     return GrpsMessage.FromString(out[GRPS_MESSAGE].reshape(-1)[0])
@@ -51,6 +52,6 @@ def test_replies_of_every_allowed_type() -> None:
 
 
 def test_an_input_that_is_no_message_is_refused() -> None:
-    runtime = GrpsMessageModel([hinted], MESSAGE_SIGNATURE)
+    runtime = GrpsMessageModel([hinted], MESSAGE_SIGNATURE, CODEC)
     with pytest.raises(InvalidArgument, match="not a serialized GrpsMessage"):
         runtime.predict({GRPS_MESSAGE: np.array([b"\xff\xff\xff"], dtype=object)}, [GRPS_MESSAGE])

@@ -247,7 +247,7 @@ async def test_repository_shows_a_runtime_going_down_and_coming_back(tmp_path: P
         State.UNAVAILABLE,
         "its process was killed by SIGSEGV",
     )
-    assert "SIGSEGV" in repository.recent_errors[-1]["message"]
+    assert "SIGSEGV" in repository.recent_errors[-1].message
     report(None)
     await settle()
     assert (version.state, version.reason) == (State.READY, "")

@@ -24,9 +24,9 @@ from servekit.models.repository import VersionEntry
 from servekit.runtimes.onnx import OnnxModel
 from servekit.runtimes.python import PythonModel, register_object
 from servekit.server import ServeKit
-from servekit.services import placement
-from servekit.services.executor import ModelExecutor
-from servekit.services.placement import Mode
+from servekit.services.execution import placement
+from servekit.services.execution.executor import ModelExecutor
+from servekit.services.execution.placement import Mode
 from servekit.types import InferRequest, Tensor
 
 ROOMY = "server: {inlineBelowMicroseconds: 100000}\n"

@@ -105,7 +105,7 @@ async def test_a_failed_reload_keeps_the_old_version_serving(serve: Serve, tmp_p
     assert services.states() == {("add_sub", "1"): "READY"}
     assert "reload failed, still serving the previous load" in services.reason("add_sub")
     np.testing.assert_array_equal(await add_sub(services), np.full((1, 16), 4))
-    assert any(e["model"] == "add_sub" for e in services.recent_errors())
+    assert any(e.model == "add_sub" for e in services.recent_errors())
 
 
 async def test_a_failed_replacement_of_a_python_model_keeps_the_old_one(serve: Serve) -> None:

@@ -209,7 +209,7 @@ def test_infer_versions_outputs_lists_and_errors(store: Path) -> None:
             server.infer("mlp", {"input": odd})["output"], listed["output"]
         )
         # A float64 array whose values fit FP32 is cast (said once); one that does not fit is
-        # refused with both datatypes named (issue 16; app/servekit/notebook/casting.py).
+        # refused with both datatypes named (issue 16; app/servekit/client/casting.py).
         with pytest.warns(UserWarning, match="cast from FP64 to FP32"):
             cast = server.infer("mlp", {"input": X.astype(np.float64)}, version=1)["output"]
         np.testing.assert_array_equal(cast, v1)

@@ -63,7 +63,7 @@ def test_a_modules_path_is_its_name() -> None:
     assert [p.name for p in (ROOT / "app").iterdir() if p.name != "__pycache__"] == ["servekit"]
     assert not (ROOT / "servekit").exists() and not (ROOT / "app" / "__init__.py").exists()
     assert Path(servekit.__file__).resolve() == ROOT / "app" / "servekit" / "__init__.py"
-    folders = {  # every folder holding Python code (app/servekit/project has no __init__.py)
+    folders = {  # every folder holding Python code
         ".".join(p.parent.relative_to(ROOT / "app").parts) for p in (ROOT / "app").rglob("*.py")
     }
     assert sorted(setuptools["packages"]) == sorted(folders)
@@ -91,7 +91,7 @@ def test_import_servekit_beside_an_app_py(users_folder: Path) -> None:
     )
     done = run(sys.executable, "-c", code, cwd=users_folder)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["servekit.notebook.api", "servekit.notebook.remote"]
+    assert done.stdout.split() == ["servekit.notebook.api", "servekit.client.remote"]
     done = run(sys.executable, "-m", "servekit", "validate", "serve.yaml", cwd=users_folder)
     assert done.returncode == 0, done.stderr
     assert "OK, 2 model(s)" in done.stdout
@@ -133,7 +133,7 @@ def test_the_wheel_installs_servekit(tmp_path: Path, users_folder: Path) -> None
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {
         "servekit/__init__.py", "servekit/__main__.py", "servekit/py.typed",
-        "servekit/protos/grpc_service_pb2.py", "servekit/notebook/card.html.j2",
+        "servekit/protos/grpc_service_pb2.py", "servekit/client/card.html.j2",
         "servekit/dashboard/templates/dashboard_base.html",
     } <= names  # fmt: skip
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}

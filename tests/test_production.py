@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 import servekit
+from servekit.client.casting import CastWarning
 from servekit.errors import InvalidArgument
-from servekit.notebook.casting import CastWarning
 
 pytestmark = pytest.mark.slow
 

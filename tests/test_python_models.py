@@ -237,7 +237,7 @@ def test_in_memory_objects_through_model_control(folder: Path) -> None:
             )
             await asyncio.to_thread(_query, addresses.http_url, counter)
             await server.control.remove("doubler")
-            assert "doubler" not in {r["name"] for r in server.control.index()}
+            assert "doubler" not in {r.name for r in server.control.index()}
         finally:
             await server.stop()
 

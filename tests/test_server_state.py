@@ -22,7 +22,7 @@ from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import RESTART_ONLY, ServerConfig
 from servekit.runtimes.python import PythonModel
 from servekit.server import ServeKit
-from servekit.services import placement
+from servekit.services.execution import placement
 from servekit.services.watch import watch_config
 from servekit.types import InferRequest, Tensor
 
@@ -64,9 +64,9 @@ def test_an_inline_threshold_edit_under_watch_takes_effect(
 ) -> None:
     """Bug: the DataPlane kept the threshold it was built with, so the edit was reported
     applied and ignored. Huge threshold: once measured (its first calls run in its worker
-    thread, app/servekit/services/placement.py), the model runs on the loop thread; 0: in its
-    worker. (A Python function stands in for a runtime that may run on the loop, ONNX
-    Runtime's, so that the test can see which thread runs it.)"""
+    thread, app/servekit/services/execution/placement.py), the model runs on the loop thread;
+    0: in its worker. (A Python function stands in for a runtime that may run on the loop,
+    ONNX Runtime's, so that the test can see which thread runs it.)"""
     monkeypatch.setattr(PythonModel, "may_run_inline", True)
     module = "svc_state_probe"
     (tmp_path / f"{module}.py").write_text(PROBE)
@@ -87,7 +87,7 @@ def test_an_inline_threshold_edit_under_watch_takes_effect(
                     await asyncio.sleep(0.05)
             for _ in range(3):
                 await kit.dataplane.infer(_probe_request())
-            assert not [e for e in kit.dataplane.recent_errors() if "restart" in e["message"]]
+            assert not [e for e in kit.dataplane.recent_errors() if "restart" in e.message]
         finally:
             watcher.cancel()
             await kit.stop()
@@ -115,7 +115,7 @@ def test_restart_only_settings_keep_their_running_values(tmp_path: Path) -> None
             await kit.control.apply_plan(load_plan(config, LOCAL))
             server = kit.dataplane.plan.server
             assert server.strict_readiness is False and server.name == "renamed"  # live
-            assert kit.dataplane.server_metadata()["name"] == "renamed"
+            assert kit.dataplane.server_metadata().name == "renamed"
             assert server.max_request_bytes == 256 * 1024 * 1024  # restart-only: as it runs
             assert kit.plan is kit.dataplane.plan is kit.control.plan  # one owner, no copies
         finally:
@@ -166,7 +166,7 @@ def test_a_failed_reload_is_not_reported_again_by_an_unrelated_edit(
         return await kit.control.apply_plan(load_plan(config, LOCAL))
 
     def reasons_of_mlp(kit: ServeKit) -> dict[str, str]:
-        return {r["version"]: r["reason"] for r in kit.dataplane.index() if r["name"] == "mlp"}
+        return {r.version: r.reason for r in kit.dataplane.index() if r.name == "mlp"}
 
     async def scenario() -> None:
         config.write_text(head + good)

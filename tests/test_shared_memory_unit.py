@@ -348,11 +348,11 @@ async def test_stop_unregisters_every_region(serve: Serve, objects: Objects) -> 
 
 def test_metadata_names_the_extensions(tmp_path: Path) -> None:
     services = Services(plan_of(ON, tmp_path))
-    extensions = services.dataplane.server_metadata()["extensions"]
+    extensions = services.dataplane.server_metadata().extensions
     assert {"system_shared_memory", "classification", "binary_tensor_data"} <= set(extensions)
     off = Services(plan_of("models: []\n", tmp_path)).dataplane.server_metadata()
-    assert {"classification", "binary_tensor_data"} <= set(off["extensions"])
-    assert "system_shared_memory" not in off["extensions"]  # off by default
+    assert {"classification", "binary_tensor_data"} <= set(off.extensions)
+    assert "system_shared_memory" not in off.extensions  # off by default
 
 
 # -- issue 22: off by default, local peers, owner and mode, descriptors, budgets -----------------

@@ -10,7 +10,7 @@ import onnx_builders
 import pytest
 import torch
 
-from servekit.notebook import convert, torch_onnx
+from servekit.client import convert, torch_onnx
 
 # In process, but importing torch alone takes seconds (5 s on a busy 2-core machine): the
 # developer loop leaves these to the full run (tests/tiers.py).

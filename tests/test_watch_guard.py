@@ -28,7 +28,7 @@ async def _served(tmp_path: Path) -> tuple[ServeKit, _Watcher, Path]:
     await kit.control.start()
     watcher = _Watcher(kit, path, Overrides())
     await watcher.check(touched=False)  # the file as it is: nothing changes
-    assert kit.control.index()[0]["state"] == "READY"
+    assert kit.control.index()[0].state == "READY"
     return kit, watcher, path
 
 
@@ -43,9 +43,9 @@ def test_an_edit_leaving_no_models_is_refused(tmp_path: Path, text: str) -> None
         try:
             path.write_text(text)
             await watcher.check(touched=False)
-            assert [(r["name"], r["state"]) for r in kit.control.index()] == [("m", "READY")]
+            assert [(r.name, r.state) for r in kit.control.index()] == [("m", "READY")]
             # refused as naming no models, or as invalid (``models:`` with nothing after it)
-            message = kit.control.recent_errors[-1]["message"]
+            message = kit.control.recent_errors[-1].message
             assert NO_MODELS in message or "rejected" in message
         finally:
             await kit.stop()
@@ -59,8 +59,8 @@ def test_an_unparsable_edit_is_refused(tmp_path: Path) -> None:
         try:
             path.write_text(SERVED[: SERVED.index("modelFormat") + 16])  # cut mid-mapping
             await watcher.check(touched=False)
-            assert [(r["name"], r["state"]) for r in kit.control.index()] == [("m", "READY")]
-            assert "rejected" in kit.control.recent_errors[-1]["message"]
+            assert [(r.name, r.state) for r in kit.control.index()] == [("m", "READY")]
+            assert "rejected" in kit.control.recent_errors[-1].message
         finally:
             await kit.stop()
 

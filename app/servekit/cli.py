@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from servekit import __version__
 from servekit.config.compiler import ServePlan
 from servekit.config.loader import ConfigError, ConfigIssue, ConfigMissing, line_in_file
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
+from servekit.version import __version__
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -215,7 +215,7 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
 
 def _python_issues(plan: ServePlan) -> list[ConfigIssue]:
     """A ConfigIssue, at its entrypoint's line, for each Python model serve would not load."""
-    from servekit.runtimes.python_check import python_problems
+    from servekit.services import python_problems
 
     problems = python_problems(plan)
     issues = []
@@ -378,7 +378,7 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
     _print_closed(plan)
     watcher = None
     if plan.server.watch:
-        from servekit.services.watch import watch_config
+        from servekit.services import watch_config
 
         watcher = asyncio.create_task(watch_config(server, overrides))
     await stop.wait()

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _save(args: argparse.Namespace) -> int:
-    from servekit.notebook.remote import connect
+    from servekit.client.remote import connect
 
     server = connect(args.url, token=args.token)
     try:
@@ -100,8 +100,8 @@ def _requirements(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from servekit.notebook.bench import run_benchmark
-    from servekit.notebook.remote import connect
+    from servekit.client.bench import run_benchmark
+    from servekit.client.remote import connect
 
     try:
         levels = tuple(int(c) for c in args.concurrency.split(",") if c.strip())

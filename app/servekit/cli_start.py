@@ -131,7 +131,7 @@ def _init(folder: Path) -> int:
 
 
 def _infer(args: argparse.Namespace) -> int:
-    from servekit.notebook.remote import connect
+    from servekit.client import connect
 
     server = connect(args.url, token=args.token)
     try:

@@ -36,6 +36,24 @@ MESSAGE_SHOWN = 2000
 over its metadata limit (8 KiB by default) with RESOURCE_EXHAUSTED, hiding the real error."""
 
 
+# Every code -> its HTTP status. In the foundation, not the HTTP adapter: the server answers
+# with it (app/servekit/rest/errors.py) and the client reads it backwards
+# (app/servekit/client/transport.py), and a client must not import the HTTP server.
+HTTP_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNAVAILABLE: 503,
+    ErrorCode.RESOURCE_EXHAUSTED: 413,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.PERMISSION_DENIED: 403,
+    ErrorCode.UNIMPLEMENTED: 501,
+    ErrorCode.ALREADY_EXISTS: 409,
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.OVERLOADED: 429,
+    ErrorCode.DEADLINE_EXCEEDED: 504,
+}
+
+
 def shown_name(name: object) -> str:
     """``repr(name)`` for an error message, cut to about :data:`NAME_SHOWN` characters.
 

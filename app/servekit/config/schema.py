@@ -84,7 +84,7 @@ class GrpsStreaming(Section):
         read as both, so it is refused here rather than guessed at per request."""
         if not CTRL_KEY.match(value):
             raise ValueError("use letters, digits, '_', '.', '-' (at most 64 characters)")
-        if info.data.get("ctrl_mode") == "body_param" and value in _grps_message_keys():
+        if info.data.get("ctrl_mode") == "body_param" and value in GRPS_MESSAGE_KEYS:
             raise ValueError(
                 f"{value!r} is a GrpsMessage field; with ctrlMode body_param choose a name the "
                 "message does not use (e.g. streaming)"
@@ -99,12 +99,12 @@ class GrpsStreaming(Section):
         return value
 
 
-def _grps_message_keys() -> frozenset[str]:
-    """Every top-level key a JSON GrpsMessage body may hold (both spellings, and ndarray)."""
-    from servekit.protos import grps_pb2  # protobuf only; loaded when body_param is used
-
-    fields = grps_pb2.GrpsMessage.DESCRIPTOR.fields
-    return frozenset({"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)})
+GRPS_MESSAGE_KEYS = frozenset(
+    {"binData", "bin_data", "gmap", "gtensors", "model", "ndarray", "status", "strData", "str_data"}
+)
+"""Every top-level key a JSON GrpsMessage body may hold (both spellings, and ndarray). Written
+out, not read from the protobuf descriptor: config imports no protocol module (tests check it
+against ``grps_pb2.GrpsMessage.DESCRIPTOR``)."""
 
 
 INT64_MAX = 2**63 - 1

@@ -1,7 +1,7 @@
 """``POST /dashboard/api/models/{name}/benchmark``: the model page's Benchmark button.
 
 The server benchmarks itself the way ``server.benchmark`` does from a notebook
-(app/servekit/notebook/bench.py): client threads in this process drive the model over its own
+(app/servekit/client/bench.py): client threads in this process drive the model over its own
 HTTP and gRPC listeners with generated inputs, so every request takes the real path (codec,
 access check, batching). It costs the server real work, so:
 
@@ -35,11 +35,11 @@ from servekit.errors import AlreadyExists, InvalidArgument
 from servekit.rest.access import cross_site_guard
 from servekit.rest.inject import Dataplane
 from servekit.rest.leaving import unless_client_leaves
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane
 
 if TYPE_CHECKING:
-    from servekit.notebook.bench import BenchmarkTable
-    from servekit.notebook.remote import RemoteServer
+    from servekit.client.bench import BenchmarkTable
+    from servekit.client.remote import RemoteServer
 
 MAX_SECONDS = 10.0
 MAX_CONCURRENCY = 64
@@ -49,7 +49,7 @@ _running = threading.Lock()  # per process: servers in one process share the cor
 
 def _self_client(dataplane: DataPlane) -> RemoteServer:
     """A client of this very server, sending the server's own token of each group."""
-    from servekit.notebook.remote import RemoteServer
+    from servekit.client.remote import RemoteServer
 
     tokens = {g: t.decode("ascii") for g, t in dataplane.access.tokens.items()}
 
@@ -96,8 +96,8 @@ def _run(
     levels: tuple[int, ...],
     stop: threading.Event,
 ) -> BenchmarkTable:
-    # Imported here: servekit.notebook imports the server, which imports the dashboard.
-    from servekit.notebook.bench import run_benchmark
+    # Imported on use: only the Benchmark button needs the client.
+    from servekit.client.bench import run_benchmark
 
     client = _self_client(dataplane)
     try:

@@ -17,7 +17,7 @@ from typing import Any
 
 import jinja2
 
-from servekit import __version__
+from servekit.version import __version__
 
 _HERE = Path(__file__).resolve().parent
 STATIC_DIR = _HERE / "static"

@@ -26,7 +26,7 @@ from servekit.dashboard.render import render
 from servekit.dashboard.viewer import Viewer, hide_admin_data, viewer
 from servekit.errors import NotFound
 from servekit.rest.inject import Control, Dataplane
-from servekit.services.dataplane import DataPlane
+from servekit.services import STATES, DataPlane
 
 HTML = "text/html"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -120,7 +120,7 @@ def models(dataplane: Dataplane, control: Control, request: AnyRequest) -> Respo
         total=len(rows),
         q=text,
         wanted_state=wanted_state.upper(),
-        states=views.STATES,
+        states=STATES,
     )
 
 

@@ -1,7 +1,8 @@
-"""View models of the dashboard: plain dicts built from the live server objects.
+"""View models of the dashboard: plain dicts built from what the services answer.
 
 Every number on every page comes from here, and here reads only the DataPlane's declared methods
-(models, statistics, configuration, addresses, recent errors) and the ModelControl's mode.
+(models as frozen views, statistics, configuration, addresses, recent errors) and the
+ModelControl's mode.
 Nothing is cached or copied, so the dashboard can never disagree with what the V2 API answers.
 The same dicts feed the Jinja templates and the JSON the page polls.
 """
@@ -18,15 +19,27 @@ import yaml
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.schema import ModelConfig
 from servekit.errors import ServeError
-from servekit.models.repository import ModelEntry, State, VersionEntry
 from servekit.rest.triton_json import model_config_json
-from servekit.services import batching
-from servekit.services.dataplane import DataPlane
-from servekit.services.model_control import ModelControl
-from servekit.services.stats import QUEUE_BUCKETS_S, Duration
+from servekit.results import LoggedError
+from servekit.services import (
+    DISPATCH_INCOMPATIBLE,
+    DISPATCH_MAX_SIZE,
+    DISPATCH_PREFERRED_SIZE,
+    DISPATCH_QUEUE_DRAINED,
+    LOADING,
+    QUEUE_BUCKETS_S,
+    READY,
+    STATES,
+    UNAVAILABLE,
+    UNLOADING,
+    DataPlane,
+    Duration,
+    ModelControl,
+    ModelView,
+    VersionView,
+)
 from servekit.shown_paths import shown_storage_uri
 
-STATES: tuple[str, ...] = tuple(s.value for s in State)
 _QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
 
 
@@ -45,22 +58,22 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
     group): also the workers' figures, which are admin data like the statistics."""
     dp = src.dataplane
     meta = dp.server_metadata()
-    entries = dp.models()
+    models = dp.models()
     listening = dp.listening
     access = dp.access
     return {
-        "name": meta["name"],
-        "version": meta["version"],
-        "extensions": meta["extensions"],
+        "name": meta.name,
+        "version": meta.version,
+        "extensions": list(meta.extensions),
         "live": dp.live(),
         "ready": dp.ready(),
         "started_at": dp.started_at,
         "uptime_s": max(0.0, time.time() - dp.started_at),
         "http_url": listening.http_url if listening is not None else None,
         "grpc_target": listening.grpc_target if listening is not None else None,
-        "models_by_state": _count(model_state(e) for e in entries),
-        "versions_by_state": _count(v.state.value for e in entries for v in e.versions.values()),
-        "model_count": len(entries),
+        "models_by_state": _count(model_state(m) for m in models),
+        "versions_by_state": _count(v.state for m in models for v in m.versions),
+        "model_count": len(models),
         "problems": problems(dp),
         "errors": recent_errors(dp),
         "modelControl": src.control.mode,
@@ -98,33 +111,33 @@ def _count(states: Any) -> dict[str, int]:
     return {state: counted.get(state, 0) for state in STATES}
 
 
-def model_state(entry: ModelEntry) -> str:
+def model_state(model: ModelView) -> str:
     """One state for a model: READY if any version serves, else the most telling other state."""
-    states = {v.state for v in entry.versions.values()}
-    for state in (State.READY, State.LOADING, State.UNLOADING):
+    states = {v.state for v in model.versions}
+    for state in (READY, LOADING, UNLOADING):
         if state in states:
-            return state.value
-    return State.UNAVAILABLE.value
+            return state
+    return UNAVAILABLE
 
 
-def model_failed(entry: ModelEntry) -> bool:
+def model_failed(model: ModelView) -> bool:
     """Unavailable because loading failed (not because nobody asked for it)."""
-    if model_state(entry) != State.UNAVAILABLE.value:
+    if model_state(model) != UNAVAILABLE:
         return False
-    reasons = [v.reason for v in entry.versions.values()] or [entry.plan.problem or ""]
+    reasons = [v.reason for v in model.versions] or [model.plan.problem or ""]
     return any(reason not in _QUIET_REASONS for reason in reasons)
 
 
 def problems(dataplane: DataPlane) -> list[dict[str, Any]]:
     """Model versions failing right now (a failed load, or a failed reload still serving)."""
     found: list[dict[str, Any]] = []
-    for entry in dataplane.models():
-        if not entry.versions and entry.plan.problem:
-            found.append({"model": entry.plan.name, "version": "", "message": entry.plan.problem})
-        for number, version in sorted(entry.versions.items()):
+    for model in dataplane.models():
+        if not model.versions and model.plan.problem:
+            found.append({"model": model.name, "version": "", "message": model.plan.problem})
+        for version in model.versions:
             if version.reason not in _QUIET_REASONS:
                 found.append(
-                    {"model": entry.plan.name, "version": str(number), "message": version.reason}
+                    {"model": model.name, "version": str(version.number), "message": version.reason}
                 )
     return found
 
@@ -134,58 +147,48 @@ def recent_errors(dataplane: DataPlane, limit: int = 20) -> list[dict[str, Any]]
     return [_logged_error(item) for item in dataplane.recent_errors()[::-1][:limit]]
 
 
-def _logged_error(item: dict[str, Any]) -> dict[str, Any]:
+def _logged_error(item: LoggedError) -> dict[str, Any]:
     """One log entry as the templates want it."""
-    when = item.get("time")
     return {
-        "time": float(when) if isinstance(when, int | float) else None,
-        "source": str(item.get("source") or "server"),
-        "model": item.get("model"),
-        "message": str(item.get("message") or ""),
+        "time": item.time,
+        "source": item.source or "server",
+        "model": item.model,
+        "message": item.message,
     }
 
 
 def index_rows(dataplane: DataPlane) -> list[dict[str, Any]]:
     """Repository index: one row per model version (one per model if it has none)."""
-    return [row for entry in dataplane.models() for row in index_rows_of(entry)]
+    return [row for model in dataplane.models() for row in index_rows_of(model)]
 
 
-def index_rows_of(entry: ModelEntry) -> list[dict[str, Any]]:
+def index_rows_of(model: ModelView) -> list[dict[str, Any]]:
     """The index rows of one model."""
-    serving = _serving_version(entry)
-    rows = [_row(entry, str(n), v, n == serving) for n, v in sorted(entry.versions.items())]
-    return rows or [_row(entry, "", None, False)]
+    serving = model.serving_version
+    rows = [_row(model, str(v.number), v, v.number == serving) for v in model.versions]
+    return rows or [_row(model, "", None, False)]
 
 
 def _row(
-    entry: ModelEntry, number: str, version: VersionEntry | None, default: bool
+    model: ModelView, number: str, version: VersionView | None, default: bool
 ) -> dict[str, Any]:
-    plan = entry.plan
-    runtime = version.runtime if version is not None else None
+    plan = model.plan
     fmt = plan.format_name + (f" {plan.format_version}" if plan.format_version else "")
-    state = version.state.value if version is not None else State.UNAVAILABLE.value
-    reason = version.reason if version is not None else entry.reason()
+    state = version.state if version is not None else UNAVAILABLE
+    reason = version.reason if version is not None else model.reason
     return {
         "name": plan.name,
         "version": number,
         "state": state,
         "reason": reason,
-        "failed": state == State.UNAVAILABLE.value and reason not in _QUIET_REASONS,
+        "failed": state == UNAVAILABLE and reason not in _QUIET_REASONS,
         "runtime": plan.runtime,
         "format": fmt,
-        "platform": runtime.platform if runtime is not None else "",
+        "platform": version.platform if version is not None else "",
         "serves_unversioned": default,
-        "model_state": model_state(entry),
-        "model_failed": model_failed(entry),
+        "model_state": model_state(model),
+        "model_failed": model_failed(model),
     }
-
-
-def _serving_version(entry: ModelEntry) -> int | None:
-    """The version an unversioned request would reach (as DataPlane resolves it)."""
-    if entry.plan.default_version is not None:
-        return entry.plan.default_version
-    ready = entry.ready_versions()
-    return ready[-1] if ready else None
 
 
 def filter_rows(rows: list[dict[str, Any]], text: str, state: str) -> list[dict[str, Any]]:
@@ -221,16 +224,15 @@ def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any
 
 
 DISPATCH_REASONS: dict[str, str] = {
-    batching.QUEUE_DRAINED: "Queue empty when an instance freed",
-    batching.PREFERRED_SIZE: "Reached a preferred batch size",
-    batching.MAX_SIZE: "Reached maxBatchSize",
-    batching.INCOMPATIBLE: "Others waiting had other shapes",
+    DISPATCH_QUEUE_DRAINED: "Queue empty when an instance freed",
+    DISPATCH_PREFERRED_SIZE: "Reached a preferred batch size",
+    DISPATCH_MAX_SIZE: "Reached maxBatchSize",
+    DISPATCH_INCOMPATIBLE: "Others waiting had other shapes",
 }
-"""Why a dynamic batch stopped at its size (app/servekit/services/batching.py), as the model page
-words
-it. There is no "delay expired": servekit never holds a batch back waiting for more requests
-(a batch leaves as soon as an instance is free), so a small batch means the queue held nothing
-more when an instance freed."""
+"""Why a dynamic batch stopped at its size (app/servekit/services/execution/batching.py), as
+the model page words it. There is no "delay expired": servekit never holds a batch back waiting
+for more requests (a batch leaves as soon as an instance is free), so a small batch means the
+queue held nothing more when an instance freed."""
 
 
 def dispatch_reasons(counts: dict[str, int]) -> list[dict[str, Any]]:
@@ -266,15 +268,15 @@ def _avg_ms(duration: Duration) -> float | None:
 
 def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
     """Model page: plan, versions with state and statistics, metadata per ready version."""
-    entry = dataplane.model(name)  # NotFound for an unknown name
-    plan = entry.plan
+    model = dataplane.model(name)  # NotFound for an unknown name
+    plan = model.plan
     versions = []
-    for row in index_rows_of(entry):
+    for row in index_rows_of(model):
         number = row["version"]
         row["stats"] = version_stats(dataplane, name, int(number)) if number else None
         versions.append(row)
     metadata: dict[str, Any] = {}
-    for number in entry.ready_versions():
+    for number in model.ready_versions():
         try:
             metadata[str(number)] = dataplane.model_metadata(name, str(number)).as_dict()
         except ServeError:  # unloaded between the two calls: simply not offered
@@ -286,9 +288,9 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         config = config.model_copy(update={"storage_uri": uri})
     return {
         "name": name,
-        "state": model_state(entry),
-        "failed": model_failed(entry),
-        "reason": "" if entry.ready_versions() else entry.reason(),
+        "state": model_state(model),
+        "failed": model_failed(model),
+        "reason": "" if model.ready_versions() else model.reason,
         "format": plan.format_name + (f" {plan.format_version}" if plan.format_version else ""),
         "runtime": plan.runtime,
         "storage_uri": config.storage_uri if config is not None else None,
@@ -296,7 +298,7 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "max_batch_size": plan.max_batch_size,
         "dynamic_batching": batching.model_dump(by_alias=True) if batching else None,
         "instances": plan.instances,
-        "serving_version": _serving_version(entry),
+        "serving_version": model.serving_version,
         "versions": versions,
         "metadata": metadata,
         "signatures": _signatures(metadata),

@@ -18,12 +18,12 @@ from typing import TypeAlias
 
 import grpc
 
+from servekit.codecs import grps_reply
 from servekit.grpc.access import protect
 from servekit.grpc.status import guarded, status_of
 from servekit.protos import grps_pb2 as pb
 from servekit.protos import grps_pb2_grpc as pb_grpc
-from servekit.services import grps as grps_reply
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane, grps_calls
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GrpsService"].full_name
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -38,12 +38,12 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
 
     @guarded
     async def Predict(self, request: Message, context: Context) -> Message:
-        kind, response = await grps_reply.predict(self._dataplane, request)
+        kind, response = await grps_calls.predict(self._dataplane, request)
         return grps_reply.encode_response(response, kind)
 
     async def PredictStreaming(self, request: Message, context: Context) -> AsyncIterator[Message]:
         try:
-            kind, responses = grps_reply.start_stream(self._dataplane, request)
+            kind, responses = grps_calls.start_stream(self._dataplane, request)
             async with aclosing(responses):  # a cancelled call closes the model's generator
                 async for response in responses:
                     yield grps_reply.encode_response(response, kind)
@@ -67,17 +67,17 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
 
     @guarded
     async def CheckReadiness(self, request: Message, context: Context) -> Message:
-        return grps_reply.readiness(self._dataplane)
+        return grps_calls.readiness(self._dataplane)
 
     @guarded
     async def ServerMetadata(self, request: Message, context: Context) -> Message:
-        return grps_reply.ok(str_data=grps_reply.server_metadata(self._dataplane))
+        return grps_reply.ok(str_data=grps_calls.server_metadata(self._dataplane))
 
     @guarded
     async def ModelMetadata(self, request: Message, context: Context) -> Message:
         """The request's str_data names the model (else its model field, else the default)."""
         selector = request.str_data or request.model
-        return grps_reply.ok(str_data=grps_reply.model_metadata(self._dataplane, selector))
+        return grps_reply.ok(str_data=grps_calls.model_metadata(self._dataplane, selector))
 
 
 def registrar(dataplane: DataPlane) -> Callable[[grpc.aio.Server], list[str]]:

@@ -23,7 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from servekit.errors import ServeError
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane
 
 SERVICE_NAME = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
 WATCH_POLL_SECONDS = 0.5

@@ -15,7 +15,7 @@ import grpc
 
 from servekit.errors import InvalidArgument
 from servekit.protos import grpc_service_pb2 as pb
-from servekit.services.model_control import ModelControl
+from servekit.services import ModelControl
 
 
 def _parameters(parameters: Any) -> dict[str, object]:
@@ -35,7 +35,7 @@ async def repository_index(
     return pb.RepositoryIndexResponse(
         models=[
             pb.RepositoryIndexResponse.ModelIndex(
-                name=r["name"], version=r["version"], state=r["state"], reason=r["reason"]
+                name=r.name, version=r.version, state=r.state, reason=r.reason
             )
             for r in rows
         ]

@@ -25,8 +25,7 @@ from servekit.grpc.undecodable import SafeRegistration
 from servekit.listen import PORT_ATTEMPTS, url_host
 from servekit.protos import POOL
 from servekit.protos import grpc_service_pb2_grpc as pb_grpc
-from servekit.services.dataplane import DataPlane
-from servekit.services.model_control import ModelControl
+from servekit.services import DataPlane, ModelControl
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""

@@ -32,9 +32,7 @@ from servekit.grpc.status import guarded, status_of
 from servekit.grpc.triton_proto import model_config_message, statistics_message
 from servekit.protos import grpc_service_pb2 as pb
 from servekit.protos import grpc_service_pb2_grpc as pb_grpc
-from servekit.services.dataplane import DataPlane
-from servekit.services.model_control import ModelControl
-from servekit.services.shared_memory import CUDA_UNSUPPORTED
+from servekit.services import CUDA_UNSUPPORTED, DataPlane, ModelControl
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64
@@ -74,7 +72,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> Any:
         meta = self._dataplane.server_metadata()
         return pb.ServerMetadataResponse(
-            name=meta["name"], version=meta["version"], extensions=meta["extensions"]
+            name=meta.name, version=meta.version, extensions=meta.extensions
         )
 
     @guarded

@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from servekit.protos import grpc_service_pb2 as pb
 from servekit.protos import model_config_pb2 as mc
-from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
-from servekit.services.model_stats import DurationStat, VersionStatistics
+from servekit.services import (
+    DurationStat,
+    ModelConfiguration,
+    TensorConfig,
+    VersionPolicyConfig,
+    VersionStatistics,
+)
 
 
 def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:

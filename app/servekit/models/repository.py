@@ -12,21 +12,29 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from servekit.codecs.grps_message import CODEC as GRPS_MESSAGES
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.custom_metrics import LOADING
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
 from servekit.models.warmup import WarmupError, warm_up
+from servekit.results import IndexRow, LoggedError
 from servekit.runtimes import load_runtime
 from servekit.runtimes.base import LoadError, ModelRuntime, Supervised
+from servekit.runtimes.python import MESSAGE_CODECS
 from servekit.shown_paths import hide_paths
 
 log = logging.getLogger("servekit.repository")
+
+# Whole-message Python models take grps messages: the runtime gets the codec from the layer
+# that loads runtimes, so it imports no protocol module itself.
+MESSAGE_CODECS.setdefault("grps", GRPS_MESSAGES)
 
 MAX_RECENT_ERRORS = 50
 DRAIN_TIMEOUT_S = 120.0
@@ -65,8 +73,9 @@ class VersionEntry:
     warmup_s: float | None = None
     """Seconds its warm-up took (None: it has none), for the statistics and /metrics."""
     executor: Closeable | None = None
-    """How requests reach the runtime (app/servekit/services/executor.py, made on first use); closed
-    with the runtime when the version is retired."""
+    """How requests reach the runtime (app/servekit/services/execution/executor.py): built
+    by the repository's ``on_loaded`` hook when the version loads, closed with the runtime
+    when the version is retired."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -91,6 +100,15 @@ class ModelEntry:
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.state is State.READY)
+
+    def serving_version(self) -> int | None:
+        """The version a request naming none reaches: serve.yaml's default version, else the
+        highest ready one (None: no version is ready). The one copy of that rule."""
+        default = self.plan.default_version
+        if default is not None:
+            return default
+        ready = self.ready_versions()
+        return ready[-1] if ready else None
 
     def reason(self) -> str:
         return (
@@ -123,21 +141,22 @@ class ModelRepository:
         in reasons and errors, others hidden (app/servekit/shown_paths.py)."""
         self._models: dict[str, ModelEntry] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.on_loaded: Callable[[ModelPlan, VersionEntry], Closeable] | None = None
+        """Builds a version's executor when it has loaded (the DataPlane sets it), so that no
+        request ever builds one."""
         self.requested: set[str] = set()
         """Models the server is asked to serve: the start-up set, models a serve.yaml edit adds
         that ``startupModels`` selects, and successful client loads, minus client unloads and
         models removed from serve.yaml (ModelControl keeps it). Strict readiness waits for
         these (DataPlane.ready)."""
-        self.recent_errors: list[dict[str, Any]] = []
+        self.recent_errors: list[LoggedError] = []
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
 
     def record_error(self, source: str, message: str, model: str | None = None) -> None:
         """Remember a failure for the dashboard (bounded, without absolute paths) and log it."""
         log.warning("%s: %s", source, message)
         shown = hide_paths(message, self.base_dir)
-        self.recent_errors.append(
-            {"time": time.time(), "source": source, "model": model, "message": shown}
-        )
+        self.recent_errors.append(LoggedError(time.time(), source, shown, model))
         del self.recent_errors[:-MAX_RECENT_ERRORS]
 
     # -- lookup (hot path) ----------------------------------------------------------------
@@ -147,14 +166,10 @@ class ModelRepository:
         if entry is None:
             raise unknown_model(name)
         if version is None or version == "":
-            default = entry.plan.default_version
-            if default is not None:
-                number = default
-            else:
-                ready = entry.ready_versions()
-                if not ready:
-                    raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
-                number = ready[-1]
+            serving = entry.serving_version()
+            if serving is None:
+                raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
+            number = serving
         else:
             number = int(version) if version.isdigit() else _labelled(entry, name, version)
         found = entry.versions.get(number)
@@ -205,6 +220,8 @@ class ModelRepository:
             entry = ModelEntry(plan, versions)
             for loaded in versions.values():
                 self._watch(plan.name, loaded)
+                if loaded.runtime is not None and self.on_loaded is not None:
+                    loaded.executor = self.on_loaded(plan, loaded)
             failed = bool(entry.failed_versions()) or not versions
             if failed:
                 why = entry.reason()
@@ -275,23 +292,14 @@ class ModelRepository:
         for entry in list(self._models.values()):
             await _retire(entry)
 
-    def index(self) -> list[dict[str, Any]]:
+    def index(self) -> list[IndexRow]:
         """Triton's repository index: one row per model version (or per model if none)."""
-        rows: list[dict[str, Any]] = []
+        rows: list[IndexRow] = []
         for name, entry in sorted(self._models.items()):
             for number, version in sorted(entry.versions.items()):
-                rows.append(
-                    {
-                        "name": name,
-                        "version": str(number),
-                        "state": version.state.value,
-                        "reason": version.reason,
-                    }
-                )
+                rows.append(IndexRow(name, str(number), version.state.value, version.reason))
             if not entry.versions:
-                rows.append(
-                    {"name": name, "version": "", "state": "UNAVAILABLE", "reason": entry.reason()}
-                )
+                rows.append(IndexRow(name, "", State.UNAVAILABLE.value, entry.reason()))
         return rows
 
 

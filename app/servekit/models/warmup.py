@@ -23,14 +23,7 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.schema import WarmupInput, WarmupSample
 from servekit.datatypes import DataType, element_count, from_config_name
 from servekit.errors import ServeError
-from servekit.runtimes.base import (
-    Arrays,
-    ModelRuntime,
-    PerInstance,
-    Predict,
-    is_decoupled,
-    predict_stream,
-)
+from servekit.runtimes.base import Arrays, ModelRuntime, Predict, predict_stream
 
 MAX_ELEMENTS = 1 << 26
 """Largest warm-up input (elements, batch included): a typo in dims must not fill memory."""
@@ -46,11 +39,9 @@ def warm_up(plan: ModelPlan, runtime: ModelRuntime, base_dir: Path) -> tuple[int
     samples = plan.config.warmup if plan.config is not None else []
     if not samples:
         return 0, 0.0
-    predictors: list[Predict] = [runtime.predict]
-    if isinstance(runtime, PerInstance):
-        predictors = [runtime.predictor(i) for i in range(max(1, plan.instances))]
+    predictors: list[Predict] = [runtime.predictor(i) for i in range(max(1, plan.instances))]
     outputs = [spec.name for spec in runtime.signature.outputs]
-    decoupled = is_decoupled(runtime)
+    decoupled = runtime.decoupled
     started = time.perf_counter()
     calls = 0
     for sample in samples:

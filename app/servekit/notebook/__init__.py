@@ -10,9 +10,9 @@ the ``SERVEKIT_TOKEN`` environment variable) sends one; the handles' ``.token`` 
 
 from __future__ import annotations
 
+from servekit.client import RemoteServer, connect
 from servekit.notebook.api import StartError, serve
 from servekit.notebook.handle import Server
 from servekit.notebook.registry import running, stop_all
-from servekit.notebook.remote import RemoteServer, connect
 
 __all__ = ["RemoteServer", "Server", "StartError", "connect", "running", "serve", "stop_all"]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from servekit.client import valid_token
 from servekit.config.compiler import ServePlan
 from servekit.config.hosts import is_loopback
 from servekit.config.overrides import Overrides, load_plan, plan_config
@@ -25,7 +26,6 @@ from servekit.config.schema import ServeConfig
 from servekit.notebook import registry
 from servekit.notebook.handle import Server
 from servekit.notebook.launcher import ServerThread
-from servekit.notebook.remote import valid_token
 
 ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | ServeConfig | None
 

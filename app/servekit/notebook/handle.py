@@ -1,8 +1,9 @@
 """The handle ``servekit.serve`` returns: a server running in this process, in a background thread.
 
-It is a :class:`RemoteServer` (so ``add_model`` with a file, bytes or an ``onnx.ModelProto``
-goes through the repository load API exactly as it would against a remote server) with what
-only a server in the same process can do: infer without a socket through the same DataPlane the
+It *has* a client (:class:`servekit.client.RemoteServer`) for what goes over the wire
+(``add_model`` with a file, bytes or an ``onnx.ModelProto`` goes through the repository load API
+exactly as it would against a remote server; ``metadata``; ``benchmark``), and adds what only a
+server in the same process can do: infer without a socket through the same DataPlane the
 HTTP and gRPC adapters call, serve a Python function or class held in the notebook's memory,
 reload its serve.yaml, and stop.
 
@@ -22,21 +23,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from servekit.client import RemoteServer, convert, frames, html, sources, wire
 from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
 from servekit.datatypes import from_numpy
 from servekit.errors import ServeError
-from servekit.notebook import convert, frames, html, native, registry, sources, wire
+from servekit.notebook import native, registry
 from servekit.notebook.launcher import ServerThread
-from servekit.notebook.remote import RemoteServer
 from servekit.project import save as saving
 from servekit.server import ServeKit
-from servekit.services.dataplane import DataPlane
-from servekit.services.model_control import ModelControl
+from servekit.services import DataPlane, ModelControl
 from servekit.types import InferRequest, RequestedOutput, Tensor
 
 
-class Server(RemoteServer):
+class Server:
     """A servekit running in this process. Stop it with ``stop()`` or a ``with`` block."""
 
     kind = "in this process"
@@ -53,17 +53,20 @@ class Server(RemoteServer):
         assert thread.addresses is not None
         addresses = thread.addresses
         tls = thread.plan.tls
-        super().__init__(
-            addresses.http_url,
-            grpc_target=addresses.grpc_target,
-            timeout=load_timeout,
-            ssl_context=tls.pinned_client_context() if tls is not None else None,
-        )
         # The tokens the server started with (a reload does not change them: server.auth is
         # read once at start), as text for the Authorization header.
         self._tokens = {g: t.decode("ascii") for g, t in thread.plan.access.tokens.items()}
         shared = set(self._tokens.values())
         self._token = shared.pop() if len(shared) == 1 else None
+        self._client = RemoteServer(
+            addresses.http_url,
+            grpc_target=addresses.grpc_target,
+            timeout=load_timeout,
+            ssl_context=tls.pinned_client_context() if tls is not None else None,
+            tokens=self._tokens,
+        )
+        """What goes over the wire: pushes of model files, metadata, the benchmark."""
+        self._casts: set[tuple[str, str, str]] = set()  # (model, input, cast) warned about
         self._load_timeout = load_timeout
         self.name = name
         self._thread = thread
@@ -73,9 +76,29 @@ class Server(RemoteServer):
         """Joblib files of estimators served natively (removed when the server stops)."""
         self._note = ""
 
-    # -- tokens -------------------------------------------------------------------------------
-    def _token_for(self, group: ApiGroup) -> str | None:
-        return self._tokens.get(group)
+    # -- tokens and addresses -----------------------------------------------------------------
+    @property
+    def token(self) -> str | None:
+        """The token of every protected group when serve.yaml (or ``serve(token=...)``) set
+        one for all of them, else None (then ``server.auth`` has one per group). Other clients
+        send it as ``authorization: Bearer <token>``, e.g. tritonclient.http and
+        tritonclient.grpc alike: ``client.infer(..., headers={"authorization": f"Bearer
+        {server.token}"})``."""
+        return self._token
+
+    @property
+    def url(self) -> str:
+        """Base URL of the REST API (``/v2/...``), e.g. ``http://127.0.0.1:8000``."""
+        return self._client.url
+
+    @property
+    def grpc_target(self) -> str | None:
+        """``host:port`` of the gRPC API (as tritonclient.grpc expects it); None without gRPC."""
+        return self._client.grpc_target
+
+    @property
+    def dashboard_url(self) -> str:
+        return self._client.dashboard_url
 
     def _token_view(self) -> html.TokenView | None:
         protected = [g.value for g in ApiGroup if g in self._tokens]
@@ -122,7 +145,7 @@ class Server(RemoteServer):
         dataplane = self._dataplane()
 
         async def index() -> list[dict[str, Any]]:
-            return dataplane.index()
+            return [row.as_dict() for row in dataplane.index()]
 
         return html.ModelTable(self._thread.run(index()))
 
@@ -145,7 +168,7 @@ class Server(RemoteServer):
         scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
         an ``example`` input (exported by ``torch.onnx.export``; ``input_names``,
         ``output_names`` and ``dynamic_batch`` shape that export, see
-        app/servekit/notebook/torch_onnx.py) -- all sent through the repository load API -- or a
+        app/servekit/client/torch_onnx.py) -- all sent through the repository load API -- or a
         Python
         function or class (served from memory).
 
@@ -170,7 +193,7 @@ class Server(RemoteServer):
             dynamic_batch=dynamic_batch,
         )
         if sources.is_file_source(source):
-            return self._push(
+            return self._client.push(
                 name, source, version, model_format or "onnx", inputs, outputs, config
             )
         if not callable(source):
@@ -184,8 +207,8 @@ class Server(RemoteServer):
         )
         control = self._control()
         self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
-        self._forget(name)
-        return self._rows(name)
+        self._client.forget(name)
+        return html.ModelTable(r for r in self.models if r["name"] == name)
 
     def _add_native(
         self,
@@ -205,13 +228,13 @@ class Server(RemoteServer):
         model = sources.model_config(name, "sklearn", fields, storage_uri=str(path.parent.parent))
         control = self._control()
         self._thread.run(control.add(model), timeout=self._load_timeout)
-        self._forget(name)
-        return self._rows(name)
+        self._client.forget(name)
+        return html.ModelTable(r for r in self.models if r["name"] == name)
 
     def remove_model(self, name: str) -> None:
         """Unload ``name`` (in-flight requests finish) and drop it from the index."""
         self._thread.run(self._control().remove(name), timeout=self._load_timeout)
-        self._forget(name)
+        self._client.forget(name)
 
     def reload(self) -> dict[str, list[str]]:
         """Re-read serve.yaml and apply the difference while the other models keep serving:
@@ -223,8 +246,24 @@ class Server(RemoteServer):
         control = self._control()
         plan = self._replan()
         done = self._thread.run(control.apply_plan(plan), timeout=self._load_timeout)
-        self._metadata.clear()
+        self._client.forget()
         return done
+
+    # -- over the wire --------------------------------------------------------------------------
+    def metadata(self, model: str, version: int | str | None = None) -> dict[str, Any]:
+        """The V2 model metadata (inputs, outputs, versions, platform), as a client sees it."""
+        return self._client.metadata(model, version)
+
+    def benchmark(
+        self,
+        model: str,
+        concurrency: Sequence[int] = (1, 16, 64),
+        seconds: float = 5.0,
+        protocols: Sequence[str] = ("http", "grpc"),
+    ) -> Any:
+        """Drive ``model`` over this server's own HTTP and gRPC listeners (see
+        :meth:`servekit.client.RemoteServer.benchmark`)."""
+        return self._client.benchmark(model, concurrency, seconds, protocols)
 
     # -- projects -----------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:
@@ -249,7 +288,7 @@ class Server(RemoteServer):
     ) -> Any:
         """Run ``model`` on ``inputs`` (name -> array or list, or a pandas DataFrame: one
         input per column) in process; name -> numpy array, or a DataFrame when ``frame`` is
-        true (default: when ``inputs`` is one; app/servekit/notebook/frames.py).
+        true (default: when ``inputs`` is one; app/servekit/client/frames.py).
 
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
         HTTP and gRPC requests, without encoding anything.
@@ -303,13 +342,17 @@ class Server(RemoteServer):
         if note and not self._note:
             self._note = note
         self._thread.stop(grace)
-        self.close()
+        self._client.close()
         if self._cleanup is not None:
             shutil.rmtree(self._cleanup, ignore_errors=True)
             self._cleanup = None
         for folder in self._native_folders:
             shutil.rmtree(folder, ignore_errors=True)
         self._native_folders.clear()
+
+    def close(self) -> None:
+        """Close this handle's client connection (the server keeps running: ``stop`` ends it)."""
+        self._client.close()
 
     def __enter__(self) -> Server:
         return self

@@ -27,7 +27,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import servekit
 from servekit.config.loader import ConfigError, load_config
 from servekit.project.dockerfile import BASE_IMAGE, DOCKERIGNORE, PROJECT_DOCKERFILE
 from servekit.project.engines import EngineError, choose_engine, diagnose
@@ -86,7 +85,7 @@ def default_tag(folder: Path) -> str:
 
 def source_tree() -> Path | None:
     """The servekit checkout this code runs from, if it is one (Dockerfile + pyproject)."""
-    root = Path(servekit.__file__).resolve().parents[2]  # app/servekit/__init__.py
+    root = Path(__file__).resolve().parents[3]  # app/servekit/project/build.py
     has_all = (root / "Dockerfile").is_file() and (root / "pyproject.toml").is_file()
     return root if has_all else None
 

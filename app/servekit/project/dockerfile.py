@@ -14,7 +14,7 @@ in-flight requests on SIGTERM, and a server that runs with a read-only root file
 
 from __future__ import annotations
 
-from servekit import __version__
+from servekit.version import __version__
 
 BASE_IMAGE = f"servekit:{__version__}"
 """The tag ``servekit build`` gives servekit's own image when it builds it first."""

@@ -23,7 +23,6 @@ from litestar.config.app import AppConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
 
-from servekit import __version__
 from servekit.config.auth import ApiGroup
 from servekit.rest import metrics, v1, v2
 from servekit.rest.access import group_opt, token_guard
@@ -31,9 +30,8 @@ from servekit.rest.errors import EXCEPTION_HANDLERS
 from servekit.rest.infer import FastPath
 from servekit.rest.inject import dependencies
 from servekit.rest.openapi import DocumentPlugin, no_such_document
-from servekit.services.dataplane import DataPlane
-from servekit.services.metrics import make_registry
-from servekit.services.model_control import ModelControl
+from servekit.services import DataPlane, ModelControl, make_registry
+from servekit.version import __version__
 
 
 def create_app(

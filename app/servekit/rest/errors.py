@@ -7,24 +7,10 @@ import logging
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from servekit.errors import ErrorCode, Overloaded, ServeError, internal_error
+from servekit.errors import HTTP_STATUS, ErrorCode, Overloaded, ServeError, internal_error
 from servekit.rest.leaving import ClientLeft
 
 log = logging.getLogger("servekit.http")
-
-HTTP_STATUS: dict[ErrorCode, int] = {
-    ErrorCode.INVALID_ARGUMENT: 400,
-    ErrorCode.NOT_FOUND: 404,
-    ErrorCode.UNAVAILABLE: 503,
-    ErrorCode.RESOURCE_EXHAUSTED: 413,
-    ErrorCode.UNAUTHENTICATED: 401,
-    ErrorCode.PERMISSION_DENIED: 403,
-    ErrorCode.UNIMPLEMENTED: 501,
-    ErrorCode.ALREADY_EXISTS: 409,
-    ErrorCode.INTERNAL: 500,
-    ErrorCode.OVERLOADED: 429,
-    ErrorCode.DEADLINE_EXCEEDED: 504,
-}
 
 
 def error_response(

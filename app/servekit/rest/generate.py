@@ -37,7 +37,7 @@ from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
 from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane
 from servekit.types import InferResponse
 
 log = logging.getLogger("servekit.generate")

@@ -30,14 +30,13 @@ from litestar import HttpMethod, Request, Response, route
 from litestar.exceptions import HTTPException
 from litestar.response import Stream
 
-from servekit.codecs import grps_json
+from servekit.codecs import grps_json, grps_reply
 from servekit.config.auth import ApiGroup
 from servekit.config.schema import GrpsStreaming
-from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.errors import HTTP_STATUS, InvalidArgument, ServeError, internal_error
 from servekit.protos import grps_pb2 as pb
 from servekit.rest import compression
 from servekit.rest.access import cross_site_guard, group_opt
-from servekit.rest.errors import HTTP_STATUS
 from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
 from servekit.rest.leaving import ClientLeft, unless_client_leaves
@@ -51,7 +50,7 @@ from servekit.rest.openapi import (
     failures,
     with_media,
 )
-from servekit.services import grps as grps_reply
+from servekit.services import grps_calls
 from servekit.types import InferResponse
 
 log = logging.getLogger("servekit.grps")
@@ -175,7 +174,7 @@ def live() -> Answer:
     responses=grps_failures(ApiGroup.OPEN),
 )
 def ready(dataplane: Dataplane) -> Answer:
-    return _json(grps_reply.readiness(dataplane))
+    return _json(grps_calls.readiness(dataplane))
 
 
 # -- inference ----------------------------------------------------------------------------------
@@ -200,7 +199,7 @@ async def predict(request: AnyRequest, dataplane: Dataplane) -> Answer:
             return await _stream(
                 request, dataplane, message, ndarray, model, control, ndarray_out, arrived
             )
-        waited = grps_reply.predict(
+        waited = grps_calls.predict(
             dataplane, message, query_model=model, ndarray=ndarray, arrived=arrived
         )
         kind, response = await unless_client_leaves(request.scope, waited)  # dropped if it left
@@ -248,7 +247,7 @@ async def _stream(
     answers gets the failure status; a later failure is a last chunk, a FAILURE message. A
     client that leaves before the first response drops the request (queued, it never runs);
     after it, Litestar's Stream sees the disconnect and closes the responses."""
-    kind, responses = grps_reply.start_stream(
+    kind, responses = grps_calls.start_stream(
         dataplane, message, query_model=query_model, ndarray=ndarray, arrived=arrived
     )
     try:
@@ -286,7 +285,7 @@ async def _chunks(
     responses=grps_failures(ApiGroup.METADATA),
 )
 def server_metadata(dataplane: Dataplane) -> Answer:
-    return _json(grps_reply.ok(str_data=grps_reply.server_metadata(dataplane)))
+    return _json(grps_reply.ok(str_data=grps_calls.server_metadata(dataplane)))
 
 
 @route(
@@ -302,7 +301,7 @@ async def model_metadata(request: AnyRequest, dataplane: Dataplane) -> Answer:
     try:
         message, _, _ = await _read(request, dataplane.plan.server.max_json_request_bytes)
         selector = message.str_data or message.model or request.query_params.get("model") or ""
-        text = grps_reply.model_metadata(dataplane, selector)
+        text = grps_calls.model_metadata(dataplane, selector)
     except Exception as exc:
         return _failure(exc)
     return _json(grps_reply.ok(str_data=text))

@@ -50,7 +50,7 @@ from servekit.rest.openapi import (
     failures,
     with_media,
 )
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"

@@ -14,8 +14,7 @@ from typing import Any, TypeAlias
 
 from litestar.di import NamedDependency, Provide
 
-from servekit.services.dataplane import DataPlane
-from servekit.services.model_control import ModelControl
+from servekit.services import DataPlane, ModelControl
 
 Dataplane: TypeAlias = NamedDependency[DataPlane]
 """A handler parameter named ``dataplane``: health, metadata, models, configuration, stats."""

@@ -39,7 +39,7 @@ from litestar.routes import HTTPRoute
 
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.rest.access import group_of
-from servekit.services.stats import WorkerState
+from servekit.services import WorkerState
 
 # -- answers --------------------------------------------------------------------------------------
 

@@ -20,10 +20,10 @@ from litestar.params import Parameter
 from servekit.config.auth import ApiGroup
 from servekit.config.schema import MODEL_NAME
 from servekit.errors import InvalidArgument
-from servekit.models.storage import FILE_PREFIX
 from servekit.rest.access import cross_site_guard, group_opt
 from servekit.rest.inject import Control
 from servekit.rest.openapi import BODY_FAILURES, Empty, IndexRow, failures, with_media
+from servekit.services import FILE_PREFIX
 
 INDEX_BODY = Schema(
     type=OpenAPIType.OBJECT,
@@ -120,7 +120,7 @@ async def repository_index(request: Request[Any, Any, Any], control: Control) ->
     ready = (await _body(request)).get("ready", False)
     if not isinstance(ready, bool):
         raise InvalidArgument("'ready' must be true or false")
-    return cast("list[IndexRow]", control.index(ready_only=ready))
+    return cast("list[IndexRow]", [row.as_dict() for row in control.index(ready_only=ready)])
 
 
 @post(

@@ -35,7 +35,7 @@ from servekit.errors import InvalidArgument, NotFound, shown_name
 from servekit.rest.access import cross_site_guard, group_opt
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import failures, with_media
-from servekit.services.shared_memory import CUDA_UNSUPPORTED
+from servekit.services import CUDA_UNSUPPORTED
 
 _SYSTEM = "/v2/systemsharedmemory"
 _CUDA = "/v2/cudasharedmemory"

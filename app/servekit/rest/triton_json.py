@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
-from servekit.services.model_stats import DurationStat, VersionStatistics
+from servekit.services import (
+    DurationStat,
+    ModelConfiguration,
+    TensorConfig,
+    VersionPolicyConfig,
+    VersionStatistics,
+)
 
 
 def model_config_json(config: ModelConfiguration) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from servekit.rest.openapi import (
     ServerMetadata,
     failures,
 )
-from servekit.services.dataplane import DataPlane
+from servekit.services import DataPlane
 
 
 @get(
@@ -35,7 +35,7 @@ from servekit.services.dataplane import DataPlane
     responses=failures(ApiGroup.METADATA),
 )
 def server_metadata(dataplane: Dataplane) -> ServerMetadata:
-    return cast("ServerMetadata", dataplane.server_metadata())
+    return cast("ServerMetadata", dataplane.server_metadata().as_dict())
 
 
 @get(

@@ -29,7 +29,7 @@ from servekit.config.auth import ApiGroup
 from servekit.rest.access import group_opt
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import Worker, Workers, failures
-from servekit.services.stats import WorkerStatus
+from servekit.services import WorkerStatus
 
 
 @get(

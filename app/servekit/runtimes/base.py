@@ -36,16 +36,30 @@ class ModelRuntime(Protocol):
     platform: str
     may_run_inline: bool
     """Whether the executor may call ``predict`` on the event loop thread once calls are
-    measured fast (app/servekit/services/placement.py). Only a runtime whose calls cannot block
-    says True: pure computation whose time follows its input (ONNX Runtime; the executor also
-    keeps a request with more rows than were measured off the loop). A runtime that runs
-    arbitrary code (a Python model may sleep, take a lock or wait on the network once in a
-    while, after any number of fast calls) or waits on another process (an isolated model)
-    says False: one blocked call on the loop would stall every request, liveness probes
-    included, of every model."""
+    measured fast (app/servekit/services/execution/placement.py). Only a runtime whose calls cannot
+    block says True: pure computation whose time follows its input (ONNX Runtime; the executor also
+    keeps a request with more rows than were measured off the loop). A runtime that runs arbitrary
+    code (a Python model may sleep, take a lock or wait on the network once in a while, after any
+    number of fast calls) or waits on another process (an isolated model) says False: one blocked
+    call on the loop would stall every request, liveness probes included, of every model."""
+    # Capabilities every runtime declares (the executor and the DataPlane read them; nothing
+    # probes a runtime with getattr):
+    decoupled: bool
+    """True: it answers a request with a stream of responses (Triton's decoupled transaction
+    policy): it has ``predict_stream`` and its ``predict`` refuses."""
+    loose_outputs: frozenset[str]
+    """Outputs whose shape the metadata only guessed: the output check tests their datatype."""
+    outputs_trusted: bool
+    """True: its outputs always match the metadata, so they are not checked on the hot path."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """Run the model."""
+        ...
+
+    def predictor(self, index: int) -> Predict:
+        """The predict function of instance ``index`` (0 <= index < instances): the executor
+        gives each of a model's worker threads its own, so threads never wait for one another's
+        session; ``predict`` is for callers that do not care which instance runs."""
         ...
 
     def close(self) -> None:
@@ -54,20 +68,6 @@ class ModelRuntime(Protocol):
 
 
 Predict = Callable[[Arrays, list[str]], Arrays]
-
-
-@runtime_checkable
-class PerInstance(Protocol):
-    """A runtime with ``instances`` sessions (or objects) that a caller may use one each.
-
-    The executor gives each of a model's worker threads its own instance through
-    ``predictor(index)``, so threads never wait for one another's session; ``predict`` stays
-    for callers that do not care which instance runs (the event loop's inline calls).
-    """
-
-    def predictor(self, index: int) -> Predict:
-        """The predict function of instance ``index`` (0 <= index < instances)."""
-        ...
 
 
 @runtime_checkable
@@ -131,16 +131,10 @@ def mark_optional(
     return replace(signature, inputs=inputs)
 
 
-def is_decoupled(runtime: object) -> bool:
-    """Whether ``runtime`` answers a request with a stream of responses (Triton's decoupled
-    transaction policy): it then has ``predict_stream`` and its ``predict`` refuses."""
-    return getattr(runtime, "decoupled", False) is True
-
-
 def predict_stream(
     runtime: object, inputs: Arrays, outputs: list[str]
 ) -> AsyncGenerator[Arrays, None]:
-    """The results of a decoupled runtime (see :func:`is_decoupled`), one per response.
+    """The results of a decoupled runtime (``ModelRuntime.decoupled``), one per response.
 
     Called on the event loop; closing the iterator early stops the model (its slot is freed).
     """

@@ -72,7 +72,7 @@ from servekit.errors import (
     Unavailable,
     Unimplemented,
 )
-from servekit.runtimes.base import CALL_DEADLINE, Arrays, LoadError
+from servekit.runtimes.base import CALL_DEADLINE, Arrays, LoadError, Predict
 from servekit.runtimes.isolation_wire import (
     ChannelClosed,
     ProtocolError,
@@ -200,6 +200,8 @@ class IsolatedModel:
 
     platform = PLATFORM
     may_run_inline = False  # a call waits on another process (runtimes/base.py)
+    decoupled = False
+    outputs_trusted = False
 
     def __init__(
         self, settings: ChildSettings, children: list[_Child], signature: ModelSignature
@@ -225,6 +227,10 @@ class IsolatedModel:
             self._wait_for_exit(child)
 
     # -- the runtime interface ------------------------------------------------------------------
+    def predictor(self, index: int) -> Predict:
+        """Any free child serves any call (the children are the instances)."""
+        return self.predict
+
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """One call in a free process. The request's deadline (``CALL_DEADLINE``) bounds only
         the wait for a free process and whether the call starts at all; once sent, the call

@@ -31,7 +31,7 @@ from servekit import logs
 from servekit.errors import ServeError
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.isolation_wire import ChannelClosed, recv_message, send_message
-from servekit.runtimes.python import PythonModel, build
+from servekit.runtimes.python import MESSAGE_CODECS, PythonModel, build
 
 if TYPE_CHECKING:
     from servekit.config.schema import TensorOverride
@@ -53,6 +53,11 @@ def main(argv: list[str]) -> int:
     except ChannelClosed:
         return 0
     logs.setup_child(str(header.get("model")))  # the server's format (text or JSON lines)
+    # This process's composition root: whole-message models take grps messages. The one import
+    # of a codec under app/servekit/runtimes/ (pyproject.toml's runtimes contract names it).
+    from servekit.codecs.grps_message import CODEC
+
+    MESSAGE_CODECS.setdefault("grps", CODEC)
     model = _load(sock, header)
     if model is None:
         return 1

@@ -3,7 +3,7 @@
 Metadata comes from the session (names, element types, shapes with -1 for symbolic dims), with
 serve.yaml overrides applied. Load failures are turned into reasons a user can act on: a missing
 file, a Git-LFS pointer instead of the model, a file that is not ONNX, a bad option, external data
-outside the model's folder (checked by app/servekit/runtimes/onnx_files.py before any session
+outside the model's folder (checked by app/servekit/onnx_files.py before any session
 exists, so such
 a file is never read). Reasons may name absolute paths: the repository rewrites them before a client
 sees them (app/servekit/shown_paths.py).
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from servekit import onnx_files
 from servekit.config.compiler import ModelPlan, ResolvedOptions
 from servekit.config.versions import VersionSource
 from servekit.errors import Internal, InvalidArgument
-from servekit.runtimes import onnx_files
 from servekit.runtimes.base import Arrays, LoadError, Predict, apply_overrides
 from servekit.shown_paths import hide_paths
 from servekit.types import ModelSignature, TensorSpec
@@ -99,6 +99,8 @@ class OnnxModel:
 
     platform = PLATFORM
     may_run_inline = True  # pure computation, timed by the executor (runtimes/base.py)
+    decoupled = False
+    loose_outputs: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -110,7 +112,7 @@ class OnnxModel:
         self.outputs_trusted = not outputs_overridden
         """onnxruntime returns the graph's own output types and ranks; only serve.yaml output
         overrides can make the metadata differ, so without them outputs are not re-checked
-        (app/servekit/services/outputs.py) on the hot path."""
+        (app/servekit/services/execution/outputs.py) on the hot path."""
         self._next = itertools.cycle(sessions).__next__
         self.signature = signature
         self._string_inputs = {s.name for s in signature.inputs if s.datatype == "BYTES"}
@@ -120,7 +122,7 @@ class OnnxModel:
         return self._run(self._next(), inputs, outputs)
 
     def predictor(self, index: int) -> Predict:
-        """Instance ``index``'s session alone (one worker thread each, see PerInstance)."""
+        """Instance ``index``'s session alone (one worker thread each)."""
         session = self._sessions[index]
         return lambda inputs, outputs: self._run(session, inputs, outputs)
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from servekit.datatypes import DATATYPES
 from servekit.errors import Internal
-from servekit.runtimes.base import Arrays, LoadError
+from servekit.runtimes.base import Arrays, LoadError, Predict
 from servekit.types import ModelSignature, TensorSpec
 
 if TYPE_CHECKING:
@@ -30,6 +30,9 @@ class PipelineRuntime:
 
     platform = PLATFORM
     may_run_inline = False
+    decoupled = False
+    loose_outputs: frozenset[str] = frozenset()
+    outputs_trusted = False
 
     def __init__(self, signature: ModelSignature, name: str) -> None:
         self.signature = signature
@@ -37,6 +40,9 @@ class PipelineRuntime:
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         raise Internal(f"pipeline {self._name!r} runs its steps through the DataPlane")
+
+    def predictor(self, index: int) -> Predict:
+        return self.predict  # refuses, as predict does
 
     def close(self) -> None:
         """Nothing to release: the steps' models are served (and closed) on their own."""

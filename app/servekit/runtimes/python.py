@@ -47,14 +47,12 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from google.protobuf.message import DecodeError
 
 from servekit.datatypes import DATATYPES, as_bytes_array
 from servekit.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
-from servekit.protos import grps_pb2
 from servekit.runtimes.base import CALLING_MODEL, Arrays, LoadError, Predict
 from servekit.runtimes.python_hints import guessed_output_shapes, signature_of
 from servekit.runtimes.python_stream import is_generator_function, steps
@@ -159,6 +157,7 @@ class PythonModel:
 
     platform = PLATFORM
     may_run_inline = False  # user code may block at any call (runtimes/base.py)
+    outputs_trusted = False
     fatal: tuple[type[BaseException], ...] = ()
     """Exceptions of the model's code that ``predict`` lets through as they are instead of
     turning them into the request's error: an isolated model's child process sets
@@ -183,7 +182,7 @@ class PythonModel:
         self._outputs = {s.name: s for s in signature.outputs}
         self.loose_outputs: frozenset[str] = frozenset()
         """Outputs whose shape was never declared (a bare NDArray hint): only their datatype
-        is checked against the metadata (app/servekit/services/outputs.py)."""
+        is checked against the metadata (app/servekit/services/execution/outputs.py)."""
         self._stream_slots: asyncio.Semaphore | None = None
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
@@ -196,7 +195,7 @@ class PythonModel:
             self._free.put(call)
 
     def predictor(self, index: int) -> Predict:
-        """Instance ``index`` alone, for its own worker thread (see PerInstance)."""
+        """Instance ``index`` alone, for its own worker thread (see ModelRuntime.predictor)."""
         if self.decoupled:
             return self.predict  # refuses, as predict does
         call = _predict_of(self._instances[index])
@@ -350,7 +349,7 @@ def build(
                 "a model that takes whole GrpsMessages has no declared inputs, outputs or "
                 "maxBatchSize (its one input and output are the message)"
             )
-        return GrpsMessageModel(built, MESSAGE_SIGNATURE)
+        return GrpsMessageModel(built, MESSAGE_SIGNATURE, message_codec())
     signature, by_name = signature_of(predict, inputs, outputs)
     decoupled = is_generator_function(predict)
     if decoupled and batching:
@@ -384,26 +383,53 @@ def takes_grps_message(predict: Callable[..., Any]) -> bool:
     return isinstance(name, str) and name.strip("'\" ").rpartition(".")[2] == "GrpsMessage"
 
 
+class MessageCodec(Protocol):
+    """How a model that takes whole messages gets them: the serialized message -> the object
+    its code receives, and what the code returned -> the serialized reply. A codec supplies it
+    (:data:`servekit.codecs.grps_message.CODEC`), so no runtime imports a protocol module."""
+
+    def parse(self, raw: bytes) -> object:
+        """The message (InvalidArgument when ``raw`` is none)."""
+        ...
+
+    def reply(self, result: object) -> bytes:
+        """The serialized reply to what the model returned (Internal when it cannot be one)."""
+        ...
+
+
+MESSAGE_CODECS: dict[str, MessageCodec] = {}
+"""Message formats whole-message models can take, by name ("grps"): registered by the layer
+that loads runtimes (app/servekit/models/repository.py; an isolated model's child process in
+app/servekit/runtimes/isolated_child.py)."""
+
+
+def message_codec(name: str = "grps") -> MessageCodec:
+    try:
+        return MESSAGE_CODECS[name]
+    except KeyError:
+        raise LoadError(f"no {name} message codec is registered in this process") from None
+
+
 class GrpsMessageModel(PythonModel):
     """A Python model written as a grps model: ``predict(message) -> message``.
 
     The message crosses the dataplane serialized in one BYTES element (so statistics, limits
-    and the one inference path apply as for any model); here it becomes a ``GrpsMessage`` for
-    the model. The model may return a GrpsMessage, a str (``str_data``) or bytes
-    (``bin_data``).
+    and the one inference path apply as for any model); here ``messages`` (a codec) makes it
+    a ``GrpsMessage`` for the model. The model may return a GrpsMessage, a str (``str_data``)
+    or bytes (``bin_data``).
     """
 
-    def __init__(self, instances: list[object], signature: ModelSignature) -> None:
+    def __init__(
+        self, instances: list[object], signature: ModelSignature, messages: MessageCodec
+    ) -> None:
         super().__init__(instances, signature, by_name=False)
+        self._messages = messages
 
     def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
         raw = as_bytes_array(inputs[GRPS_MESSAGE]).reshape(-1)
         if raw.size != 1:
             raise InvalidArgument(f"{GRPS_MESSAGE} holds one serialized GrpsMessage")
-        try:
-            message = grps_pb2.GrpsMessage.FromString(bytes(raw[0]))
-        except DecodeError:
-            raise InvalidArgument(f"{GRPS_MESSAGE} is not a serialized GrpsMessage") from None
+        message = self._messages.parse(bytes(raw[0]))
         try:
             result = call(message)
         except ServeError:
@@ -412,23 +438,4 @@ class GrpsMessageModel(PythonModel):
             raise
         except Exception as exc:
             raise Internal(_user_error(exc)) from None
-        reply = _as_message(result)
-        return {GRPS_MESSAGE: np.array([reply.SerializeToString()], dtype=object)}
-
-
-def _as_message(result: object) -> grps_pb2.GrpsMessage:
-    if isinstance(result, str):
-        return grps_pb2.GrpsMessage(str_data=result)
-    if isinstance(result, bytes):
-        return grps_pb2.GrpsMessage(bin_data=result)
-    serialize = getattr(result, "SerializeToString", None)  # also grps' own GrpsMessage class
-    if type(result).__name__ == "GrpsMessage" and callable(serialize):
-        if isinstance(result, grps_pb2.GrpsMessage):
-            return result
-        converted = grps_pb2.GrpsMessage()
-        converted.ParseFromString(serialize())
-        return converted
-    raise Internal(
-        f"the model returned {type(result).__name__}; a model that takes GrpsMessages returns "
-        "a GrpsMessage, a str (str_data) or bytes (bin_data)"
-    )
+        return {GRPS_MESSAGE: np.array([self._messages.reply(result)], dtype=object)}

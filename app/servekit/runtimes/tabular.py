@@ -132,6 +132,7 @@ class TabularModel:
     """A loaded tabular model version (see the module docstring)."""
 
     may_run_inline = False  # pickled pipelines may block on anything (runtimes/base.py)
+    decoupled = False
     outputs_trusted = False
 
     def __init__(
@@ -155,7 +156,7 @@ class TabularModel:
         )
         self.loose_outputs = frozenset(s.name for s in outputs)
         """Shapes vary by model (a multi-output regressor's predict is 2-D): datatypes are
-        checked, shapes are not (app/servekit/services/outputs.py)."""
+        checked, shapes are not (app/servekit/services/execution/outputs.py)."""
         self._instances = instances
         self._next = itertools.cycle(instances).__next__
         self._client_errors = client_errors
@@ -165,7 +166,7 @@ class TabularModel:
         return self._run(self._next(), inputs, outputs)
 
     def predictor(self, index: int) -> Predict:
-        """Instance ``index``'s copy alone (one worker thread each, see PerInstance)."""
+        """Instance ``index``'s copy alone (one worker thread each)."""
         instance = self._instances[index]
         return lambda inputs, outputs: self._run(instance, inputs, outputs)
 

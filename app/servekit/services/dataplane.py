@@ -1,24 +1,23 @@
 """The one dataplane: every protocol adapter calls these methods and nothing else.
 
-It validates a request against the model's metadata (names, datatypes, shapes), picks the
-version, hands the request to that version's executor (app/servekit/services/executor.py: on the
-loop
-for models measured fast, else the model's own worker threads, queue, deadlines and batching),
-checks the outputs against the metadata (app/servekit/services/outputs.py) and records statistics.
+It picks the version, checks a request against the model's metadata (names, datatypes,
+shapes: app/servekit/services/execution/inputs.py), hands it to that version's executor
+(app/servekit/services/execution/executor.py: on the loop for models measured fast, else the
+model's own worker threads, queue, deadlines and batching), checks the outputs against the
+metadata (app/servekit/services/execution/outputs.py) and records statistics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from typing import Any
 
-from servekit import __version__
-from servekit.codecs.content_types import mark_outputs, tabular_feed
+from servekit.codecs.content_types import mark_outputs
 from servekit.config.auth import AccessPolicy
 from servekit.config.compiler import ModelPlan, ServePlan
 from servekit.config.schema import GrpsStreaming
@@ -32,11 +31,13 @@ from servekit.errors import (
     internal_error,
 )
 from servekit.models.calls import install as install_calls
-from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from servekit.runtimes.base import ModelRuntime, is_decoupled, predict_stream
-from servekit.services.classification import class_count, classify
-from servekit.services.executor import ModelExecutor
-from servekit.services.jobs import ExecutorSettings
+from servekit.models.repository import ModelRepository, State, VersionEntry
+from servekit.results import IndexRow, LoggedError, ServerMetadata
+from servekit.runtimes.base import ModelRuntime, predict_stream
+from servekit.services.classification import classify
+from servekit.services.execution.executor import ModelExecutor
+from servekit.services.execution.inputs import check_request
+from servekit.services.execution.jobs import ExecutorSettings
 from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
@@ -44,14 +45,15 @@ from servekit.services.pipelines import Pipelines
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
+from servekit.services.views import ModelView, view_of
 from servekit.types import (
     InferRequest,
     InferResponse,
     ModelMetadata,
     ModelSignature,
     Tensor,
-    TensorSpec,
 )
+from servekit.version import __version__
 
 log = logging.getLogger("servekit.dataplane")
 
@@ -103,6 +105,14 @@ class DataPlane:
         """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
         self._calls = ModelCalls(self.infer)
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
+        # Executors are built when a version loads and re-tuned when the plan changes: never
+        # on a request's path.
+        repository.on_loaded = self._build_executor
+        state.plan_changed.append(self._retune)
+        for entry in repository.entries():  # versions loaded before this DataPlane existed
+            for version in entry.versions.values():
+                if version.runtime is not None and version.executor is None:
+                    version.executor = self._build_executor(entry.plan, version)
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -212,21 +222,22 @@ class DataPlane:
         models = self._state.plan.models
         return models[0].name if models else None
 
-    def models(self) -> list[ModelEntry]:
-        """Every model with its versions, states and reasons, sorted by name (read-only)."""
-        return sorted(self._repository.entries(), key=lambda e: e.plan.name)
+    def models(self) -> list[ModelView]:
+        """Every model with its versions, states and reasons, sorted by name (frozen views)."""
+        entries = sorted(self._repository.entries(), key=lambda e: e.plan.name)
+        return [view_of(entry) for entry in entries]
 
-    def model(self, name: str) -> ModelEntry:
-        """One model with its versions (NotFound for an unknown name; read-only)."""
-        return self._repository.get(name)
+    def model(self, name: str) -> ModelView:
+        """One model with its versions (NotFound for an unknown name; a frozen view)."""
+        return view_of(self._repository.get(name))
 
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    def index(self, ready_only: bool = False) -> list[IndexRow]:
         """Triton's repository index: one row per model version (name, version, state,
         reason), ready ones only if asked."""
         rows = self._repository.index()
-        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+        return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
-    def recent_errors(self) -> list[dict[str, Any]]:
+    def recent_errors(self) -> list[LoggedError]:
         """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
         return list(self._repository.recent_errors)
 
@@ -252,7 +263,7 @@ class DataPlane:
         entry, found = self._repository.resolve(name, version)
         runtime = found.runtime
         platform = runtime.platform if runtime is not None else entry.plan.format_name
-        decoupled = runtime is not None and is_decoupled(runtime)
+        decoupled = runtime is not None and runtime.decoupled
         return model_configuration(entry.plan, _signature(found), platform, decoupled)
 
     def model_statistics(
@@ -261,12 +272,8 @@ class DataPlane:
         """Triton's statistics of the versions a request names (see model_stats.py)."""
         return model_statistics(self._repository, self.statistics, name, version)
 
-    def server_metadata(self) -> dict[str, Any]:
-        return {
-            "name": self._state.plan.server.name,
-            "version": __version__,
-            "extensions": list(self._extensions),
-        }
+    def server_metadata(self) -> ServerMetadata:
+        return ServerMetadata(self._state.plan.server.name, __version__, self._extensions)
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         entry = self._repository.get(name)
@@ -293,14 +300,15 @@ class DataPlane:
     async def infer(
         self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
     ) -> InferResponse:
-        """Validate, run and answer one inference request.
+        """Validate, run and answer one inference request: resolve -> validate -> run ->
+        account.
 
         ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
         ``server.requestTimeoutSeconds`` may make it earlier, and a ``timeout`` request
         parameter (microseconds, as Triton) bounds its wait in the queue. Past either the
         request is answered DeadlineExceeded and, if it had not started, never runs. How the
         request reaches the model (on the loop, in the model's threads, batched) is its
-        version's executor's call.
+        version's executor's call (built when the version loaded).
 
         ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
         that read a body after that: a request whose upload began before a graceful stop was
@@ -316,32 +324,19 @@ class DataPlane:
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
             return await self._pipelines.infer(entry, version, request, deadline, arrived)
-        stats = self.statistics.of(entry.plan.name, version.version)
+        plan, state = entry.plan, self._state
+        stats = self.statistics.of(plan.name, version.version)
         version.enter()
         try:
-            runtime = version.runtime
-            if runtime is None:
-                raise Internal(f"model {request.model_name!r} lost its runtime while in use")
-            signature = runtime.signature
-            tabular = signature.tabular
-            if tabular is None:
-                feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            else:  # MLServer's content types, columns or a matrix
-                plan = entry.plan
-                feed, _ = tabular_feed(request, signature.inputs, tabular, plan.max_batch_size)
-            wanted, classes = requested_outputs(request, signature)
+            runtime, executor = _running(version, request.model_name)
+            feed, wanted, classes, rows = check_request(
+                request, runtime.signature, plan.max_batch_size
+            )
             queue_by = None
-            state = self._state
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
                 deadline, queue_by = self._deadlines(request, deadline)
-            executor = version.executor
-            if not isinstance(executor, ModelExecutor):
-                executor = self._executor(entry.plan, version, runtime, stats)
-            elif executor.placement.threshold_ns != state.inline_below_ns:  # a live edit
-                executor.retune(state.inline_below_ns)
             input_done = time.perf_counter_ns()
             names = [s.name for s in wanted]
-            rows = _batch_size(request, entry.plan.max_batch_size)
             inline = executor.inline(rows, state.requests_in_progress)
             if inline:  # starts now: nothing can expire before it does
                 results, spent = executor.run_inline(feed, names, rows)
@@ -353,30 +348,21 @@ class DataPlane:
             infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
             if classes:  # the classification extension: top k instead of the tensor
-                outputs = classified(outputs, classes, entry.plan)
-            if tabular is not None:  # the content types MLServer's clients decode by
+                outputs = classified(outputs, classes, plan)
+            if runtime.signature.tabular is not None:  # the content types MLServer's clients use
                 mark_outputs(outputs)
-            stats.record_success(
-                rows,
-                queue_ns,
-                input_done - started,
-                spent,
-                time.perf_counter_ns() - infer_done,
-                executed=inline,  # else the executor counted the model run
-            )
+            output_ns = time.perf_counter_ns() - infer_done
+            # executed: the model run is counted here when it ran on the loop, else the
+            # executor counted it
+            stats.record_success(rows, queue_ns, input_done - started, spent, output_ns, inline)
         except ServeError:
             stats.record_failure(time.perf_counter_ns() - started)
             raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead request
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead call
             raise _model_failed(stats, started, request.model_name, exc) from exc
         finally:
             version.leave()
-        return InferResponse(
-            model_name=entry.plan.name,
-            model_version=str(version.version),
-            outputs=outputs,
-            id=request.id,
-        )
+        return InferResponse(plan.name, str(version.version), outputs, id=request.id)
 
     async def infer_stream(
         self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
@@ -396,7 +382,7 @@ class DataPlane:
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         runtime = version.runtime
-        if runtime is None or not is_decoupled(runtime):
+        if runtime is None or not runtime.decoupled:
             yield await self.infer(request, deadline, arrived)
             return
         if self._state.refuses(arrived):
@@ -405,9 +391,9 @@ class DataPlane:
         stats = self.statistics.of(entry.plan.name, version.version)
         version.enter()
         try:
-            signature = runtime.signature
-            feed = validate_inputs(request, signature.input_index, entry.plan.max_batch_size)
-            wanted, classes = requested_outputs(request, signature)
+            feed, wanted, classes, _ = check_request(
+                request, runtime.signature, entry.plan.max_batch_size
+            )
             if classes:
                 raise InvalidArgument("classification is not offered for a decoupled model")
             input_done = time.perf_counter_ns()
@@ -430,7 +416,7 @@ class DataPlane:
         except ServeError:
             stats.record_failure(time.perf_counter_ns() - started)
             raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead stream
+        except Exception as exc:  # a runtime bug must become a clean error, not a dead call
             raise _model_failed(stats, started, request.model_name, exc) from exc
         finally:
             version.leave()
@@ -442,7 +428,7 @@ class DataPlane:
             _, found = self._repository.resolve(name, version)
         except ServeError:
             return False
-        return found.runtime is not None and is_decoupled(found.runtime)
+        return found.runtime is not None and found.runtime.decoupled
 
     def request_deadlines(
         self, request: InferRequest, deadline: float | None
@@ -476,15 +462,23 @@ class DataPlane:
             )
         return deadline, (now + timeout / 1e6) if timeout else None
 
-    def _executor(
-        self, plan: ModelPlan, version: VersionEntry, runtime: ModelRuntime, stats: VersionStats
-    ) -> ModelExecutor:
-        """The executor of a loaded version (made on first use, closed when it is retired)."""
+    def _build_executor(self, plan: ModelPlan, version: VersionEntry) -> ModelExecutor:
+        """The executor of a version that has just loaded (the repository's load hook)."""
+        assert version.runtime is not None
+        stats = self.statistics.of(plan.name, version.version)
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
-        self._calls.loop = asyncio.get_running_loop()  # where models' calls to models run
-        executor = ModelExecutor(plan.name, version, runtime, stats, settings)
-        version.executor = executor
-        return executor
+        with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
+            self._calls.loop = asyncio.get_running_loop()
+        return ModelExecutor(plan.name, version, version.runtime, stats, settings)
+
+    def _retune(self) -> None:
+        """A new plan is in force: executors learnt against another inline bound start over."""
+        bound = self._state.inline_below_ns
+        for entry in self._repository.entries():
+            for version in entry.versions.values():
+                executor = version.executor
+                if isinstance(executor, ModelExecutor) and executor.placement.threshold_ns != bound:
+                    executor.retune(bound)
 
     def in_flight(self) -> int:
         """Inference requests accepted and not yet finished, queued or running, over every
@@ -513,80 +507,12 @@ def _signature(found: VersionEntry) -> ModelSignature:
     return found.runtime.signature
 
 
-def _batch_size(request: InferRequest, max_batch_size: int) -> int:
-    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
-        return request.inputs[0].shape[0]
-    return 1
-
-
-def validate_inputs(
-    request: InferRequest, by_name: dict[str, TensorSpec], max_batch_size: int = 0
-) -> dict[str, Any]:
-    """Check every input against the model's metadata; return name -> array for the runtime."""
-    feed: dict[str, Any] = {}
-    for tensor in request.inputs:
-        spec = by_name.get(tensor.name)
-        if spec is None:
-            raise InvalidArgument(
-                f"model {request.model_name!r} has no input {tensor.name!r}; "
-                f"its inputs are {', '.join(by_name)}"
-            )
-        if tensor.name in feed:
-            raise InvalidArgument(f"input {tensor.name!r} is given twice")
-        if tensor.datatype != spec.datatype:
-            raise InvalidArgument(
-                f"input {tensor.name!r} must be {spec.datatype}, got {tensor.datatype}"
-            )
-        _check_shape(tensor, spec, max_batch_size)
-        feed[tensor.name] = tensor.data
-    if len(feed) < len(by_name):  # some left out: only optional ones may be
-        missing = [n for n, spec in by_name.items() if n not in feed and not spec.optional]
-        if missing:
-            model = request.model_name
-            raise InvalidArgument(f"model {model!r} needs input(s) {', '.join(missing)}")
-    return feed
-
-
-def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
-    shape = tensor.shape
-    ok = len(shape) == len(spec.shape) and all(
-        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
-    )
-    if ok and max_batch_size > 0 and shape and shape[0] > max_batch_size:
-        raise InvalidArgument(
-            f"input {tensor.name!r}: batch of {shape[0]} exceeds maxBatchSize {max_batch_size}"
-        )
-    if not ok:
-        raise InvalidArgument(
-            f"input {tensor.name!r}: shape {list(shape)} does not match the model's "
-            f"{list(spec.shape)} (-1 is any size)"
-        )
-
-
-def requested_outputs(
-    request: InferRequest, signature: ModelSignature
-) -> tuple[list[TensorSpec], dict[str, int] | None]:
-    """The outputs to compute: those asked for, in the order asked, or all of them; and the
-    class counts of those asked for with ``classification: k`` (checked before the model
-    runs; None when none is)."""
-    if not request.outputs:
-        return list(signature.defaults), None
-    by_name = signature.output_index
-    wanted = []
-    classes: dict[str, int] | None = None
-    for requested in request.outputs:
-        k = requested.parameters.get("classification")
-        if k is not None:
-            classes = classes or {}
-            classes[requested.name] = class_count(requested.name, k)
-        spec = by_name.get(requested.name)
-        if spec is None:
-            raise InvalidArgument(
-                f"model {request.model_name!r} has no output {requested.name!r}; "
-                f"its outputs are {', '.join(by_name)}"
-            )
-        wanted.append(spec)
-    return wanted, classes
+def _running(version: VersionEntry, model: str) -> tuple[ModelRuntime, ModelExecutor]:
+    """The runtime and executor of a version a request entered."""
+    runtime, executor = version.runtime, version.executor
+    if runtime is None or not isinstance(executor, ModelExecutor):
+        raise Internal(f"model {model!r} lost its runtime while in use")
+    return runtime, executor
 
 
 def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
@@ -600,8 +526,11 @@ def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) 
 
 
 def _model_failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Internal:
-    """Count a request a model failed on unexpectedly, log the exception under a reference, and
-    return the clean error its client gets (the exception's text may hold paths or secrets)."""
+    """Count a request (unary or stream) a model failed on unexpectedly, log the exception
+    under a reference, and return the clean error its client gets (the exception's text may
+    hold paths or secrets). Callers raise it at once: kept in a local of the failing frame
+    (which the traceback holds), a disconnected SSE client's model generator was seen to stay
+    open (tests/test_decoupled.py)."""
     stats.record_failure(time.perf_counter_ns() - started)
     where = f"model {model!r}"
     return Internal(f"{where} failed: {internal_error(log, exc, where)}")

@@ -20,9 +20,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from servekit import custom_metrics
-from servekit.models.repository import State
 from servekit.services.dataplane import DataPlane
 from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
+from servekit.services.views import STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -77,12 +77,13 @@ class DataPlaneCollector(Collector):
             "How long the version's warm-up took when it loaded (serve.yaml warmup)",
             labels=labels,
         )
-        for entry in self._dataplane.models():
-            name = entry.plan.name
-            for number, version in entry.versions.items():
+        for model in self._dataplane.models():
+            name = model.name
+            for version in model.versions:
+                number = version.number
                 key = [name, str(number)]
-                for candidate in State:
-                    state.add_metric([*key, candidate.value], float(version.state is candidate))
+                for candidate in STATES:
+                    state.add_metric([*key, candidate], float(version.state == candidate))
                 if version.warmup_s is not None:
                     warmup.add_metric(key, version.warmup_s)
                 stats = self._dataplane.statistics.find(name, number)

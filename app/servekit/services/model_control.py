@@ -26,7 +26,7 @@ the auth settings: its config cannot choose code (a Python model's entrypoint, p
 and options come from serve.yaml only; see app/servekit/models/pushed_config.py), its storageUri
 stays inside
 serve.yaml's folder, its files are only an ONNX model and the external data that model references
-(app/servekit/runtimes/onnx_files.py), checked before anything is written, and it is bounded by
+(app/servekit/onnx_files.py), checked before anything is written, and it is bounded by
 ``server.limits`` (instances, threads, versions, how many pushed models and bytes). Nothing answered
 to a client names where pushed files live (app/servekit/shown_paths.py).
 """
@@ -38,8 +38,9 @@ import contextlib
 import sys
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Literal
 
+from servekit import onnx_files
 from servekit.config.compiler import (
     ModelPlan,
     ServePlan,
@@ -62,7 +63,7 @@ from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
-from servekit.runtimes import onnx_files
+from servekit.results import IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, register_object
 from servekit.services.state import ServerState
 
@@ -109,19 +110,19 @@ class ModelControl:
         return storage.default_storage_dir(plan.base_dir, plan.server.storage_dir)
 
     @property
-    def recent_errors(self) -> list[dict[str, Any]]:
-        """Failed loads and rejected serve.yaml edits, newest last."""
-        return self._repository.recent_errors
+    def recent_errors(self) -> list[LoggedError]:
+        """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
+        return list(self._repository.recent_errors)
 
     def record_error(self, source: str, message: str) -> None:
         """Log a problem with serve.yaml (a rejected edit, a setting that needs a restart) where
         the dashboard shows it."""
         self._repository.record_error(source, message)
 
-    def index(self, ready_only: bool = False) -> list[dict[str, Any]]:
+    def index(self, ready_only: bool = False) -> list[IndexRow]:
         """One row per model version: name, version, state, reason (ready ones only if asked)."""
         rows = self._repository.index()
-        return [r for r in rows if r["state"] == State.READY.value] if ready_only else rows
+        return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
     def served_plans(self) -> list[ModelPlan]:
         """The plan of every model in the index, as it serves now: serve.yaml's, pushed by a

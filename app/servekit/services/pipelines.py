@@ -22,6 +22,7 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.schema import PipelineStep
 from servekit.errors import Internal, InvalidArgument, NotFound, ServeError, Unavailable
 from servekit.models.repository import ModelEntry, ModelRepository, VersionEntry
+from servekit.services.execution.inputs import requested_outputs, validate_inputs
 from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
@@ -60,11 +61,7 @@ class Pipelines:
         arrived: float | None,
     ) -> InferResponse:
         """Answer ``request`` for the pipeline ``entry`` by running its steps."""
-        from servekit.services.dataplane import (  # the DataPlane imports this module
-            classified,
-            requested_outputs,
-            validate_inputs,
-        )
+        from servekit.services.dataplane import classified  # the DataPlane imports this module
 
         dataplane = self._dataplane
         plan = entry.plan

@@ -47,6 +47,7 @@ class ServerState:
         "inline_below_ns",
         "listening",
         "online",
+        "plan_changed",
         "request_timeout_s",
         "requests_in_progress",
         "started_at",
@@ -57,8 +58,8 @@ class ServerState:
     def __init__(self, plan: ServePlan) -> None:
         self._plan = plan
         self.inline_below_ns = plan.server.inline_below_microseconds * 1000
-        """``server.inlineBelowMicroseconds`` in ns, derived with each plan (the inference hot
-        path reads one attribute, and an edit takes effect on the next request)."""
+        """``server.inlineBelowMicroseconds`` in ns, derived with each plan: executors are
+        built with it and re-tuned when an edit changes it (``plan_changed``)."""
         self.request_timeout_s = plan.server.request_timeout_seconds
         """``server.requestTimeoutSeconds`` (None: no cap), derived likewise."""
         self.draining = False
@@ -81,12 +82,15 @@ class ServerState:
         """How many requests the listeners hold right now (the one asking included): uvicorn's
         HTTP tasks plus ``grpc_calls``, set by the server once it listens. A batching model runs
         a request at once when it is the only one, and otherwise lets the others in progress
-        catch up with it (app/servekit/services/executor.py). Calls grpcio has not handed over yet,
-        gRPC streams and grps' gRPC calls are not counted; with no listener (in process) it
-        is 0: never alone, batching as usual."""
+        catch up with it (app/servekit/services/execution/executor.py). Calls grpcio has not
+        handed over yet, gRPC streams and grps' gRPC calls are not counted; with no listener
+        (in process) it is 0: never alone, batching as usual."""
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
+        self.plan_changed: list[Callable[[], None]] = []
+        """Called after each ``replace_plan`` (the DataPlane re-tunes its executors there, so
+        no request checks for an edit)."""
 
     def begin_drain(self) -> None:
         """Refuse inference requests that arrive from now on (those already accepted finish)."""
@@ -115,6 +119,8 @@ class ServerState:
         self._plan = keep_restart_only(plan, self._plan)
         self.inline_below_ns = self._plan.server.inline_below_microseconds * 1000
         self.request_timeout_s = self._plan.server.request_timeout_seconds
+        for listener in self.plan_changed:
+            listener()
         return self._plan
 
     def ports(self) -> Listening:

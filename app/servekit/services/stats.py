@@ -62,7 +62,8 @@ class VersionStats:
     queue_histogram: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_S) + 1))
     """Successful requests by queue time, per bucket of QUEUE_BUCKETS_S (last: beyond)."""
     batch_reasons: dict[str, int] = field(default_factory=dict)
-    """Why dynamic batches stopped where they did (app/servekit/services/batching.py), by reason."""
+    """Why dynamic batches stopped where they did (by reason: see
+    app/servekit/services/execution/batching.py)."""
 
     def record_success(
         self,

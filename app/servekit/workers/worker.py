@@ -88,11 +88,10 @@ class Worker:
         assert self.control is not None
         out: dict[str, str] = {}
         for row in self.control.index():
-            name, state = str(row["name"]), str(row.get("state", ""))
-            if state == "READY":
-                out.setdefault(name, "")
-            elif state == "UNAVAILABLE" and row.get("reason") not in NOT_FAILURES:
-                out[name] = str(row.get("reason"))
+            if row.state == "READY":
+                out.setdefault(row.name, "")
+            elif row.state == "UNAVAILABLE" and row.reason not in NOT_FAILURES:
+                out[row.name] = row.reason
         return out
 
     def wrap_http(self, app: Litestar) -> ASGIApp:

@@ -1,6 +1,6 @@
 """Dynamic batching: which queued requests run together, and how the answers are split back.
 
-The executor (app/servekit/services/executor.py) decides *when* a batch leaves: as soon as an
+The executor (executor.py) decides *when* a batch leaves: as soon as an
 instance
 of the model is free and requests are queued, so a request is never held back while the model
 could run it, and batching costs nothing at low load. Batches therefore form from the requests

@@ -18,8 +18,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from servekit.errors import Internal, ServeError
-from servekit.rest.errors import HTTP_STATUS
+from servekit.errors import HTTP_STATUS, Internal, ServeError
 
 # The server's own code -> status table, read backwards: a client-side error is the same
 # transport-neutral error the core raised on the server (500 and unknown statuses: Internal).

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from servekit.client import convert, frames, html, sources, wire
+from servekit.client.transport import Reply, Transport, check
 from servekit.config.auth import ApiGroup
 from servekit.errors import Unauthenticated
-from servekit.notebook import convert, frames, html, sources, wire
-from servekit.notebook.transport import Reply, Transport, check
-from servekit.project import save as saving
+from servekit.project import files as saving
 
 TOKEN_ENV = "SERVEKIT_TOKEN"
 """Where ``servekit.connect`` looks for a token when none is given."""
@@ -59,10 +59,15 @@ class RemoteServer:
         timeout: float = 60.0,
         token: str | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        tokens: Mapping[ApiGroup, str] | None = None,
     ) -> None:
+        """``tokens`` (one per API group, e.g. a server's own ``server.auth`` as the
+        in-process notebook server and the dashboard's benchmark know it) overrides ``token``
+        for the groups it names."""
         self._http = Transport(url, timeout, ssl_context)
         self._grpc_target = grpc_target
         self._token = None if token is None else valid_token(token, "token")
+        self._tokens = dict(tokens or {})
         self._metadata: dict[tuple[str, str | None], dict[str, Any]] = {}
         self._casts: set[tuple[str, str, str]] = set()  # (model, input, cast) warned about
         self.missing: list[str] = []
@@ -79,8 +84,9 @@ class RemoteServer:
         return self._token
 
     def _token_for(self, group: ApiGroup) -> str | None:
-        """The token a request of ``group`` carries: this handle's one token for every group."""
-        return self._token
+        """The token a request of ``group`` carries: the group's own when ``tokens`` named it,
+        else this handle's one token."""
+        return self._tokens.get(group, self._token) if self._tokens else self._token
 
     def _auth(self, group: ApiGroup) -> dict[str, str]:
         token = None if group is ApiGroup.OPEN else self._token_for(group)
@@ -199,9 +205,9 @@ class RemoteServer:
                 "process with servekit.serve(); over the network, send a path, ONNX bytes or an "
                 f"onnx.ModelProto (got {type(source).__name__})"
             )
-        return self._push(name, source, version, model_format, inputs, outputs, config)
+        return self.push(name, source, version, model_format, inputs, outputs, config)
 
-    def _push(
+    def push(
         self,
         name: str,
         source: object,
@@ -211,21 +217,22 @@ class RemoteServer:
         outputs: sources.TensorsSpec | None,
         config: dict[str, Any],
     ) -> html.ModelTable:
-        """Send a model file (already converted to one) through the repository load API."""
+        """Send a model file (already converted to one: a path, ONNX bytes or an
+        ``onnx.ModelProto``) through the repository load API; returns the model's index rows."""
         fields = {"inputs": sources.tensors(inputs), "outputs": sources.tensors(outputs), **config}
         model = sources.model_config(name, model_format, fields, storage_uri="(pushed)")
         files = sources.model_files(source, version)
         params = sources.load_parameters(model, files)
         path = _path("v2", "repository", "models", name, "load")
         self._call(ApiGroup.REPOSITORY, "POST", path, {"parameters": params})
-        self._forget(name)
+        self.forget(name)
         return self._rows(name)
 
     def remove_model(self, name: str) -> None:
         """Unload ``name``: in-flight requests finish, new ones are refused."""
         path = _path("v2", "repository", "models", name, "unload")
         self._call(ApiGroup.REPOSITORY, "POST", path, {})
-        self._forget(name)
+        self.forget(name)
 
     # -- benchmark ----------------------------------------------------------------------------
     def benchmark(
@@ -238,7 +245,7 @@ class RemoteServer:
         """Drive ``model`` over HTTP and gRPC with generated inputs, ``seconds`` per protocol
         and concurrency; returns a table (requests/s, p50/p90/p99 ms) that shows a chart in a
         notebook. Short runs on a shared machine are noisy: compare, do not quote."""
-        from servekit.notebook.bench import run_benchmark
+        from servekit.client.bench import run_benchmark
 
         return run_benchmark(self, model, concurrency, seconds, protocols)
 
@@ -315,8 +322,10 @@ class RemoteServer:
         declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
         return wire.to_arrays(model, inputs, declared, self._casts, stacklevel=4)
 
-    def _forget(self, name: str) -> None:
-        for key in [k for k in self._metadata if k[0] == name]:
+    def forget(self, name: str | None = None) -> None:
+        """Drop what this handle remembers of model ``name`` (every model: None), its input
+        datatypes, so the next ``infer`` asks the server again (after a push or a reload)."""
+        for key in [k for k in self._metadata if name is None or k[0] == name]:
             del self._metadata[key]
 
     def _rows(self, name: str) -> html.ModelTable:

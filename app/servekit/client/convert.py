@@ -2,7 +2,7 @@
 
 scikit-learn estimators and pipelines go through skl2onnx (``pip install servekit[sklearn]``),
 PyTorch modules through ``torch.onnx.export`` with the example input the caller gives
-(app/servekit/notebook/torch_onnx.py, ``pip install "servekit[torch]"``). Neither library is
+(app/servekit/client/torch_onnx.py, ``pip install "servekit[torch]"``). Neither library is
 imported
 unless the object handed over comes from it, so a notebook without them pays nothing. The
 result is ONNX bytes, which then travel like any other model file: served by onnxruntime, saved
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from servekit.notebook import torch_onnx
+from servekit.client import torch_onnx
 
 
 def is_sklearn(source: object) -> bool:

@@ -1,4 +1,4 @@
-"""What the executor (app/servekit/services/executor.py) works with: its settings from serve.yaml,
+"""What the executor (executor.py) works with: its settings from serve.yaml,
 the
 requests it holds (Job) and the model calls it hands to worker threads (Work)."""
 
@@ -14,7 +14,7 @@ from enum import Enum
 from servekit.config.compiler import ModelPlan
 from servekit.request_id import CURRENT
 from servekit.runtimes.base import Arrays
-from servekit.services import batching
+from servekit.services.execution import batching
 
 
 class JobState(Enum):

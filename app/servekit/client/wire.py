@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from servekit.client.casting import CastWarning, cast_to
 from servekit.codecs import v2_json
 from servekit.codecs.raw import tensor_from_bytes, tensor_to_buffer
 from servekit.datatypes import DataType, as_bytes_array, from_numpy, lookup
 from servekit.errors import InvalidArgument
-from servekit.notebook.casting import CastWarning, cast_to
 
 Array = np.ndarray
 
@@ -48,7 +48,7 @@ def to_arrays(
     stacklevel: int = 3,
 ) -> dict[str, Array]:
     """Every input as an array of the model's declared datatype: lists take it, numpy arrays are
-    cast to it when their values survive (app/servekit/notebook/casting.py). Each cast of a model's
+    cast to it when their values survive (app/servekit/client/casting.py). Each cast of a model's
     input
     is reported once (``warned`` remembers which were)."""
     arrays: dict[str, Array] = {}

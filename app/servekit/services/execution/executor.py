@@ -3,10 +3,10 @@ the model's compute.
 
 * **On the event loop** (no thread hop) only for versions of a runtime that cannot block
   (``may_run_inline``: ONNX Runtime, never Python code) measured fast, as
-  app/servekit/services/placement.py decides (never a new version's first calls, never a version
+  placement.py decides (never a new version's first calls, never a version
   that keeps being slow), and only for requests no larger than a call already timed fast.
 * **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
-  session or Python object (app/servekit/runtimes/base.py PerInstance). A model that hangs or raises
+  session or Python object (``ModelRuntime.predictor``). A model that hangs or raises
   only ever occupies its own threads and fills its own queue: other models, model loading
   (the loop's default executor) and the loop itself are not affected.
 
@@ -21,7 +21,7 @@ in-flight count follows the thread, not the request: an abandoned call counts un
 returns, so unload and drain see the truth.
 
 With dynamic batching, a batch leaves as soon as an instance is free
-(app/servekit/services/batching.py
+(batching.py
 says which requests go together), one loop pass after its first request arrived so that the
 requests decoded in the same pass join it. A batch of several requests always runs in the
 version's threads, where the requests arriving meanwhile queue up for the next one. A request that
@@ -41,17 +41,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from servekit.models.repository import VersionEntry
 from servekit.request_id import CURRENT
 from servekit.runtimes import cancel
-from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, PerInstance, Predict
-from servekit.services import batching
-from servekit.services.jobs import ExecutorSettings, Job, JobState, Work
-from servekit.services.outputs import OutputCheck
-from servekit.services.placement import Mode, Placement
+from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, Predict
+from servekit.services.execution import batching
+from servekit.services.execution.jobs import ExecutorSettings, Job, JobState, Work
+from servekit.services.execution.outputs import OutputCheck
+from servekit.services.execution.placement import Mode, Placement
 from servekit.services.stats import VersionStats
 
 log = logging.getLogger("servekit.executor")
@@ -70,9 +69,9 @@ class ModelExecutor:
     ) -> None:
         self.name = name
         self.settings = settings
-        loose: frozenset[str] = getattr(runtime, "loose_outputs", frozenset())
-        trusted: bool = getattr(runtime, "outputs_trusted", False)
-        self.check = OutputCheck(name, runtime.signature, loose, trusted)
+        self.check = OutputCheck(
+            name, runtime.signature, runtime.loose_outputs, runtime.outputs_trusted
+        )
         self._version = version
         self._runtime = runtime
         self._stats = stats
@@ -412,10 +411,7 @@ class ModelExecutor:
 
     # -- in a worker thread -------------------------------------------------------------------
     def _serve(self, index: int) -> None:
-        runtime: Any = self._runtime
-        predict: Predict = (
-            runtime.predictor(index) if isinstance(runtime, PerInstance) else runtime.predict
-        )
+        predict: Predict = self._runtime.predictor(index)
         loop = self._loop
         assert loop is not None
         while (work := self._inbox.get()) is not None:

@@ -24,7 +24,7 @@ STATE_COLORS = {
 @functools.cache
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.PackageLoader("servekit.notebook", ""),
+        loader=jinja2.PackageLoader("servekit.client", ""),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )

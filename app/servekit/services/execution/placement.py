@@ -19,7 +19,7 @@ versions start and stay in ``THREADS``. The rules, per loaded version of the oth
   After ``MAX_STRIKES`` counted ones the version stays in its threads until it is reloaded;
   ``STRIKE_DECAY_CALLS`` calls on the loop within the bound forgive one.
 * Versions with dynamic batching run their batches of several requests in their threads
-  (app/servekit/services/executor.py); only their calls of one request are timed here and may run on
+  (executor.py); only their calls of one request are timed here and may run on
   the loop, so the time of a large batch never decides where a lone request runs.
 """
 

@@ -23,14 +23,14 @@ from urllib.parse import quote
 
 import numpy as np
 
+from servekit.client import wire
+from servekit.client.transport import Reply, check
 from servekit.codecs.raw import tensor_to_buffer
 from servekit.config.auth import ApiGroup
 from servekit.datatypes import from_numpy, lookup
-from servekit.notebook import wire
-from servekit.notebook.transport import Reply, check
 
 if TYPE_CHECKING:
-    from servekit.notebook.remote import RemoteServer
+    from servekit.client.remote import RemoteServer
 
 MAX_SECONDS = 60.0
 MAX_CONCURRENCY = 256

@@ -1,0 +1,101 @@
+"""A request checked against the model version's metadata before anything runs: its inputs
+(names, datatypes, shapes, the batch bound), the outputs it asks for (and their
+``classification``), and how many rows it carries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servekit.codecs.content_types import tabular_feed
+from servekit.errors import InvalidArgument
+from servekit.services.classification import class_count
+from servekit.types import InferRequest, ModelSignature, Tensor, TensorSpec
+
+
+def check_request(
+    request: InferRequest, signature: ModelSignature, max_batch_size: int
+) -> tuple[dict[str, Any], list[TensorSpec], dict[str, int] | None, int]:
+    """The runtime's feed (name -> array), the outputs to compute, the class counts asked for
+    (None: none) and the request's rows (1 for a model without a batch dimension). A tabular
+    model's inputs are MLServer's content types, columns or a matrix (the codec
+    app/servekit/codecs/content_types.py reads them)."""
+    tabular = signature.tabular
+    if tabular is None:
+        feed = validate_inputs(request, signature.input_index, max_batch_size)
+    else:
+        feed, _ = tabular_feed(request, signature.inputs, tabular, max_batch_size)
+    wanted, classes = requested_outputs(request, signature)
+    rows = 1
+    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+        rows = request.inputs[0].shape[0]
+    return feed, wanted, classes, rows
+
+
+def validate_inputs(
+    request: InferRequest, by_name: dict[str, TensorSpec], max_batch_size: int = 0
+) -> dict[str, Any]:
+    """Check every input against the model's metadata; return name -> array for the runtime."""
+    feed: dict[str, Any] = {}
+    for tensor in request.inputs:
+        spec = by_name.get(tensor.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no input {tensor.name!r}; "
+                f"its inputs are {', '.join(by_name)}"
+            )
+        if tensor.name in feed:
+            raise InvalidArgument(f"input {tensor.name!r} is given twice")
+        if tensor.datatype != spec.datatype:
+            raise InvalidArgument(
+                f"input {tensor.name!r} must be {spec.datatype}, got {tensor.datatype}"
+            )
+        _check_shape(tensor, spec, max_batch_size)
+        feed[tensor.name] = tensor.data
+    if len(feed) < len(by_name):  # some left out: only optional ones may be
+        missing = [n for n, spec in by_name.items() if n not in feed and not spec.optional]
+        if missing:
+            model = request.model_name
+            raise InvalidArgument(f"model {model!r} needs input(s) {', '.join(missing)}")
+    return feed
+
+
+def _check_shape(tensor: Tensor, spec: TensorSpec, max_batch_size: int) -> None:
+    shape = tensor.shape
+    ok = len(shape) == len(spec.shape) and all(
+        want < 0 or want == got for want, got in zip(spec.shape, shape, strict=True)
+    )
+    if ok and max_batch_size > 0 and shape and shape[0] > max_batch_size:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: batch of {shape[0]} exceeds maxBatchSize {max_batch_size}"
+        )
+    if not ok:
+        raise InvalidArgument(
+            f"input {tensor.name!r}: shape {list(shape)} does not match the model's "
+            f"{list(spec.shape)} (-1 is any size)"
+        )
+
+
+def requested_outputs(
+    request: InferRequest, signature: ModelSignature
+) -> tuple[list[TensorSpec], dict[str, int] | None]:
+    """The outputs to compute: those asked for, in the order asked, or all of them; and the
+    class counts of those asked for with ``classification: k`` (checked before the model
+    runs; None when none is)."""
+    if not request.outputs:
+        return list(signature.defaults), None
+    by_name = signature.output_index
+    wanted = []
+    classes: dict[str, int] | None = None
+    for requested in request.outputs:
+        k = requested.parameters.get("classification")
+        if k is not None:
+            classes = classes or {}
+            classes[requested.name] = class_count(requested.name, k)
+        spec = by_name.get(requested.name)
+        if spec is None:
+            raise InvalidArgument(
+                f"model {request.model_name!r} has no output {requested.name!r}; "
+                f"its outputs are {', '.join(by_name)}"
+            )
+        wanted.append(spec)
+    return wanted, classes

@@ -1,0 +1,64 @@
+"""Read-only views of the models the server knows, for adapters (the dashboard's pages).
+
+Built from the repository's live entries on each call and frozen: an adapter reads a model's
+name, plan, versions with their state and reason, the runtime's platform and the version an
+unversioned request reaches, and can change none of it nor reach a runtime. The version rule is
+the repository's (``ModelEntry.serving_version``), never a copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from servekit.config.compiler import ModelPlan
+from servekit.models.repository import ModelEntry, State
+
+STATES: tuple[str, ...] = tuple(s.value for s in State)
+"""Every state a version can be in, in the order pages list them."""
+READY = State.READY.value
+LOADING = State.LOADING.value
+UNLOADING = State.UNLOADING.value
+UNAVAILABLE = State.UNAVAILABLE.value
+
+
+@dataclass(frozen=True, slots=True)
+class VersionView:
+    number: int
+    state: str
+    """One of :data:`STATES`."""
+    reason: str
+    platform: str
+    """The runtime's platform (e.g. onnxruntime_onnx); "" while no runtime is loaded."""
+    warmup_s: float | None = None
+    """How long its warm-up took when it loaded (serve.yaml ``warmup``); None: none ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelView:
+    name: str
+    plan: ModelPlan
+    """The model's compiled serve.yaml entry (read-only: a frozen pydantic-free dataclass)."""
+    versions: tuple[VersionView, ...]
+    """Sorted by number."""
+    reason: str
+    """Why the model is not ready (every version's reason, or the plan's problem)."""
+    serving_version: int | None
+    """The version a request naming none reaches (None: none is ready)."""
+
+    def ready_versions(self) -> list[int]:
+        return [v.number for v in self.versions if v.state == READY]
+
+
+def view_of(entry: ModelEntry) -> ModelView:
+    versions = tuple(
+        VersionView(
+            number,
+            version.state.value,
+            version.reason,
+            version.runtime.platform if version.runtime is not None else "",
+            version.warmup_s,
+        )
+        for number, version in sorted(entry.versions.items())
+    )
+    return ModelView(entry.plan.name, entry.plan, versions, entry.reason(),
+                     entry.serving_version())  # fmt: skip
