@@ -11,6 +11,7 @@ held all of them for the whole 5 s (issue 22, finding 5).
 from __future__ import annotations
 
 import concurrent.futures
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,31 +102,32 @@ def test_liveness_answers_while_a_python_model_blocks(server: ServerProcess) -> 
 
 
 def test_probes_pass_the_cap_on_requests_in_flight(tmp_path: Path) -> None:
-    """With maxRequestsInFlight requests held by a slow model, the next inference gets 503 at
-    once but the health probes still answer (a busy server is alive)."""
+    """With maxRequestsInFlight requests in progress (here: two uploads that never send their
+    body), the next inference gets 503 at once but the health probes still answer: a busy
+    server is alive, and an orchestrator must not restart it."""
     (tmp_path / "sometimes.py").write_text(MODULE)
     config = tmp_path / "serve.yaml"
     config.write_text(
         "server: {network: {maxRequestsInFlight: 2}}\n"
         "models:\n"
         "  - {name: sometimes, modelFormat: {name: python}, entrypoint: 'sometimes:Sometimes',\n"
-        f"     instances: 2, parameters: {{marker: {str(tmp_path / 'slow_started')!r}}}}}\n"
+        f"     parameters: {{marker: {str(tmp_path / 'slow_started')!r}}}}}\n"
     )
-    with (
-        running_server(config, grpc=False) as server,
-        server.http_client(timeout=30) as first,
-        server.http_client(timeout=30) as second,
-        server.http_client(timeout=PROBE_S) as probe,
-        concurrent.futures.ThreadPoolExecutor(2) as pool,
-    ):
-        held = [pool.submit(infer, client, -1.0) for client in (first, second)]
-        wait_until((tmp_path / "slow_started").exists, 20, "the slow calls to start")
-        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
-        wait_until(
-            lambda: probe.post("/v2/models/sometimes/infer", json=body).status_code == 503,
-            10,
-            "the cap to be reached",
-        )
-        for path in ("/v2/health/live", "/v2/health/ready", "/grps/v1/health/live"):
-            assert probe.get(path).status_code == 200, path
-        assert [f.result(timeout=30) for f in held] == [[0.0], [0.0]]
+    head = b"POST /v2/models/sometimes/infer HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n"
+    with running_server(config, grpc=False) as server, server.http_client(timeout=5) as probe:
+        host, port = server.http_host_port.rsplit(":", 1)
+        held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(2)]
+        try:
+            for sock in held:
+                sock.sendall(head)
+            body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
+            wait_until(
+                lambda: probe.post("/v2/models/sometimes/infer", json=body).status_code == 503,
+                10,
+                "the cap to be reached",
+            )
+            for path in ("/v2/health/live", "/v2/health/ready", "/grps/v1/health/live"):
+                assert probe.get(path).status_code == 200, path
+        finally:
+            for sock in held:
+                sock.close()
