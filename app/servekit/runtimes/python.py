@@ -71,6 +71,15 @@ _OBJECTS: dict[str, object] = {}
 log = logging.getLogger("servekit.python")
 
 
+def import_root(base_dir: Path) -> None:
+    """Python models are imported from serve.yaml's folder (appended: never shadows stdlib).
+    The server (services/model_control.py) and ``servekit validate`` (python_check.py) both
+    call this, so they find a model's module the same way."""
+    root = str(base_dir.resolve())
+    if root not in sys.path:
+        sys.path.append(root)
+
+
 def register_object(obj: object) -> str:
     """Make an in-memory function, class or instance loadable; returns its entrypoint."""
     token = f"{OBJECT_PREFIX}{uuid.uuid4().hex}"

@@ -10,7 +10,6 @@ serve would log, instead of "OK" followed by a model that never becomes ready. A
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from servekit.runtimes.base import LoadError
@@ -24,9 +23,9 @@ def python_problems(plan: ServePlan) -> dict[str, str]:
     problems: dict[str, str] = {}
     models = [m for m in plan.models if m.implementation == "python" and m.problem is None]
     if models:
-        root = str(plan.base_dir.resolve())  # where serve imports them from (appended, as
-        if root not in sys.path:  # services/model_control.py does: never shadows stdlib)
-            sys.path.append(root)
+        from servekit.runtimes.python import import_root
+
+        import_root(plan.base_dir)  # where serve imports them from
     for model in models:
         try:
             _build(model)

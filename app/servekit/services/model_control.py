@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -64,7 +63,7 @@ from servekit.models.pushed_config import check_code, check_limits, check_source
 from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
 from servekit.results import IndexRow, LoggedError
-from servekit.runtimes.python import forget_object, register_object
+from servekit.runtimes.python import forget_object, import_root, register_object
 from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
@@ -91,7 +90,7 @@ class ModelControl:
         self.remote = RemoteModels(plan.server.storage, plan.base_dir)
         """The cache of models whose storageUri is remote (fetched before they load)."""
         self._refresher: asyncio.Task[None] | None = None
-        _import_root(plan.base_dir)
+        import_root(plan.base_dir)
         storage.clean(self.storage_dir)
 
     @property
@@ -322,7 +321,7 @@ class ModelControl:
         async with self._plan_lock:
             old = self._state.plan
             new_plan = self._state.replace_plan(new_plan)
-            _import_root(new_plan.base_dir)
+            import_root(new_plan.base_dir)
             wanted = {m.name: m for m in new_plan.models}
             for model in old.models:
                 if model.name in wanted:
@@ -478,13 +477,6 @@ def _check_name(name: str) -> None:
             f"invalid model name {str(name)[:200]!r}: use letters, digits, '_', '.', '-' "
             "(starting with a letter or digit, at most 128 characters)"
         )
-
-
-def _import_root(base_dir: Path) -> None:
-    """Python models are imported from serve.yaml's folder (appended: never shadows stdlib)."""
-    root = str(base_dir.resolve())
-    if root not in sys.path:
-        sys.path.append(root)
 
 
 def fingerprint(plan: ModelPlan) -> Fingerprint:
