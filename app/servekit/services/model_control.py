@@ -62,7 +62,7 @@ from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
-from servekit.results import IndexRow, LoggedError
+from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
 from servekit.services.state import ServerState
 
@@ -87,7 +87,7 @@ class ModelControl:
         self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
         plan = state.plan
         self._fingerprints = {m.name: fingerprint(m) for m in plan.models}
-        self.remote = RemoteModels(plan.server.storage, plan.base_dir)
+        self.remote = RemoteModels(plan.server.storage, plan.base_dir, repository.downloads)
         """The cache of models whose storageUri is remote (fetched before they load)."""
         self._refresher: asyncio.Task[None] | None = None
         import_root(plan.base_dir)
@@ -122,6 +122,13 @@ class ModelControl:
         """One row per model version: name, version, state, reason (ready ones only if asked)."""
         rows = self._repository.index()
         return [r for r in rows if r.state == State.READY.value] if ready_only else rows
+
+    def downloads(self) -> list[DownloadStatus]:
+        """Remote models being fetched now, with bytes, rate and time left (safe to call from
+        any thread: a notebook's ``serve()`` shows them while it waits)."""
+        names = sorted(self._repository.downloads)
+        found = (self._repository.downloading(name) for name in names)
+        return [status for status in found if status is not None]
 
     def served_plans(self) -> list[ModelPlan]:
         """The plan of every model in the index, as it serves now: serve.yaml's, pushed by a
