@@ -58,6 +58,7 @@ class RemoteModels:
         """Model name -> its fetch in progress (the repository shows them as LOADING)."""
         self._in_use: dict[str, Path] = {}  # model name -> its snapshot
         self._failures: dict[str, tuple[int, float]] = {}  # name -> (count, when to retry)
+        self._cancelled = False
 
     def materialize(self, plan: ModelPlan) -> ModelPlan:
         """``plan`` with its versions read from the local copy of its remote URI (blocking:
@@ -68,6 +69,8 @@ class RemoteModels:
         shown = shown_uri(plan.remote)
         started = time.monotonic()
         download = Download(plan.name, shown)
+        if self._cancelled:
+            download.cancel()
         self.downloads[plan.name] = download
         try:
             protected = set(self._in_use.values())
@@ -87,6 +90,13 @@ class RemoteModels:
         self._in_use[plan.name] = folder if folder.parent.parent == self.root else folder.parent
         log.info("model %s: %s is at hand (%.2f s)", plan.name, shown, time.monotonic() - started)
         return plan_at(plan, location, self.base_dir)
+
+    def cancel(self) -> None:
+        """The server stops: every download under way fails at its next chunk (so a stop
+        does not wait for a large model to arrive) and none starts any more."""
+        self._cancelled = True
+        for download in list(self.downloads.values()):
+            download.cancel()
 
     def due_for_retry(self, name: str) -> bool:
         """Whether a model whose fetch failed may be tried again now (backoff doubling from

@@ -30,6 +30,10 @@ RATE_AFTER_S = 0.5
 """No rate or time left is claimed before this much time has passed (too noisy)."""
 
 
+class Cancelled(Exception):
+    """A download stopped because the server stops."""
+
+
 class Download:
     """One model's fetch: listing first (sizes unknown), then ``begin(total)`` and ``add``."""
 
@@ -45,6 +49,11 @@ class Download:
         self._started = clock()
         self._logged_at = self._started
         self._logged_fraction = 0.0
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Make the download fail at its next chunk (the server is stopping)."""
+        self._cancelled.set()
 
     def begin(self, total: int, files: int) -> None:
         """The download starts: ``total`` bytes in ``files`` files are to come."""
@@ -57,7 +66,10 @@ class Download:
                      self.model, self.uri, total / 2**20, files)  # fmt: skip
 
     def add(self, count: int) -> None:
-        """``count`` more bytes are written (from the downloading thread)."""
+        """``count`` more bytes are written (from the downloading thread). Raises
+        :class:`Cancelled` once the download is cancelled."""
+        if self._cancelled.is_set():
+            raise Cancelled("the server is stopping")
         line = None
         with self._lock:
             self._done += count

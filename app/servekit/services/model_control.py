@@ -143,19 +143,31 @@ class ModelControl:
         # repository serialises loads per model), as the watcher waits for this to finish.
         for model in plan.models:
             self._repository.register(model)
-        for model in plan.models:
-            if plan.loads_at_start(model.name):
-                self._repository.requested.add(model.name)
-                fetched = await self._fetched(model)
-                if fetched is not model:
-                    self._fingerprints[model.name] = fingerprint(fetched)
-                await self._repository.load(fetched)
+        # Remote models download side by side (each in a thread) while the local ones load:
+        # a large download keeps no other model from serving.
+        starting = [m for m in plan.models if plan.loads_at_start(m.name)]
+        self._repository.requested.update(m.name for m in starting)
+        remote = [asyncio.create_task(self._fetch_and_load(m)) for m in starting if m.remote]
+        try:
+            for model in starting:
+                if model.remote is None:
+                    await self._repository.load(model)
+            await asyncio.gather(*remote)
+        finally:
+            for task in remote:
+                task.cancel()
         self._state.startup_done = True
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_remote_models())
 
+    async def _fetch_and_load(self, model: ModelPlan) -> None:
+        fetched = await self._fetched(model)
+        self._fingerprints[model.name] = fingerprint(fetched)
+        await self._repository.load(fetched)
+
     async def close(self) -> None:
-        """Stop looking at remote storage."""
+        """Stop looking at remote storage; downloads under way stop at their next chunk."""
+        self.remote.cancel()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
