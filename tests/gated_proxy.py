@@ -34,13 +34,20 @@ class GatedProxy:
     def release(self) -> None:
         self._gate.set()
 
-    def close(self) -> None:
-        self._gate.set()
+    def cut(self) -> None:
+        """The store goes away mid-download: every connection is closed, held bytes dropped,
+        and nothing is accepted any more."""
         self._listener.close()
         with self._lock:
             for sock in self._sockets:
                 with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with contextlib.suppress(OSError):
                     sock.close()
+
+    def close(self) -> None:
+        self.cut()
+        self._gate.set()
         for thread in self._threads:
             thread.join(10)
 
@@ -50,7 +57,11 @@ class GatedProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:  # the store is down: so is this connection
+                client.close()
+                continue
             with self._lock:
                 self._sockets += [client, upstream]
             for source, target, gated in ((client, upstream, False), (upstream, client, True)):
@@ -71,6 +82,8 @@ class GatedProxy:
                             self.holding.set()
                     if hold:
                         self._gate.wait(120)
+                        if self._listener.fileno() == -1 and not self._gate.is_set():
+                            return  # cut while held: the held bytes never arrive
                 target.sendall(data)
         with contextlib.suppress(OSError):
             target.shutdown(socket.SHUT_WR)
