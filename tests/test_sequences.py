@@ -26,6 +26,7 @@ from servekit.config.loader import ConfigError, parse_config
 from servekit.errors import InvalidArgument
 from servekit.grpc.triton_proto import model_config_message
 from servekit.rest.triton_json import model_config_json
+from servekit.services import make_registry, render_metrics
 from servekit.types import InferRequest, Tensor
 
 pytestmark = pytest.mark.anyio
@@ -68,6 +69,9 @@ async def test_the_state_of_a_sequence_is_its_own_running_sum(serve: Serve, tmp_
     assert (await send(services, "accumulate", 7, 1, start=True))["OUTPUT"] == 7
     counts = services.dataplane.sequence_counts("accumulate")
     assert (counts.started, counts.ended, counts.active) == (3, 1, 2)
+    text = render_metrics(make_registry(services.dataplane)).decode()
+    assert 'servekit_sequences_total{event="started",model="accumulate",version="1"} 3.0' in text
+    assert 'servekit_sequences_now{model="accumulate",version="1",where="active"} 2.0' in text
 
 
 async def test_requests_of_a_sequence_run_in_order_on_one_instance(
