@@ -227,12 +227,13 @@ class DataPlane:
 
     def models(self) -> list[ModelView]:
         """Every model with its versions, states and reasons, sorted by name (frozen views)."""
-        entries = sorted(self._repository.entries(), key=lambda e: e.plan.name)
-        return [view_of(entry) for entry in entries]
+        repository = self._repository
+        entries = sorted(repository.entries(), key=lambda e: e.plan.name)
+        return [view_of(entry, repository.downloading(entry.plan.name)) for entry in entries]
 
     def model(self, name: str) -> ModelView:
         """One model with its versions (NotFound for an unknown name; a frozen view)."""
-        return view_of(self._repository.get(name))
+        return view_of(self._repository.get(name), self._repository.downloading(name))
 
     def index(self, ready_only: bool = False) -> list[IndexRow]:
         """Triton's repository index: one row per model version (name, version, state,
