@@ -72,6 +72,10 @@ TABULAR_IMPLEMENTATIONS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"}
 (code runs when they load), so app/servekit/models/pushed_config.py lets only serve.yaml
 declare any of them."""
 
+CONVERTIBLE = frozenset({"sklearn", "xgboost", "lightgbm"})
+"""Runtimes whose models ``convert: onnx`` turns into ONNX at load
+(app/servekit/runtimes/converted.py)."""
+
 
 @dataclass(frozen=True)
 class ResolvedOptions:
@@ -179,6 +183,17 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
                     line,
                     f"isolation: process runs Python models only; runtime {runtime.name!r} is "
                     f"{runtime.implementation}",
+                )
+            )
+            continue
+        if model.convert is not None and runtime.implementation not in CONVERTIBLE:
+            line = line_in_file(config_path, ["models", index, "convert"])
+            issues.append(
+                ConfigIssue(
+                    f"models[{index}].convert",
+                    line,
+                    f"convert: {model.convert} converts sklearn, xgboost and lightgbm models; "
+                    f"runtime {runtime.name!r} is {runtime.implementation}",
                 )
             )
             continue
