@@ -48,7 +48,8 @@ async def test_a_random_forest_is_served_by_onnx_runtime_with_the_native_answers
     metadata = services.dataplane.model_metadata("rf")
     assert metadata.platform == "onnxruntime_onnx"
     # The native metadata: the same input and outputs a client of the native model uses.
-    assert [(t.name, t.datatype, t.shape) for t in metadata.inputs] == [("input-0", "FP64", (-1, 4))]
+    inputs = [(t.name, t.datatype, t.shape) for t in metadata.inputs]
+    assert inputs == [("input-0", "FP64", (-1, 4))]
     assert [t.name for t in metadata.outputs] == ["predict", "predict_proba"]
     rows = RNG.normal(size=(30, 4))
     request = NumpyRequestCodec.encode_request(rows)
@@ -164,7 +165,27 @@ def test_the_parity_rule() -> None:
     assert found["predict"].onnx_output == "probabilities"  # the second column, after label
     found = tabular_onnx.match_outputs({"predict": want["predict"]}, onnx, ["variable"])
     assert found["predict"](onnx["variable"]).shape == (2,)
-    with pytest.raises(tabular_onnx.ConversionError, match="4 of 4 values differ, by up to 0.65"):
+    with pytest.raises(tabular_onnx.ConversionError, match=r"4 of 4 values differ, by up to 0\.65"):
         tabular_onnx.match_outputs({"p": want["predict_proba"]}, onnx, ["probabilities"])
     with pytest.raises(tabular_onnx.ConversionError, match="1 of 2 labels differ"):
         tabular_onnx.match_outputs({"predict": np.array([1, 1])}, onnx, ["label"])
+
+
+def test_add_model_conversion_is_checked_against_the_estimator(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """add_model's conversion (servekit.client.convert): a forest converts and agrees on the
+    example and sample rows; an ONNX model with other answers is refused with a ParityError,
+    which the notebook turns into the native fallback with the tolerance in its warning."""
+    from servekit.client import convert
+    from servekit.notebook import native
+
+    forest = RandomForestClassifier(n_estimators=10, random_state=0).fit(X, Y)
+    assert convert.sklearn_to_onnx(forest, X[:5])[:2]  # ONNX bytes, parity held
+    other = RandomForestClassifier(n_estimators=10, random_state=0).fit(X, 1 - Y)
+    real = tabular_onnx.to_onnx
+    monkeypatch.setattr(tabular_onnx, "to_onnx", lambda model, features: real(other, features))
+    with pytest.raises(tabular_onnx.ParityError, match="predict does not match") as caught:
+        convert.sklearn_to_onnx(forest, X[:5])
+    with pytest.warns(native.NativeFallback, match=r"skl2onnx converts it, but the ONNX model"):
+        native.warn("rf", caught.value)

@@ -44,6 +44,10 @@ class ConversionError(Exception):
     says why in one line."""
 
 
+class ParityError(ConversionError):
+    """The model converted, but the ONNX model's answers are not the model's."""
+
+
 def library_of(model: Any) -> str | None:
     """``sklearn``, ``xgboost`` or ``lightgbm`` by the model's class (no library imported)."""
     module = type(model).__module__.split(".")[0]
@@ -248,9 +252,7 @@ def match_outputs(
                 break
         if name not in found:
             detail = closest or f"no ONNX output has its shape {want.shape}"
-            raise ConversionError(
-                f"the ONNX model's {name} does not match the native one: {detail}"
-            )
+            raise ParityError(f"the ONNX model's {name} does not match the native one: {detail}")
     return found
 
 
