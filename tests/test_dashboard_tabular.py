@@ -69,16 +69,17 @@ def fill(page: Page, column: str, values: list[Any]) -> None:
         page.get_by_label(f"{column}, row {row + 1}", exact=True).fill(str(value))
 
 
-def test_a_dataframe_model_gets_a_table_with_a_column_per_input(
-    page: Page, tmp_path: Path
-) -> None:
+def test_a_dataframe_model_gets_a_table_with_a_column_per_input(page: Page, tmp_path: Path) -> None:
     page.goto("/models/people/try")
     headers = page.locator("table.tabular-input th").all_text_contents()
     assert [h.split()[0] for h in headers] == ["age", "visits", "city"]
     page.get_by_role("button", name="Add row").click()
     rows = pd.DataFrame(
-        {"age": [23.5, 61.0, 45.0, 70.5], "visits": [1, 7, 3, 0],
-         "city": ["paris", "nice", "lyon", "nice"]}  # fmt: skip
+        {
+            "age": [23.5, 61.0, 45.0, 70.5],
+            "visits": [1, 7, 3, 0],
+            "city": ["paris", "nice", "lyon", "nice"],
+        }
     )
     for column in rows.columns:
         fill(page, column, rows[column].tolist())
