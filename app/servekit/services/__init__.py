@@ -10,6 +10,7 @@ of this folder are the services' own business. No transport framework is importe
 
 from __future__ import annotations
 
+from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.models.storage import FILE_PREFIX
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.python_check import python_problems
@@ -57,6 +58,7 @@ __all__ = [
     "QUEUE_BUCKETS_S",
     "READY",
     "STATES",
+    "TABULAR_IMPLEMENTATIONS",
     "UNAVAILABLE",
     "UNLOADING",
     "DataPlane",
