@@ -26,9 +26,10 @@ import onnx
 import onnx_builders
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
+from needs import missing
 
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not CHROMIUM.exists():
+    missing(f"Chromium at {CHROMIUM}", "apt-get install chromium chromium-driver", module=True)
 
 import tritonclient.http as httpclient
 from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
