@@ -280,8 +280,9 @@ class RemoteServer:
         frame: bool | None = None,
     ) -> Any:
         """Run ``model`` on ``inputs`` (name -> array or list, a bare array for a model of one
-        input, or a pandas DataFrame: one input per column, as MLServer's PandasCodec sends it); return name -> numpy array, or
-        a DataFrame when ``frame`` is true (default: when ``inputs`` is one).
+        input, or a pandas DataFrame: one input per column, as MLServer's PandasCodec sends
+        it); return name -> numpy array, or a DataFrame when ``frame`` is true (default: when
+        ``inputs`` is one).
 
         Arrays keep their dtype; lists and scalars take the dtype the model declares.
         """

@@ -287,8 +287,9 @@ class Server:
         frame: bool | None = None,
     ) -> Any:
         """Run ``model`` on ``inputs`` (name -> array or list, a bare array for a model of one
-        input, or a pandas DataFrame: one input per column) in process; name -> numpy array, or a DataFrame when ``frame`` is
-        true (default: when ``inputs`` is one; app/servekit/client/frames.py).
+        input, or a pandas DataFrame: one input per column) in process; name -> numpy array,
+        or a DataFrame when ``frame`` is true (default: when ``inputs`` is one;
+        app/servekit/client/frames.py).
 
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
         HTTP and gRPC requests, without encoding anything.
