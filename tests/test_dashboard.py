@@ -195,7 +195,7 @@ def test_pages_are_readable_without_javascript(
             ).to_be_visible()
         expect(page.get_by_text("[-1, 16]")).to_be_visible()
         page.goto("/")
-        expect(page.locator("[data-bind=model-count]")).to_have_text("5")
+        expect(page.locator("[data-bind=model-count]")).to_have_text("6")
     finally:
         context.close()
 
@@ -203,6 +203,7 @@ def test_pages_are_readable_without_javascript(
 def test_model_page_statistics_update_live(
     page: Page,
     page_errors: list[str],
+    server: ServerProcess,
     triton: httpclient.InferenceServerClient,
     shots: Path,
 ) -> None:
@@ -221,6 +222,18 @@ def test_model_page_statistics_update_live(
     expect(ok).to_have_text(str(expected), timeout=10_000)  # polled, no reload
     average = page.locator('#version-stats tr[data-version="1"] [data-stat="avg_ms.request"]')
     expect(average).not_to_have_text("—")
+    # The last minutes: p50/p90/p99 lines and requests/s columns from the server's rolling
+    # window, which holds the requests just sent (and the earlier tests').
+    recent = httpx.get(f"{server.http_url}/dashboard/api/models/mlp").json()
+    (v1,) = [v for v in recent["versions"] if v["version"] == "1"]
+    busy = [p for p in v1["stats"]["recent"] if p["requests"]]
+    assert 3 <= sum(p["requests"] for p in busy) <= expected
+    assert all(0 < p["p50_ms"] <= p["p90_ms"] <= p["p99_ms"] for p in busy)
+    chart = page.locator('figure[data-latency="1"] svg.chart.latency')
+    for line in ("p50", "p90", "p99"):
+        expect(chart.locator(f'polyline[data-line="{line}"]')).to_have_count(1)
+    expect(chart.locator("rect.bar:not(.zero)").first).to_be_visible()
+    expect(page.locator('figure[data-latency="1"] table')).to_be_hidden()  # the chart says it
     snap(page, shots, "model")
 
 
