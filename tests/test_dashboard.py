@@ -232,6 +232,7 @@ def test_model_page_statistics_update_live(
     chart = page.locator('figure[data-latency="1"] svg.chart.latency')
     for line in ("p50", "p90", "p99"):
         expect(chart.locator(f'polyline[data-line="{line}"]')).to_have_count(1)
+        expect(chart.locator(f"circle.dot.{line}").first).to_be_visible()
     expect(chart.locator("rect.bar:not(.zero)").first).to_be_visible()
     expect(page.locator('figure[data-latency="1"] table')).to_be_hidden()  # the chart says it
     snap(page, shots, "model")

@@ -141,6 +141,9 @@ def test_try_it_out_reaches_the_server_with_the_dashboards_token(
     infer.get_by_role("button", name="Execute").click()
     expect(status).to_have_text("200")
     expect(infer.locator(".live-responses-table")).to_contain_text('"name": "output"')
+    expect(infer.locator(".curl-command")).to_be_visible()
+    assert TOKEN not in (page.locator("#swagger-ui").inner_text())  # sent, never shown
+    infer.locator(".live-responses-table").scroll_into_view_if_needed()
     assert all(url.startswith(server.http_url) for url in requests), requests
     assert errors == []
     shots = os.environ.get("SERVEKIT_SCREENSHOTS")

@@ -40,6 +40,10 @@ export function latencyChart(points, width = 640) {
       coords.push(`${(left + (i + 0.5) * step).toFixed(1)},${(mid - ((mid - top) * p[key]) / peakMs).toFixed(1)}`);
     });
     if (coords.length) svg.append(node("polyline", { points: coords.join(" "), class: `line ${name}`, "data-line": name }));
+    for (const xy of coords) { // a dot per slot: one busy slot is a point, not an empty line
+      const [cx, cy] = xy.split(",");
+      svg.append(node("circle", { cx, cy, r: 3, class: `dot ${name}` }));
+    }
   }
   points.forEach((p, i) => {
     const h = ((low - mid - 24) * p.per_second) / peakRate;
