@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--grpc",
         metavar="HOST:PORT",
         help="where gRPC is reached, when not at the URL's host and the port the server reports "
-        "(a port mapping such as -p 9001:8001; default: asked of the server)",
+        "(a port mapping such as -p 9001:8001) (default: the server's reported port)",
     )
 
 
