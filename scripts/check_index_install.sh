@@ -68,7 +68,7 @@ done
 # tests use for its codecs, requires Python < 3.13).
 for version in 3.12 3.13; do
   for extra in "" "[notebook]" "[sklearn]" "[torch]"; do
-    resolve "core${extra//[\[\]]/-}-py$version" --python-version "$version" --only-binary=:all: "$wheel$extra"
+    resolve "core${extra:+-${extra:1:-1}}-py$version" --python-version "$version" --only-binary=:all: "$wheel$extra"
   done
 done
 resolve "test-py3.12" --python-version 3.12 --only-binary=:all: "$wheel[test]"
