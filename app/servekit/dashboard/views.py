@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
@@ -38,6 +38,7 @@ from servekit.services import (
     ModelControl,
     ModelView,
     VersionView,
+    window,
 )
 from servekit.shown_paths import shown_storage_uri
 
@@ -227,6 +228,8 @@ def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any
         ],
         "dispatch": dispatch_reasons(stats.batch_reasons),
         "queue_histogram": queue_histogram(stats.queue_histogram),
+        # The last minutes, per slot of the rolling window: the latency chart's points.
+        "recent": [asdict(point) for point in window(stats)],
     }
 
 

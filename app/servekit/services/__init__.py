@@ -34,7 +34,16 @@ from servekit.services.model_stats import DurationStat, VersionStatistics
 from servekit.services.sequences import SequenceCounts
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
-from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
+from servekit.services.stats import (
+    QUEUE_BUCKETS_S,
+    WINDOW_SLOT_S,
+    WINDOW_SLOTS,
+    Duration,
+    WindowPoint,
+    WorkerState,
+    WorkerStatus,
+    window,
+)
 from servekit.services.views import (
     LOADING,
     READY,
@@ -61,6 +70,8 @@ __all__ = [
     "TABULAR_IMPLEMENTATIONS",
     "UNAVAILABLE",
     "UNLOADING",
+    "WINDOW_SLOTS",
+    "WINDOW_SLOT_S",
     "DataPlane",
     "Duration",
     "DurationStat",
@@ -78,6 +89,7 @@ __all__ = [
     "VersionPolicyConfig",
     "VersionStatistics",
     "VersionView",
+    "WindowPoint",
     "WorkerState",
     "WorkerStatus",
     "grps_calls",
@@ -86,4 +98,5 @@ __all__ = [
     "render_metrics",
     "server_extensions",
     "watch_config",
+    "window",
 ]

@@ -3,7 +3,7 @@
 import { isProtected } from "./access.js";
 import { el, readError, withToken } from "./common.js";
 import {
-  checkShape, concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
+  checkNesting, checkShape, concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
   random, zeros,
 } from "./tensors.js";
 import { readTable, tableInputs } from "./tryit-table.js";
@@ -64,7 +64,7 @@ function inputField(spec, index) {
       } }));
   const hint = spec.datatype === "BYTES"
     ? "One string per line, or a JSON array of strings."
-    : "Nested JSON (its nesting gives the shape), or numbers separated by commas, spaces or new lines (shaped by Shape).";
+    : "Nested JSON (nested as Shape says), or numbers separated by commas, spaces or new lines (shaped by Shape).";
   const dynamic = spec.shape.some((d) => d < 0) ? " Dimensions shown as -1 are free: set them in Shape." : "";
   fill("example");
   return el("fieldset", { class: "tensor-field", dataset: { input: spec.name } },
@@ -98,9 +98,10 @@ function collect() {
     const shapeInput = field.querySelector("input[name$='.shape']");
     try {
       const dims = parseShape(shapeInput.value);
-      const { values, shape } = parseValues(editor.value, spec.datatype, dims, spec.shape.length);
+      const parsed = parseValues(editor.value, spec.datatype, dims, spec.shape.length);
+      const { values, shape } = parsed;
       checkShape(shape, spec.shape, values.length);
-      shapeInput.value = shape.join(", ");
+      if (parsed.disagrees) checkNesting(shape, dims);
       error.hidden = true;
       editor.removeAttribute("aria-invalid");
       return { name: spec.name, shape, datatype: spec.datatype, data: values };
@@ -150,7 +151,7 @@ async function submit(event) {
       return;
     }
     const result = await response.json();
-    showResult(result, performance.now() - started, response.status);
+    showResult(result, performance.now() - started, response.status, metadataFor(version).outputs);
   } catch (problem) {
     showError(`Request failed: ${problem.message}`, performance.now() - started);
   } finally {
