@@ -314,7 +314,8 @@ class DataPlane:
         that read a body after that: a request whose upload began before a graceful stop was
         accepted and is served; one without it counts as arriving now.
         """
-        if self._state.refuses(arrived):
+        state = self._state
+        if state.draining and state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         if request.shared_memory:  # tensors in registered regions: read, run (here), write
             return await self.shared_memory.infer(
@@ -324,7 +325,7 @@ class DataPlane:
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
             return await self._pipelines.infer(entry, version, request, deadline, arrived)
-        plan, state = entry.plan, self._state
+        plan = entry.plan
         stats = self.statistics.of(plan.name, version.version)
         version.enter()
         try:
