@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from asyncio import CancelledError, current_task
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,7 +42,7 @@ from servekit.errors import ResourceExhausted
 from servekit.request_id import adopt_body_id
 from servekit.rest import compression, large
 from servekit.rest.access import client_of, group_opt
-from servekit.rest.leaving import unless_client_leaves
+from servekit.rest.leaving import WAITING, ClientLeft, client_left
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
@@ -172,8 +173,17 @@ async def answer(
             infer_request = v2_binary.decode_request(body, header_length, model, version)
     if infer_request.id:  # the V2 ``id`` names the request when no X-Request-ID did
         adopt_body_id(infer_request.id)
-    # A client that leaves while the request waits drops it (ClientLeft: nobody is answered).
-    response = await unless_client_leaves(scope, dataplane.infer(infer_request, arrived=arrived))
+    # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
+    # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
+    scope[WAITING] = task = current_task()  # type: ignore[literal-required]
+    try:
+        response = await dataplane.infer(infer_request, arrived=arrived)
+    except CancelledError:
+        if client_left(scope, task):
+            raise ClientLeft from None
+        raise
+    finally:
+        scope[WAITING] = None  # type: ignore[literal-required]
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)
