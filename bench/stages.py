@@ -12,9 +12,9 @@ Two parts, both in instructions (work done, so the shared machine's load does no
    httptools, uvicorn's cycle); servekit minus it is what servekit adds.
 2. **Stages in one process**: the stages of a request (routing, body read, decode, validation,
    executor hand-off, model call, encode) each run ``--loops`` times in a loop inside one
-   Python process under callgrind, the counter zeroed and dumped around each loop (the process
-   asks ``callgrind_control`` itself; the constant cost of that is measured by an empty loop
-   and taken off). Stage figures are lower bounds of what the same code costs in the server
+   Python process under callgrind, the counter zeroed and dumped around each loop (Valgrind client
+   requests from a tiny C helper built at run time; the loop's own constant cost is measured
+   by an empty loop and taken off). Stage figures are lower bounds of what the same code costs in the server
    (they repeat one request, so every cache is warm); their sum and the whole in-process app
    tell how much is glue.
 
@@ -192,6 +192,7 @@ async def _child(loops: int, out_prefix: str) -> None:
     from servekit.server import ServeKit
 
     with tempfile.TemporaryDirectory() as tmp:
+        marks = _marks(Path(tmp))
         workload = make_workload(Path(tmp))
         kit = ServeKit(load_plan(str(workload.config)))
         await kit.control.start()
@@ -244,32 +245,42 @@ async def _child(loops: int, out_prefix: str) -> None:
                     result = fn()
                     if asyncio.iscoroutine(result):
                         await result
-                _self_control("-z")
+                marks.stages_zero()
                 for _ in range(loops):
                     result = fn()
                     if asyncio.iscoroutine(result):
                         await result
-                _self_control(f"--dump={index:02d} {name}")
+                marks.stages_dump(f"{index:02d} {name}".encode())
         finally:
             await kit.control.close()
     print(f"{out_prefix} done", flush=True)
 
 
-def _self_control(arg: str) -> None:
-    prefix = os.environ["STAGES_VGDB_PREFIX"]
-    done = subprocess.run(["callgrind_control", prefix, arg, str(os.getpid())],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"callgrind_control failed: {done.stdout}{done.stderr}")
+_MARKS_C = r"""
+#include <valgrind/callgrind.h>
+void stages_zero(void) { CALLGRIND_ZERO_STATS; }
+void stages_dump(const char *name) { CALLGRIND_DUMP_STATS_AT(name); }
+"""
+"""Valgrind client requests (valgrind/callgrind.h): the process zeroes and dumps its own
+counter at once, with no ``callgrind_control`` round trip."""
+
+
+def _marks(directory: Path) -> Any:
+    import ctypes
+
+    source = directory / "marks.c"
+    library = directory / "marks.so"
+    if not library.exists():
+        source.write_text(_MARKS_C)
+        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(library), str(source)],
+                       check=True)  # fmt: skip
+    return ctypes.CDLL(str(library))
 
 
 def in_process(tree: Path, loops: int, tmp: Path) -> list[tuple[str, float]]:
     out_file = tmp / "callgrind.stages.out"
-    prefix = f"--vgdb-prefix={tmp / 'stages'}-vgdb"
-    env = dict(os.environ, PYTHONPATH=str((tree / "app").resolve()), PYTHONMALLOC="malloc",
-               STAGES_VGDB_PREFIX=prefix)  # fmt: skip
-    argv = ["valgrind", "--tool=callgrind", "--vgdb=yes", prefix,
-            f"--callgrind-out-file={out_file}", sys.executable, str(Path(__file__).resolve()),
+    env = dict(os.environ, PYTHONPATH=str((tree / "app").resolve()), PYTHONMALLOC="malloc")
+    argv = ["valgrind", "--tool=callgrind", "--vgdb=no", f"--callgrind-out-file={out_file}", sys.executable, str(Path(__file__).resolve()),
             "--child", "--loops", str(loops)]  # fmt: skip
     done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:
