@@ -12,11 +12,11 @@ Two parts, both in instructions (work done, so the shared machine's load does no
    httptools, uvicorn's cycle); servekit minus it is what servekit adds.
 2. **Stages in one process**: the stages of a request (routing, body read, decode, validation,
    executor hand-off, model call, encode) each run ``--loops`` times in a loop inside one
-   Python process under callgrind, the counter zeroed and dumped around each loop (Valgrind client
-   requests from a tiny C helper built at run time; the loop's own constant cost is measured
-   by an empty loop and taken off). Stage figures are lower bounds of what the same code costs in the server
-   (they repeat one request, so every cache is warm); their sum and the whole in-process app
-   tell how much is glue.
+   Python process under callgrind, the counter zeroed and dumped around each loop (Valgrind
+   client requests from a tiny C helper built at run time; the loop's own constant cost is
+   measured by an empty loop and taken off). Stage figures are lower bounds of what the same
+   code costs in the server (they repeat one request, so every cache is warm); their sum and
+   the whole in-process app tell how much is glue.
 
 Prints tables in the Markdown of docs/performance.md ("REST hot path: per-stage cost").
 """
@@ -280,7 +280,8 @@ def _marks(directory: Path) -> Any:
 def in_process(tree: Path, loops: int, tmp: Path) -> list[tuple[str, float]]:
     out_file = tmp / "callgrind.stages.out"
     env = dict(os.environ, PYTHONPATH=str((tree / "app").resolve()), PYTHONMALLOC="malloc")
-    argv = ["valgrind", "--tool=callgrind", "--vgdb=no", f"--callgrind-out-file={out_file}", sys.executable, str(Path(__file__).resolve()),
+    argv = ["valgrind", "--tool=callgrind", "--vgdb=no", f"--callgrind-out-file={out_file}",
+            sys.executable, str(Path(__file__).resolve()),
             "--child", "--loops", str(loops)]  # fmt: skip
     done = subprocess.run(argv, cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode != 0:

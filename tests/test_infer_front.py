@@ -169,6 +169,6 @@ def test_flat_floats_decode_as_the_general_way_does(datatype: str, data: list[An
         np.testing.assert_array_equal(fast, general)
 
 
-class _general(list[Any]):  # noqa: N801 (reads as the call it stands for)
+class _general(list[Any]):
     """The same values in a list subclass: ``type(data) is list`` is false, so the shortcut is
     skipped and the general way runs."""

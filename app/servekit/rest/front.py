@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from litestar import Litestar
-from litestar.types import Receive, Send
+from litestar.handlers import HTTPRouteHandler
 from litestar.utils.path import normalize_path
 
 from servekit.rest.infer import PENDING, FastPath, answer, serve_infer
@@ -48,12 +48,12 @@ class InferenceApp(Litestar):
         super().__init__(*args, **kwargs)
         self._routes: dict[str, _Route | None] = {}
 
-    async def __call__(self, scope: Any, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope["root_path"]:
             path = scope["path"]
             routes = self._routes
-            route = routes.get(path, False)
-            if route is False:
+            route = routes.get(path)
+            if route is None and path not in routes:
                 route = self._route(routes, path)
             if route is not None:
                 scope["path_params"], limit, scope["path"] = route
@@ -75,7 +75,7 @@ class InferenceApp(Litestar):
             app, handler, _, params, _ = self.asgi_router.handle_routing(normalized, "POST")
         except Exception:  # 404, 405: Litestar says so
             app = None
-        if app is serve_infer:
+        if app is serve_infer and isinstance(handler, HTTPRouteHandler):
             route = (params, handler.resolve_request_max_body_size() or math.inf, normalized)
         routes[path] = route
         return route

@@ -166,6 +166,7 @@ async def answer(
             infer_request = await large.decode_json(body, model, version)
     else:
         header_length = v2_binary.parse_header_length(raw_length, len(body))
+        assert header_length is not None  # (a header was given)
         if header_length == 0:
             signature = dataplane.signature_of(model, version)
             infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
@@ -283,7 +284,7 @@ async def _read_chunks(
     """The body's chunks joined (``first``: a message already received, or None)."""
     chunks: list[bytes] = []
     received = 0
-    message = first if first is not None else await receive()
+    message: Any = first if first is not None else await receive()
     while True:
         if message["type"] == "http.request":
             chunk = message.get("body", b"")
