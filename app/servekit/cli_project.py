@@ -24,6 +24,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     build.add_argument("folder", nargs="?", default=".", help="the project folder (its serve.yaml)")
     build.add_argument("--tag", "-t", help="image tag (default: the folder's name)")
     build.add_argument("--base", help="servekit's image to build on (default: servekit:VERSION)")
+    build.add_argument(
+        "--include-models",
+        action="store_true",
+        help="fetch serve.yaml's remote models (s3://, gs://, az://, https://) now and bake "
+        "them into the image (default: the container fetches them when it starts)",
+    )
     requirements = sub.add_parser(
         "requirements",
         help="print CONFIG's server.requirements, one per line (what a project image installs)",
@@ -80,7 +86,7 @@ def _build(args: argparse.Namespace) -> int:
 
     try:
         kwargs = {"base": args.base} if args.base else {}
-        built = building.build(args.folder, args.tag, **kwargs)
+        built = building.build(args.folder, args.tag, include_models=args.include_models, **kwargs)
     except building.BuildError as exc:
         print(f"servekit: {exc}", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ of this folder are the services' own business. No transport framework is importe
 
 from __future__ import annotations
 
+from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.models.storage import FILE_PREFIX
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.python_check import python_problems
@@ -22,9 +23,15 @@ from servekit.services.execution.batching import QUEUE_DRAINED as DISPATCH_QUEUE
 from servekit.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from servekit.services.metrics import make_registry
 from servekit.services.metrics import render as render_metrics
-from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from servekit.services.model_config import (
+    ModelConfiguration,
+    SequenceBatchingConfig,
+    TensorConfig,
+    VersionPolicyConfig,
+)
 from servekit.services.model_control import ModelControl
 from servekit.services.model_stats import DurationStat, VersionStatistics
+from servekit.services.sequences import SequenceCounts
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
 from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
@@ -51,6 +58,7 @@ __all__ = [
     "QUEUE_BUCKETS_S",
     "READY",
     "STATES",
+    "TABULAR_IMPLEMENTATIONS",
     "UNAVAILABLE",
     "UNLOADING",
     "DataPlane",
@@ -62,6 +70,8 @@ __all__ = [
     "ModelConfiguration",
     "ModelControl",
     "ModelView",
+    "SequenceBatchingConfig",
+    "SequenceCounts",
     "ServerMetadata",
     "ServerState",
     "TensorConfig",

@@ -6,6 +6,7 @@ import {
   checkShape, concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
   random, zeros,
 } from "./tensors.js";
+import { readTable, tableInputs } from "./tryit-table.js";
 import { showError, showResult, showSnippets } from "./tryit-view.js";
 
 const FILLS = { example, random, zeros };
@@ -78,7 +79,8 @@ function inputField(spec, index) {
 
 function build(version) {
   const meta = metadataFor(version);
-  document.getElementById("try-inputs").replaceChildren(...meta.inputs.map(inputField));
+  const table = tableInputs(model, meta); // a tabular model: one table (tryit-table.js)
+  document.getElementById("try-inputs").replaceChildren(...(table ? [table] : meta.inputs.map(inputField)));
   document.getElementById("try-outputs").replaceChildren(...meta.outputs.map((spec) =>
     el("label", {}, el("input", { type: "checkbox", name: "output", value: spec.name, checked: true }),
       spec.name)));
@@ -87,8 +89,9 @@ function build(version) {
 /** Read the form into a V2 JSON request; field errors are shown next to their field. */
 function collect() {
   const meta = metadataFor(form.version.value);
+  const table = readTable(form, model, meta); // null unless the form shows a table
   let ok = true;
-  const inputs = meta.inputs.map((spec) => {
+  const inputs = table ? table.inputs : meta.inputs.map((spec) => {
     const field = form.querySelector(`[data-input="${CSS.escape(spec.name)}"]`);
     const error = field.querySelector(".field-error");
     const editor = field.querySelector("textarea");
@@ -112,7 +115,7 @@ function collect() {
   const chosen = [...form.querySelectorAll("input[name=output]:checked")].map((c) => c.value);
   if (!chosen.length) throw new Error("choose at least one output");
   if (!ok) throw new Error("fix the highlighted input");
-  const request = { inputs };
+  const request = table ? { ...table } : { inputs };
   if (chosen.length < meta.outputs.length) request.outputs = chosen.map((name) => ({ name }));
   return request;
 }
