@@ -66,8 +66,18 @@ TOLERANCE = 0.05
 """How much a body's count may grow over the baseline before ``--check`` fails."""
 CHECK_REQUESTS = 300
 CHECK_WARMUP = 200
-LIBRARIES = ("litestar", "uvicorn", "httptools", "uvloop", "orjson", "msgspec", "numpy",
-             "onnxruntime", "grpcio", "protobuf")  # fmt: skip
+LIBRARIES = (
+    "litestar",
+    "uvicorn",
+    "httptools",
+    "uvloop",
+    "orjson",
+    "msgspec",
+    "numpy",
+    "onnxruntime",
+    "grpcio",
+    "protobuf",
+)
 """The libraries on the measured path whose versions the baseline records."""
 INLINE_BOUND_US = 10_000_000
 """server.inlineBelowMicroseconds for the measured server: every call runs on the loop once
@@ -77,9 +87,16 @@ learnt (see the module docstring)."""
 Sender = Callable[[int], None]
 
 
-def count(tree: Path, config: Path, bodies: dict[str, tuple[bytes, int | None] | None],
-          requests: int, warmup: int, out_dir: Path, name: str,
-          windows: int = 1) -> dict[str, float]:  # fmt: skip
+def count(
+    tree: Path,
+    config: Path,
+    bodies: dict[str, tuple[bytes, int | None] | None],
+    requests: int,
+    warmup: int,
+    out_dir: Path,
+    name: str,
+    windows: int = 1,
+) -> dict[str, float]:
     """Instructions per request of each body (None: gRPC) on one server of one checkout."""
     # Since the move to app/servekit/, the source root is app/ (no symlink at the top).
     root = tree / "app" if (tree / "app" / "servekit").is_dir() else tree
@@ -89,16 +106,31 @@ def count(tree: Path, config: Path, bodies: dict[str, tuple[bytes, int | None] |
     # A checkout from before the package was called servekit (issue 16) serves as `app`.
     package = "servekit" if (root / "servekit").exists() else "app"
     grpc = any(body is None for body in bodies.values())
-    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--vgdb=yes", prefix,
-            f"--callgrind-out-file={out_file}", sys.executable, str(HERE / "gc_steady.py"),
-            package, "serve",
-            str(config), "--http-port", "0", "--host", "127.0.0.1",
-            "--log-level", "warning"]  # fmt: skip
+    argv = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--vgdb=yes",
+        prefix,
+        f"--callgrind-out-file={out_file}",
+        sys.executable,
+        str(HERE / "gc_steady.py"),
+        package,
+        "serve",
+        str(config),
+        "--http-port",
+        "0",
+        "--host",
+        "127.0.0.1",
+        "--log-level",
+        "warning",
+    ]
     argv += ["--grpc-port", "0"] if grpc else ["--no-grpc"]
     log_path = out_dir / f"{name}.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen(argv, cwd=tree, env=env, stderr=log_file, stdout=log_file,
-                                stdin=subprocess.PIPE)  # fmt: skip
+        proc = subprocess.Popen(
+            argv, cwd=tree, env=env, stderr=log_file, stdout=log_file, stdin=subprocess.PIPE
+        )
     results: dict[str, float] = {}
     try:
         port = _wait_port(proc, log_path)
@@ -116,8 +148,9 @@ def count(tree: Path, config: Path, bodies: dict[str, tuple[bytes, int | None] |
                 index += 1
                 value = _dump_total(out_file, index) / requests
                 if windows > 1:
-                    print(f"{name:>10}  {label:<12} window {window + 1}: {value:>12,.0f}",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"{name:>10}  {label:<12} window {window + 1}: {value:>12,.0f}", flush=True
+                    )
                 results[label] = value
     finally:
         proc.terminate()
@@ -158,19 +191,26 @@ def _dump_total(out_file: Path, index: int) -> int:
 
 def _control(prefix: str, pid: int, *command: str) -> None:
     """Tell the server's callgrind what to do (vgdb reaches it while the server waits)."""
-    done = subprocess.run(["callgrind_control", prefix, *command, str(pid)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        ["callgrind_control", prefix, *command, str(pid)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if done.returncode != 0 or "OK" not in done.stdout:
-        raise RuntimeError(f"callgrind_control {' '.join(command)} failed: {done.stdout}"
-                           f"{done.stderr}")  # fmt: skip
+        raise RuntimeError(
+            f"callgrind_control {' '.join(command)} failed: {done.stdout}{done.stderr}"
+        )
 
 
 def _http_sender(port: int, body: bytes, header_length: int | None) -> Sender:
     """Sends ``n`` requests in turn on one keep-alive connection."""
     headers = {"Content-Type": "application/json"}
     if header_length is not None:
-        headers = {"Content-Type": "application/octet-stream",
-                   "Inference-Header-Content-Length": str(header_length)}  # fmt: skip
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Inference-Header-Content-Length": str(header_length),
+        }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
     def send(n: int) -> None:
@@ -216,8 +256,14 @@ def _wait_port(proc: subprocess.Popen[bytes], log_path: Path) -> int:
     raise RuntimeError("server did not listen within 300 s")
 
 
-def measure(trees: dict[str, Path], labels: list[str], requests: int, warmup: int,
-            windows: int = 1, keep: Path | None = None) -> dict[str, dict[str, float]]:  # fmt: skip
+def measure(
+    trees: dict[str, Path],
+    labels: list[str],
+    requests: int,
+    warmup: int,
+    windows: int = 1,
+    keep: Path | None = None,
+) -> dict[str, dict[str, float]]:
     """tree name -> body -> instructions per request (of the last of ``windows``); ``keep``:
     a folder for the callgrind dumps (``callgrind_annotate``), else they are deleted."""
     with tempfile.TemporaryDirectory(prefix="servekit-instr-") as scratch:
@@ -238,8 +284,7 @@ def measure(trees: dict[str, Path], labels: list[str], requests: int, warmup: in
                 bodies[label] = (path.read_bytes(), header_length)
         results = {}
         for name, tree in trees.items():
-            results[name] = count(tree, config, bodies, requests, warmup, Path(tmp), name,
-                                  windows)  # fmt: skip
+            results[name] = count(tree, config, bodies, requests, warmup, Path(tmp), name, windows)
             for label, value in results[name].items():
                 print(f"{name:>10}  {label:<12} {value:>12,.0f} instructions/request", flush=True)
         return results
@@ -257,10 +302,20 @@ def environment() -> dict[str, str]:
 
 
 def _commit() -> str:
-    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return head + ("+changes" if dirty else "")
 
 
@@ -284,10 +339,16 @@ def check(requests: int | None, warmup: int | None) -> int:
     """0 when no body's count grew by more than TOLERANCE over the baseline, else 1."""
     baseline = json.loads(BASELINE.read_text())
     expected: dict[str, int] = baseline["instructions_per_request"]
-    counts = measure({"this": ROOT}, list(expected), requests or baseline["requests"],
-                     baseline["warmup"] if warmup is None else warmup)["this"]  # fmt: skip
-    print(f"\nagainst {BASELINE.relative_to(ROOT)} (measured on {baseline['commit']}), "
-          f"tolerance +{TOLERANCE:.0%}:")  # fmt: skip
+    counts = measure(
+        {"this": ROOT},
+        list(expected),
+        requests or baseline["requests"],
+        baseline["warmup"] if warmup is None else warmup,
+    )["this"]
+    print(
+        f"\nagainst {BASELINE.relative_to(ROOT)} (measured on {baseline['commit']}), "
+        f"tolerance +{TOLERANCE:.0%}:"
+    )
     failed = []
     for label, before in expected.items():
         ratio = counts[label] / before
@@ -298,16 +359,23 @@ def check(requests: int | None, warmup: int | None) -> int:
         elif ratio < 1 - TOLERANCE:
             verdict = "OK (cheaper: refresh the baseline to keep the gain)"
         print(f"  {label:<12} {before:>10,} -> {counts[label]:>10,.0f}  {ratio:.3f}x  {verdict}")
-    differ = {k: (v, environment().get(k)) for k, v in baseline["environment"].items()
-              if environment().get(k) != v}  # fmt: skip
+    differ = {
+        k: (v, environment().get(k))
+        for k, v in baseline["environment"].items()
+        if environment().get(k) != v
+    }
     if differ:
-        print("  note: measured with other versions than the baseline's (baseline -> here): "
-              + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in differ.items()))
+        print(
+            "  note: measured with other versions than the baseline's (baseline -> here): "
+            + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in differ.items())
+        )
     if failed:
-        print(f"\nFAILED: {', '.join(failed)} cost more than {TOLERANCE:.0%} over the baseline. "
-              "Find the cause with `python bench/instructions.py base=<worktree of "
-              f"{baseline['commit'].split('+')[0]}> new=.`; if the cost is meant, refresh the "
-              "baseline: `python bench/instructions.py --write-baseline` (docs/development.md).")  # fmt: skip
+        print(
+            f"\nFAILED: {', '.join(failed)} cost more than {TOLERANCE:.0%} over the baseline. "
+            "Find the cause with `python bench/instructions.py base=<worktree of "
+            f"{baseline['commit'].split('+')[0]}> new=.`; if the cost is meant, refresh the "
+            "baseline: `python bench/instructions.py --write-baseline` (docs/development.md)."
+        )
         return 1
     return 0
 
@@ -315,22 +383,41 @@ def check(requests: int | None, warmup: int | None) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trees", nargs="*", help="NAME=PATH of a servekit checkout")
-    parser.add_argument("--body", action="append", choices=["REST JSON", "REST binary",
-                        "REST raw binary", "gRPC"],
-                        help="what to send (repeatable); default REST JSON, REST binary, gRPC")  # fmt: skip
-    parser.add_argument("--requests", type=int, help=f"counted requests (default "
-                        f"{CHECK_REQUESTS}, --check: the baseline's)")  # fmt: skip
-    parser.add_argument("--warmup", type=int, help=f"requests before counting (default "
-                        f"{CHECK_WARMUP}, --check: the baseline's)")  # fmt: skip
-    parser.add_argument("--windows", type=int, default=1,
-                        help="counted windows per body, one after the other (spread)")  # fmt: skip
+    parser.add_argument(
+        "--body",
+        action="append",
+        choices=["REST JSON", "REST binary", "REST raw binary", "gRPC"],
+        help="what to send (repeatable); default REST JSON, REST binary, gRPC",
+    )
+    parser.add_argument(
+        "--requests",
+        type=int,
+        help=f"counted requests (default {CHECK_REQUESTS}, --check: the baseline's)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        help=f"requests before counting (default {CHECK_WARMUP}, --check: the baseline's)",
+    )
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=1,
+        help="counted windows per body, one after the other (spread)",
+    )
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps in this folder")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true",
-                      help=f"this checkout against {BASELINE.name}; exit 1 on growth > "
-                      f"{TOLERANCE:.0%}")  # fmt: skip
-    mode.add_argument("--write-baseline", action="store_true",
-                      help=f"measure this checkout and write {BASELINE.name}")  # fmt: skip
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help=f"this checkout against {BASELINE.name}; exit 1 on growth over "
+        f"{TOLERANCE * 100:.0f} percent",
+    )
+    mode.add_argument(
+        "--write-baseline",
+        action="store_true",
+        help=f"measure this checkout and write {BASELINE.name}",
+    )
     args = parser.parse_args()
     if args.check:
         return check(args.requests, args.warmup)
@@ -347,8 +434,10 @@ def main() -> int:
     print()
     for label in labels:
         first = results[first_name][label]
-        print(f"{label:<12} " + "  ".join(f"{name} {values[label] / first:.3f}x"
-                                          for name, values in results.items()))  # fmt: skip
+        print(
+            f"{label:<12} "
+            + "  ".join(f"{name} {values[label] / first:.3f}x" for name, values in results.items())
+        )
     return 0
 
 
