@@ -100,7 +100,10 @@ def count(
     """Instructions per request of each body (None: gRPC) on one server of one checkout."""
     # Since the move to app/servekit/, the source root is app/ (no symlink at the top).
     root = tree / "app" if (tree / "app" / "servekit").is_dir() else tree
-    env = dict(os.environ, PYTHONPATH=str(root.resolve()), PYTHONMALLOC="malloc")
+    # PYTHONHASHSEED: str hashes (dict and set layouts, so probe lengths) alike in every run.
+    env = dict(
+        os.environ, PYTHONPATH=str(root.resolve()), PYTHONMALLOC="malloc", PYTHONHASHSEED="0"
+    )
     out_file = out_dir / f"callgrind.{name}.out"
     prefix = f"--vgdb-prefix={out_dir / name}-vgdb"
     # A checkout from before the package was called servekit (issue 16) serves as `app`.
