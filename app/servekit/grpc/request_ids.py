@@ -25,10 +25,8 @@ from servekit.request_id import (
     ACCESS,
     CURRENT,
     HEADER,
-    PREFIX,
     RequestInfo,
     accepted,
-    counter,
     new_id,
     record_access,
 )
@@ -77,30 +75,10 @@ def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
 
 
 def _unary(behaviour: Any) -> Any:
-    """The wrapper of every unary call when the access log is off: the hot path of gRPC
-    inference, so :func:`_info`'s work is written out here without its calls (a made ID is
-    the common case: no metadata key matches and the V2 ``id`` is empty). It cost 4.7% of a
-    tiny ModelInfer's instructions as first written (bench/instructions.py)."""
-    new = object.__new__
-    prefix = PREFIX
-    next_number = counter.__next__
-    set_current = CURRENT.set
-    trailing = HEADER
-
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        for key, _ in context.invocation_metadata() or ():
-            if key == trailing:
-                info = _info(context, request)
-                break
-        else:
-            body_id = getattr(request, "id", None)
-            if body_id:
-                info = _info(context, request)
-            else:
-                info = new(RequestInfo)  # as the HTTP edge: no __init__ frame
-                info.id = prefix + str(next_number())
-        context.set_trailing_metadata(((trailing, info.id),))  # kept by abort(): errors carry it
-        set_current(info)  # this call's own task
+        info = _info(context, request)
+        context.set_trailing_metadata(((HEADER, info.id),))  # kept by abort(): errors carry it
+        CURRENT.set(info)  # this call's own task
         return await behaviour(request, context)
 
     return unary
