@@ -4,7 +4,6 @@ sent as MLServer's clients send a DataFrame; the answers shown are the estimator
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,9 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
+from needs import missing
 
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not CHROMIUM.exists():
+    missing(f"Chromium at {CHROMIUM}", "apt-get install chromium chromium-driver", module=True)
 
 from playwright.sync_api import Page, expect
 from servers import ServerProcess, start_server
