@@ -40,6 +40,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))  # onnx_builders
 
 import grpc_load  # noqa: E402
+import procs  # noqa: E402
 import run as rest  # noqa: E402
 from onnx_builders import mlp  # noqa: E402
 from procs import Server  # noqa: E402
@@ -124,14 +125,16 @@ def measure_count(
                        f"inference-header-content-length: {header_length}"]  # fmt: skip
     h2load_count(url, body, headers, 500, args.connections, cpus)  # warm-up, not counted
     ok_before, fail_before = counts(http_url, model)
-    cpu_before = server.cpu_seconds()
+    cpu_before, top_before = server.cpu_seconds(), procs.cpu_seconds_of(server.proc.pid)
     succeeded = h2load_count(url, body, headers, args.requests, args.connections, cpus)
     cpu = server.cpu_seconds() - cpu_before
+    top = procs.cpu_seconds_of(server.proc.pid) - top_before
     ok_after, fail_after = counts(http_url, model)
     served = ok_after - ok_before
     if fail_after != fail_before or served < succeeded:
         raise SystemExit(f"{workload}: failures or uncounted requests")
-    return {"rps": 0.0, "cpu_us_per_request": cpu * 1e6 / max(1, served), "served": served}
+    return {"rps": 0.0, "cpu_us_per_request": cpu * 1e6 / max(1, served), "served": served,
+            "top_us_per_request": top * 1e6 / max(1, served)}  # fmt: skip
 
 
 def measure(
@@ -191,8 +194,12 @@ def main(argv: list[str] | None = None) -> int:
                     cell = how(server, http_url, target[1], name, spec, args, cpus)
                     results[workers][name] = cell
                     rate = f"{cell['rps']:10,.0f} req/s" if not args.requests else ""
-                    print(f"workers={workers} {name:20} {rate} server CPU "
-                          f"{cell['cpu_us_per_request']:7.1f} us/req", flush=True)  # fmt: skip
+                    top = cell.get("top_us_per_request")
+                    # the supervisor's part (with one worker, the server itself: all of it)
+                    part = f" (top process {top:.1f})" if top is not None and workers > 1 else ""
+                    cpu = cell["cpu_us_per_request"]
+                    print(f"workers={workers} {name:20} {rate} server CPU {cpu:7.1f} us/req{part}",
+                          flush=True)  # fmt: skip
             finally:
                 server.stop()
     if 1 in results and len(results) > 1:
