@@ -207,11 +207,17 @@ def json_data_to_array(
         and count
         and _ONLY_FLOATS.issuperset(map(type, data))
     ):
-        wide = np.array(data, dtype=np.float64)
-        if -largest <= _MIN(wide) and _MAX(wide) <= largest:
-            if datatype.name != "FP64":
-                wide = wide.astype(datatype.dtype)
-            return wide.reshape(shape)
+        if count <= _SMALL:  # Python's own min and max: a numpy reduction costs far more
+            total = sum(data)  # NaN or an infinity anywhere makes it NaN or infinite
+            if total - total == 0.0 and -largest <= min(data) and max(data) <= largest:
+                # each value rounded once, as the cast from float64 would round it
+                return np.array(data, dtype=datatype.dtype).reshape(shape)
+        else:
+            wide = np.array(data, dtype=np.float64)
+            if -largest <= _MIN(wide) and _MAX(wide) <= largest:
+                if datatype.name != "FP64":
+                    wide = wide.astype(datatype.dtype)
+                return wide.reshape(shape)
     if not isinstance(data, list):
         data = [data]
     if datatype.is_bytes:
@@ -250,6 +256,10 @@ _FLOAT_LARGEST = {
 }
 """The largest finite value of each float datatype (a larger one is refused, not made inf)."""
 _ONLY_FLOATS = frozenset({float})
+_SMALL = 256
+"""Up to this many values, a tensor's range and finiteness are checked on Python floats (a
+few hundred instructions) rather than by numpy reductions (thousands each, whatever the
+size); above it, numpy's loops win."""
 _MIN = np.minimum.reduce
 _MAX = np.maximum.reduce
 _ALL = np.logical_and.reduce
@@ -333,7 +343,7 @@ def _flatten(data: list[Any], into: list[Any], depth: int = 0) -> None:
 def output_json_data(tensor: Tensor) -> Any:
     """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
     flat = tensor.data.reshape(-1)
-    if flat.dtype.kind == "f" and not _ALL(np.isfinite(flat)):
+    if flat.dtype.kind == "f" and not _finite(flat):
         return [x if math.isfinite(x) else _non_finite_name(x) for x in flat.tolist()]
     if tensor.datatype != "BYTES":
         return np.ascontiguousarray(flat)
@@ -344,6 +354,15 @@ def output_json_data(tensor: Tensor) -> Any:
             f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON; "
             "request it with the binary_data parameter"
         ) from None
+
+
+def _finite(flat: np.ndarray) -> bool:
+    """Whether every value of a flat float array is finite."""
+    if flat.size <= _SMALL:
+        total = sum(flat.tolist())  # finite: so is every value (else NaN or an infinity)
+        if total - total == 0.0:
+            return True
+    return bool(_ALL(np.isfinite(flat)))  # (a large sum can overflow: the exact answer)
 
 
 def _non_finite_name(value: float) -> str:
