@@ -18,6 +18,7 @@ import orjson
 
 from servekit.codecs.raw import check_shape, datatype_of
 from servekit.datatypes import (
+    DATATYPES,
     DataType,
     element_count,
     narrow_floats,
@@ -145,11 +146,15 @@ def _decode_input(
     name = item.get("name")
     if not isinstance(name, str):
         raise InvalidArgument("each input needs a string 'name'")
-    datatype = datatype_of(name, item.get("datatype"))
+    raw_type = item.get("datatype")
+    datatype = DATATYPES.get(raw_type) if type(raw_type) is str else None  # type: ignore[arg-type]
+    if datatype is None:
+        datatype = datatype_of(name, raw_type)  # says what is wrong
     if "shape" not in item:
         raise InvalidArgument(f"input {name!r}: missing 'shape'")
     shape = check_shape(name, item["shape"])
-    parameters = _parameters(f"input {name!r}", item.get("parameters"))
+    raw_parameters = item.get("parameters")
+    parameters = {} if raw_parameters is None else _parameters(f"input {name!r}", raw_parameters)
     size = parameters.get("binary_data_size")
     if size is not None:
         if binary is None:
@@ -342,7 +347,7 @@ def _flatten(data: list[Any], into: list[Any], depth: int = 0) -> None:
 
 def output_json_data(tensor: Tensor) -> Any:
     """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
-    flat = tensor.data.reshape(-1)
+    flat = tensor.data.ravel()
     if flat.dtype.kind == "f" and not _finite(flat):
         return [x if math.isfinite(x) else _non_finite_name(x) for x in flat.tolist()]
     if tensor.datatype != "BYTES":

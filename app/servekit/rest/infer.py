@@ -144,8 +144,13 @@ async def answer(
     if raw_length is None and fast.json_limit < limit:
         limit, json_limited = fast.json_limit, True
     announced = -1
-    if content_length is not None:
-        announced = _announced(content_length, limit, json_limited)
+    if content_length is not None:  # _announced, inlined
+        try:
+            announced = int(content_length)
+        except ValueError:
+            announced = _announced(content_length, limit, json_limited)  # raises, says why
+        if announced > limit:
+            raise _too_large(limit, json_limited)
     if names is None and announced < large.OFF_LOOP_BYTES:
         message = await receive()
         if message["type"] == "http.request" and not message.get("more_body", False):
