@@ -147,7 +147,7 @@ def _decode_input(
     if not isinstance(name, str):
         raise InvalidArgument("each input needs a string 'name'")
     raw_type = item.get("datatype")
-    datatype = DATATYPES.get(raw_type) if type(raw_type) is str else None  # type: ignore[arg-type]
+    datatype = DATATYPES.get(raw_type) if type(raw_type) is str else None
     if datatype is None:
         datatype = datatype_of(name, raw_type)  # says what is wrong
     if "shape" not in item:

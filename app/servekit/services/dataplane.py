@@ -354,9 +354,7 @@ class DataPlane:
             if prepared is not None and prepared.signature is signature:
                 checked = prepared.check(request)  # the common request; None: the general way
             if checked is None:
-                feed, wanted, classes, rows = check_request(
-                    request, signature, plan.max_batch_size
-                )
+                feed, wanted, classes, rows = check_request(request, signature, plan.max_batch_size)
                 names = [s.name for s in wanted]
             else:
                 feed, wanted, classes, rows, names = checked
