@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 from contextvars import ContextVar
-from typing import Literal
+from typing import Any, Literal
 
 HEADER = "x-request-id"
 """The HTTP header (any case) and the gRPC metadata key (lower case, as gRPC requires)."""
@@ -50,6 +50,8 @@ class RequestInfo:
     version: str | None = None
     headers: list[tuple[bytes, bytes]] | None = None
     """The HTTP response's header list that carries the ID (rewritten by :meth:`adopt`)."""
+    span: Any = None
+    """The request's OpenTelemetry span when tracing is on (app/servekit/tracing.py)."""
 
     def __init__(self, request_id: str, sent: bool) -> None:
         self.id = request_id

@@ -36,6 +36,7 @@ from litestar.types import (
     Send,
 )
 
+from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
@@ -51,6 +52,7 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services import DataPlane
+from servekit.tracing import TRACING
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -100,6 +102,7 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
     json_limit = fast.json_limit if raw_length is None else None
     body = await read_body(scope, receive, json_limit, encoding)
+    traced = tracing.now() if TRACING.on else 0  # tracing: the decode span (else 0: no hook)
     header_length = v2_binary.parse_header_length(raw_length, len(body))
     if header_length is None:
         if len(body) < large.OFF_LOOP_BYTES:
@@ -113,8 +116,12 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         infer_request = v2_binary.decode_request(body, header_length, model, version)
     if infer_request.id:  # the V2 ``id`` names the request when no X-Request-ID did
         adopt_body_id(infer_request.id)
+    if traced:
+        tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered).
     response = await unless_client_leaves(scope, dataplane.infer(infer_request, arrived=arrived))
+    if traced:
+        traced = tracing.now()  # the encode span
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)
@@ -127,6 +134,8 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         coding = compression.accepted(accept)
         if coding is not None:
             content = await compression.compress_async(content, coding)
+    if traced:
+        tracing.phase("encode", traced)
     size = (_CONTENT_LENGTH, str(len(content)).encode())
     headers = [_JSON_TYPE, size]
     if json_length is not None:
