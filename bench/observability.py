@@ -112,7 +112,9 @@ class SpanSink:
         self.server.start()
 
 
-def start(folder: Path, variant: Variant, sink: SpanSink) -> tuple[subprocess.Popen[str], str, str, Path]:  # fmt: skip
+def start(
+    folder: Path, variant: Variant, sink: SpanSink
+) -> tuple[subprocess.Popen[str], str, str, Path]:
     """A server for ``variant`` (its serve.yaml written here), ready; its stderr log file."""
     config = folder / "serve.yaml"
     text = (folder / "base.yaml").read_text()
@@ -216,8 +218,8 @@ def section(cells: dict[tuple[str, str], Cell], args: argparse.Namespace, load: 
         figures = []
         for protocol in ("REST JSON", "gRPC"):
             cell = cells[(variant.name, protocol)]
-            figures += [f"{statistics.median(cell.rps):,.0f}",
-                        f"{statistics.median(cell.cpu_us):.1f}", cost(variant.name, protocol)]  # fmt: skip
+            rps, cpu_us = statistics.median(cell.rps), statistics.median(cell.cpu_us)
+            figures += [f"{rps:,.0f}", f"{cpu_us:.1f}", cost(variant.name, protocol)]
         rows.append(f"| {variant.name} | " + " | ".join(figures) + " |")
     command = (f"python bench/observability.py --duration {args.duration:g} "
                f"--repeat {args.repeat} --write docs/performance.md")  # fmt: skip
