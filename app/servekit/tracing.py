@@ -99,9 +99,15 @@ def configure(env: Mapping[str, str] = os.environ) -> bool:
 
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):  # nobody set one up: ours
-        resource = Resource.create({"service.name": "servekit", "service.version": __version__})
-        if env.get("OTEL_SERVICE_NAME"):  # Resource.create reads it too; said for clarity
-            resource = resource.merge(Resource({"service.name": env["OTEL_SERVICE_NAME"]}))
+        # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by the SDK, come first; what
+        # they leave unsaid is servekit's: the name "servekit", the version.
+        resource = Resource.create()
+        ours: dict[str, str] = {}
+        if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+            ours["service.name"] = "servekit"
+        if "service.version" not in resource.attributes:
+            ours["service.version"] = __version__
+        resource = resource.merge(Resource(ours))
         provider = TracerProvider(resource=resource)
         for exporter in _exporters(env):
             provider.add_span_processor(BatchSpanProcessor(exporter))
