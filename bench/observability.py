@@ -123,6 +123,7 @@ def start(
     )
     config.write_text(logging + text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PYTHONPATH"] = str(ROOT / "app")  # this checkout's servekit, not an installed one
     if variant.tracing:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{sink.port}"
     log_path = folder / f"server-{variant.name.replace(' ', '_')}.log"
