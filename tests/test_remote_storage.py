@@ -201,6 +201,41 @@ def test_s3_a_missing_bucket_is_unavailable_with_a_reason_and_no_secret(
         assert server.stop() == 0, server.log()
 
 
+def test_s3_a_store_stopped_mid_download_leaves_nothing_half_written_and_the_old_version(
+    tmp_path: Path, moto: Moto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gated_proxy import GatedProxy
+
+    moto.s3.create_bucket(Bucket="models")
+    moto.s3.put_object(Bucket="models", Key="mlp/1/model.onnx", Body=_model_bytes(1))
+    proxy = GatedProxy(moto.port, hold_after=1 << 40)  # nothing held until the test says
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    server = start_server(_config(tmp_path, "s3://models/mlp"), grpc=False, extra=["--watch"])
+    try:
+        first = _infer(server, "remote", 1)
+        # A large new version 2 arrives; the store goes away a third of the way through it.
+        big = onnx_builders.mlp(hidden=320_000, seed=2).SerializeToString()
+        proxy.hold_after = proxy.passed + 8 * 1024 * 1024
+        moto.s3.put_object(Bucket="models", Key="mlp/2/model.onnx", Body=big)
+        _wait(proxy.holding.is_set, 60, "the download of version 2 to be under way")
+        cache = tmp_path / "xdg-cache" / "servekit" / "models"
+        held = [p for key in cache.iterdir() if key.is_dir() for p in key.iterdir()]
+        assert any(p.name.startswith(".tmp-") for p in held)  # it was really under way
+        moto.stop()
+        proxy.cut()
+        _wait(lambda: "model remote: cannot fetch s3://models/mlp" in server.log(), 120,
+              "the cut download to fail")  # fmt: skip
+        assert _infer(server, "remote", 1) == first  # the old version serves on
+        assert not _ready(server, "/v2/models/remote/versions/2/ready")
+        left = [p for key in cache.iterdir() if key.is_dir() for p in key.iterdir()]
+        assert not [p for p in left if p.name.startswith(".tmp-")], left  # nothing half-written
+        assert _infer(server, "local", 1)
+    finally:
+        proxy.close()
+        assert server.stop() == 0, server.log()
+    assert SECRET not in server.log()
+
+
 # ---- HTTPS (a local server with a throwaway CA) -------------------------------------------------
 
 

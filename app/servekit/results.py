@@ -50,3 +50,47 @@ class LoggedError:
     source: str
     message: str
     model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadStatus:
+    """A remote model's fetch in progress (app/servekit/models/remote_progress.py), as the
+    index, the dashboard and the notebook show it. ``uri`` is the shown URI: no user info, no
+    query (a signed URL's signature), so nothing here is a secret."""
+
+    model: str
+    uri: str
+    done_bytes: int
+    total_bytes: int
+    """-1 while the remote is being listed (nothing known yet)."""
+    bytes_per_s: float
+    seconds_left: float | None
+    """None while the rate is not known yet."""
+
+    @property
+    def percent(self) -> int | None:
+        if self.total_bytes <= 0:
+            return None
+        return min(100, self.done_bytes * 100 // self.total_bytes)
+
+    def text(self) -> str:
+        """One line: ``downloading s3://b/m: 40.0 of 100.0 MB (40%), 12.3 MB/s, about 5 s
+        left`` (or ``listing s3://b/m`` before the sizes are known)."""
+        if self.total_bytes < 0:
+            return f"listing {self.uri}"
+        mb = 1024 * 1024
+        line = (
+            f"downloading {self.uri}: {self.done_bytes / mb:.1f} of {self.total_bytes / mb:.1f} "
+            f"MB ({self.percent or 0}%)"
+        )
+        if self.bytes_per_s > 0:
+            line += f", {self.bytes_per_s / mb:.1f} MB/s"
+        if self.seconds_left is not None:
+            line += f", about {self.seconds_left:.0f} s left"
+        return line
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "uri": self.uri, "done_bytes": self.done_bytes,
+                "total_bytes": self.total_bytes, "percent": self.percent,
+                "bytes_per_s": round(self.bytes_per_s, 1), "seconds_left": self.seconds_left,
+                "text": self.text()}  # fmt: skip

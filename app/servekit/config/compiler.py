@@ -36,6 +36,7 @@ from servekit.config.schema import (
     SupportedModelFormat,
     TensorOverride,
 )
+from servekit.config.sequences import SequenceBatching
 from servekit.config.tls import TlsError, TlsFiles, resolve_tls
 from servekit.config.versions import (
     VersionSource,
@@ -44,6 +45,18 @@ from servekit.config.versions import (
     select_versions,
 )
 from servekit.shown_paths import hide_paths
+
+TABULAR_FORMAT_VERSIONS: dict[str, tuple[str, ...]] = {
+    "sklearn": ("1",),
+    "xgboost": ("1", "2", "3"),
+    "lightgbm": ("3", "4"),
+    "mlflow": ("1", "2", "3"),
+}
+"""The versions of each tabular format servekit serves, as KServe names them (the library's
+major version; MLServer's ServingRuntime lists them the same way): the model files of these
+versions load with the libraries servekit's extras install (XGBoost and LightGBM read their
+older files, a pyfunc model of MLflow 1 or 2 loads in MLflow 3). An InferenceService that names
+another version is not given to servekit by KServe, nor accepted by serve.yaml."""
 
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
     RuntimeConfig(
@@ -62,15 +75,21 @@ BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
         RuntimeConfig(
             name=fmt,
             implementation=fmt,
-            supported_model_formats=[SupportedModelFormat(name=fmt, auto_select=True)],
+            supported_model_formats=[
+                SupportedModelFormat(name=fmt, version=v, auto_select=True) for v in versions
+            ],
         )
-        for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+        for fmt, versions in TABULAR_FORMAT_VERSIONS.items()
     ),
 )
 TABULAR_IMPLEMENTATIONS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"})
 """Runtimes that load a model with its own library; sklearn and mlflow files are pickles
 (code runs when they load), so app/servekit/models/pushed_config.py lets only serve.yaml
 declare any of them."""
+
+CONVERTIBLE = frozenset({"sklearn", "xgboost", "lightgbm"})
+"""Runtimes whose models ``convert: onnx`` turns into ONNX at load
+(app/servekit/runtimes/converted.py)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +130,9 @@ class ModelPlan:
     pipeline: tuple[PipelineStep, ...] = ()
     """A pipeline's steps (Triton's ensemble; app/servekit/services/pipelines.py runs them);
     empty for a model of its own."""
+    sequence: SequenceBatching | None = None
+    """serve.yaml's ``sequenceBatching`` (app/servekit/services/sequences.py runs it); a
+    field, not read through ``config``, because every request of every model asks for it."""
 
     def labels(self, output: str) -> tuple[str, ...]:
         """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
@@ -182,6 +204,17 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
                 )
             )
             continue
+        if model.convert is not None and runtime.implementation not in CONVERTIBLE:
+            line = line_in_file(config_path, ["models", index, "convert"])
+            issues.append(
+                ConfigIssue(
+                    f"models[{index}].convert",
+                    line,
+                    f"convert: {model.convert} converts sklearn, xgboost and lightgbm models; "
+                    f"runtime {runtime.name!r} is {runtime.implementation}",
+                )
+            )
+            continue
         options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
         models.append(plan_model(model, runtime, options, base_dir))
     try:
@@ -199,11 +232,30 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         tls = None
     issues.extend(shared_memory_issues(config.server, access, config_path))
     issues.extend(pipeline_issues(config.models, config_path))
+    issues.extend(sequence_issues(config, config_path))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
         config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
     )
+
+
+def sequence_issues(config: ServeConfig, config_path: Path | None) -> list[ConfigIssue]:
+    """Sequence batching keeps each sequence in one process: under several workers the
+    requests of one sequence could reach two of them."""
+    workers = available_cores() if config.server.workers == "auto" else config.server.workers
+    if workers <= 1:
+        return []
+    return [
+        ConfigIssue(
+            f"models[{index}].sequenceBatching",
+            line_in_file(config_path, ["models", index, "sequenceBatching"]),
+            f"sequenceBatching needs one server process (workers: 1, here "
+            f"{config.server.workers!r}): the requests of a sequence could reach two workers",
+        )
+        for index, model in enumerate(config.models)
+        if model.sequence_batching is not None
+    ]
 
 
 def shared_memory_issues(
@@ -368,6 +420,7 @@ def plan_model(
         problem=problem,
         labels_file=labels,
         remote=remote,
+        sequence=model.sequence_batching,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
@@ -30,6 +30,7 @@ from servekit.services import (
     QUEUE_BUCKETS_S,
     READY,
     STATES,
+    TABULAR_IMPLEMENTATIONS,
     UNAVAILABLE,
     UNLOADING,
     DataPlane,
@@ -37,6 +38,7 @@ from servekit.services import (
     ModelControl,
     ModelView,
     VersionView,
+    window,
 )
 from servekit.shown_paths import shown_storage_uri
 
@@ -188,7 +190,13 @@ def _row(
         "serves_unversioned": default,
         "model_state": model_state(model),
         "model_failed": model_failed(model),
+        "download": _download(model) if state == LOADING else None,
     }
+
+
+def _download(model: ModelView) -> dict[str, Any] | None:
+    """A remote model's fetch under way (bytes, percent, rate, time left), shown as a bar."""
+    return model.download.as_dict() if model.download is not None else None
 
 
 def filter_rows(rows: list[dict[str, Any]], text: str, state: str) -> list[dict[str, Any]]:
@@ -220,6 +228,8 @@ def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any
         ],
         "dispatch": dispatch_reasons(stats.batch_reasons),
         "queue_histogram": queue_histogram(stats.queue_histogram),
+        # The last minutes, per slot of the rolling window: the latency chart's points.
+        "recent": [asdict(point) for point in window(stats)],
     }
 
 
@@ -291,6 +301,7 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "state": model_state(model),
         "failed": model_failed(model),
         "reason": "" if model.ready_versions() else model.reason,
+        "download": None if model.ready_versions() else _download(model),
         "format": plan.format_name + (f" {plan.format_version}" if plan.format_version else ""),
         "runtime": plan.runtime,
         "storage_uri": config.storage_uri if config is not None else None,
@@ -298,6 +309,7 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "max_batch_size": plan.max_batch_size,
         "dynamic_batching": batching.model_dump(by_alias=True) if batching else None,
         "instances": plan.instances,
+        "tabular": plan.implementation in TABULAR_IMPLEMENTATIONS,
         "serving_version": model.serving_version,
         "versions": versions,
         "metadata": metadata,

@@ -23,6 +23,7 @@ from servekit.config.remote_uris import shown_uri
 from servekit.config.schema import StorageConfig
 from servekit.config.versions import VersionSource
 from servekit.models.remote_cache import cache_dir, snapshot
+from servekit.models.remote_progress import Download
 from servekit.models.remote_stores import StoreError, open_store
 
 log = logging.getLogger("servekit.storage")
@@ -44,12 +45,20 @@ RETRY_MAX_S = 600.0
 class RemoteModels:
     """The cache and the snapshots this server's models use."""
 
-    def __init__(self, settings: StorageConfig, base_dir: Path) -> None:
+    def __init__(
+        self,
+        settings: StorageConfig,
+        base_dir: Path,
+        downloads: dict[str, Download] | None = None,
+    ) -> None:
         self.settings = settings
         self.root = cache_dir(settings, base_dir)
         self.base_dir = base_dir
+        self.downloads: dict[str, Download] = {} if downloads is None else downloads
+        """Model name -> its fetch in progress (the repository shows them as LOADING)."""
         self._in_use: dict[str, Path] = {}  # model name -> its snapshot
         self._failures: dict[str, tuple[int, float]] = {}  # name -> (count, when to retry)
+        self._cancelled = False
 
     def materialize(self, plan: ModelPlan) -> ModelPlan:
         """``plan`` with its versions read from the local copy of its remote URI (blocking:
@@ -59,23 +68,35 @@ class RemoteModels:
             return plan
         shown = shown_uri(plan.remote)
         started = time.monotonic()
+        download = Download(plan.name, shown)
+        if self._cancelled:
+            download.cancel()
+        self.downloads[plan.name] = download
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            store = open_store(plan.remote, self.settings)
             protected = set(self._in_use.values())
-            location = snapshot(plan.remote, store, self.root, self.settings, protected)
+            location = fetch(plan.remote, self.settings, self.root, protected, download)
         except Exception as exc:  # any library's failure is this model's problem
-            reason = f"cannot fetch {shown}: {_shown_error(exc)}"
+            reason = f"cannot fetch {shown}: {shown_error(exc)}"
             log.warning("model %s: %s", plan.name, reason)
             count = self._failures.get(plan.name, (0, 0.0))[0] + 1
             wait = min(RETRY_FIRST_S * 2 ** (count - 1), RETRY_MAX_S)
             self._failures[plan.name] = (count, time.monotonic() + wait)
             return replace(plan, versions=(VersionSource(1, None),), problem=reason)
+        finally:
+            if self.downloads.get(plan.name) is download:
+                del self.downloads[plan.name]
         self._failures.pop(plan.name, None)
         folder = location if location.is_dir() else location.parent
         self._in_use[plan.name] = folder if folder.parent.parent == self.root else folder.parent
         log.info("model %s: %s is at hand (%.2f s)", plan.name, shown, time.monotonic() - started)
         return plan_at(plan, location, self.base_dir)
+
+    def cancel(self) -> None:
+        """The server stops: every download under way fails at its next chunk (so a stop
+        does not wait for a large model to arrive) and none starts any more."""
+        self._cancelled = True
+        for download in list(self.downloads.values()):
+            download.cancel()
 
     def due_for_retry(self, name: str) -> bool:
         """Whether a model whose fetch failed may be tried again now (backoff doubling from
@@ -89,7 +110,22 @@ class RemoteModels:
         self._failures.pop(name, None)
 
 
-def _shown_error(exc: BaseException) -> str:
+def fetch(
+    uri: str,
+    settings: StorageConfig,
+    root: Path,
+    in_use: set[Path] | None = None,
+    download: Download | None = None,
+) -> Path:
+    """The local copy of ``uri`` in the cache at ``root`` (downloaded now unless the remote is
+    unchanged): what a server's models and ``servekit build --include-models`` use. Raises
+    the store's error; :func:`shown_error` words it without secrets."""
+    root.mkdir(parents=True, exist_ok=True)
+    store = open_store(uri, settings)
+    return snapshot(uri, store, root, settings, set() if in_use is None else in_use, download)
+
+
+def shown_error(exc: BaseException) -> str:
     """A library's error as a reason: its type and first line, URLs without their query, and
     every credential the environment holds blanked out."""
     if isinstance(exc, StoreError):

@@ -38,15 +38,13 @@ from pathlib import Path, PurePosixPath
 
 from servekit.config.remote_uris import is_archive, shown_uri
 from servekit.config.schema import StorageConfig
+from servekit.models.remote_progress import Download
 from servekit.models.remote_stores import RemoteObject, Store, StoreError, copy_file
 
 log = logging.getLogger("servekit.storage")
 
 MANIFEST = ".manifest.json"
 USED = ".used"
-PROGRESS_EVERY_S = 2.0
-BIG_DOWNLOAD_BYTES = 16 * 1024 * 1024
-"""Downloads at least this large log their progress (bytes, rate, time left)."""
 
 
 def default_cache_dir() -> Path:
@@ -67,12 +65,19 @@ def uri_key(uri: str) -> str:
 
 
 def snapshot(
-    uri: str, store: Store, root: Path, settings: StorageConfig, in_use: set[Path]
+    uri: str,
+    store: Store,
+    root: Path,
+    settings: StorageConfig,
+    in_use: set[Path],
+    download: Download | None = None,
 ) -> Path:
     """The local copy of ``uri``: the folder (or the one file) a plan's versions are read from.
+    ``download`` follows the bytes as they come (app/servekit/models/remote_progress.py).
 
     Raises StoreError (or the store's own error) when the remote cannot be listed or read; no
     partial snapshot is left behind."""
+    download = download or Download("", shown_uri(uri))
     deadline = time.monotonic() + settings.timeout_seconds
     folder = root / uri_key(uri)
     folder.mkdir(parents=True, exist_ok=True)
@@ -90,8 +95,9 @@ def snapshot(
     target = folder / digest
     with _locked(root / f"{folder.name}.lock"):
         if not (target / MANIFEST).is_file():
-            _download(uri, store, objects, folder, target, settings, deadline)
-            log.info("fetched %s: %d file(s), %d bytes", shown_uri(uri), len(objects), total)
+            _download(uri, store, objects, folder, target, settings, deadline, download)
+            log.info("fetched %s: %d file(s), %s", shown_uri(uri), len(objects),
+                     download.finished())  # fmt: skip
         else:
             log.info("%s is unchanged: served from the cache", shown_uri(uri))
         _touch(target)
@@ -116,21 +122,26 @@ def _download(
     target: Path,
     settings: StorageConfig,
     deadline: float,
+    download: Download,
 ) -> None:
     """Write every object into a temporary folder, check it, then rename it into place."""
     temporary = folder / f".tmp-{uuid.uuid4().hex}"
     temporary.mkdir()
     try:
         reusable = _previous_files(folder)
+        earlier_files = ((o.path, reusable.get((str(o.path), o.tag))) for o in objects)
+        kept = {path: file for path, file in earlier_files if file is not None and file.is_file()}
+        fetched = [o for o in objects if o.path not in kept]
+        download.begin(sum(max(o.size, 0) for o in fetched), len(fetched))
         for item in objects:
             _check_path(item.path)
             destination = temporary / item.path
             destination.parent.mkdir(parents=True, exist_ok=True)
-            earlier = reusable.get((str(item.path), item.tag))
-            if earlier is not None and earlier.is_file():
+            earlier = kept.get(item.path)
+            if earlier is not None:
                 copy_file(str(earlier), str(destination))
                 continue
-            _fetch(uri, store, item, destination, deadline)
+            _fetch(store, item, destination, deadline, download)
         if is_archive(uri):
             (archive,) = objects
             _unpack(temporary / archive.path, temporary, settings.max_download_bytes)
@@ -142,23 +153,17 @@ def _download(
         raise
 
 
-def _fetch(uri: str, store: Store, item: RemoteObject, destination: Path, deadline: float) -> None:
-    started = last = time.monotonic()
-    shown = shown_uri(uri)
+def _fetch(
+    store: Store, item: RemoteObject, destination: Path, deadline: float, download: Download
+) -> None:
+    written = 0
 
     def progress(done: int) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now > deadline:
+        nonlocal written
+        if time.monotonic() > deadline:
             raise StoreError("the download took longer than server.storage.timeoutSeconds")
-        if item.size >= BIG_DOWNLOAD_BYTES and now - last >= PROGRESS_EVERY_S:
-            last = now
-            rate = done / max(now - started, 1e-6)
-            left = (item.size - done) / rate if rate > 0 else float("inf")
-            log.info(
-                "downloading %s/%s: %d of %d MB, %.1f MB/s, about %.0f s left",
-                shown, item.path, done // 2**20, item.size // 2**20, rate / 2**20, left,
-            )  # fmt: skip
+        download.add(done - written)
+        written = done
 
     store.download(item, str(destination), progress)
     size = destination.stat().st_size

@@ -23,8 +23,9 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.custom_metrics import LOADING
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
+from servekit.models.remote_progress import Download
 from servekit.models.warmup import WarmupError, warm_up
-from servekit.results import IndexRow, LoggedError
+from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes import load_runtime
 from servekit.runtimes.base import LoadError, ModelRuntime, Supervised
 from servekit.runtimes.python import MESSAGE_CODECS
@@ -151,6 +152,14 @@ class ModelRepository:
         these (DataPlane.ready)."""
         self.recent_errors: list[LoggedError] = []
         """Failed loads and rejected serve.yaml edits, newest last (the dashboard shows them)."""
+        self.downloads: dict[str, Download] = {}
+        """Remote models being fetched, by name (app/servekit/models/remote.py adds and removes
+        them): a model with no version serving shows as LOADING with the download's progress."""
+
+    def downloading(self, name: str) -> DownloadStatus | None:
+        """The progress of ``name``'s fetch from remote storage, if one is under way."""
+        download = self.downloads.get(name)
+        return download.status() if download is not None else None
 
     def record_error(self, source: str, message: str, model: str | None = None) -> None:
         """Remember a failure for the dashboard (bounded, without absolute paths) and log it."""
@@ -168,7 +177,9 @@ class ModelRepository:
         if version is None or version == "":
             serving = entry.serving_version()
             if serving is None:
-                raise Unavailable(f"model {name!r} is not ready: {entry.reason()}")
+                fetching = self.downloading(name)
+                why = fetching.text() if fetching is not None else entry.reason()
+                raise Unavailable(f"model {name!r} is not ready: {why}")
             number = serving
         else:
             number = int(version) if version.isdigit() else _labelled(entry, name, version)
@@ -296,7 +307,11 @@ class ModelRepository:
         """Triton's repository index: one row per model version (or per model if none)."""
         rows: list[IndexRow] = []
         for name, entry in sorted(self._models.items()):
+            fetching = None if entry.ready_versions() else self.downloading(name)
             for number, version in sorted(entry.versions.items()):
+                if fetching is not None:  # its files are on their way: say how far
+                    rows.append(IndexRow(name, str(number), State.LOADING.value, fetching.text()))
+                    continue
                 rows.append(IndexRow(name, str(number), version.state.value, version.reason))
             if not entry.versions:
                 rows.append(IndexRow(name, "", State.UNAVAILABLE.value, entry.reason()))
@@ -338,7 +353,9 @@ def _load_version(plan: ModelPlan, source: VersionSource, base_dir: Path) -> Ver
         )  # fmt: skip
     else:
         log.info("loaded %s version %s", plan.name, source.version)
-    entry = VersionEntry(source.version, State.READY, "", runtime)
+    if runtime.note:
+        log.info("%s version %s: %s", plan.name, source.version, runtime.note)
+    entry = VersionEntry(source.version, State.READY, runtime.note, runtime)
     entry.warmup_s = seconds if calls else None
     return entry
 

@@ -15,11 +15,14 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from servekit.config.compiler import ServePlan
 from servekit.listen import Addresses
+from servekit.notebook.progress import DownloadDisplay
+from servekit.results import DownloadStatus
 from servekit.server import ServeKit
 
 log = logging.getLogger("servekit.notebook")
@@ -27,6 +30,8 @@ log = logging.getLogger("servekit.notebook")
 T = TypeVar("T")
 
 _numbers = itertools.count(1)
+PROGRESS_POLL_S = 1.0
+"""How often a waiting ``start`` looks at the server's downloads."""
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -59,18 +64,37 @@ class ServerThread:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
-    def start(self, timeout: float) -> Addresses:
-        """Start serving; return the bound addresses once every start-up model has loaded."""
+    def start(self, timeout: float, display: DownloadDisplay | None = None) -> Addresses:
+        """Start serving; return the bound addresses once every start-up model has loaded.
+        Meanwhile remote models' downloads are shown (``display``: Jupyter's output or
+        stderr, see app/servekit/notebook/progress.py)."""
         self._thread.start()
+        display = display or DownloadDisplay()
+        deadline = time.monotonic() + timeout
         try:
-            self.addresses = self._ready.result(timeout)
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    self.addresses = self._ready.result(max(min(left, PROGRESS_POLL_S), 0.0))
+                    break
+                except concurrent.futures.TimeoutError:
+                    if left <= PROGRESS_POLL_S:
+                        raise
+                    display.show(self._downloads())
         except concurrent.futures.TimeoutError:
             self.stop(grace=0.0)
             raise TimeoutError(f"servekit did not start within {timeout} s") from None
         except BaseException:
             self._join(30.0)
             raise
+        finally:
+            display.close()
         return self.addresses
+
+    def _downloads(self) -> list[DownloadStatus]:
+        """Remote models being fetched by the starting server (none before it exists)."""
+        servekit = self.servekit
+        return servekit.control.downloads() if servekit is not None else []
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 60.0) -> T:
         """Run ``coro`` on the server's loop and wait (bounded) for its result."""

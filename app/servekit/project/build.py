@@ -14,6 +14,10 @@ Dockerfile, so then the command says how to get that image (docs/ops.md).
 
 The folder's own Dockerfile is used when it has one (``server.save`` writes one); otherwise
 servekit's project Dockerfile is passed to the engine without writing into the folder.
+
+Remote models (``storageUri: s3://...``) are fetched when the container starts, by default;
+``include_models`` (``--include-models``) fetches them now and adds them to the image in a
+layer of their own (app/servekit/project/bake.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servekit.config.loader import ConfigError, load_config
+from servekit.project.bake import BakeError, bake, remote_models
 from servekit.project.dockerfile import BASE_IMAGE, DOCKERIGNORE, PROJECT_DOCKERFILE
 from servekit.project.engines import EngineError, choose_engine, diagnose
 
@@ -189,15 +194,25 @@ def build(
     tag: str | None = None,
     base: str = BASE_IMAGE,
     timeout: float = 1800.0,
+    include_models: bool = False,
 ) -> Built:
-    """Build the image of ``folder``; returns the engine and tag (see :meth:`Built.run_command`)."""
+    """Build the image of ``folder``; returns the engine and tag (see :meth:`Built.run_command`).
+    ``include_models``: bake serve.yaml's remote models into the image instead of leaving
+    them to be fetched when it starts."""
     root = Path(folder).expanduser()
     if not (root / "serve.yaml").is_file():
         raise BuildError(f"{root} has no serve.yaml: `servekit build` builds a project folder")
     try:
-        load_config(root / "serve.yaml")  # server.requirements included: checked on load
+        config = load_config(root / "serve.yaml")  # server.requirements included: checked
     except ConfigError as exc:
         raise BuildError(f"the project's serve.yaml is not valid:\n{exc}") from None
+    remote = remote_models(config)
+    if remote and not include_models:
+        print(
+            f"servekit: {len(remote)} remote model(s) ({', '.join(remote)}) are fetched when "
+            "the container starts (--include-models bakes them into the image)",
+            flush=True,
+        )
     engine_name = engine()
     image = ensure_base(engine_name, base, timeout)
     chosen = tag or default_tag(root)
@@ -219,5 +234,20 @@ def build(
             engine_name, *_build_args(engine_name), "-f", str(dockerfile), *ignore,
             "--build-arg", f"SERVEKIT_IMAGE={image}", "-t", chosen, str(root),
         ]  # fmt: skip
+        baked = None
+        if include_models:
+            context = Path(scratch) / "bake"
+            context.mkdir()
+            try:
+                baked = bake(root, config, context)
+            except BakeError as exc:
+                raise BuildError(str(exc)) from None
         _run(argv, timeout)
+        if baked is not None:
+            print(f"servekit: adding the remote models {', '.join(baked.models)} to {chosen}")
+            _run([
+                engine_name, *_build_args(engine_name), "-f", str(baked.context / "Dockerfile"),
+                "--build-arg", f"PROJECT_IMAGE={_qualified(engine_name, chosen)}",
+                "-t", chosen, str(baked.context),
+            ], timeout)  # fmt: skip
     return Built(engine_name, chosen)

@@ -10,6 +10,7 @@ of this folder are the services' own business. No transport framework is importe
 
 from __future__ import annotations
 
+from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.models.storage import FILE_PREFIX
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.python_check import python_problems
@@ -22,12 +23,27 @@ from servekit.services.execution.batching import QUEUE_DRAINED as DISPATCH_QUEUE
 from servekit.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from servekit.services.metrics import make_registry
 from servekit.services.metrics import render as render_metrics
-from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from servekit.services.model_config import (
+    ModelConfiguration,
+    SequenceBatchingConfig,
+    TensorConfig,
+    VersionPolicyConfig,
+)
 from servekit.services.model_control import ModelControl
 from servekit.services.model_stats import DurationStat, VersionStatistics
+from servekit.services.sequences import SequenceCounts
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
-from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
+from servekit.services.stats import (
+    QUEUE_BUCKETS_S,
+    WINDOW_SLOT_S,
+    WINDOW_SLOTS,
+    Duration,
+    WindowPoint,
+    WorkerState,
+    WorkerStatus,
+    window,
+)
 from servekit.services.views import (
     LOADING,
     READY,
@@ -51,8 +67,11 @@ __all__ = [
     "QUEUE_BUCKETS_S",
     "READY",
     "STATES",
+    "TABULAR_IMPLEMENTATIONS",
     "UNAVAILABLE",
     "UNLOADING",
+    "WINDOW_SLOTS",
+    "WINDOW_SLOT_S",
     "DataPlane",
     "Duration",
     "DurationStat",
@@ -62,12 +81,15 @@ __all__ = [
     "ModelConfiguration",
     "ModelControl",
     "ModelView",
+    "SequenceBatchingConfig",
+    "SequenceCounts",
     "ServerMetadata",
     "ServerState",
     "TensorConfig",
     "VersionPolicyConfig",
     "VersionStatistics",
     "VersionView",
+    "WindowPoint",
     "WorkerState",
     "WorkerStatus",
     "grps_calls",
@@ -76,4 +98,5 @@ __all__ = [
     "render_metrics",
     "server_extensions",
     "watch_config",
+    "window",
 ]

@@ -42,6 +42,7 @@ from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.pipelines import Pipelines
+from servekit.services.sequences import SequenceCounts, Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
@@ -103,6 +104,8 @@ class DataPlane:
         self._extensions = tuple(extensions)
         self._pipelines = Pipelines(self, repository)
         """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._sequences = Sequences(self.statistics, self._deadlines)
+        """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
         self._calls = ModelCalls(self.infer)
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
@@ -224,12 +227,13 @@ class DataPlane:
 
     def models(self) -> list[ModelView]:
         """Every model with its versions, states and reasons, sorted by name (frozen views)."""
-        entries = sorted(self._repository.entries(), key=lambda e: e.plan.name)
-        return [view_of(entry) for entry in entries]
+        repository = self._repository
+        entries = sorted(repository.entries(), key=lambda e: e.plan.name)
+        return [view_of(entry, repository.downloading(entry.plan.name)) for entry in entries]
 
     def model(self, name: str) -> ModelView:
         """One model with its versions (NotFound for an unknown name; a frozen view)."""
-        return view_of(self._repository.get(name))
+        return view_of(self._repository.get(name), self._repository.downloading(name))
 
     def index(self, ready_only: bool = False) -> list[IndexRow]:
         """Triton's repository index: one row per model version (name, version, state,
@@ -265,6 +269,12 @@ class DataPlane:
         platform = runtime.platform if runtime is not None else entry.plan.format_name
         decoupled = runtime is not None and runtime.decoupled
         return model_configuration(entry.plan, _signature(found), platform, decoupled)
+
+    def sequence_counts(self, name: str, version: str | None = None) -> SequenceCounts:
+        """The sequence statistics of a sequence model's version (started, ended, expired by
+        idleness, active, in the backlog); zeros before its first sequence."""
+        _, found = self._repository.resolve(name, version)
+        return self._sequences.counts(found.executor) or SequenceCounts()
 
     def model_statistics(
         self, name: str | None = None, version: str | None = None
@@ -314,7 +324,8 @@ class DataPlane:
         that read a body after that: a request whose upload began before a graceful stop was
         accepted and is served; one without it counts as arriving now.
         """
-        if self._state.refuses(arrived):
+        state = self._state
+        if state.draining and state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         if request.shared_memory:  # tensors in registered regions: read, run (here), write
             return await self.shared_memory.infer(
@@ -324,7 +335,9 @@ class DataPlane:
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
             return await self._pipelines.infer(entry, version, request, deadline, arrived)
-        plan, state = entry.plan, self._state
+        if entry.plan.sequence is not None:  # a stateful model: its sequences' slots, in order
+            return await self._sequences.infer(entry, version, request, deadline)
+        plan = entry.plan
         stats = self.statistics.of(plan.name, version.version)
         version.enter()
         try:
@@ -382,7 +395,7 @@ class DataPlane:
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         runtime = version.runtime
-        if runtime is None or not runtime.decoupled:
+        if runtime is None or not runtime.decoupled or entry.plan.sequence is not None:
             yield await self.infer(request, deadline, arrived)
             return
         if self._state.refuses(arrived):

@@ -62,7 +62,7 @@ from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
-from servekit.results import IndexRow, LoggedError
+from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
 from servekit.services.state import ServerState
 
@@ -87,7 +87,7 @@ class ModelControl:
         self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
         plan = state.plan
         self._fingerprints = {m.name: fingerprint(m) for m in plan.models}
-        self.remote = RemoteModels(plan.server.storage, plan.base_dir)
+        self.remote = RemoteModels(plan.server.storage, plan.base_dir, repository.downloads)
         """The cache of models whose storageUri is remote (fetched before they load)."""
         self._refresher: asyncio.Task[None] | None = None
         import_root(plan.base_dir)
@@ -123,6 +123,13 @@ class ModelControl:
         rows = self._repository.index()
         return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
+    def downloads(self) -> list[DownloadStatus]:
+        """Remote models being fetched now, with bytes, rate and time left (safe to call from
+        any thread: a notebook's ``serve()`` shows them while it waits)."""
+        names = sorted(self._repository.downloads)
+        found = (self._repository.downloading(name) for name in names)
+        return [status for status in found if status is not None]
+
     def served_plans(self) -> list[ModelPlan]:
         """The plan of every model in the index, as it serves now: serve.yaml's, pushed by a
         client, or added from memory (what ``save`` writes as a project)."""
@@ -136,19 +143,31 @@ class ModelControl:
         # repository serialises loads per model), as the watcher waits for this to finish.
         for model in plan.models:
             self._repository.register(model)
-        for model in plan.models:
-            if plan.loads_at_start(model.name):
-                self._repository.requested.add(model.name)
-                fetched = await self._fetched(model)
-                if fetched is not model:
-                    self._fingerprints[model.name] = fingerprint(fetched)
-                await self._repository.load(fetched)
+        # Remote models download side by side (each in a thread) while the local ones load:
+        # a large download keeps no other model from serving.
+        starting = [m for m in plan.models if plan.loads_at_start(m.name)]
+        self._repository.requested.update(m.name for m in starting)
+        remote = [asyncio.create_task(self._fetch_and_load(m)) for m in starting if m.remote]
+        try:
+            for model in starting:
+                if model.remote is None:
+                    await self._repository.load(model)
+            await asyncio.gather(*remote)
+        finally:
+            for task in remote:
+                task.cancel()
         self._state.startup_done = True
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_remote_models())
 
+    async def _fetch_and_load(self, model: ModelPlan) -> None:
+        fetched = await self._fetched(model)
+        self._fingerprints[model.name] = fingerprint(fetched)
+        await self._repository.load(fetched)
+
     async def close(self) -> None:
-        """Stop looking at remote storage."""
+        """Stop looking at remote storage; downloads under way stop at their next chunk."""
+        self.remote.cancel()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from servekit.config.compiler import ModelPlan
 from servekit.models.repository import ModelEntry, State
+from servekit.results import DownloadStatus
 
 STATES: tuple[str, ...] = tuple(s.value for s in State)
 """Every state a version can be in, in the order pages list them."""
@@ -44,21 +45,27 @@ class ModelView:
     """Why the model is not ready (every version's reason, or the plan's problem)."""
     serving_version: int | None
     """The version a request naming none reaches (None: none is ready)."""
+    download: DownloadStatus | None = None
+    """Its fetch from remote storage under way (bytes, rate, time left), if any."""
 
     def ready_versions(self) -> list[int]:
         return [v.number for v in self.versions if v.state == READY]
 
 
-def view_of(entry: ModelEntry) -> ModelView:
+def view_of(entry: ModelEntry, download: DownloadStatus | None = None) -> ModelView:
+    """The view of ``entry``; while ``download`` brings the files of a model with no version
+    serving, its versions show as LOADING with the progress as their reason (as the index)."""
+    fetching = download if download is not None and not entry.ready_versions() else None
     versions = tuple(
         VersionView(
             number,
-            version.state.value,
-            version.reason,
+            LOADING if fetching is not None else version.state.value,
+            fetching.text() if fetching is not None else version.reason,
             version.runtime.platform if version.runtime is not None else "",
             version.warmup_s,
         )
         for number, version in sorted(entry.versions.items())
     )
-    return ModelView(entry.plan.name, entry.plan, versions, entry.reason(),
-                     entry.serving_version())  # fmt: skip
+    reason = fetching.text() if fetching is not None else entry.reason()
+    return ModelView(entry.plan.name, entry.plan, versions, reason, entry.serving_version(),
+                     download)  # fmt: skip

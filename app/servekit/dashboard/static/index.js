@@ -5,6 +5,7 @@
 // "token"); with "token" they stay hidden until the repository API has taken the access token.
 import { TOKEN_EVENT, announce, repositoryAccepts } from "./access.js";
 import { accessToken, el, forgetAccessToken, getJSON, poll, readError, withToken } from "./common.js";
+import { downloadBar } from "./download.js";
 
 const busy = new Set();
 let table, nameInput, stateSelect, shownLabel, emptyBody;
@@ -127,7 +128,7 @@ function versionRow(r) {
       r.serves_unversioned ? [" ", el("span", { class: "tag", title: "answers requests that name no version", text: "default" })] : null)),
     el("td", { dataset: { label: "State" } },
       el("span", { class: `badge state-${r.state.toLowerCase()}${failed}`, dataset: { col: "state" }, text: r.state })),
-    el("td", { class: "reason", dataset: { label: "Reason", col: "reason" }, text: r.reason }),
+    el("td", { class: "reason", dataset: { label: "Reason", col: "reason" } }, r.reason, downloadBar(r)),
     el("td", { dataset: { label: "Runtime" }, text: r.runtime }),
     el("td", { dataset: { label: "Format" }, text: r.format }),
     el("td", { dataset: { label: "Platform", col: "platform" }, text: r.platform || "—" }));
