@@ -52,7 +52,7 @@ def begin(cycle: Any, info: RequestInfo) -> None:
             try:
                 await send(message)
             finally:
-                template = scope.get("path_template")
+                template = scope.get("path_template") or _template(scope)
                 if template:
                     span.update_name(f"{method} {template}")
                     span.set_attribute("http.route", template)
@@ -62,3 +62,14 @@ def begin(cycle: Any, info: RequestInfo) -> None:
         await send(message)
 
     cycle.send = traced_send
+
+
+def _template(scope: Any) -> str | None:
+    """The route's template from the path and its parameters (``/v2/models/{model}/infer``),
+    when the router left none in the scope (the inference fast path answers before it would)."""
+    params = scope.get("path_params")
+    if not params:
+        return None
+    parts = str(scope.get("path", "")).split("/")
+    names = {str(value): name for name, value in params.items()}
+    return "/".join(f"{{{names[part]}}}" if part in names else part for part in parts)
