@@ -316,6 +316,29 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "signatures": _signatures(metadata),
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
+        "warmup": warmup(model),
+    }
+
+
+def warmup(model: ModelView) -> dict[str, Any] | None:
+    """The model's warm-up (serve.yaml ``warmup``) as the model page shows it: the samples,
+    and how long each loaded version took to warm up (ms; None: not loaded, or loading).
+    None for a model without warm-up."""
+    config = model.plan.config
+    samples = config.warmup if config is not None else []
+    if not samples:
+        return None
+    return {
+        "samples": [
+            {"name": s.name, "batch_size": s.batch_size, "count": s.count} for s in samples
+        ],
+        "versions": [
+            {
+                "version": str(v.number),
+                "ms": None if v.warmup_s is None else round(v.warmup_s * 1e3, 1),
+            }
+            for v in model.versions
+        ],
     }
 
 

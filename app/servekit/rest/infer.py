@@ -36,6 +36,7 @@ from litestar.types import (
     Send,
 )
 
+from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
@@ -51,6 +52,7 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services import DataPlane
+from servekit.tracing import TRACING
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -164,6 +166,7 @@ async def answer(
     dataplane = fast.dataplane
     model: str = params["model"]
     version: str | None = params.get("version")
+    traced = tracing.now() if TRACING.on else 0  # tracing: the decode span (else 0: no hook)
     if raw_length is None:
         if len(body) < large.OFF_LOOP_BYTES:
             infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
@@ -179,6 +182,8 @@ async def answer(
             infer_request = v2_binary.decode_request(body, header_length, model, version)
     if infer_request.id:  # the V2 ``id`` names the request when no X-Request-ID did
         adopt_body_id(infer_request.id)
+    if traced:
+        tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
     # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
     scope[WAITING] = task = current_task()  # type: ignore[literal-required]
@@ -190,6 +195,8 @@ async def answer(
         raise
     finally:
         scope[WAITING] = None  # type: ignore[literal-required]
+    if traced:
+        traced = tracing.now()  # the encode span
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)
@@ -202,6 +209,8 @@ async def answer(
         coding = compression.accepted(accept)
         if coding is not None:
             content = await compression.compress_async(content, coding)
+    if traced:
+        tracing.phase("encode", traced)
     size = (_CONTENT_LENGTH, str(len(content)).encode())
     if json_length is None:
         headers = [_JSON_TYPE, size]

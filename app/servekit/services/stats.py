@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, get_args
+
+from servekit import custom_metrics
 
 QUEUE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
@@ -221,6 +224,11 @@ class Statistics:
         """Each worker process of ``server.workers`` with its own figures, or None for a
         single server (which has no breakdown: it is its one process)."""
         return None
+
+    def custom_samples(self) -> Iterator[custom_metrics.Sample]:
+        """The metrics Python models define (app/servekit/custom_metrics.py): this process's
+        (every worker's, in a worker: app/servekit/workers/stats.py)."""
+        return custom_metrics.samples()
 
 
 WorkerState = Literal["starting", "serving", "unresponsive", "restarting", "stopping"]
