@@ -157,8 +157,9 @@ class OnnxModel:
         except Exception as exc:  # an ORT failure during compute is not the client's fault
             raise Internal(f"onnxruntime failed: {hide_paths(str(exc))}") from None
         out = dict(zip(outputs, results, strict=True))
-        for name in self._string_outputs.intersection(out):
-            out[name] = _str_to_bytes(out[name])
+        if self._string_outputs:
+            for name in self._string_outputs.intersection(out):
+                out[name] = _str_to_bytes(out[name])
         return out
 
     def close(self) -> None:
