@@ -212,17 +212,16 @@ def json_data_to_array(
         and count
         and _ONLY_FLOATS.issuperset(map(type, data))
     ):
-        if count <= _SMALL:  # Python's own min and max: a numpy reduction costs far more
-            total = sum(data)  # NaN or an infinity anywhere makes it NaN or infinite
-            if total - total == 0.0 and -largest <= min(data) and max(data) <= largest:
-                # each value rounded once, as the cast from float64 would round it
-                return np.array(data, dtype=datatype.dtype).reshape(shape)
-        else:
-            wide = np.array(data, dtype=np.float64)
-            if -largest <= _MIN(wide) and _MAX(wide) <= largest:
-                if datatype.name != "FP64":
-                    wide = wide.astype(datatype.dtype)
-                return wide.reshape(shape)
+        # On Python floats for a small tensor (a numpy reduction costs far more): a sum of
+        # magnitudes within the datatype's range bounds every value, and is false for NaN or
+        # an infinity. Each value is then rounded once, as the cast from float64 rounds it.
+        if count <= _SMALL and sum(map(abs, data)) <= largest:
+            return np.array(data, dtype=datatype.dtype).reshape(shape)
+        wide = np.array(data, dtype=np.float64)
+        if -largest <= _MIN(wide) and _MAX(wide) <= largest:
+            if datatype.name != "FP64":
+                wide = wide.astype(datatype.dtype)
+            return wide.reshape(shape)
     if not isinstance(data, list):
         data = [data]
     if datatype.is_bytes:
