@@ -273,6 +273,10 @@ def _stopped_mid_download(tmp_path: Path, uri: str, put: Any, proxy: Any, store:
         cache = tmp_path / "xdg-cache" / "servekit" / "models"
         held = [p for key in cache.iterdir() if key.is_dir() for p in key.iterdir()]
         assert any(p.name.startswith(".tmp-") for p in held)  # it was really under way
+        with server.http_client(timeout=5) as client:  # the index says how far it is
+            index = client.post("/v2/repository/index", json={}).json()
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "READY" and row["reason"].startswith(f"downloading {uri}: "), row
         store.stop()
         proxy.cut()
         _wait(lambda: f"model remote: cannot fetch {uri}" in server.log(), 120,
