@@ -98,3 +98,25 @@ def add_sub(datatype: str = "FP32", size: int = 16) -> onnx.ModelProto:
         ],
     )
     return _model(graph)
+
+
+def classifier(features: int = 4, classes: int = 3, seed: int = 0) -> onnx.ModelProto:
+    """A linear classifier as scikit-learn's converter shapes one: ``X[-1, features]`` ->
+    ``label`` INT64 [-1] (the arg max) and ``probabilities`` FP32 [-1, classes] (softmax)."""
+    w = np.random.default_rng(seed).standard_normal((features, classes)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["X", "w"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], axis=1),
+        helper.make_node("ArgMax", ["logits"], ["label"], axis=1, keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", features])],
+        [
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["batch"]),
+            helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", classes]),
+        ],
+        initializer=[numpy_helper.from_array(w, "w")],
+    )
+    return _model(graph)

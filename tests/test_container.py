@@ -33,6 +33,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
+from needs import missing
 from tritonclient.utils import InferenceServerException
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,9 +66,7 @@ def test_dockerfile_lint() -> None:
 def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment for podman commands (CONTAINERS_CONF as docs/ops.md says)."""
     if shutil.which("podman") is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI must install podman: apt-get install buildah podman runc mmdebstrap")
-        pytest.skip("podman is not installed here (CI installs it)")
+        missing("podman", "apt-get install buildah podman runc mmdebstrap")
     env = dict(os.environ)
     if "CONTAINERS_CONF" not in env:
         conf = tmp_path_factory.mktemp("podman") / "containers.conf"
@@ -206,6 +205,17 @@ def test_image_runs_as_the_k8s_deployment(
         out = grpc.infer("add_sub", inputs)
         np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), a + b)
         np.testing.assert_array_equal(out.as_numpy("OUTPUT1"), a - b)
+        # Behind the port mapping the server reports 8001; `servekit bench --grpc` reaches it
+        # at the mapped port (tests/test_bench_address.py covers the flag's errors).
+        bench = subprocess.run(
+            [sys.executable, "-m", "servekit", "bench", f"http://{http}", "add_sub",
+             "--grpc", host_port(podman_env, name, 8001), "--concurrency", "1", "--seconds", "0.3"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert bench.returncode == 0, bench.stdout + bench.stderr
+        assert [line.split()[:2] for line in bench.stdout.splitlines()[2:]] == [
+            ["http", "1"], ["grpc", "1"],
+        ]  # fmt: skip
         # Bound to 0.0.0.0 with no token configured: no client changes what the server runs.
         refused = httpx.post(f"http://{http}/v2/repository/models/add_sub/unload", timeout=5)
         assert refused.status_code == 403, refused.text

@@ -26,9 +26,10 @@ import onnx
 import onnx_builders
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
+from needs import missing
 
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not CHROMIUM.exists():
+    missing(f"Chromium at {CHROMIUM}", "apt-get install chromium chromium-driver", module=True)
 
 import tritonclient.http as httpclient
 from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
@@ -50,6 +51,7 @@ models:
   - {name: text_identity, modelFormat: {name: onnx}, storageUri: text_identity.onnx}
   - {name: image_identity, modelFormat: {name: onnx}, storageUri: image_identity.onnx}
   - {name: broken, modelFormat: {name: onnx}, storageUri: broken.onnx}
+  - {name: classifier, modelFormat: {name: onnx}, storageUri: classifier.onnx}
 """
 
 
@@ -73,6 +75,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     _save(onnx_builders.add_sub(), root / "add_sub" / "1" / "model.onnx")
     _save(onnx_builders.identity("BYTES", ["batch"]), root / "text_identity.onnx")
     _save(onnx_builders.identity("UINT8", ["batch", 8, 8, 3]), root / "image_identity.onnx")
+    _save(onnx_builders.classifier(), root / "classifier.onnx")
     (root / "broken.onnx").write_bytes(bytes(range(256)) * 4)
     config = root / "serve.yaml"
     config.write_text(SERVE_YAML)
@@ -136,7 +139,7 @@ def test_home_shows_health_addresses_states_and_errors(
     expect(page.get_by_text(server.http_url)).to_be_visible()
     if server.grpc_target:
         expect(page.get_by_text(server.grpc_target, exact=True)).to_be_visible()
-    expect(page.locator("[data-bind=models-READY]")).to_have_text("4")
+    expect(page.locator("[data-bind=models-READY]")).to_have_text("5")
     expect(page.locator("[data-bind=models-UNAVAILABLE]")).to_have_text("1")
     metadata = httpx.get(f"{server.http_url}/v2").json()
     for extension in metadata["extensions"]:
@@ -165,7 +168,7 @@ def test_index_lists_versions_and_filters(
     snap(page, shots, "models")
     page.get_by_label("Name").fill("ML")
     expect(page.locator("tbody[data-model]:visible")).to_have_count(1)
-    expect(page.locator("[data-bind=shown]")).to_have_text("2 of 6 versions")
+    expect(page.locator("[data-bind=shown]")).to_have_text("2 of 7 versions")
     page.get_by_label("Name").fill("")
     page.get_by_label("State").select_option("UNAVAILABLE")
     expect(page.locator("tbody[data-model]:visible")).to_have_count(1)
@@ -192,7 +195,7 @@ def test_pages_are_readable_without_javascript(
             ).to_be_visible()
         expect(page.get_by_text("[-1, 16]")).to_be_visible()
         page.goto("/")
-        expect(page.locator("[data-bind=model-count]")).to_have_text("5")
+        expect(page.locator("[data-bind=model-count]")).to_have_text("6")
     finally:
         context.close()
 
@@ -200,6 +203,7 @@ def test_pages_are_readable_without_javascript(
 def test_model_page_statistics_update_live(
     page: Page,
     page_errors: list[str],
+    server: ServerProcess,
     triton: httpclient.InferenceServerClient,
     shots: Path,
 ) -> None:
@@ -218,6 +222,19 @@ def test_model_page_statistics_update_live(
     expect(ok).to_have_text(str(expected), timeout=10_000)  # polled, no reload
     average = page.locator('#version-stats tr[data-version="1"] [data-stat="avg_ms.request"]')
     expect(average).not_to_have_text("—")
+    # The last minutes: p50/p90/p99 lines and requests/s columns from the server's rolling
+    # window, which holds the requests just sent (and the earlier tests').
+    recent = httpx.get(f"{server.http_url}/dashboard/api/models/mlp").json()
+    (v1,) = [v for v in recent["versions"] if v["version"] == "1"]
+    busy = [p for p in v1["stats"]["recent"] if p["requests"]]
+    assert 3 <= sum(p["requests"] for p in busy) <= expected
+    assert all(0 < p["p50_ms"] <= p["p90_ms"] <= p["p99_ms"] for p in busy)
+    chart = page.locator('figure[data-latency="1"] svg.chart.latency')
+    for line in ("p50", "p90", "p99"):
+        expect(chart.locator(f'polyline[data-line="{line}"]')).to_have_count(1)
+        expect(chart.locator(f"circle.dot.{line}").first).to_be_visible()
+    expect(chart.locator("rect.bar:not(.zero)").first).to_be_visible()
+    expect(page.locator('figure[data-latency="1"] table')).to_be_hidden()  # the chart says it
     snap(page, shots, "model")
 
 
@@ -312,6 +329,50 @@ def test_a_wrong_shape_is_refused_before_sending(page: Page, page_errors: list[s
     page.get_by_role("button", name="Run inference").click()
     expect(field.locator(".field-error")).to_contain_text("dimension 2 must be 16")
     assert sent == []
+
+
+def test_nesting_that_disagrees_with_shape_is_refused_not_rewritten(
+    page: Page, page_errors: list[str]
+) -> None:
+    """Two rows pasted while Shape says one: refused before sending, Shape left as typed (the
+    form used to take the nesting as the shape and send it)."""
+    page.goto("/models/mlp/try")
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if r.url.endswith("/infer") else None)
+    field = page.locator('[data-input="input"]')
+    expect(field.get_by_label("Shape")).to_have_value("1, 16")
+    field.locator("textarea").fill(json.dumps([[1.0] * 16, [2.0] * 16]))
+    page.get_by_role("button", name="Run inference").click()
+    expect(field.locator(".field-error")).to_contain_text(
+        "the values are nested as [2, 16] but Shape says [1, 16]: set Shape to 2, 16"
+    )
+    expect(field.get_by_label("Shape")).to_have_value("1, 16")
+    assert sent == []
+    field.get_by_label("Shape").fill("2, 16")
+    page.get_by_role("button", name="Run inference").click()
+    expect(page.locator("#try-summary")).to_contain_text("HTTP 200")
+    expect(page.locator('[data-output="output"]')).to_contain_text("shape [2, 4]")
+    assert len(sent) == 1
+
+
+def test_only_score_like_outputs_are_charted(page: Page, page_errors: list[str]) -> None:
+    """A 2-row batch of a classifier: neither its INT64 ``label`` nor its per-row
+    probabilities are ranked as one score vector; one row's probabilities are."""
+    page.goto("/models/classifier/try")
+    field = page.locator('[data-input="X"]')
+    field.get_by_label("Shape").fill("2, 4")
+    field.locator("textarea").fill("[[1, 2, 3, 4], [4, 3, 2, 1]]")
+    page.get_by_role("button", name="Run inference").click()
+    expect(page.locator("#try-summary")).to_contain_text("HTTP 200")
+    expect(page.locator('[data-output="label"]')).to_contain_text("shape [2]")
+    expect(page.locator('[data-output="label"] svg.chart')).to_have_count(0)
+    expect(page.locator('[data-output="probabilities"] svg.chart')).to_have_count(0)
+    field.get_by_label("Shape").fill("1, 4")
+    field.locator("textarea").fill("[[1, 2, 3, 4]]")
+    page.get_by_role("button", name="Run inference").click()
+    expect(page.locator('[data-output="label"]')).to_contain_text("shape [1]")
+    expect(page.locator('[data-output="probabilities"] svg.chart rect')).to_have_count(3)
+    expect(page.locator('[data-output="label"] svg.chart')).to_have_count(0)
 
 
 def test_titles_and_the_models_table_say_what_they_hold(page: Page, page_errors: list[str]) -> None:

@@ -13,7 +13,6 @@ import contextlib
 import html
 import http.server
 import json
-import os
 import re
 import threading
 from collections.abc import Iterator
@@ -24,12 +23,13 @@ import onnx
 import onnx_builders
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
+from needs import missing
 
 from servekit import __version__
 from servekit.dashboard.headers import CONTENT_SECURITY_POLICY
 
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not CHROMIUM.exists():
+    missing(f"Chromium at {CHROMIUM}", "apt-get install chromium chromium-driver", module=True)
 
 from playwright.sync_api import Browser, BrowserContext, Page, Request, expect
 from servers import ServerProcess, start_server

@@ -162,8 +162,14 @@ def test_kserve_manifests(project: Path) -> None:
         {"name": "onnx", "version": "1", "autoSelect": True, "priority": 5},
         {"name": "python", "autoSelect": True, "priority": 1},
         *(
-            {"name": fmt, "autoSelect": True, "priority": 1}
-            for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+            {"name": fmt, "version": v, "autoSelect": True, "priority": 1}
+            for fmt, versions in (
+                ("sklearn", "1"),
+                ("xgboost", "123"),
+                ("lightgbm", "34"),
+                ("mlflow", "123"),
+            )
+            for v in versions
         ),
     ]
     (container,) = spec["containers"]

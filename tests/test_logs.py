@@ -260,12 +260,35 @@ def test_access_log_under_two_workers(tmp_path: Path) -> None:
 
 
 def test_a_request_id_is_returned_with_access_log_off(tmp_path: Path) -> None:
-    with running_server(write_folder(tmp_path, fmt="text", access="off")) as server:
+    with running_server(write_folder(tmp_path, fmt="text", access="off"), grpc=True) as server:
         with server.http_client(timeout=20) as http:
             answer = http.post("/v2/models/ident/infer", json=INFER, headers={"X-Request-ID": "z"})
             assert answer.headers["x-request-id"] == "z"
             assert GENERATED.match(http.get("/v2/health/live").headers["x-request-id"])
             bad = httpx.post(f"{server.http_url}/v2/models/ident/infer", content=b"{")
             assert bad.status_code == 400 and GENERATED.match(bad.headers["x-request-id"])
+        # gRPC's unary wrapper without the access log (app/servekit/grpc/request_ids.py's
+        # _unary, written out for the hot path): made, sent, the V2 id, and on an error.
+        assert server.grpc_target is not None
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            made = [
+                dict(stub.ModelInfer.with_call(grpc_request())[1].trailing_metadata())
+                for _ in range(2)
+            ]
+            ids = [m["x-request-id"] for m in made]
+            assert all(GENERATED.match(i) for i in ids) and ids[0] != ids[1], ids
+            _, call = stub.ModelInfer.with_call(grpc_request(), metadata=(("x-request-id", "g"),))
+            assert dict(call.trailing_metadata())["x-request-id"] == "g"
+            with_id = grpc_request()
+            with_id.id = "body-g"
+            _, call = stub.ModelInfer.with_call(with_id)
+            assert dict(call.trailing_metadata())["x-request-id"] == "body-g"
+            bad_header = (("x-request-id", "has space"),)
+            _, call = stub.ModelInfer.with_call(with_id, metadata=bad_header)
+            assert dict(call.trailing_metadata())["x-request-id"] == "body-g"
+            with pytest.raises(grpc.RpcError) as failed:
+                stub.ModelInfer(grpc_request("nope"))
+            assert GENERATED.match(dict(failed.value.trailing_metadata())["x-request-id"])
         server.stop()
         assert "servekit.access" not in server.log_path.read_text()

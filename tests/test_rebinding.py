@@ -24,13 +24,14 @@ import httpx
 import onnx_builders
 import pytest
 from browser import CHROMIUM, CHROMIUM_ARGS
+from needs import missing
 from repo_helpers import onnx_bytes
 from servers import ServerProcess, running_server
 
 pytestmark = pytest.mark.slow
 
-if not CHROMIUM.exists():  # pragma: no cover - the test machine has it
-    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not CHROMIUM.exists():
+    missing(f"Chromium at {CHROMIUM}", "apt-get install chromium chromium-driver", module=True)
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 

@@ -37,6 +37,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import FunctionTransformer, OneHotEncoder, StandardScaler
 
 from servekit.codecs import v2_json
+from servekit.config.loader import ConfigError
 from servekit.errors import InvalidArgument
 
 pytestmark = pytest.mark.anyio
@@ -442,5 +443,11 @@ def test_the_seed_example_compiles_and_kserve_can_select_servekit(tmp_path: Path
     )
     (model,) = plan.models
     assert (model.runtime, model.implementation, model.problem) == ("sklearn", "sklearn", None)
-    names = [f["name"] for f in supported_formats(plan)]
-    assert {"sklearn", "xgboost", "lightgbm", "mlflow"} <= set(names)
+    listed = {(f["name"], f.get("version")) for f in supported_formats(plan)}
+    assert {("sklearn", "1"), ("xgboost", "2"), ("lightgbm", "4"), ("mlflow", "2")} <= listed
+    with pytest.raises(ConfigError, match="sklearn version 2"):
+        plan_of(
+            "models:\n  - {name: m, modelFormat: {name: sklearn, version: '2'}, "
+            "storageUri: mnist.joblib}\n",
+            tmp_path,
+        )

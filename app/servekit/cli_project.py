@@ -43,6 +43,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     bench.add_argument("--seconds", type=float, default=5.0, help="per protocol and concurrency")
     bench.add_argument("--token", help="bearer token (default: $SERVEKIT_TOKEN)")
+    bench.add_argument(
+        "--grpc",
+        metavar="HOST:PORT",
+        help="where gRPC is reached, when not at the URL's host and the port the server reports "
+        "(a port mapping such as -p 9001:8001) (default: the server's reported port)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,10 +120,32 @@ def _bench(args: argparse.Namespace) -> int:
     except ValueError:
         print("servekit: --concurrency takes numbers, e.g. 1,16,64", file=sys.stderr)
         return 2
-    server = connect(args.url, token=args.token)
+    if args.grpc is not None:
+        host, _, port = args.grpc.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            print(f"servekit: --grpc takes HOST:PORT, e.g. 127.0.0.1:9001, not {args.grpc!r}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    server = connect(args.url, token=args.token, grpc_target=args.grpc)
     try:
+        if server.grpc_target is None:
+            print(
+                "servekit: gRPC is not measured: the server reports no gRPC port "
+                "(pass --grpc HOST:PORT if it has one)",
+                file=sys.stderr,
+            )
         table = run_benchmark(server, args.model, concurrency=levels, seconds=args.seconds)
     finally:
         server.close()
     print(table.text())
-    return 0
+    if not table.errors:
+        return 0
+    print(f"servekit: {table.errors} requests failed", file=sys.stderr)
+    if any(row.protocol == "grpc" and row.errors for row in table.rows):
+        print(
+            f"servekit: gRPC was sent to {server.grpc_target}"
+            + ("" if args.grpc else " (the port the server reports)")
+            + "; behind a port mapping pass --grpc HOST:PORT",
+            file=sys.stderr,
+        )
+    return 1

@@ -4,9 +4,12 @@ The running server is driven the way clients drive it: over HTTP (binary tensor 
 over gRPC, by ``concurrency`` client threads each sending one request after the other, for
 ``seconds`` per protocol and concurrency level. Inputs are generated from the model's metadata
 (every free dimension 1, values 1). The result is a table (requests/s, p50/p90/p99 latency in
-ms, errors) that shows itself in a notebook with an inline SVG chart of throughput and p99
-latency against concurrency, and as text on a terminal. The numbers include this client's own
-work: run it from another machine for a server's true capacity.
+ms, errors counted by kind: connection refused, timeout, HTTP status, gRPC code) that shows
+itself in a notebook with an inline SVG chart of throughput and p99 latency against
+concurrency, and as text on a terminal. gRPC goes to the handle's ``grpc_target`` (``connect``'s
+argument, ``servekit bench --grpc``), so a server behind a port mapping is measured where it is
+reached. The numbers include this client's own work: run it from another machine for a
+server's true capacity.
 """
 
 from __future__ import annotations
@@ -44,13 +47,24 @@ class BenchmarkRow:
     errors: int
     seconds: float
     latencies_ms: list[float] = field(default_factory=list, repr=False)
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    """How many requests failed, by kind (:func:`error_kind`)."""
+    error_samples: dict[str, str] = field(default_factory=dict, repr=False)
+    """The first message seen of each kind, to show what the server or the network said."""
 
     @property
     def rps(self) -> float:
         return self.requests / self.seconds if self.seconds > 0 else 0.0
 
-    def percentile(self, q: float) -> float:
-        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else float("nan")
+    def percentile(self, q: float) -> float | None:
+        """The ``q``-th latency percentile in ms; None when no request succeeded (a figure
+        made of nothing is not shown as ``nan``)."""
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else None
+
+    def add_error(self, kind: str, message: str) -> None:
+        self.errors += 1
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+        self.error_samples.setdefault(kind, message)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -59,10 +73,41 @@ class BenchmarkRow:
             "requests": self.requests,
             "errors": self.errors,
             "rps": round(self.rps, 1),
-            "p50_ms": round(self.percentile(50), 3),
-            "p90_ms": round(self.percentile(90), 3),
-            "p99_ms": round(self.percentile(99), 3),
+            "p50_ms": _rounded(self.percentile(50)),
+            "p90_ms": _rounded(self.percentile(90)),
+            "p99_ms": _rounded(self.percentile(99)),
+            "error_kinds": dict(self.error_kinds),
         }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def error_kind(exc: BaseException) -> tuple[str, str]:
+    """``(kind, message)`` of a failed request: what a user acts on differs by kind (a refused
+    connection is a wrong address, a timeout a slow model or network, an HTTP status or gRPC
+    code the server's answer)."""
+    import socket
+
+    code = getattr(exc, "code", None)
+    if callable(code) and hasattr(exc, "details"):  # grpc.RpcError (a grpc.Call)
+        name = getattr(code(), "name", str(code()))
+        details = str(exc.details() or "")
+        kind = f"gRPC {name}"
+        if name == "UNAVAILABLE" and "refused" in details.lower():
+            kind += " (connection refused)"
+        return kind, details or name
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused", str(exc)
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return "timeout", str(exc) or "timed out"
+    message = str(exc)
+    if message.startswith("HTTP ") and message[5:8].isdigit():  # transport.check's wording
+        return message[:8], message[8:].lstrip(": ")
+    if isinstance(exc, OSError):
+        return "connection error", f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__, message
 
 
 @dataclass
@@ -75,16 +120,34 @@ class BenchmarkTable:
     def to_list(self) -> list[dict[str, Any]]:
         return [r.as_dict() for r in self.rows]
 
+    @property
+    def errors(self) -> int:
+        """Failed requests over every row."""
+        return sum(r.errors for r in self.rows)
+
+    def error_lines(self) -> list[str]:
+        """One line per protocol and kind of error: how many, and the first message."""
+        counts: dict[tuple[str, str], int] = {}
+        samples: dict[tuple[str, str], str] = {}
+        for row in self.rows:
+            for kind, count in row.error_kinds.items():
+                counts[row.protocol, kind] = counts.get((row.protocol, kind), 0) + count
+                samples.setdefault((row.protocol, kind), row.error_samples.get(kind, ""))
+        return [
+            f"errors ({protocol}): {count} x {kind}: {_short(samples[protocol, kind])}"
+            for (protocol, kind), count in counts.items()
+        ]
+
     def text(self) -> str:
         head = f"{'protocol':8} {'conc':>5} {'req/s':>9} {'p50 ms':>8} {'p90 ms':>8} "
         lines = [f"benchmark of {self.model}", head + f"{'p99 ms':>8} {'errors':>6}"]
         for row in self.to_list():
             lines.append(
                 f"{row['protocol']:8} {row['concurrency']:>5} {row['rps']:>9.1f} "
-                f"{row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f} {row['p99_ms']:>8.2f} "
+                f"{_cell(row['p50_ms'])} {_cell(row['p90_ms'])} {_cell(row['p99_ms'])} "
                 f"{row['errors']:>6}"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + self.error_lines())
 
     def __repr__(self) -> str:
         return self.text()
@@ -94,17 +157,35 @@ class BenchmarkTable:
 
     def _repr_html_(self) -> str:
         cells = "".join(
-            "<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row.values()) + "</tr>"
+            "<tr>" + "".join(f"<td>{escape(_html_cell(v))}</td>" for v in row.values()) + "</tr>"
             for row in self.to_list()
         )
+        errors = "".join(f"<p>{escape(line)}</p>" for line in self.error_lines())
         head = "".join(
             f"<th>{h}</th>"
             for h in ("protocol", "concurrency", "requests", "errors", "req/s", "p50 ms", "p90 ms")
         )
         return (
-            f"<div><b>benchmark of {escape(self.model)}</b><table><tr>{head}<th>p99 ms</th></tr>"
-            f"{cells}</table>{chart_svg(self.rows)}</div>"
+            f"<div><b>benchmark of {escape(self.model)}</b><table><tr>{head}<th>p99 ms</th>"
+            f"<th>errors by kind</th></tr>{cells}</table>{errors}{chart_svg(self.rows)}</div>"
         )
+
+
+def _cell(value: float | None) -> str:
+    return f"{'-':>8}" if value is None else f"{value:>8.2f}"
+
+
+def _short(message: str, limit: int = 160) -> str:
+    line = " ".join(message.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _html_cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {n}" for k, n in value.items())
+    return str(value)
 
 
 def chart_svg(rows: Sequence[BenchmarkRow], width: int = 560, height: int = 220) -> str:
@@ -116,14 +197,14 @@ def chart_svg(rows: Sequence[BenchmarkRow], width: int = 560, height: int = 220)
         'font-family="sans-serif" font-size="11">'
     ]
     levels = sorted({r.concurrency for r in rows})
-    panels: list[tuple[str, Callable[[BenchmarkRow], float]]] = [
+    panels: list[tuple[str, Callable[[BenchmarkRow], float | None]]] = [
         ("requests/s", _rps),
         ("p99 latency (ms)", _p99),
     ]
     for index, (title, value) in enumerate(panels):
         left = 30 + index * (panel + 20)
         top, bottom = 20, height - 30
-        values = [v for v in (value(r) for r in rows) if np.isfinite(v)]
+        values = [v for v in (value(r) for r in rows) if v is not None]
         peak = max(values, default=1.0) or 1.0
         parts.append(f'<text x="{left}" y="12">{title} (max {peak:.1f})</text>')
         parts.append(
@@ -137,7 +218,7 @@ def chart_svg(rows: Sequence[BenchmarkRow], width: int = 560, height: int = 220)
             points = []
             for row in (r for r in rows if r.protocol == protocol):
                 v = value(row)
-                if not np.isfinite(v):
+                if v is None:
                     continue
                 x = left + (levels.index(row.concurrency) + 0.5) * panel / max(len(levels), 1)
                 y = bottom - (bottom - top) * v / peak
@@ -159,7 +240,7 @@ def _rps(row: BenchmarkRow) -> float:
     return row.rps
 
 
-def _p99(row: BenchmarkRow) -> float:
+def _p99(row: BenchmarkRow) -> float | None:
     return row.percentile(99)
 
 
@@ -280,7 +361,7 @@ def _measure(send: Callable[[float], None], concurrency: int, seconds: float, pr
 
     def worker() -> None:
         latencies: list[float] = []
-        errors = 0
+        errors: list[tuple[str, str]] = []
         try:
             while not stop.is_set():
                 started = time.perf_counter()
@@ -289,10 +370,10 @@ def _measure(send: Callable[[float], None], concurrency: int, seconds: float, pr
                     break
                 try:
                     send(left)
-                except Exception:
+                except Exception as exc:
                     if stop.is_set() or time.perf_counter() >= stop_at:
                         break  # cut off by the deadline or the stop: not the server's error
-                    errors += 1
+                    errors.append(error_kind(exc))
                     continue
                 latencies.append((time.perf_counter() - started) * 1000.0)
         finally:
@@ -301,7 +382,8 @@ def _measure(send: Callable[[float], None], concurrency: int, seconds: float, pr
         with lock:
             row.latencies_ms.extend(latencies)
             row.requests += len(latencies)
-            row.errors += errors
+            for kind, message in errors:
+                row.add_error(kind, message)
 
     begun = time.perf_counter()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]

@@ -8,6 +8,11 @@ unless the object handed over comes from it, so a notebook without them pays not
 result is ONNX bytes, which then travel like any other model file: served by onnxruntime, saved
 as a file by ``server.save``, pushed over the network by ``connect``.
 
+A converted scikit-learn model is checked before it is used: its outputs must match the
+estimator's on the example rows and on sample rows (app/servekit/tabular_onnx.py states the
+tolerance); ``add_model`` on an in-process server serves the estimator natively when they do
+not (app/servekit/notebook/native.py).
+
 scikit-learn classifiers are converted with ZipMap off: skl2onnx's default returns the
 probabilities as a sequence of maps, which the V2 protocol cannot carry; without it the outputs
 are ``label`` and ``probabilities`` (one row of class probabilities per input row).
@@ -15,12 +20,15 @@ are ``label`` and ``probabilities`` (one row of class probabilities per input ro
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from servekit import tabular_onnx
 from servekit.client import torch_onnx
 
 
@@ -34,15 +42,15 @@ def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
     """ONNX bytes of a fitted estimator; its input ``X`` is FP32 ``[-1, n_features]``.
 
     ``example`` (a few rows of the training data) decides the number of features when the
-    estimator does not record it (``n_features_in_``).
+    estimator does not record it (``n_features_in_``). The ONNX model must then give the
+    estimator's own answers (``predict``, and ``predict_proba`` when it has one) on the example
+    rows and on sample rows (app/servekit/tabular_onnx.py, within its ``TOLERANCE``):
+    ``tabular_onnx.ConversionError`` says how they differ when they do not.
     """
-    try:
-        from skl2onnx import to_onnx
-        from sklearn.base import is_classifier
-    except ImportError:
+    if importlib.util.find_spec("skl2onnx") is None:
         raise ImportError(
             "serving a scikit-learn model needs skl2onnx: pip install 'servekit[sklearn]'"
-        ) from None
+        )
     if example is None:
         features = getattr(estimator, "n_features_in_", None)
         if features is None:
@@ -50,12 +58,29 @@ def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
                 f"{type(estimator).__name__} does not say how many features it takes (is it "
                 "fitted?); pass example=X[:1]"
             )
-        example = np.zeros((1, int(features)), dtype=np.float32)
-    sample = np.asarray(example, dtype=np.float32)[:1]
-    options = {"zipmap": False} if is_classifier(estimator) else None
-    proto = to_onnx(estimator, sample, options=options, target_opset=_opset())
-    data: bytes = proto.SerializeToString()
+        given = np.zeros((0, int(features)), dtype=np.float32)
+    else:
+        given = np.asarray(example, dtype=np.float32).reshape(len(example), -1)
+    count = given.shape[1]
+    data = tabular_onnx.to_onnx(estimator, count)
+    rows = np.concatenate([given, tabular_onnx.sample_rows(estimator, count)])
+    check_parity(estimator, data, rows)
     return data
+
+
+def check_parity(estimator: Any, data: bytes, rows: np.ndarray) -> None:
+    """ConversionError unless the ONNX model ``data`` answers ``rows`` as ``estimator`` does."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    order = [o.name for o in session.get_outputs()]
+    got = dict(zip(order, session.run(None, {session.get_inputs()[0].name: rows}), strict=True))
+    with warnings.catch_warnings():  # fitted on a DataFrame, given the same numbers unnamed
+        warnings.simplefilter("ignore", UserWarning)
+        native = {"predict": estimator.predict(rows)}
+        if hasattr(estimator, "predict_proba"):
+            native["predict_proba"] = estimator.predict_proba(rows)
+    tabular_onnx.match_outputs(native, got, order, "predict_proba")
 
 
 def to_onnx_source(
@@ -93,12 +118,3 @@ def to_onnx_source(
     if is_sklearn(source):
         return sklearn_to_onnx(source, example)
     return source
-
-
-def _opset() -> int:
-    """The newest ONNX opset both skl2onnx and this onnxruntime support (skl2onnx may know
-    a newer one than the installed onnxruntime runs)."""
-    import onnx
-    from skl2onnx import get_latest_tested_opset_version
-
-    return int(min(get_latest_tested_opset_version(), onnx.defs.onnx_opset_version()))

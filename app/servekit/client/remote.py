@@ -279,9 +279,10 @@ class RemoteServer:
         outputs: Sequence[str] | None = None,
         frame: bool | None = None,
     ) -> Any:
-        """Run ``model`` on ``inputs`` (name -> array or list, or a pandas DataFrame: one
-        input per column, as MLServer's PandasCodec sends it); return name -> numpy array, or
-        a DataFrame when ``frame`` is true (default: when ``inputs`` is one).
+        """Run ``model`` on ``inputs`` (name -> array or list, a bare array for a model of one
+        input, or a pandas DataFrame: one input per column, as MLServer's PandasCodec sends
+        it); return name -> numpy array, or a DataFrame when ``frame`` is true (default: when
+        ``inputs`` is one).
 
         Arrays keep their dtype; lists and scalars take the dtype the model declares.
         """
@@ -313,14 +314,13 @@ class RemoteServer:
         results = wire.decode_response(reply.body, int(length) if length is not None else None)
         return frames.to_frame(results) if frame else results
 
-    def _arrays(
-        self, model: str, inputs: Mapping[str, Any], version: int | str | None
-    ) -> dict[str, Any]:
+    def _arrays(self, model: str, inputs: Any, version: int | str | None) -> dict[str, Any]:
         key = (model, None if version is None else str(version))
         if key not in self._metadata:
             self._metadata[key] = self.metadata(model, version)
         declared = {t["name"]: t["datatype"] for t in self._metadata[key].get("inputs", [])}
-        return wire.to_arrays(model, inputs, declared, self._casts, stacklevel=4)
+        named = wire.named(model, inputs, list(declared))
+        return wire.to_arrays(model, named, declared, self._casts, stacklevel=4)
 
     def forget(self, name: str | None = None) -> None:
         """Drop what this handle remembers of model ``name`` (every model: None), its input

@@ -40,6 +40,27 @@ def to_array(name: str, value: Any, datatype: str | None = None) -> Array:
     return np.ascontiguousarray(array, dtype=from_numpy(array.dtype).dtype)
 
 
+def named(model: str, inputs: Any, declared: Sequence[str]) -> Mapping[str, Any]:
+    """``inputs`` as name -> value: a mapping as it is; a bare array (or list) for a model of
+    one declared input becomes that input's value; anything else is refused with the names the
+    model takes (a bare array has no name to travel under)."""
+    if isinstance(inputs, Mapping):
+        return inputs
+    if len(declared) == 1:
+        return {declared[0]: inputs}
+    kind = type(inputs).__name__
+    if not declared:
+        raise InvalidArgument(
+            f"{model}: inputs are a dict of input name -> array (got a {kind}; the model's "
+            "inputs are not known: is it loaded?)"
+        )
+    names = ", ".join(repr(n) for n in declared)
+    raise InvalidArgument(
+        f"{model}: the model takes {len(declared)} inputs ({names}): pass a dict of input name "
+        f"-> array, e.g. {{{declared[0]!r}: ...}}, not a {kind}"
+    )
+
+
 def to_arrays(
     model: str,
     inputs: Mapping[str, Any],

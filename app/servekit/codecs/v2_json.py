@@ -195,6 +195,23 @@ def json_data_to_array(
     become infinite (1e6 as FP16); infinities and NaN travel as the strings of ``NON_FINITE``.
     """
     count = element_count(shape)
+    largest = _FLOAT_LARGEST.get(datatype.name)
+    # The usual JSON tensor: a flat list of floats for a float input. Straight into a float64
+    # array (no dtype discovery, no boolean scan: only floats were seen), and cast only when
+    # every value fits the datatype (anything else, NaN included, takes the general way below,
+    # which says what is wrong or handles it).
+    if (
+        largest is not None
+        and type(data) is list
+        and len(data) == count
+        and count
+        and _ONLY_FLOATS.issuperset(map(type, data))
+    ):
+        wide = np.array(data, dtype=np.float64)
+        if -largest <= _MIN(wide) and _MAX(wide) <= largest:
+            if datatype.name != "FP64":
+                wide = wide.astype(datatype.dtype)
+            return wide.reshape(shape)
     if not isinstance(data, list):
         data = [data]
     if datatype.is_bytes:
@@ -225,6 +242,18 @@ def json_data_to_array(
     if inferred.dtype.kind in "iu" and datatype.dtype.kind in "iu":
         inferred = narrow_integers(label, inferred, datatype)
     return inferred.astype(datatype.dtype, copy=False).reshape(shape)
+
+
+_FLOAT_LARGEST = {
+    name: float(np.finfo(dtype).max)
+    for name, dtype in (("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64))
+}
+"""The largest finite value of each float datatype (a larger one is refused, not made inf)."""
+_ONLY_FLOATS = frozenset({float})
+_MIN = np.minimum.reduce
+_MAX = np.maximum.reduce
+_ALL = np.logical_and.reduce
+"""ufunc reductions called directly: ``ndarray.all()`` and the like go through Python."""
 
 
 def _non_finite(data: list[Any], inferred: np.ndarray) -> np.ndarray:
@@ -304,7 +333,7 @@ def _flatten(data: list[Any], into: list[Any], depth: int = 0) -> None:
 def output_json_data(tensor: Tensor) -> Any:
     """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
     flat = tensor.data.reshape(-1)
-    if flat.dtype.kind == "f" and not np.isfinite(flat).all():
+    if flat.dtype.kind == "f" and not _ALL(np.isfinite(flat)):
         return [x if math.isfinite(x) else _non_finite_name(x) for x in flat.tolist()]
     if tensor.datatype != "BYTES":
         return np.ascontiguousarray(flat)

@@ -46,6 +46,18 @@ from servekit.config.versions import (
 )
 from servekit.shown_paths import hide_paths
 
+TABULAR_FORMAT_VERSIONS: dict[str, tuple[str, ...]] = {
+    "sklearn": ("1",),
+    "xgboost": ("1", "2", "3"),
+    "lightgbm": ("3", "4"),
+    "mlflow": ("1", "2", "3"),
+}
+"""The versions of each tabular format servekit serves, as KServe names them (the library's
+major version; MLServer's ServingRuntime lists them the same way): the model files of these
+versions load with the libraries servekit's extras install (XGBoost and LightGBM read their
+older files, a pyfunc model of MLflow 1 or 2 loads in MLflow 3). An InferenceService that names
+another version is not given to servekit by KServe, nor accepted by serve.yaml."""
+
 BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
     RuntimeConfig(
         name="onnxruntime",
@@ -63,15 +75,21 @@ BUILTIN_RUNTIMES: tuple[RuntimeConfig, ...] = (
         RuntimeConfig(
             name=fmt,
             implementation=fmt,
-            supported_model_formats=[SupportedModelFormat(name=fmt, auto_select=True)],
+            supported_model_formats=[
+                SupportedModelFormat(name=fmt, version=v, auto_select=True) for v in versions
+            ],
         )
-        for fmt in ("sklearn", "xgboost", "lightgbm", "mlflow")
+        for fmt, versions in TABULAR_FORMAT_VERSIONS.items()
     ),
 )
 TABULAR_IMPLEMENTATIONS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"})
 """Runtimes that load a model with its own library; sklearn and mlflow files are pickles
 (code runs when they load), so app/servekit/models/pushed_config.py lets only serve.yaml
 declare any of them."""
+
+CONVERTIBLE = frozenset({"sklearn", "xgboost", "lightgbm"})
+"""Runtimes whose models ``convert: onnx`` turns into ONNX at load
+(app/servekit/runtimes/converted.py)."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +201,17 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
                     line,
                     f"isolation: process runs Python models only; runtime {runtime.name!r} is "
                     f"{runtime.implementation}",
+                )
+            )
+            continue
+        if model.convert is not None and runtime.implementation not in CONVERTIBLE:
+            line = line_in_file(config_path, ["models", index, "convert"])
+            issues.append(
+                ConfigIssue(
+                    f"models[{index}].convert",
+                    line,
+                    f"convert: {model.convert} converts sklearn, xgboost and lightgbm models; "
+                    f"runtime {runtime.name!r} is {runtime.implementation}",
                 )
             )
             continue

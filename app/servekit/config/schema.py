@@ -680,6 +680,12 @@ class ModelConfig(Section):
     """Options overriding the runtime's for this model."""
     parameters: dict[str, Any] = {}
     """Free-form parameters handed to the model (e.g. to a Python model's load)."""
+    convert: Literal["onnx"] | None = None
+    """`onnx`: a sklearn, xgboost or lightgbm model is converted to ONNX when it loads
+    (skl2onnx; onnxmltools for XGBoost and LightGBM), run next to the native model on sample
+    rows, and served by ONNX Runtime only when every output agrees (within 1e-5 + 1e-4 x the
+    native value, labels equal); the metadata stays the native model's. When conversion fails
+    or disagrees, the native model serves and the version's reason says why."""
     isolation: Literal["none", "process"] = "none"
     """Where a Python model runs. `none` (default): in the server's process. `process`: in a
     child process of its own (one per instance), fed over a socket, as Triton's Python backend

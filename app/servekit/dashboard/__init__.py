@@ -17,7 +17,7 @@ from litestar.datastructures import CacheControlHeader
 from litestar.static_files import create_static_files_router
 
 from servekit.config.auth import ApiGroup
-from servekit.dashboard import bench
+from servekit.dashboard import api_page, bench
 from servekit.dashboard.render import STATIC_DIR
 from servekit.dashboard.routes import HANDLERS, SECURITY
 
@@ -35,7 +35,7 @@ def routes() -> list[Any]:
         middleware=SECURITY,
         opt={"api_group": ApiGroup.OPEN},  # our own CSS/JS/icon: nothing protected in them
     )
-    return [*HANDLERS, *bench.HANDLERS, static]
+    return [*HANDLERS, *bench.HANDLERS, *api_page.HANDLERS, static]
 
 
 __all__ = ["STATIC_PATH", "routes"]

@@ -34,6 +34,10 @@ CONTENT_SECURITY_POLICY = "; ".join(
     )
 )
 
+API_PAGE_POLICY = CONTENT_SECURITY_POLICY.replace("img-src 'self'", "img-src 'self' data:")
+"""The API page's (app/servekit/dashboard/api_page.py): Swagger UI's stylesheet draws its icons
+as ``data:`` SVG images; scripts, styles and requests stay this server's own."""
+
 API_HEADERS: Mapping[str, str] = {
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
@@ -78,4 +82,10 @@ def add_headers(headers: Mapping[str, str]) -> Any:
     return middleware
 
 
-__all__ = ["API_HEADERS", "CONTENT_SECURITY_POLICY", "DASHBOARD_HEADERS", "add_headers"]
+__all__ = [
+    "API_HEADERS",
+    "API_PAGE_POLICY",
+    "CONTENT_SECURITY_POLICY",
+    "DASHBOARD_HEADERS",
+    "add_headers",
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
@@ -30,6 +30,7 @@ from servekit.services import (
     QUEUE_BUCKETS_S,
     READY,
     STATES,
+    TABULAR_IMPLEMENTATIONS,
     UNAVAILABLE,
     UNLOADING,
     DataPlane,
@@ -37,6 +38,7 @@ from servekit.services import (
     ModelControl,
     ModelView,
     VersionView,
+    window,
 )
 from servekit.shown_paths import shown_storage_uri
 
@@ -226,6 +228,8 @@ def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any
         ],
         "dispatch": dispatch_reasons(stats.batch_reasons),
         "queue_histogram": queue_histogram(stats.queue_histogram),
+        # The last minutes, per slot of the rolling window: the latency chart's points.
+        "recent": [asdict(point) for point in window(stats)],
     }
 
 
@@ -305,12 +309,36 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "max_batch_size": plan.max_batch_size,
         "dynamic_batching": batching.model_dump(by_alias=True) if batching else None,
         "instances": plan.instances,
+        "tabular": plan.implementation in TABULAR_IMPLEMENTATIONS,
         "serving_version": model.serving_version,
         "versions": versions,
         "metadata": metadata,
         "signatures": _signatures(metadata),
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
+        "warmup": warmup(model),
+    }
+
+
+def warmup(model: ModelView) -> dict[str, Any] | None:
+    """The model's warm-up (serve.yaml ``warmup``) as the model page shows it: the samples,
+    and how long each loaded version took to warm up (ms; None: not loaded, or loading).
+    None for a model without warm-up."""
+    config = model.plan.config
+    samples = config.warmup if config is not None else []
+    if not samples:
+        return None
+    return {
+        "samples": [
+            {"name": s.name, "batch_size": s.batch_size, "count": s.count} for s in samples
+        ],
+        "versions": [
+            {
+                "version": str(v.number),
+                "ms": None if v.warmup_s is None else round(v.warmup_s * 1e3, 1),
+            }
+            for v in model.versions
+        ],
     }
 
 

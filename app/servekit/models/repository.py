@@ -359,7 +359,9 @@ def _load_version(plan: ModelPlan, source: VersionSource, base_dir: Path) -> Ver
         )  # fmt: skip
     else:
         log.info("loaded %s version %s", plan.name, source.version)
-    entry = VersionEntry(source.version, State.READY, "", runtime)
+    if runtime.note:
+        log.info("%s version %s: %s", plan.name, source.version, runtime.note)
+    entry = VersionEntry(source.version, State.READY, runtime.note, runtime)
     entry.warmup_s = seconds if calls else None
     return entry
 

@@ -286,9 +286,10 @@ class Server:
         outputs: Sequence[str] | None = None,
         frame: bool | None = None,
     ) -> Any:
-        """Run ``model`` on ``inputs`` (name -> array or list, or a pandas DataFrame: one
-        input per column) in process; name -> numpy array, or a DataFrame when ``frame`` is
-        true (default: when ``inputs`` is one; app/servekit/client/frames.py).
+        """Run ``model`` on ``inputs`` (name -> array or list, a bare array for a model of one
+        input, or a pandas DataFrame: one input per column) in process; name -> numpy array,
+        or a DataFrame when ``frame`` is true (default: when ``inputs`` is one;
+        app/servekit/client/frames.py).
 
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
         HTTP and gRPC requests, without encoding anything.
@@ -313,6 +314,7 @@ class Server:
         # Cast here, in the caller's thread, so a cast warning points at the caller's line.
         # A DataFrame's columns go as they are, as MLServer's PandasCodec sends them.
         types = {} if request_parameters else self._thread.run(declared())
+        inputs = wire.named(model, inputs, list(types))
         arrays = wire.to_arrays(model, inputs, types, self._casts)
 
         async def run() -> dict[str, Any]:

@@ -1,12 +1,14 @@
 """scikit-learn estimators that skl2onnx cannot convert, served natively instead (in process).
 
-``add_model(name, estimator)`` converts to ONNX when it can (the fast path). When skl2onnx
-refuses (a ColumnTransformer over a DataFrame's named columns, a FunctionTransformer, an
-estimator it does not know), the estimator is written as a joblib file in a folder this server
-owns and served by the ``sklearn`` runtime (app/servekit/runtimes/sklearn.py), with one warning
-saying why and what it costs. Only the in-process server does this: its own process wrote the
-file. A server reached with ``connect(url)`` takes no pickles over the network (a pushed
-pickle would run code on it), so there the conversion error stands, with the way out.
+``add_model(name, estimator)`` converts to ONNX when it can (the fast path) and the ONNX model
+gives the estimator's answers on the example and sample rows (the parity check of
+app/servekit/tabular_onnx.py). When skl2onnx refuses (a ColumnTransformer over a DataFrame's
+named columns, a FunctionTransformer, an estimator it does not know) or its model disagrees, the
+estimator is written as a joblib file in a folder this server owns and served by the ``sklearn``
+runtime (app/servekit/runtimes/sklearn.py), with one warning saying why and what it costs. Only
+the in-process server does this: its own process wrote the file. A server reached with
+``connect(url)`` takes no pickles over the network (a pushed pickle would run code on it), so
+there the conversion error stands, with the way out.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 from typing import Any
+
+from servekit import tabular_onnx
 
 SLOWER = (
     "served natively by scikit-learn in the server's threads: slower per request than "
@@ -32,11 +36,11 @@ def reason(exc: BaseException) -> str:
 
 
 def warn(name: str, exc: BaseException) -> None:
-    warnings.warn(
-        f"{name}: skl2onnx cannot convert it ({reason(exc)}); {SLOWER}",
-        NativeFallback,
-        stacklevel=3,
-    )
+    if isinstance(exc, tabular_onnx.ParityError):
+        why = f"skl2onnx converts it, but {reason(exc)} ({tabular_onnx.TOLERANCE})"
+    else:
+        why = f"skl2onnx cannot convert it ({reason(exc)})"
+    warnings.warn(f"{name}: {why}; {SLOWER}", NativeFallback, stacklevel=3)
 
 
 def write(estimator: Any, folder: Path) -> Path:

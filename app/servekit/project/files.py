@@ -59,7 +59,9 @@ class Project:
     """Path relative to the folder -> content (model files, copied modules)."""
     source: ModuleSource = field(default_factory=ModuleSource)
     imports: set[str] = field(default_factory=set)
-    """Top-level modules imported by the copied modules."""
+    """Top-level modules imported by the copied modules (and that load the saved models)."""
+    distributions: set[str] = field(default_factory=set)
+    """Distributions the saved models name themselves (an MLflow model's requirements.txt)."""
     notes: list[str] = field(default_factory=list)
     """What the saved project lacks (e.g. files a remote server does not hand out)."""
     requirements: list[str] = field(default_factory=list)
@@ -83,7 +85,7 @@ class Project:
         if self.source.definitions:
             (root / f"{MODULE}.py").write_text(self.source.text())
         modules = self.source.modules | self.imports
-        (root / "requirements.txt").write_text(requirements.text(modules))
+        (root / "requirements.txt").write_text(requirements.text(modules, self.distributions))
         (root / "serve.yaml").write_text(self.serve_yaml())
         (root / "Dockerfile").write_text(dockerfile.PROJECT_DOCKERFILE)
         (root / ".dockerignore").write_text(dockerfile.DOCKERIGNORE)

@@ -107,23 +107,48 @@ def _onnx(plan: ModelPlan, entry: dict[str, Any], project: Project) -> None:
     entry["versionPolicy"] = {"specific": {"versions": versions}}
 
 
-ONE_FILE_FORMATS = ("sklearn", "xgboost", "lightgbm")
-"""Tabular formats whose version is one file, copied as it is (an MLflow folder is not saved
-yet)."""
+ONE_FILE_FORMATS = ("sklearn", "xgboost", "lightgbm", "mlflow")
+"""Tabular formats: a version is one file (an MLflow model: one folder), copied as it is, and
+the library that loads it is pinned in requirements.txt."""
 
 
 def _model_files(plan: ModelPlan, entry: dict[str, Any], project: Project) -> None:
     """Each served version's model file under models/<name>/<v>/ (a joblib file of a model
-    add_model served natively, an XGBoost or LightGBM file)."""
-    served = [v for v in plan.versions if v.path is not None and v.path.is_file()]
+    add_model served natively, an XGBoost or LightGBM file, an MLflow model's folder), and
+    the modules that load it for requirements.txt: the format's library, the modules a
+    pickle names (a FunctionTransformer's numpy, ...), an MLflow model's own requirements."""
+    folder_format = plan.implementation == "mlflow"
+    served = [
+        v
+        for v in plan.versions
+        if v.path is not None and (v.path.is_dir() if folder_format else v.path.is_file())
+    ]
     if not served:
         raise SourceError(f"{plan.name}: no model file on disk")
+    project.imports |= requirements.FORMAT_MODULES.get(plan.implementation, set())
     for version in served:
         assert version.path is not None
         folder = f"models/{plan.name}/{version.version}"
+        if folder_format:
+            _mlflow_folder(version.path, folder, project)
+            continue
         project.files[f"{folder}/{version.path.name}"] = version.path.read_bytes()
+        if plan.implementation == "sklearn":
+            project.imports |= requirements.pickled_modules(version.path)
     entry["storageUri"] = f"models/{plan.name}"
     entry["versionPolicy"] = {"specific": {"versions": sorted(v.version for v in served)}}
+
+
+def _mlflow_folder(path: Path, folder: str, project: Project) -> None:
+    """An MLflow model's folder, file by file (links left out), and the distributions its
+    requirements.txt names, pinned at the versions installed here."""
+    for item in sorted(path.rglob("*")):
+        if item.is_file() and not item.is_symlink():
+            relative = item.relative_to(path).as_posix()
+            project.files[f"{folder}/{relative}"] = item.read_bytes()
+    listed = path / "requirements.txt"
+    if listed.is_file():
+        project.distributions |= requirements.distributions_in(listed.read_text())
 
 
 def add_onnx_file(project: Project, name: str, version: int, file: str, path: Path) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from litestar import Litestar, Router
+from litestar import Router
 from litestar.config.app import AppConfig
 from litestar.datastructures import State
 from litestar.openapi import OpenAPIConfig
@@ -27,6 +27,7 @@ from servekit.config.auth import ApiGroup
 from servekit.rest import metrics, v1, v2
 from servekit.rest.access import group_opt, token_guard
 from servekit.rest.errors import EXCEPTION_HANDLERS
+from servekit.rest.front import InferenceApp
 from servekit.rest.infer import FastPath
 from servekit.rest.inject import dependencies
 from servekit.rest.openapi import DocumentPlugin, no_such_document
@@ -40,13 +41,14 @@ def create_app(
     *,
     extra_routes: Sequence[Any] = (),
     max_request_bytes: int | None = None,
-) -> Litestar:
+) -> InferenceApp:
     """Build the HTTP application over ``dataplane`` and ``control``.
 
     Tokens (``server.auth``) are checked by one application guard, installed only when a group
     has a token (app/servekit/rest/access.py); the inference fast path reads the same policy."""
     access = dataplane.access
     limit = max_request_bytes or dataplane.plan.server.max_request_bytes
+    fast = FastPath(dataplane, access, dataplane.plan.server.max_json_request_bytes)
     config = AppConfig(
         route_handlers=[*v2.ROUTES, *v1.ROUTES, *metrics.ROUTES, *extra_routes],
         dependencies=dependencies(dataplane, control),
@@ -59,9 +61,7 @@ def create_app(
                 "dataplane": dataplane,
                 "access": access,
                 "metrics_registry": make_registry(dataplane),
-                "fast_path": FastPath(
-                    dataplane, access, dataplane.plan.server.max_json_request_bytes
-                ),
+                "fast_path": fast,
             }
         ),
         request_max_body_size=limit,
@@ -82,4 +82,6 @@ def create_app(
         ),
         debug=False,
     )
-    return Litestar.from_config(config)
+    app = InferenceApp.from_config(config)
+    app.fast_path = fast
+    return app

@@ -19,30 +19,31 @@ from __future__ import annotations
 
 import math
 import time
+from asyncio import CancelledError, current_task
 from dataclasses import dataclass
 from typing import Any, cast
 
 from litestar import post
+from litestar._asgi.utils import is_valid_host
 from litestar.exceptions import ClientException, InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import JSONBody
 from litestar.types import (
     ASGIApp,
-    HTTPResponseBodyEvent,
-    HTTPResponseStartEvent,
     Receive,
     Scope,
     Send,
 )
 
+from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
 from servekit.request_id import adopt_body_id
 from servekit.rest import compression, large
 from servekit.rest.access import client_of, group_opt
-from servekit.rest.leaving import unless_client_leaves
+from servekit.rest.leaving import WAITING, ClientLeft, client_left
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
@@ -51,6 +52,7 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services import DataPlane
+from servekit.tracing import TRACING
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -74,20 +76,55 @@ class FastPath:
 
 
 async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer one inference request (JSON, binary extension or raw binary) on its own."""
+    """Answer one inference request that Litestar routed (the rare way in: the application's
+    front, :class:`~servekit.rest.front.InferenceApp`, answers the usual ones before routing).
+
+    Also where a failure of the front's answer is raised again (``PENDING``), so that Litestar's
+    exception handling answers it exactly as it answers every route's."""
+    pending: BaseException | None = scope.get(PENDING)  # type: ignore[assignment]
+    if pending is not None:
+        scope[PENDING] = None  # type: ignore[literal-required]
+        raise pending
+    fast: FastPath = scope["litestar_app"].state.fast_path
+    handler = cast("HTTPRouteHandler", scope["route_handler"])
+    limit = handler.resolve_request_max_body_size() or math.inf
+    await answer(fast, limit, scope, receive, send, check_host=False)
+
+
+PENDING = "servekit.pending_error"
+"""Scope key of the exception the front's answer raised: Litestar routes the request to
+:func:`serve_infer`, which raises it inside Litestar's exception handling."""
+
+
+async def answer(
+    fast: FastPath,
+    limit: float,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    check_host: bool,
+) -> bool:
+    """Answer one inference request (JSON, binary extension or raw binary); ``limit``: the
+    route's ``request_max_body_size``. With ``check_host``, a ``Host`` header Litestar's router
+    would refuse (400) makes it decline, before reading anything: it returns False and the
+    caller hands the request to Litestar. Written flat, one pass over the headers: it runs for
+    every inference request."""
     arrived = time.monotonic()  # before the body: see DataPlane.infer
     params = scope["path_params"]
-    model: str = params["model"]
-    version: str | None = params.get("version")
-    fast: FastPath = scope["litestar_app"].state.fast_path
-    dataplane = fast.dataplane
-    access = fast.access
     raw_length = None
     authorization = None
     encoding = None
     accept = None
+    host = None
+    content_length = None
     for key, value in scope["headers"]:  # ASGI header names are lower-case bytes
-        if key == _HEADER_LENGTH:
+        if key == _CONTENT_LENGTH:
+            if content_length is None:
+                content_length = value
+        elif key == _HOST:
+            if host is None:
+                host = value
+        elif key == _HEADER_LENGTH:
             raw_length = value.decode("latin-1")
         elif key == _AUTHORIZATION:
             authorization = value
@@ -95,26 +132,66 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
             encoding = value
         elif key == _ACCEPT_ENCODING:
             accept = value
-    # Litestar's guards do not run on this fast path (see app/servekit/rest/access.py).
+    if check_host and host is not None and host not in _HOSTS:
+        if not is_valid_host(host):
+            return False
+        if len(_HOSTS) < _MAX_HOSTS:
+            _HOSTS.add(host)
+    # Litestar's guards do not run on this path (see app/servekit/rest/access.py).
+    access = fast.access
     if access.enabled and not access.allows(ApiGroup.INFERENCE, authorization):
         access.check(ApiGroup.INFERENCE, authorization, client_of(scope))  # raises, logs
-    json_limit = fast.json_limit if raw_length is None else None
-    body = await read_body(scope, receive, json_limit, encoding)
-    header_length = v2_binary.parse_header_length(raw_length, len(body))
-    if header_length is None:
+    names = compression.codings(encoding) if encoding is not None else None  # 415 first
+    json_limited = False
+    if raw_length is None and fast.json_limit < limit:
+        limit, json_limited = fast.json_limit, True
+    announced = -1
+    if content_length is not None:
+        announced = _announced(content_length, limit, json_limited)
+    if names is None and announced < large.OFF_LOOP_BYTES:
+        message = await receive()
+        if message["type"] == "http.request" and not message.get("more_body", False):
+            body: bytes | bytearray = message.get("body", b"")
+            if len(body) > limit:
+                raise _too_large(limit, json_limited)
+        else:
+            body = await _read_chunks(receive, limit, json_limited, message)
+    else:
+        body = await _read(receive, limit, json_limited, announced, names)
+    dataplane = fast.dataplane
+    model: str = params["model"]
+    version: str | None = params.get("version")
+    traced = tracing.now() if TRACING.on else 0  # tracing: the decode span (else 0: no hook)
+    if raw_length is None:
         if len(body) < large.OFF_LOOP_BYTES:
             infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
         else:
             infer_request = await large.decode_json(body, model, version)
-    elif header_length == 0:
-        signature = dataplane.signature_of(model, version)
-        infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
     else:
-        infer_request = v2_binary.decode_request(body, header_length, model, version)
+        header_length = v2_binary.parse_header_length(raw_length, len(body))
+        assert header_length is not None  # (a header was given)
+        if header_length == 0:
+            signature = dataplane.signature_of(model, version)
+            infer_request = v2_binary.decode_raw_request(body, model, version, signature.inputs)
+        else:
+            infer_request = v2_binary.decode_request(body, header_length, model, version)
     if infer_request.id:  # the V2 ``id`` names the request when no X-Request-ID did
         adopt_body_id(infer_request.id)
-    # A client that leaves while the request waits drops it (ClientLeft: nobody is answered).
-    response = await unless_client_leaves(scope, dataplane.infer(infer_request, arrived=arrived))
+    if traced:
+        tracing.phase("decode", traced)
+    # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
+    # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
+    scope[WAITING] = task = current_task()  # type: ignore[literal-required]
+    try:
+        response = await dataplane.infer(infer_request, arrived=arrived)
+    except CancelledError:
+        if client_left(scope, task):
+            raise ClientLeft from None
+        raise
+    finally:
+        scope[WAITING] = None  # type: ignore[literal-required]
+    if traced:
+        traced = tracing.now()  # the encode span
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)
@@ -127,27 +204,38 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
         coding = compression.accepted(accept)
         if coding is not None:
             content = await compression.compress_async(content, coding)
+    if traced:
+        tracing.phase("encode", traced)
     size = (_CONTENT_LENGTH, str(len(content)).encode())
-    headers = [_JSON_TYPE, size]
-    if json_length is not None:
+    if json_length is None:
+        headers = [_JSON_TYPE, size]
+    else:
         headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
     if coding is not None:
         headers += [(_CONTENT_ENCODING, coding.encode()), _VARY]
-    start: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": 200,
-        "headers": headers,
-    }
-    await send(start)
-    reply: HTTPResponseBodyEvent = {
-        "type": "http.response.body",
-        "body": content,
-        "more_body": False,
-    }
-    await send(reply)
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": content, "more_body": False})
     if is_large:
-        del content, reply
+        del content
         await large.release()
+    return True
+
+
+_HOST = b"host"
+_HOSTS: set[bytes] = set()
+"""``Host`` values seen valid (Litestar's router checks each request's against a pattern)."""
+_MAX_HOSTS = 256
+
+
+def _announced(value: bytes, limit: float, json_limited: bool) -> int:
+    """The Content-Length, refused before anything is read when over ``limit``."""
+    try:
+        announced = int(value)
+    except ValueError:
+        raise ClientException(f"Invalid content-length: {value.decode('latin-1')!r}") from None
+    if announced > limit:
+        raise _too_large(limit, json_limited)
+    return announced
 
 
 async def read_body(
@@ -166,7 +254,7 @@ async def read_body(
     without being inflated). A large announced body is read into one buffer of its size (no
     second copy when the chunks are joined).
     """
-    names = compression.codings(encoding) if encoding is not None else None  # 415 before reading
+    names = compression.codings(encoding) if encoding is not None else None  # 415 first
     handler = cast("HTTPRouteHandler", scope["route_handler"])
     limit = handler.resolve_request_max_body_size() or math.inf
     json_limited = False
@@ -175,26 +263,38 @@ async def read_body(
     announced = -1
     for key, value in scope["headers"]:
         if key == _CONTENT_LENGTH:
-            try:
-                announced = int(value)
-            except ValueError:
-                raise ClientException(
-                    f"Invalid content-length: {value.decode('latin-1')!r}"
-                ) from None
-            if announced > limit:
-                raise _too_large(limit, json_limited)
+            announced = _announced(value, limit, json_limited)
             break
+    return await _read(receive, limit, json_limited, announced, names)
+
+
+async def _read(
+    receive: Receive,
+    limit: float,
+    json_limited: bool,
+    announced: int,
+    names: list[str] | None,
+) -> bytes | bytearray:
+    """The body of ``announced`` bytes (-1: not announced), decoded by the content codings
+    ``names`` (app/servekit/rest/compression.py)."""
+    body: bytes | bytearray
     if announced >= large.OFF_LOOP_BYTES:
-        buffer = await large.read_into_buffer(receive, announced)
-        if names:
-            return await compression.decode_async(
-                buffer, names, limit, _too_large(limit, json_limited)
-            )
-        return buffer
+        body = await large.read_into_buffer(receive, announced)
+    else:
+        body = await _read_chunks(receive, limit, json_limited, None)
+    if names:
+        return await compression.decode_async(body, names, limit, _too_large(limit, json_limited))
+    return body
+
+
+async def _read_chunks(
+    receive: Receive, limit: float, json_limited: bool, first: Any
+) -> bytes | bytearray:
+    """The body's chunks joined (``first``: a message already received, or None)."""
     chunks: list[bytes] = []
     received = 0
+    message: Any = first if first is not None else await receive()
     while True:
-        message = await receive()
         if message["type"] == "http.request":
             chunk = message.get("body", b"")
             if chunk:
@@ -206,10 +306,8 @@ async def read_body(
                 break
         elif message["type"] == "http.disconnect":
             raise InternalServerException("client disconnected prematurely")
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    if names:
-        return await compression.decode_async(body, names, limit, _too_large(limit, json_limited))
-    return body
+        message = await receive()
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _too_large(limit: float, json_limited: bool) -> Exception:

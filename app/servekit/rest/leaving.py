@@ -15,9 +15,9 @@ the edge, which cannot import the handlers' modules without importing half the R
 
 from __future__ import annotations
 
-from asyncio import CancelledError, current_task
+from asyncio import CancelledError, Task, current_task
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from litestar.types import Scope
 
@@ -46,10 +46,16 @@ async def unless_client_leaves(scope: Scope, awaitable: Awaitable[T]) -> T:
     try:
         return await awaitable
     except CancelledError:
-        # The edge cleared the mark: the cancel is its own. uncancel() says whether it was the
-        # only one (a stopping server may have cancelled the task as well).
-        if scope.get(WAITING) is None and task is not None and not task.uncancel():
+        if client_left(scope, task):
             raise ClientLeft from None
         raise
     finally:
         scope[WAITING] = None  # type: ignore[literal-required]
+
+
+def client_left(scope: Scope, task: Task[Any] | None) -> bool:
+    """Whether a cancel that ended a wait marked with ``task`` was the edge's alone: the edge
+    cleared the mark, and ``uncancel()`` says whether it was the only cancel (a stopping server
+    may have cancelled the task as well). For a handler that marks its scope inline (the V2
+    inference answer) instead of calling :func:`unless_client_leaves`."""
+    return scope.get(WAITING) is None and task is not None and not task.uncancel()

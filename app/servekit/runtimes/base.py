@@ -51,6 +51,10 @@ class ModelRuntime(Protocol):
     """Outputs whose shape the metadata only guessed: the output check tests their datatype."""
     outputs_trusted: bool
     """True: its outputs always match the metadata, so they are not checked on the hot path."""
+    note: str
+    """What a user should know about how it serves (e.g. ``convert: onnx`` fell back to the
+    native model, and why): the READY version's reason in the index and on the dashboard;
+    empty for most runtimes."""
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         """Run the model."""

@@ -202,6 +202,7 @@ class IsolatedModel:
     may_run_inline = False  # a call waits on another process (runtimes/base.py)
     decoupled = False
     outputs_trusted = False
+    note = ""
 
     def __init__(
         self, settings: ChildSettings, children: list[_Child], signature: ModelSignature

@@ -17,6 +17,7 @@ from typing import Any
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.runtimes.base import LoadError
+from servekit.runtimes.converted import Converted, maybe_convert
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,
@@ -40,7 +41,7 @@ def read(path: str) -> Any:
     return lgb.Booster(model_file=path)
 
 
-def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
+def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
     """``instances`` Boosters; LoadError with a reason a user can act on."""
     require("lightgbm", "lightgbm", "LightGBM")
     path = check_model_file(version.path)
@@ -56,10 +57,11 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
     threads = plan.options.intra_op_threads
     from lightgbm.basic import LightGBMError
 
-    return TabularModel(
+    native = TabularModel(
         PLATFORM,
         plan_layout(plan, layout),
         plan_outputs(plan, (TensorSpec(PREDICT, "FP64", (-1,)),)),
         [Instance({PREDICT: partial(b.predict, num_threads=threads)}) for b in boosters],
         (ValueError, TypeError, KeyError, LightGBMError),
     )
+    return maybe_convert(plan, native, boosters[0])

@@ -101,6 +101,7 @@ class OnnxModel:
     may_run_inline = True  # pure computation, timed by the executor (runtimes/base.py)
     decoupled = False
     loose_outputs: frozenset[str] = frozenset()
+    note = ""
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ class PipelineRuntime:
     decoupled = False
     loose_outputs: frozenset[str] = frozenset()
     outputs_trusted = False
+    note = ""
 
     def __init__(self, signature: ModelSignature, name: str) -> None:
         self.signature = signature

@@ -167,6 +167,7 @@ class PythonModel:
     platform = PLATFORM
     may_run_inline = False  # user code may block at any call (runtimes/base.py)
     outputs_trusted = False
+    note = ""
     fatal: tuple[type[BaseException], ...] = ()
     """Exceptions of the model's code that ``predict`` lets through as they are instead of
     turning them into the request's error: an isolated model's child process sets

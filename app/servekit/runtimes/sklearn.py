@@ -15,6 +15,7 @@ from typing import Any
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
+from servekit.runtimes.converted import Converted, maybe_convert
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,
@@ -41,7 +42,7 @@ def read(path: Path) -> Any:
     return joblib.load(path)
 
 
-def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
+def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
     """``instances`` copies of the estimator; LoadError with a reason a user can act on."""
     require("sklearn", "sklearn", "scikit-learn")
     from servekit.runtimes.base import LoadError
@@ -59,12 +60,13 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
     first = estimators[0]
     if not hasattr(first, "predict"):
         raise LoadError(f"{path} holds a {type(first).__name__}, which has no predict method")
-    return TabularModel(
+    native = TabularModel(
         PLATFORM,
         plan_layout(plan, layout_of(first)),
         outputs_of(plan, first),
         [Instance(methods_of(e)) for e in estimators],
     )
+    return maybe_convert(plan, native, first)
 
 
 def layout_of(estimator: Any) -> TabularLayout:

@@ -146,6 +146,8 @@ class TabularModel:
         """``client_errors``: what the library raises on input it cannot use (a 400, with its
         message); anything else is the model's failure (a 500 with a logged reference)."""
         self.platform = platform
+        self.note = ""
+        """Set by app/servekit/runtimes/converted.py when ``convert: onnx`` fell back here."""
         self.layout = layout
         names = {s.name for s in outputs}
         self.signature = ModelSignature(
@@ -182,7 +184,7 @@ class TabularModel:
             except self._client_errors as exc:
                 why = hide_paths(str(exc))[:500]
                 raise InvalidArgument(f"the model rejected the input: {why}") from None
-            results[name] = _as_output(self.signature.output_index[name], values)
+            results[name] = as_output(self.signature.output_index[name], values)
         return results
 
     def close(self) -> None:
@@ -208,7 +210,7 @@ def _frame_builder() -> Callable[[Arrays], Any]:
     return frame
 
 
-def _as_output(spec: TensorSpec, values: Any) -> np.ndarray:
+def as_output(spec: TensorSpec, values: Any) -> np.ndarray:
     """A model's answer as an array of the declared datatype (labels as UTF-8 bytes)."""
     if hasattr(values, "to_numpy"):  # pandas Series or DataFrame
         if getattr(values, "ndim", 1) == 2 and values.shape[1] == 1:

@@ -16,6 +16,7 @@ from typing import Any
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.runtimes.base import LoadError
+from servekit.runtimes.converted import Converted, maybe_convert
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,
@@ -48,7 +49,7 @@ def read(path: str, threads: int) -> Any:
     return model
 
 
-def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
+def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
     """``instances`` copies of the model; LoadError with a reason a user can act on."""
     require("xgboost", "xgboost", "XGBoost")
     path = check_model_file(version.path)
@@ -80,10 +81,11 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel:
             method[PREDICT_PROBA] = model.predict_proba
     from xgboost.core import XGBoostError
 
-    return TabularModel(
+    native = TabularModel(
         PLATFORM,
         plan_layout(plan, layout),
         plan_outputs(plan, tuple(specs)),
         [Instance(m) for m in methods],
         (ValueError, TypeError, KeyError, XGBoostError),
     )
+    return maybe_convert(plan, native, first)

@@ -10,6 +10,7 @@ of this folder are the services' own business. No transport framework is importe
 
 from __future__ import annotations
 
+from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.models.storage import FILE_PREFIX
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.python_check import python_problems
@@ -33,7 +34,16 @@ from servekit.services.model_stats import DurationStat, VersionStatistics
 from servekit.services.sequences import SequenceCounts
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
-from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
+from servekit.services.stats import (
+    QUEUE_BUCKETS_S,
+    WINDOW_SLOT_S,
+    WINDOW_SLOTS,
+    Duration,
+    WindowPoint,
+    WorkerState,
+    WorkerStatus,
+    window,
+)
 from servekit.services.views import (
     LOADING,
     READY,
@@ -57,8 +67,11 @@ __all__ = [
     "QUEUE_BUCKETS_S",
     "READY",
     "STATES",
+    "TABULAR_IMPLEMENTATIONS",
     "UNAVAILABLE",
     "UNLOADING",
+    "WINDOW_SLOTS",
+    "WINDOW_SLOT_S",
     "DataPlane",
     "Duration",
     "DurationStat",
@@ -76,6 +89,7 @@ __all__ = [
     "VersionPolicyConfig",
     "VersionStatistics",
     "VersionView",
+    "WindowPoint",
     "WorkerState",
     "WorkerStatus",
     "grps_calls",
@@ -84,4 +98,5 @@ __all__ = [
     "render_metrics",
     "server_extensions",
     "watch_config",
+    "window",
 ]

@@ -324,7 +324,8 @@ class DataPlane:
         that read a body after that: a request whose upload began before a graceful stop was
         accepted and is served; one without it counts as arriving now.
         """
-        if self._state.refuses(arrived):
+        state = self._state
+        if state.draining and state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         if request.shared_memory:  # tensors in registered regions: read, run (here), write
             return await self.shared_memory.infer(
@@ -336,7 +337,7 @@ class DataPlane:
             return await self._pipelines.infer(entry, version, request, deadline, arrived)
         if entry.plan.sequence is not None:  # a stateful model: its sequences' slots, in order
             return await self._sequences.infer(entry, version, request, deadline)
-        plan, state = entry.plan, self._state
+        plan = entry.plan
         stats = self.statistics.of(plan.name, version.version)
         version.enter()
         try:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, get_args
+
+from servekit import custom_metrics
 
 QUEUE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
@@ -30,6 +34,16 @@ QUEUE_BUCKETS_S: tuple[float, ...] = (
 )
 """Upper bounds (seconds) of the queue-time histogram in /metrics (+Inf implied)."""
 _QUEUE_BOUNDS_NS = tuple(round(b * 1e9) for b in QUEUE_BUCKETS_S)
+
+
+LATENCY_BOUNDS_NS: tuple[int, ...] = tuple(round(20_000 * 1.25**k) for k in range(64))
+"""Upper bounds of the request-latency buckets of the rolling window: 20 us to about 30 min,
+each 25% wider than the last, so a percentile read from them is within 25% of the truth."""
+WINDOW_SLOT_S = 10
+"""The rolling window's slot: requests are counted per 10 s of wall clock."""
+WINDOW_SLOTS = 30
+"""Slots kept: the last five minutes (the model page's latency chart)."""
+_SLOT_NS = WINDOW_SLOT_S * 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -64,6 +78,10 @@ class VersionStats:
     batch_reasons: dict[str, int] = field(default_factory=dict)
     """Why dynamic batches stopped where they did (by reason: see
     app/servekit/services/execution/batching.py)."""
+    recent: deque[tuple[int, list[int]]] = field(default_factory=lambda: deque(maxlen=WINDOW_SLOTS))
+    """The rolling window: (slot number, successful requests by latency bucket of
+    LATENCY_BOUNDS_NS, the last one beyond) for each of the last WINDOW_SLOTS slots that saw a
+    request. The model page reads throughput and p50/p90/p99 over the last minutes from it."""
 
     def record_success(
         self,
@@ -84,7 +102,13 @@ class VersionStats:
         self.compute_infer.add(infer_ns)
         self.compute_output.add(output_ns)
         self.inference_count += batch
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        now = time.time_ns()
+        self.last_inference_ms = now // 1_000_000
+        slot = now // _SLOT_NS
+        recent = self.recent
+        if not recent or recent[-1][0] != slot:
+            recent.append((slot, [0] * (len(LATENCY_BOUNDS_NS) + 1)))
+        recent[-1][1][bisect_left(LATENCY_BOUNDS_NS, total)] += 1
         if executed:
             self.record_execution(batch, input_ns + infer_ns + output_ns)
 
@@ -100,6 +124,57 @@ class VersionStats:
     def record_failure(self, ns: int) -> None:
         self.fail.add(ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class WindowPoint:
+    """One slot of the rolling window: when it started, its throughput and latency
+    percentiles (ms, None without a request), read from its latency buckets."""
+
+    start_ms: int
+    requests: int
+    per_second: float
+    p50_ms: float | None
+    p90_ms: float | None
+    p99_ms: float | None
+
+
+def window(stats: VersionStats, now_ns: int | None = None) -> list[WindowPoint]:
+    """The last WINDOW_SLOTS slots up to now, oldest first, empty ones included (zero
+    requests): a chart of the last minutes. The current slot's rate counts only the seconds
+    of it that have passed. A percentile is the upper bound of the bucket holding it."""
+    now = time.time_ns() if now_ns is None else now_ns
+    current = now // _SLOT_NS
+    counts = {slot: list(c) for slot, c in list(stats.recent)}  # copies: read beside writers
+    points = []
+    for slot in range(current - WINDOW_SLOTS + 1, current + 1):
+        buckets = counts.get(slot)
+        total = sum(buckets) if buckets else 0
+        seconds = (now - slot * _SLOT_NS) / 1e9 if slot == current else WINDOW_SLOT_S
+        points.append(
+            WindowPoint(
+                start_ms=slot * _SLOT_NS // 1_000_000,
+                requests=total,
+                per_second=round(total / max(seconds, 1.0), 3),
+                p50_ms=_percentile_ms(buckets, total, 0.50),
+                p90_ms=_percentile_ms(buckets, total, 0.90),
+                p99_ms=_percentile_ms(buckets, total, 0.99),
+            )
+        )
+    return points
+
+
+def _percentile_ms(buckets: list[int] | None, total: int, q: float) -> float | None:
+    if not buckets or not total:
+        return None
+    wanted = q * total
+    running = 0
+    for index, count in enumerate(buckets):
+        running += count
+        if running >= wanted:
+            bound = LATENCY_BOUNDS_NS[min(index, len(LATENCY_BOUNDS_NS) - 1)]
+            return round(bound / 1e6, 3)
+    return round(LATENCY_BOUNDS_NS[-1] / 1e6, 3)
 
 
 class Statistics:
@@ -127,6 +202,11 @@ class Statistics:
         """Each worker process of ``server.workers`` with its own figures, or None for a
         single server (which has no breakdown: it is its one process)."""
         return None
+
+    def custom_samples(self) -> Iterator[custom_metrics.Sample]:
+        """The metrics Python models define (app/servekit/custom_metrics.py): this process's
+        (every worker's, in a worker: app/servekit/workers/stats.py)."""
+        return custom_metrics.samples()
 
 
 WorkerState = Literal["starting", "serving", "unresponsive", "restarting", "stopping"]

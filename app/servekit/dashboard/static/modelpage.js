@@ -2,6 +2,7 @@
 // every two seconds.
 import { barChart } from "./chart.js";
 import { accessToken, el, getJSON, ms, poll, readError, timestampMs, withToken } from "./common.js";
+import { drawLatency } from "./latency.js"; // the latency/throughput chart (its own file)
 
 // What each chart of the "Queue and batching" section draws from a version's statistics
 // (the dashboard JSON: app/servekit/dashboard/views.py version_stats).
@@ -56,7 +57,7 @@ export function initModelPage() {
   if (!head || !table) return;
   const url = `/dashboard/api/models/${encodeURIComponent(head.dataset.model)}`;
   let shown = null; // the last answer: the charts are drawn again from it when the width changes
-  window.addEventListener("resize", () => shown?.versions.forEach(drawCharts));
+  window.addEventListener("resize", () => shown?.versions.forEach((v) => { drawCharts(v); drawLatency(v); }));
   const refresh = async () => {
     const model = await getJSON(url);
     if (!model) return;
@@ -78,6 +79,7 @@ export function initModelPage() {
         else cell.textContent = String(value ?? 0);
       }
       drawCharts(version);
+      drawLatency(version);
     }
   };
   refresh(); // the charts at once, then live

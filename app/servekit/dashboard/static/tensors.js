@@ -103,11 +103,14 @@ function coerce(value, datatype, position) {
   return number;
 }
 
-/** Parse the editor's text. The nesting of JSON sets the shape when its rank is the model's. */
+/** Parse the editor's text. JSON nested to the model's rank gives the values' own shape;
+ * ``disagrees`` says it is not Shape's: the form refuses that (checkNesting), never rewriting
+ * Shape and sending (issue 27). */
 export function parseValues(text, datatype, shape, rank) {
   const trimmed = text.trim();
   let raw;
   let effective = shape;
+  let disagrees = false;
   if (trimmed.startsWith("[")) {
     let parsed;
     try {
@@ -117,13 +120,17 @@ export function parseValues(text, datatype, shape, rank) {
     }
     const nested = nestedShape(parsed);
     raw = parsed.flat(Infinity);
-    if (nested.length === rank && nested.length > 1 && count(nested) === raw.length) effective = nested;
+    const agrees = nested.length === shape.length && nested.every((d, i) => d === shape[i]);
+    if (nested.length === rank && nested.length > 1 && count(nested) === raw.length && !agrees) {
+      effective = nested;
+      disagrees = true;
+    }
   } else if (datatype === "BYTES") {
     raw = trimmed === "" ? [] : text.replace(/\n$/, "").split("\n");
   } else {
     raw = trimmed === "" ? [] : trimmed.split(/[\s,;]+/).filter(Boolean);
   }
-  return { values: raw.map((v, i) => coerce(v, datatype, i)), shape: effective };
+  return { values: raw.map((v, i) => coerce(v, datatype, i)), shape: effective, disagrees };
 }
 
 /** Refuse, before sending, a shape the model cannot take or values that do not fill it: the
@@ -142,6 +149,13 @@ export function checkShape(shape, declared, valueCount) {
   if (needed !== valueCount) {
     throw new Error(`${valueCount} value(s) for shape ${shown(shape)}, which holds ${needed}`);
   }
+}
+
+/** Refuse values nested otherwise than Shape says (after ``checkShape``, so the model's own
+ * rule is said first when both are broken). */
+export function checkNesting(nested, typed) {
+  throw new Error(`the values are nested as [${nested.join(", ")}] but Shape says ` +
+    `[${typed.join(", ")}]: set Shape to ${nested.join(", ")} or change the values`);
 }
 
 /** Layout of an image-shaped UINT8 input, or null: channels last (HWC) or first (CHW). */

@@ -73,10 +73,26 @@ function valuesTable(output) {
   return el("details", { class: "values-fold" }, el("summary", { text: `Values (${data.length})` }), wrapped);
 }
 
-/** A bar chart of the top values of a numeric vector (one dimension above 1). */
-function chart(output) {
-  const numeric = output.data.length >= 2 && output.data.every((v) => typeof v === "number");
-  if (!numeric || output.shape.filter((d) => d > 1).length !== 1) return null;
+const FLOATS = new Set(["FP16", "FP32", "FP64", "BF16"]);
+
+/** Whether an output reads as scores of one example (class probabilities, logits): floats
+ * whose only dimension above 1 is the last, [1, ..., C]; or [C] when the model declares that
+ * dimension fixed. Labels (integers, strings) and one value per row of a batch ([N], declared
+ * [-1]) are not ranked as scores (issue 27: a 2-row batch's `label` output was). */
+export function scoreLike(output, declared) {
+  const dims = output.shape;
+  if (!FLOATS.has(output.datatype) || output.data.length < 2 || dims.length === 0) return false;
+  if (!output.data.every((v) => typeof v === "number")) return false;
+  const last = dims[dims.length - 1];
+  if (last < 2 || !dims.slice(0, -1).every((d) => d === 1)) return false;
+  if (dims.length > 1) return true;
+  const spec = declared?.shape;
+  return Array.isArray(spec) && spec.length === 1 && spec[0] >= 0;
+}
+
+/** A bar chart of the top values of a score-like output (see ``scoreLike``). */
+function chart(output, declared) {
+  if (!scoreLike(output, declared)) return null;
   const top = output.data.map((v, i) => [v, i]).sort((a, b) => b[0] - a[0]).slice(0, 10);
   const available = $("try-outputs-view").clientWidth - 40;
   const svg = barChart(top.map(([value, index]) => ({ label: `#${index}`, value, text: show(value) })), {
@@ -109,7 +125,7 @@ function preview(output) {
   return canvas;
 }
 
-export function showResult(result, elapsedMs, status) {
+export function showResult(result, elapsedMs, status, declared = []) {
   reveal();
   $("try-error").hidden = true;
   summary([
@@ -121,7 +137,8 @@ export function showResult(result, elapsedMs, status) {
     el("section", { class: "output-block", dataset: { output: output.name } },
       el("h3", {}, el("code", { text: output.name }), el("span", { class: "badge state-unavailable", text: output.datatype }),
         el("span", { class: "muted small", text: `shape [${output.shape.join(", ")}]` })),
-      preview(output), chart(output), valuesTable(output)));
+      preview(output), chart(output, declared.find((d) => d.name === output.name)),
+      valuesTable(output)));
   $("try-outputs-view").replaceChildren(...blocks);
   $("try-raw").textContent = JSON.stringify(result, null, 2);
 }

@@ -3,9 +3,10 @@
 import { isProtected } from "./access.js";
 import { el, readError, withToken } from "./common.js";
 import {
-  checkShape, concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
+  checkNesting, checkShape, concreteShape, count, example, format, imageLayout, imageTensor, parseShape, parseValues,
   random, zeros,
 } from "./tensors.js";
+import { readTable, tableInputs } from "./tryit-table.js";
 import { showError, showResult, showSnippets } from "./tryit-view.js";
 
 const FILLS = { example, random, zeros };
@@ -63,7 +64,7 @@ function inputField(spec, index) {
       } }));
   const hint = spec.datatype === "BYTES"
     ? "One string per line, or a JSON array of strings."
-    : "Nested JSON (its nesting gives the shape), or numbers separated by commas, spaces or new lines (shaped by Shape).";
+    : "Nested JSON (nested as Shape says), or numbers separated by commas, spaces or new lines (shaped by Shape).";
   const dynamic = spec.shape.some((d) => d < 0) ? " Dimensions shown as -1 are free: set them in Shape." : "";
   fill("example");
   return el("fieldset", { class: "tensor-field", dataset: { input: spec.name } },
@@ -78,7 +79,8 @@ function inputField(spec, index) {
 
 function build(version) {
   const meta = metadataFor(version);
-  document.getElementById("try-inputs").replaceChildren(...meta.inputs.map(inputField));
+  const table = tableInputs(model, meta); // a tabular model: one table (tryit-table.js)
+  document.getElementById("try-inputs").replaceChildren(...(table ? [table] : meta.inputs.map(inputField)));
   document.getElementById("try-outputs").replaceChildren(...meta.outputs.map((spec) =>
     el("label", {}, el("input", { type: "checkbox", name: "output", value: spec.name, checked: true }),
       spec.name)));
@@ -87,17 +89,19 @@ function build(version) {
 /** Read the form into a V2 JSON request; field errors are shown next to their field. */
 function collect() {
   const meta = metadataFor(form.version.value);
+  const table = readTable(form, model, meta); // null unless the form shows a table
   let ok = true;
-  const inputs = meta.inputs.map((spec) => {
+  const inputs = table ? table.inputs : meta.inputs.map((spec) => {
     const field = form.querySelector(`[data-input="${CSS.escape(spec.name)}"]`);
     const error = field.querySelector(".field-error");
     const editor = field.querySelector("textarea");
     const shapeInput = field.querySelector("input[name$='.shape']");
     try {
       const dims = parseShape(shapeInput.value);
-      const { values, shape } = parseValues(editor.value, spec.datatype, dims, spec.shape.length);
+      const parsed = parseValues(editor.value, spec.datatype, dims, spec.shape.length);
+      const { values, shape } = parsed;
       checkShape(shape, spec.shape, values.length);
-      shapeInput.value = shape.join(", ");
+      if (parsed.disagrees) checkNesting(shape, dims);
       error.hidden = true;
       editor.removeAttribute("aria-invalid");
       return { name: spec.name, shape, datatype: spec.datatype, data: values };
@@ -112,7 +116,7 @@ function collect() {
   const chosen = [...form.querySelectorAll("input[name=output]:checked")].map((c) => c.value);
   if (!chosen.length) throw new Error("choose at least one output");
   if (!ok) throw new Error("fix the highlighted input");
-  const request = { inputs };
+  const request = table ? { ...table } : { inputs };
   if (chosen.length < meta.outputs.length) request.outputs = chosen.map((name) => ({ name }));
   return request;
 }
@@ -147,7 +151,7 @@ async function submit(event) {
       return;
     }
     const result = await response.json();
-    showResult(result, performance.now() - started, response.status);
+    showResult(result, performance.now() - started, response.status, metadataFor(version).outputs);
   } catch (problem) {
     showError(`Request failed: ${problem.message}`, performance.now() - started);
   } finally {

@@ -37,14 +37,16 @@ import asyncio
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
+from servekit import tracing
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from servekit.models.repository import VersionEntry
-from servekit.request_id import CURRENT
+from servekit.request_id import CURRENT, RequestInfo
 from servekit.runtimes import cancel
 from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, Predict
 from servekit.services.execution import batching
@@ -52,6 +54,7 @@ from servekit.services.execution.jobs import ExecutorSettings, Job, JobState, Wo
 from servekit.services.execution.outputs import OutputCheck
 from servekit.services.execution.placement import Mode, Placement
 from servekit.services.stats import VersionStats
+from servekit.tracing import TRACING
 
 log = logging.getLogger("servekit.executor")
 
@@ -129,6 +132,7 @@ class ModelExecutor:
 
     def run_inline(self, feed: Arrays, outputs: list[str], rows: int) -> tuple[Arrays, int]:
         """Run on the loop thread; returns the results and the wall time of the call."""
+        traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
         started = time.perf_counter_ns()
         try:
             results = self._runtime.predict(feed, outputs)
@@ -136,6 +140,9 @@ class ModelExecutor:
             raise
         except BaseException as exc:  # exit() in model code and the like: on the loop it
             raise _raised(exc) from None  # would stop the server; here it fails this request
+        finally:
+            if traced is not None:
+                traced.end(sys.exc_info()[1])
         spent = time.perf_counter_ns() - started
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:
@@ -277,6 +284,7 @@ class ModelExecutor:
         job.work = work
         self._idle -= 1
         interrupted: KeyboardInterrupt | None = None
+        traced = self._traced_here(job.request, job.enqueued_ns, job.rows) if TRACING.on else None
         try:
             work.results = self._runtime.predict(work.feed, work.outputs)
         except Exception as exc:
@@ -287,6 +295,8 @@ class ModelExecutor:
         except BaseException as exc:  # exit() in model code and the like, as in a thread
             work.error = _raised(exc)
         work.spent_ns = spent = time.perf_counter_ns() - work.started_ns
+        if traced is not None:
+            traced.end(work.error)
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
@@ -423,6 +433,7 @@ class ModelExecutor:
             token = cancel.running_with(work.cancel)
             deadline = CALL_DEADLINE.set(work.deadline)
             request = CURRENT.set(work.request)
+            traced = self._traced(work, index) if TRACING.on else None
             started = time.perf_counter_ns()
             try:
                 work.results = predict(work.feed, work.outputs)
@@ -431,6 +442,8 @@ class ModelExecutor:
             except BaseException as exc:  # SystemExit and the like in model code
                 work.error = _raised(exc)
             finally:
+                if traced is not None:
+                    traced.end(work.error)
                 CURRENT.reset(request)
                 CALL_DEADLINE.reset(deadline)
                 cancel.restore(token)
@@ -441,6 +454,18 @@ class ModelExecutor:
                 loop.call_soon_threadsafe(self._finished, work)
             except RuntimeError:  # the loop is closed: nobody is waiting for this answer
                 return
+
+    def _traced_here(
+        self, request: RequestInfo | None, queued: int | None, rows: int
+    ) -> tracing.ModelCall | None:
+        """The spans of a call on the event loop (tracing on)."""
+        return tracing.call_started(((request, queued),), rows, None, self.name)
+
+    def _traced(self, work: Work, index: int) -> tracing.ModelCall | None:
+        """The queue and execute spans of a call in worker thread ``index`` (tracing on)."""
+        rows = sum(job.rows for job in work.jobs)
+        requests = [(job.request, job.enqueued_ns) for job in work.jobs]
+        return tracing.call_started(requests, rows, index, self.name)
 
 
 def _raised(exc: BaseException) -> Internal:
