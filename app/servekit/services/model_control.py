@@ -179,7 +179,7 @@ class ModelControl:
         loop keeps serving); any other plan as it is."""
         if plan.remote is None:
             return plan
-        return await asyncio.to_thread(self.remote.materialize, plan)
+        return await self.remote.materialized(plan)
 
     async def _refresh_remote_models(self) -> None:
         """Remote models, looked at again every ``server.storage.pollSeconds``: under
