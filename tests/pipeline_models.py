@@ -126,6 +126,11 @@ def image_preprocess(image):
     return {"features": out}
 
 
+def whereabouts(x):
+    """Whether it ran on the thread of the server's loop (in the fast tests, the main one)."""
+    return {"on_loop": np.full(x.shape, threading.current_thread() is threading.main_thread())}
+
+
 def maybe_add(a, b=None):
     return {"total": a if b is None else a + b}
 
@@ -307,6 +312,21 @@ models:
     pipeline:
       - {{model: image_preprocess, inputs: {{image: INPUT}}, outputs: {{features: F}}}}
       - {{model: inception, inputs: {{input: F}}, outputs: {{output: OUTPUT}}}}
+  - name: whereabouts
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:whereabouts"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("on_loop", "BOOL", "[-1]")}]
+  - name: located
+    inputs: [{_tensor("X", "FP32", "[-1]")}]
+    outputs: [{_tensor("ON_LOOP", "BOOL", "[-1]")}]
+    pipeline:
+      - {{model: whereabouts, inputs: {{x: X}}, outputs: {{on_loop: ON_LOOP}}}}
+  - name: calls_as_a_step
+    inputs: [{_tensor("RAW", "FP32", "[-1, 8]")}]
+    outputs: [{_tensor("LABEL", "INT64", "[-1]")}]
+    pipeline:
+      - {{model: calling, inputs: {{raw: RAW}}, outputs: {{label: LABEL}}}}
   - name: maybe_add
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:maybe_add"

@@ -77,6 +77,34 @@ async def test_independent_steps_run_at_the_same_time(serve: Serve, tmp_path: Pa
     np.testing.assert_array_equal(got["TOTAL"], (x + 1) + (x * 2))
 
 
+async def test_a_light_python_step_runs_on_the_loop(serve: Serve, tmp_path: Path) -> None:
+    """A chain's Python step measured fast in its threads runs on the loop (no thread hop);
+    the same model called directly stays in its threads, as every Python model does."""
+    services = await start(serve, tmp_path)
+    x = np.ones(2, np.float32)
+    on_loop = False
+    for _ in range(40):  # learnt from its first calls in threads (fast ones, on a busy machine)
+        on_loop = bool((await call(services, "located", X=x))["ON_LOOP"].all())
+        if on_loop:
+            break
+    assert on_loop
+    assert not (await call(services, "whereabouts", x=x))["on_loop"].any()
+
+
+async def test_a_step_that_calls_models_never_runs_on_the_loop(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Its sync ``servekit.models.infer`` waits for the loop: on the loop it would be refused.
+    (A bound of 0.2 s, so that its calls, hops included, are measured light.)"""
+    write_project(tmp_path)
+    services = await serve("server: {inlineBelowMicroseconds: 200000}\n" + CONFIG)
+    raw = rows(1)
+    expected = (await call(services, "classify", RAW=raw))["LABEL"]
+    for _ in range(10):
+        got = await call(services, "calls_as_a_step", RAW=raw)
+        np.testing.assert_array_equal(got["LABEL"], expected)
+
+
 async def test_an_optional_pipeline_input_may_be_left_out(serve: Serve, tmp_path: Path) -> None:
     services = await start(serve, tmp_path)
     a, b = np.array([1.0, 2.0], np.float32), np.array([10.0, 20.0], np.float32)
