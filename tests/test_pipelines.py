@@ -20,7 +20,8 @@ from inprocess import Serve, Services
 from pipeline_models import CONFIG, rows, write_project
 
 from servekit.config.compiler import compile_plan
-from servekit.config.loader import ConfigError, load_config
+from servekit.config.loader import ConfigError, load_config, parse_config
+from servekit.config.overrides import Overrides, apply_overrides
 from servekit.errors import DeadlineExceeded, Internal, InvalidArgument, Unavailable
 from servekit.grpc.triton_proto import model_config_message
 from servekit.rest.triton_json import model_config_json
@@ -304,3 +305,21 @@ def test_a_pipeline_has_no_model_of_its_own(tmp_path: Path) -> None:
         "    modelFormat: {name: onnx}\n    storageUri: mlp.onnx\n", "    storageUri: mlp.onnx\n"
     )
     assert "models[1].modelFormat: Field required" in problems(tmp_path, text)
+
+
+def test_only_a_pipeline_takes_its_steps_along() -> None:
+    text = """
+models:
+  - {name: a, modelFormat: {name: onnx}, storageUri: a.onnx}
+  - {name: b, modelFormat: {name: onnx}, storageUri: b.onnx}
+  - name: inner
+    inputs: [{name: X, datatype: FP32, shape: [-1]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1]}]
+    pipeline: [{model: a, inputs: {x: X}, outputs: {y: Y}}]
+  - name: outer
+    inputs: [{name: X, datatype: FP32, shape: [-1]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1]}]
+    pipeline: [{model: inner, inputs: {X: X}, outputs: {Y: Y}}]
+"""
+    config = apply_overrides(parse_config(text), "serve.yaml", Overrides(only="outer"))
+    assert [m.name for m in config.models] == ["a", "inner", "outer"]
