@@ -4,14 +4,16 @@ tritonclient over HTTP and gRPC: the featurise (Python) -> ONNX -> post-process 
 pipeline answers exactly what the client gets calling the three models in turn; its metadata
 and configuration are an ensemble's (``ensemble_scheduling``), its steps count their own
 statistics, a failing step is named in the error. Triton's ``ensemble_image_client.py`` runs
-unmodified (tests/triton_programs/) against the image ensemble. And the vLLM backend README's
+unmodified (tests/triton_examples/) against the image ensemble. And the vLLM backend README's
 ``generate`` curl, which leaves the model's optional inputs out, is answered as the README says
 (tests/pipeline_models.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -119,7 +121,8 @@ def test_independent_steps_run_together(server: ServerProcess) -> None:
 
 
 # -- Triton's ensemble_image_client.py, run as it is -------------------------------------------
-PROGRAM = Path(__file__).with_name("triton_programs") / "ensemble_image_client.py"
+EXAMPLES = Path(__file__).with_name("triton_examples")
+PROGRAM = EXAMPLES / "ensemble_image_client.py"
 LABELS = ["cat", "dog", "fish", "bird"]
 
 
@@ -135,11 +138,19 @@ def _classes_by_steps(server: ServerProcess, image: bytes) -> list[str]:
     return [f"{scores[i]:f} ({i}) = {LABELS[i]}" for i in top]
 
 
+def test_the_ensemble_program_is_the_vendored_one_unmodified() -> None:
+    readme = (EXAMPLES / "README.md").read_text()
+    (digest,) = re.findall(r"\| `([0-9a-f]{64})` \| `ensemble_image_client.py` \|", readme)
+    text = PROGRAM.read_bytes()
+    assert hashlib.sha256(text).hexdigest() == digest
+    assert b"Copyright" in text[:200] and b"Redistribution and use" in text[:600]
+
+
 @pytest.mark.parametrize("protocol", ["HTTP", "gRPC"])
 def test_tritons_ensemble_image_client_unmodified(
     server: ServerProcess, protocol: str, tmp_path: Path
 ) -> None:
-    """Triton's own program (tests/triton_programs/) against ``preprocess_inception_ensemble``
+    """Triton's own program (tests/triton_examples/) against ``preprocess_inception_ensemble``
     (an image-decoding Python step, then a tiny ONNX classifier): a folder of PNG files sent as
     one BYTES batch, the classes it prints are what the two models answer called in turn."""
     images = {f"image{i}.png": png(5 + i, 6 + 2 * i, seed=i) for i in range(3)}

@@ -36,6 +36,7 @@ from servekit.config.schema import (
     SupportedModelFormat,
     TensorOverride,
 )
+from servekit.config.sequences import SequenceBatching
 from servekit.config.tls import TlsError, TlsFiles, resolve_tls
 from servekit.config.versions import (
     VersionSource,
@@ -111,6 +112,9 @@ class ModelPlan:
     pipeline: tuple[PipelineStep, ...] = ()
     """A pipeline's steps (Triton's ensemble; app/servekit/services/pipelines.py runs them);
     empty for a model of its own."""
+    sequence: SequenceBatching | None = None
+    """serve.yaml's ``sequenceBatching`` (app/servekit/services/sequences.py runs it); a
+    field, not read through ``config``, because every request of every model asks for it."""
 
     def labels(self, output: str) -> tuple[str, ...]:
         """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
@@ -199,11 +203,30 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
         tls = None
     issues.extend(shared_memory_issues(config.server, access, config_path))
     issues.extend(pipeline_issues(config.models, config_path))
+    issues.extend(sequence_issues(config, config_path))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
         config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
     )
+
+
+def sequence_issues(config: ServeConfig, config_path: Path | None) -> list[ConfigIssue]:
+    """Sequence batching keeps each sequence in one process: under several workers the
+    requests of one sequence could reach two of them."""
+    workers = available_cores() if config.server.workers == "auto" else config.server.workers
+    if workers <= 1:
+        return []
+    return [
+        ConfigIssue(
+            f"models[{index}].sequenceBatching",
+            line_in_file(config_path, ["models", index, "sequenceBatching"]),
+            f"sequenceBatching needs one server process (workers: 1, here "
+            f"{config.server.workers!r}): the requests of a sequence could reach two workers",
+        )
+        for index, model in enumerate(config.models)
+        if model.sequence_batching is not None
+    ]
 
 
 def shared_memory_issues(
@@ -368,6 +391,7 @@ def plan_model(
         problem=problem,
         labels_file=labels,
         remote=remote,
+        sequence=model.sequence_batching,
     )
 
 

@@ -14,9 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
     WithJsonSchema,
@@ -30,6 +28,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from servekit.config.hosts import check_entry
 from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
+from servekit.config.schema_base import Section
+from servekit.config.sequences import SequenceBatching
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -47,18 +47,6 @@ PipRequirement = Annotated[
 """One entry of ``server.requirements`` (app/servekit/config/pip_requirements.py says what is
 refused
 and why); the JSON Schema lets editors flag an option or a path at once."""
-
-
-class Section(BaseModel):
-    """Base of every serve.yaml section: camelCase keys, unknown keys rejected."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        use_attribute_docstrings=True,
-        frozen=True,
-    )
 
 
 class GrpsStreaming(Section):
@@ -668,6 +656,11 @@ class ModelConfig(Section):
     """Largest batch the model accepts along its first dimension; 0 disables batching."""
     dynamic_batching: DynamicBatching | None = None
     """Batch concurrent requests together (needs maxBatchSize > 0)."""
+    sequence_batching: SequenceBatching | None = None
+    """A stateful model (Triton's sequence batching): requests carrying a correlation ID
+    (`sequence_id`, `sequence_start`, `sequence_end`) go to one instance per sequence, in
+    order, with control inputs (START, END, READY, CORRID) and implicit state filled by the
+    server. Not with dynamicBatching (sequences batch by their own rules)."""
     instances: int = Field(1, ge=1, le=INT32_MAX)
     """Number of model instances serving requests in parallel: each has its own session (or
     Python object) and its own worker thread."""
@@ -753,6 +746,11 @@ class ModelConfig(Section):
             remote_scheme(self.storage_uri)  # a scheme servekit cannot read is a config error
         if self.dynamic_batching is not None and self.max_batch_size == 0:
             raise ValueError("dynamicBatching needs maxBatchSize > 0 (the rows one batch may hold)")
+        if self.dynamic_batching is not None and self.sequence_batching is not None:
+            raise ValueError(
+                "give dynamicBatching or sequenceBatching, not both (a sequence model batches "
+                "the requests of different sequences by sequenceBatching's strategy)"
+            )
         for tensor in self.inputs or ():
             if tensor.labels is not None:
                 raise ValueError(f"input {tensor.name!r}: labels belong to outputs")
@@ -783,6 +781,7 @@ class ModelConfig(Section):
             "entrypoint": self.entrypoint,
             "runtime": self.runtime,
             "dynamicBatching": self.dynamic_batching,
+            "sequenceBatching": self.sequence_batching,
             "runtimeOptions": self.runtime_options,
         }
         given = [key for key, value in own.items() if value is not None]

@@ -11,6 +11,7 @@ from servekit.protos import model_config_pb2 as mc
 from servekit.services import (
     DurationStat,
     ModelConfiguration,
+    SequenceBatchingConfig,
     TensorConfig,
     VersionPolicyConfig,
     VersionStatistics,
@@ -50,6 +51,8 @@ def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
                 ),
             )
         )
+    if config.sequence_batching is not None:
+        message.sequence_batching.CopyFrom(_sequence(config.sequence_batching))
     if config.default_model_filename is not None:
         message.default_model_filename = config.default_model_filename
     if config.decoupled:
@@ -60,6 +63,55 @@ def model_config_message(config: ModelConfiguration) -> mc.ModelConfig:
             model_version=step.model_version,
             input_map=step.input_map,
             output_map=step.output_map,
+        )
+    return message
+
+
+def _sequence(batching: SequenceBatchingConfig) -> mc.ModelSequenceBatching:
+    sb = mc.ModelSequenceBatching
+    message = sb(
+        max_sequence_idle_microseconds=batching.max_sequence_idle_microseconds,
+        control_input=[
+            sb.ControlInput(
+                name=name,
+                control=[
+                    sb.Control(
+                        kind=sb.Control.Kind.Value(c.kind),
+                        int32_false_true=c.int32_false_true,
+                        fp32_false_true=c.fp32_false_true,
+                        bool_false_true=c.bool_false_true,
+                        data_type=mc.DataType.Value(c.data_type),
+                    )
+                    for c in controls
+                ],
+            )
+            for name, controls in batching.control_inputs
+        ],
+        state=[
+            sb.State(
+                input_name=s.input_name,
+                output_name=s.output_name,
+                data_type=mc.DataType.Value(s.data_type),
+                dims=s.dims,
+            )
+            for s in batching.states
+        ],
+    )
+    if batching.strategy == "oldest":
+        message.oldest.CopyFrom(
+            sb.StrategyOldest(
+                max_candidate_sequences=batching.max_candidate_sequences,
+                preferred_batch_size=batching.preferred_batch_size,
+                max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+                preserve_ordering=batching.preserve_ordering,
+            )
+        )
+    else:
+        message.direct.CopyFrom(
+            sb.StrategyDirect(
+                max_queue_delay_microseconds=batching.max_queue_delay_microseconds,
+                minimum_slot_utilization=batching.minimum_slot_utilization,
+            )
         )
     return message
 

@@ -13,6 +13,7 @@ from typing import Any
 from servekit.services import (
     DurationStat,
     ModelConfiguration,
+    SequenceBatchingConfig,
     TensorConfig,
     VersionPolicyConfig,
     VersionStatistics,
@@ -47,6 +48,8 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
                 "max_queue_size": policy.max_queue_size,
             },
         }
+    if config.sequence_batching is not None:
+        out["sequence_batching"] = _sequence(config.sequence_batching)
     if config.default_model_filename is not None:
         out["default_model_filename"] = config.default_model_filename
     out["model_transaction_policy"] = {"decoupled": config.decoupled}
@@ -61,6 +64,54 @@ def model_config_json(config: ModelConfiguration) -> dict[str, Any]:
                 }
                 for step in config.ensemble_steps
             ]
+        }
+    return out
+
+
+def _sequence(batching: SequenceBatchingConfig) -> dict[str, Any]:
+    """Triton's ``sequence_batching`` JSON (every field, as Triton's endpoint writes it)."""
+    out: dict[str, Any] = {
+        "max_sequence_idle_microseconds": batching.max_sequence_idle_microseconds,
+        "control_input": [
+            {
+                "name": name,
+                "control": [
+                    {
+                        "kind": c.kind,
+                        "int32_false_true": list(c.int32_false_true),
+                        "fp32_false_true": list(c.fp32_false_true),
+                        "bool_false_true": list(c.bool_false_true),
+                        "data_type": c.data_type,
+                    }
+                    for c in controls
+                ],
+            }
+            for name, controls in batching.control_inputs
+        ],
+        "state": [
+            {
+                "input_name": s.input_name,
+                "output_name": s.output_name,
+                "data_type": s.data_type,
+                "dims": list(s.dims),
+                "initial_state": [],
+                "use_same_buffer_for_input_output": False,
+                "use_growable_memory": False,
+            }
+            for s in batching.states
+        ],
+    }
+    if batching.strategy == "oldest":
+        out["oldest"] = {
+            "max_candidate_sequences": batching.max_candidate_sequences,
+            "preferred_batch_size": list(batching.preferred_batch_size),
+            "max_queue_delay_microseconds": batching.max_queue_delay_microseconds,
+            "preserve_ordering": batching.preserve_ordering,
+        }
+    else:
+        out["direct"] = {
+            "max_queue_delay_microseconds": batching.max_queue_delay_microseconds,
+            "minimum_slot_utilization": batching.minimum_slot_utilization,
         }
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from servekit.errors import Internal
@@ -57,7 +58,18 @@ def load_runtime(plan: ModelPlan, version: VersionSource) -> ModelRuntime:
     (app/servekit/runtimes/isolated.py); the compiler allows that setting on Python models only.
     """
     isolated = plan.config is not None and plan.config.isolation == "process"
+    sequence = plan.sequence
+    if sequence is not None:  # a stateful model: control and state tensors are the server's
+        from servekit.runtimes.sequence_tensors import declared_with_sequence, visible
+
+        if plan.implementation == "python":
+            inputs, outputs = declared_with_sequence(
+                plan.inputs, plan.outputs, sequence, plan.max_batch_size
+            )
+            plan = replace(plan, inputs=inputs, outputs=outputs)
     runtime = loader_for(ISOLATED if isolated else plan.implementation)(plan, version)
     if plan.inputs:
         runtime.signature = mark_optional(runtime.signature, plan.inputs)
+    if sequence is not None:
+        runtime.signature = visible(runtime.signature, sequence)
     return runtime

@@ -22,9 +22,15 @@ from servekit.services.execution.batching import QUEUE_DRAINED as DISPATCH_QUEUE
 from servekit.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from servekit.services.metrics import make_registry
 from servekit.services.metrics import render as render_metrics
-from servekit.services.model_config import ModelConfiguration, TensorConfig, VersionPolicyConfig
+from servekit.services.model_config import (
+    ModelConfiguration,
+    SequenceBatchingConfig,
+    TensorConfig,
+    VersionPolicyConfig,
+)
 from servekit.services.model_control import ModelControl
 from servekit.services.model_stats import DurationStat, VersionStatistics
+from servekit.services.sequences import SequenceCounts
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
 from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
@@ -62,6 +68,8 @@ __all__ = [
     "ModelConfiguration",
     "ModelControl",
     "ModelView",
+    "SequenceBatchingConfig",
+    "SequenceCounts",
     "ServerMetadata",
     "ServerState",
     "TensorConfig",

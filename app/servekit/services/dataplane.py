@@ -42,6 +42,7 @@ from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.pipelines import Pipelines
+from servekit.services.sequences import SequenceCounts, Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
@@ -103,6 +104,8 @@ class DataPlane:
         self._extensions = tuple(extensions)
         self._pipelines = Pipelines(self, repository)
         """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._sequences = Sequences(self.statistics, self._deadlines)
+        """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
         self._calls = ModelCalls(self.infer)
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
@@ -266,6 +269,12 @@ class DataPlane:
         decoupled = runtime is not None and runtime.decoupled
         return model_configuration(entry.plan, _signature(found), platform, decoupled)
 
+    def sequence_counts(self, name: str, version: str | None = None) -> SequenceCounts:
+        """The sequence statistics of a sequence model's version (started, ended, expired by
+        idleness, active, in the backlog); zeros before its first sequence."""
+        _, found = self._repository.resolve(name, version)
+        return self._sequences.counts(found.executor) or SequenceCounts()
+
     def model_statistics(
         self, name: str | None = None, version: str | None = None
     ) -> tuple[VersionStatistics, ...]:
@@ -332,6 +341,8 @@ class DataPlane:
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
             return await self._pipelines.infer(entry, version, request, deadline, arrived)
+        if entry.plan.sequence is not None:  # a stateful model: its sequences' slots, in order
+            return await self._sequences.infer(entry, version, request, deadline)
         plan, state = entry.plan, self._state
         stats = self.statistics.of(plan.name, version.version)
         version.enter()
@@ -398,7 +409,7 @@ class DataPlane:
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         runtime = version.runtime
-        if runtime is None or not runtime.decoupled:
+        if runtime is None or not runtime.decoupled or entry.plan.sequence is not None:
             yield await self.infer(request, deadline, arrived)
             return
         if self._state.refuses(arrived):

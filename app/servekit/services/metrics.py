@@ -20,9 +20,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from servekit import custom_metrics
+from servekit.errors import ServeError
 from servekit.services.dataplane import DataPlane
 from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
-from servekit.services.views import STATES
+from servekit.services.views import READY, STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -77,11 +78,25 @@ class DataPlaneCollector(Collector):
             "How long the version's warm-up took when it loaded (serve.yaml warmup)",
             labels=labels,
         )
+        sequences = CounterMetricFamily(
+            "servekit_sequences",
+            "Sequences of a sequence-batched model by what happened to them (started, ended, "
+            "expired: idle past maxSequenceIdleMicroseconds)",
+            labels=[*labels, "event"],
+        )
+        slots = GaugeMetricFamily(
+            "servekit_sequences_now",
+            "Sequences of a sequence-batched model holding a slot (active) or waiting for one "
+            "(backlog)",
+            labels=[*labels, "where"],
+        )
         for model in self._dataplane.models():
             name = model.name
             for version in model.versions:
                 number = version.number
                 key = [name, str(number)]
+                if model.plan.sequence is not None and version.state == READY:
+                    _sequence_metrics(self._dataplane, key, sequences, slots)
                 for candidate in STATES:
                     state.add_metric([*key, candidate], float(version.state == candidate))
                 if version.warmup_s is not None:
@@ -99,7 +114,23 @@ class DataPlaneCollector(Collector):
                 for reason, count in sorted(stats.batch_reasons.items()):
                     dispatches.add_metric([*key, reason], count)
         yield from (success, failure, rows, executions, seconds, state)
-        yield from (batch_sizes, queue_seconds, dispatches, warmup)
+        yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
+
+
+def _sequence_metrics(
+    dataplane: DataPlane,
+    key: list[str],
+    sequences: CounterMetricFamily,
+    slots: GaugeMetricFamily,
+) -> None:
+    try:
+        counts = dataplane.sequence_counts(key[0], key[1])
+    except ServeError:  # unloaded meanwhile
+        return
+    for event in ("started", "ended", "expired"):
+        sequences.add_metric([*key, event], getattr(counts, event))
+    slots.add_metric([*key, "active"], counts.active)
+    slots.add_metric([*key, "backlog"], counts.backlog)
 
 
 def _histograms(

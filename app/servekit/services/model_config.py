@@ -18,6 +18,7 @@ from typing import Literal
 
 from servekit.config.compiler import LABELS_FILE, ModelPlan
 from servekit.config.schema import ModelConfig, VersionPolicy
+from servekit.config.sequences import SequenceBatching
 from servekit.datatypes import lookup
 from servekit.types import ModelSignature, TensorSpec
 
@@ -90,6 +91,46 @@ class DynamicBatchingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SequenceControlConfig:
+    """Triton's ModelSequenceBatching.Control."""
+
+    kind: str
+    int32_false_true: tuple[int, ...] = ()
+    fp32_false_true: tuple[float, ...] = ()
+    bool_false_true: tuple[bool, ...] = ()
+    data_type: str = "TYPE_INVALID"
+    """CORRID only (Triton's TYPE_ names)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceStateConfig:
+    """Triton's ModelSequenceBatching.State (implicit state)."""
+
+    input_name: str
+    output_name: str
+    data_type: str
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceBatchingConfig:
+    """Triton's ModelSequenceBatching: the strategy with its fields, the idle bound, the
+    control inputs (name -> controls) and the implicit state tensors."""
+
+    strategy: Literal["direct", "oldest"]
+    max_sequence_idle_microseconds: int
+    control_inputs: tuple[tuple[str, tuple[SequenceControlConfig, ...]], ...]
+    states: tuple[SequenceStateConfig, ...]
+    max_queue_delay_microseconds: int = 0
+    minimum_slot_utilization: float = 0.0
+    """direct only."""
+    max_candidate_sequences: int = 0
+    preferred_batch_size: tuple[int, ...] = ()
+    preserve_ordering: bool = False
+    """oldest only (with max_candidate_sequences and preferred_batch_size)."""
+
+
+@dataclass(frozen=True, slots=True)
 class EnsembleStepConfig:
     """One step of Triton's ModelEnsembling (a pipeline's step in serve.yaml)."""
 
@@ -124,6 +165,8 @@ class ModelConfiguration:
     """Triton's ``model_transaction_policy.decoupled``: the model streams its responses."""
     ensemble_steps: tuple[EnsembleStepConfig, ...] = ()
     """Triton's ``ensemble_scheduling.step`` of a pipeline (platform ``ensemble``)."""
+    sequence_batching: SequenceBatchingConfig | None = None
+    """Triton's ``sequence_batching`` of a stateful model."""
 
 
 def model_configuration(
@@ -148,6 +191,7 @@ def model_configuration(
         dynamic_batching=_dynamic_batching(plan.config),
         default_model_filename="model.onnx" if plan.implementation == "onnxruntime" else None,
         decoupled=decoupled,
+        sequence_batching=_sequence_batching(plan.sequence),
     )
 
 
@@ -185,6 +229,56 @@ def _dynamic_batching(config: ModelConfig | None) -> DynamicBatchingConfig | Non
     policy = QueuePolicyConfig(config.max_queue_size, config.queue_timeout_microseconds)
     return DynamicBatchingConfig(
         tuple(batching.preferred_batch_size), batching.max_queue_delay_microseconds, policy
+    )
+
+
+def _sequence_batching(sequence: SequenceBatching | None) -> SequenceBatchingConfig | None:
+    """serve.yaml's sequenceBatching as Triton's ModelSequenceBatching."""
+    if sequence is None:
+        return None
+    controls = tuple(
+        (
+            c.name,
+            tuple(
+                SequenceControlConfig(
+                    k.kind,
+                    tuple(k.int32_false_true or ()),
+                    tuple(k.fp32_false_true or ()),
+                    tuple(k.bool_false_true or ()),
+                    lookup(k.datatype).config_name if k.data_type else "TYPE_INVALID",
+                )
+                for k in c.control
+            ),
+        )
+        for c in sequence.control_inputs
+    )
+    states = tuple(
+        SequenceStateConfig(
+            s.input_name, s.output_name, lookup(s.datatype).config_name, tuple(s.dims)
+        )
+        for s in sequence.state
+    )
+    idle = sequence.max_sequence_idle_microseconds
+    oldest = sequence.oldest
+    if oldest is not None:
+        return SequenceBatchingConfig(
+            "oldest",
+            idle,
+            controls,
+            states,
+            max_queue_delay_microseconds=oldest.max_queue_delay_microseconds,
+            max_candidate_sequences=oldest.max_candidate_sequences,
+            preferred_batch_size=tuple(oldest.preferred_batch_size),
+            preserve_ordering=oldest.preserve_ordering,
+        )
+    direct = sequence.direct
+    return SequenceBatchingConfig(
+        "direct",
+        idle,
+        controls,
+        states,
+        max_queue_delay_microseconds=direct.max_queue_delay_microseconds if direct else 0,
+        minimum_slot_utilization=direct.minimum_slot_utilization if direct else 0.0,
     )
 
 

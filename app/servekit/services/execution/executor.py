@@ -94,6 +94,9 @@ class ModelExecutor:
         self._idle = settings.instances
         self._avg_ns = 0.0
         self._closed = False
+        self.on_close: list[Callable[[], None]] = []
+        """Called when the version is retired: what else runs this version's calls (a
+        sequence model's batcher, app/servekit/services/sequences.py) stops with it."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._soon: asyncio.Handle | None = None
         self._probing = False
@@ -239,6 +242,8 @@ class ModelExecutor:
     def close(self) -> None:
         """Stop the worker threads (each after its current call) and refuse what is queued."""
         self._closed = True
+        for close in self.on_close:
+            close()
         while self._queue:
             job = self._queue.popleft()
             self._done(job)
