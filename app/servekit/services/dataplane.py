@@ -308,7 +308,11 @@ class DataPlane:
 
     # -- inference ----------------------------------------------------------------------------
     async def infer(
-        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+        self,
+        request: InferRequest,
+        deadline: float | None = None,
+        arrived: float | None = None,
+        step: bool = False,
     ) -> InferResponse:
         """Validate, run and answer one inference request: resolve -> validate -> run ->
         account.
@@ -323,6 +327,10 @@ class DataPlane:
         ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
         that read a body after that: a request whose upload began before a graceful stop was
         accepted and is served; one without it counts as arriving now.
+
+        ``step``: the request is a pipeline's only running step (app/servekit/services/
+        pipelines.py), which a Python model measured light may run on the loop
+        (``ModelExecutor.step_placement``) unless it calls other models.
         """
         state = self._state
         if state.draining and state.refuses(arrived):
@@ -353,6 +361,14 @@ class DataPlane:
             inline = executor.inline(rows, state.requests_in_progress)
             if inline:  # starts now: nothing can expire before it does
                 results, spent = executor.run_inline(feed, names, rows)
+                queue_ns = 0
+            elif (
+                step
+                and executor.step_inline(rows, state.requests_in_progress)
+                and plan.name not in self._calls.callers
+            ):
+                inline = True
+                results, spent = executor.run_inline(feed, names, rows, step=True)
                 queue_ns = 0
             else:
                 results, queue_ns, spent = await executor.submit(
