@@ -330,12 +330,18 @@ class ModelRepository:
         """Triton's repository index: one row per model version (or per model if none)."""
         rows: list[IndexRow] = []
         for name, entry in sorted(self._models.items()):
-            fetching = None if entry.ready_versions() else self.downloading(name)
+            fetching = self.downloading(name)
+            serving = bool(entry.ready_versions())
             for number, version in sorted(entry.versions.items()):
-                if fetching is not None:  # its files are on their way: say how far
+                if fetching is not None and not serving:  # its files are on their way
                     rows.append(IndexRow(name, str(number), State.LOADING.value, fetching.text()))
                     continue
-                rows.append(IndexRow(name, str(number), version.state.value, version.reason))
+                reason = version.reason
+                if fetching is not None and fetching.total_bytes >= 0 and not reason:
+                    # A new download (--watch) while this one serves on: say how far it is
+                    # (not while the remote is only listed: that happens every poll).
+                    reason = fetching.text()
+                rows.append(IndexRow(name, str(number), version.state.value, reason))
             if not entry.versions:
                 rows.append(IndexRow(name, "", State.UNAVAILABLE.value, entry.reason()))
         return rows

@@ -309,7 +309,11 @@ class DataPlane:
 
     # -- inference ----------------------------------------------------------------------------
     async def infer(
-        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+        self,
+        request: InferRequest,
+        deadline: float | None = None,
+        arrived: float | None = None,
+        step: bool = False,
     ) -> InferResponse:
         """Validate, run and answer one inference request: resolve -> validate -> run ->
         account.
@@ -324,6 +328,10 @@ class DataPlane:
         ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
         that read a body after that: a request whose upload began before a graceful stop was
         accepted and is served; one without it counts as arriving now.
+
+        ``step``: the request is a pipeline's only running step (app/servekit/services/
+        pipelines.py), which a Python model measured light may run on the loop
+        (``ModelExecutor.step_placement``) unless it calls other models.
         """
         state = self._state
         if state.draining and state.refuses(arrived):
@@ -367,6 +375,15 @@ class DataPlane:
                 results, spent = executor.run_inline(feed, names, rows)
                 queue_ns = 0
                 infer_done = input_done + spent  # the call's own clock reads (run_inline)
+            elif (
+                step
+                and executor.step_inline(rows, state.requests_in_progress)
+                and plan.name not in self._calls.callers
+            ):
+                inline = True
+                results, spent = executor.run_inline(feed, names, rows, step=True)
+                queue_ns = 0
+                infer_done = input_done + spent
             else:
                 results, queue_ns, spent = await executor.submit(
                     feed, names, rows, deadline, queue_by

@@ -81,6 +81,16 @@ class ModelExecutor:
         self.placement = Placement(  # only a runtime that cannot block may run on the loop
             name, settings.inline_below_ns, may_inline=runtime.may_run_inline
         )
+        self.step_placement = (
+            None
+            if runtime.may_run_inline
+            else Placement(name, settings.inline_below_ns, may_inline=True)
+        )
+        """Where this version runs as a step of a pipeline (app/servekit/services/pipelines.py),
+        for a runtime that may block (Python): learnt from its calls in threads like any
+        placement, and used only by a pipeline request whose only running step it is, so a
+        light featurise or post-process step costs no thread hop. A slow call on the loop sends
+        it back to learning; too many, and it stays in its threads."""
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -121,17 +131,34 @@ class ModelExecutor:
             and (not self.settings.batch_rows or in_progress() == 1)
         )
 
+    def step_inline(self, rows: int, in_progress: Callable[[], int]) -> bool:
+        """``inline`` for a call made by a pipeline's step (see ``step_placement``)."""
+        step = self.step_placement
+        return (
+            step is not None
+            and step.mode is Mode.INLINE
+            and rows <= self._fast_rows
+            and self._idle == self.settings.instances
+            and not self._queue
+            and (not self.settings.batch_rows or in_progress() == 1)
+        )
+
     def retune(self, threshold_ns: int) -> None:
         """A new inline bound (a live edit): learn where calls run over again."""
         self.placement.retune(threshold_ns)
+        if self.step_placement is not None:
+            self.step_placement.retune(threshold_ns)
         self._fast_rows = 0
 
     @property
     def queued(self) -> int:
         return len(self._queue)
 
-    def run_inline(self, feed: Arrays, outputs: list[str], rows: int) -> tuple[Arrays, int]:
-        """Run on the loop thread; returns the results and the wall time of the call."""
+    def run_inline(
+        self, feed: Arrays, outputs: list[str], rows: int, step: bool = False
+    ) -> tuple[Arrays, int]:
+        """Run on the loop thread; returns the results and the wall time of the call
+        (``step``: as a pipeline's step, placed by ``step_placement``)."""
         traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
         started = time.perf_counter_ns()
         try:
@@ -144,7 +171,7 @@ class ModelExecutor:
             if traced is not None:
                 traced.end(sys.exc_info()[1])
         spent = time.perf_counter_ns() - started
-        placement = self.placement
+        placement = self.step_placement if step and self.step_placement else self.placement
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
         elif rows > self._fast_rows:  # else nothing to note
@@ -325,6 +352,9 @@ class ModelExecutor:
             (job,) = work.jobs
             if self.placement.mode is Mode.LEARNING:
                 self.placement.timed_in_thread(work.spent_ns)
+            step = self.step_placement
+            if step is not None and step.mode is Mode.LEARNING:
+                step.timed_in_thread(work.spent_ns)
             if work.spent_ns <= self.placement.threshold_ns and job.rows > self._fast_rows:
                 self._fast_rows = job.rows
         self._complete(work)
