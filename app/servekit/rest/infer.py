@@ -146,8 +146,13 @@ async def answer(
     if raw_length is None and fast.json_limit < limit:
         limit, json_limited = fast.json_limit, True
     announced = -1
-    if content_length is not None:
-        announced = _announced(content_length, limit, json_limited)
+    if content_length is not None:  # _announced, inlined
+        try:
+            announced = int(content_length)
+        except ValueError:
+            announced = _announced(content_length, limit, json_limited)  # raises, says why
+        if announced > limit:
+            raise _too_large(limit, json_limited)
     if names is None and announced < large.OFF_LOOP_BYTES:
         message = await receive()
         if message["type"] == "http.request" and not message.get("more_body", False):
@@ -206,13 +211,11 @@ async def answer(
             content = await compression.compress_async(content, coding)
     if traced:
         tracing.phase("encode", traced)
-    size = (_CONTENT_LENGTH, str(len(content)).encode())
-    if json_length is None:
-        headers = [_JSON_TYPE, size]
-    else:
-        headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
+    headers = _HEADERS.get((len(content), json_length))  # built once per length (_headers)
+    if headers is None:
+        headers = _headers(len(content), json_length)
     if coding is not None:
-        headers += [(_CONTENT_ENCODING, coding.encode()), _VARY]
+        headers = (*headers, (_CONTENT_ENCODING, coding.encode()), _VARY)
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": content, "more_body": False})
     if is_large:
@@ -225,6 +228,30 @@ _HOST = b"host"
 _HOSTS: set[bytes] = set()
 """``Host`` values seen valid (Litestar's router checks each request's against a pattern)."""
 _MAX_HOSTS = 256
+
+
+_Headers = tuple[tuple[bytes, bytes], ...]
+_HEADERS: dict[tuple[int, int | None], _Headers] = {}
+"""The answer's headers by (body length, JSON header length): a tiny model's answers have a
+few lengths, so their headers are built once. Tuples (ASGI takes any iterable): shared by
+every answer of that length, so nothing on the way may change them in place."""
+_MAX_HEADERS = 4096
+
+
+def _headers(length: int, json_length: int | None) -> _Headers:
+    """Content-Type and Content-Length (and the JSON header's length) of an answer."""
+    key = (length, json_length)
+    headers = _HEADERS.get(key)
+    if headers is None:
+        size = (_CONTENT_LENGTH, str(length).encode())
+        if json_length is None:
+            headers = (_JSON_TYPE, size)
+        else:
+            headers = (_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode()))
+        if len(_HEADERS) >= _MAX_HEADERS:
+            _HEADERS.clear()
+        _HEADERS[key] = headers
+    return headers
 
 
 def _announced(value: bytes, limit: float, json_limited: bool) -> int:
