@@ -6,14 +6,14 @@ arrive; a model that is no pipeline has no such section (models: tests/pipeline_
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 import pytest
 from browser import CHROMIUM, chromium, collect_errors
+from needs import missing
 
-if not CHROMIUM.exists() and not os.environ.get("CI"):
-    pytest.skip("Chromium is not installed (apt-get install chromium)", allow_module_level=True)
+if not CHROMIUM.exists():
+    missing(f"Chromium at {CHROMIUM}", "apt-get install chromium chromium-driver", module=True)
 
 import tritonclient.http as httpclient
 from pipeline_models import rows, write_project
