@@ -17,7 +17,9 @@ CPU 0, and driven over REST JSON at 1 and 16 requests in flight from CPU 1 four 
 One client for all four (threads over keep-alive ``http.client`` connections, one row of 8
 floats per request), so the client's own cost per request is the same, and the three client
 calls pay their three round trips. Every answer is checked against the pipeline's first one.
-Figures are answers (full classifications) per second and the median latency of one answer.
+Figures are answers (full classifications) per second, the median latency of one answer, and
+the server's CPU time per answer (user + system of its process: what one answer costs the
+server, which waiting for a busy CPU does not inflate, so it compares ways on a shared machine).
 """
 
 from __future__ import annotations
@@ -91,8 +93,11 @@ WAYS: dict[str, Call] = {
 }
 
 
-def drive(port: int, call: Call, in_flight: int, seconds: float) -> dict[str, float]:
-    """``in_flight`` threads calling in a loop for ``seconds``: answers/s and p50 latency."""
+def drive(server: Server, call: Call, in_flight: int, seconds: float) -> dict[str, float]:
+    """``in_flight`` threads calling in a loop for ``seconds``: answers/s, p50 latency, and the
+    server's CPU time per answer (user + system, which waits for the CPU do not inflate: on a
+    shared machine the one figure that load moves little)."""
+    port = server.port
     latencies: list[list[float]] = [[] for _ in range(in_flight)]
     errors: list[BaseException] = []
     start = threading.Barrier(in_flight + 1)
@@ -117,13 +122,19 @@ def drive(port: int, call: Call, in_flight: int, seconds: float) -> dict[str, fl
     stop_at[0] = time.perf_counter() + seconds + 0.5
     start.wait()
     began = time.perf_counter()
+    cpu_before = server.cpu_seconds()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
+    cpu = server.cpu_seconds() - cpu_before
     if errors:
         raise SystemExit(f"failed: {errors[0]!r}")
     flat = [x for part in latencies for x in part]
-    return {"rps": len(flat) / elapsed, "p50_ms": statistics.median(flat) * 1e3}
+    return {
+        "rps": len(flat) / elapsed,
+        "p50_ms": statistics.median(flat) * 1e3,
+        "cpu_us": cpu / max(1, len(flat)) * 1e6,
+    }
 
 
 def main() -> None:
@@ -149,7 +160,7 @@ def main() -> None:
                     raise SystemExit(f"{name} answers {got}, the pipeline {reference}")
             conn.close()
             results = {
-                (name, c): drive(server.port, call, c, args.duration)
+                (name, c): drive(server, call, c, args.duration)
                 for c in (1, 16)
                 for name, call in WAYS.items()
             }
@@ -184,16 +195,19 @@ def render(
         f"{after} after.",
         f"`python bench/pipeline.py --duration {seconds:g}`",
         "",
-        "| way | in flight | answers/s | p50 | x three client calls |",
-        "|---|---:|---:|---:|---:|",
+        "| way | in flight | answers/s | p50 | x three client calls | server CPU / answer "
+        "| CPU x one Python model |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for c in (1, 16):
         base = results[("three client calls", c)]["rps"]
+        single = results[("one Python model", c)]["cpu_us"]
         for name in WAYS:
             cell = results[(name, c)]
             lines.append(
                 f"| {name} | {c} | {cell['rps']:,.0f} | {cell['p50_ms']:.2f} ms | "
-                f"{cell['rps'] / base:.2f} |"
+                f"{cell['rps'] / base:.2f} | {cell['cpu_us']:,.0f} us | "
+                f"{cell['cpu_us'] / single:.2f} |"
             )
     lines += ["", END]
     return "\n".join(lines)

@@ -39,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # onnx_builders
 
-from instructions import _control, _http_sender  # noqa: E402
+from instructions import INLINE_BOUND_US, _control, _http_sender  # noqa: E402
 from run import wait_ready  # noqa: E402
 from workload import make_workload  # noqa: E402
 
@@ -194,7 +194,14 @@ async def _child(loops: int, out_prefix: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         marks = _marks(Path(tmp))
         workload = make_workload(Path(tmp))
-        kit = ServeKit(load_plan(str(workload.config)))
+        # As bench/instructions.py: the model stays on the loop under valgrind (its calls,
+        # 50 times slower there, would otherwise go back to the worker threads, and every
+        # dataplane row would count a thread hop).
+        config = workload.config
+        config.write_text(
+            config.read_text() + f"server:\n  inlineBelowMicroseconds: {INLINE_BOUND_US}\n"
+        )
+        kit = ServeKit(load_plan(str(config)))
         await kit.control.start()
         try:
             dataplane = kit.dataplane

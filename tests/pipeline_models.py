@@ -5,12 +5,15 @@
 (one Python model doing all three itself) for comparison. ``write_project`` writes the models
 and serve.yaml into a folder; the fast tests, the end-to-end tests and bench/pipeline.py share
 it. ``MODULE`` also holds the models the other pipelines use: two that only finish when they
-run at the same time (``left``/``right``: a barrier of two), one that fails, and the vLLM
-README's ``vllm_model`` shape with optional inputs.
+run at the same time (``left``/``right``: a barrier of two), one that fails, Triton's image
+ensemble (``image_preprocess``, which decodes the PNG files ``png`` writes, -> ``inception``, a
+tiny ONNX classifier) and the vLLM README's ``vllm_model`` shape with optional inputs.
 """
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +24,7 @@ MODULE_NAME = "pipeline_user_models"
 
 MODULE = '''
 import threading
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -89,13 +93,42 @@ def impatient(x):
     return models.infer("stall", {"x": x})
 
 
-def image_features(image):
-    """16-bin histogram of each image file's bytes (a stand-in for decoding and resizing)."""
-    out = np.zeros((len(image), 16), dtype=np.float32)
+def _png_pixels(data):
+    """The RGB pixels of an 8-bit, non-interlaced PNG whose rows use filter 0 (what the tests
+    write with zlib; Triton's example decodes JPEGs with a real image library)."""
+    if data[:8] != b"\\x89PNG\\r\\n\\x1a\\n":
+        raise ValueError("not a PNG file")
+    at, idat = 8, b""
+    while at < len(data):
+        length = int.from_bytes(data[at:at + 4], "big")
+        kind, body = data[at + 4:at + 8], data[at + 8:at + 8 + length]
+        if kind == b"IHDR":
+            width, height = int.from_bytes(body[:4], "big"), int.from_bytes(body[4:8], "big")
+            if body[8:10] != b"\\x08\\x02" or body[12] != 0:
+                raise ValueError("only 8-bit RGB PNGs without interlacing")
+        elif kind == b"IDAT":
+            idat += body
+        at += 12 + length
+    rows = np.frombuffer(zlib.decompress(idat), np.uint8).reshape(height, 1 + width * 3)
+    if rows[:, 0].any():
+        raise ValueError("only PNG rows with filter 0")
+    return rows[:, 1:].reshape(height, width, 3)
+
+
+def image_preprocess(image):
+    """Each image file: decoded, resized to 4 x 4 (nearest), scaled to [0, 1], flattened."""
+    out = np.zeros((len(image), 48), dtype=np.float32)
     for row, (data,) in enumerate(image):
-        counts = np.bincount(np.frombuffer(data, dtype=np.uint8) // 16, minlength=16)
-        out[row] = counts / max(1, counts.sum())
+        pixels = _png_pixels(data)
+        ys = np.arange(4) * pixels.shape[0] // 4
+        xs = np.arange(4) * pixels.shape[1] // 4
+        out[row] = pixels[ys][:, xs].reshape(-1) / 255.0
     return {"features": out}
+
+
+def whereabouts(x):
+    """Whether it ran on the thread of the server's loop (in the fast tests, the main one)."""
+    return {"on_loop": np.full(x.shape, threading.current_thread() is threading.main_thread())}
 
 
 def maybe_add(a, b=None):
@@ -263,10 +296,14 @@ models:
     outputs: [{_tensor("y", "FP32", "[-1]")}]
   - name: image_preprocess
     modelFormat: {{name: python}}
-    entrypoint: "{MODULE_NAME}:image_features"
+    entrypoint: "{MODULE_NAME}:image_preprocess"
     maxBatchSize: 8
     inputs: [{_tensor("image", "BYTES", "[-1, 1]")}]
-    outputs: [{_tensor("features", "FP32", "[-1, 16]")}]
+    outputs: [{_tensor("features", "FP32", "[-1, 48]")}]
+  - name: inception
+    modelFormat: {{name: onnx}}
+    storageUri: inception.onnx
+    maxBatchSize: 8
   - name: preprocess_inception_ensemble
     maxBatchSize: 8
     inputs: [{_tensor("INPUT", "BYTES", "[-1, 1]")}]
@@ -274,7 +311,22 @@ models:
       - {_tensor("OUTPUT", "FP32", "[-1, 4]", ", labels: [cat, dog, fish, bird]")}
     pipeline:
       - {{model: image_preprocess, inputs: {{image: INPUT}}, outputs: {{features: F}}}}
-      - {{model: mlp, inputs: {{input: F}}, outputs: {{output: OUTPUT}}}}
+      - {{model: inception, inputs: {{input: F}}, outputs: {{output: OUTPUT}}}}
+  - name: whereabouts
+    modelFormat: {{name: python}}
+    entrypoint: "{MODULE_NAME}:whereabouts"
+    inputs: [{_tensor("x", "FP32", "[-1]")}]
+    outputs: [{_tensor("on_loop", "BOOL", "[-1]")}]
+  - name: located
+    inputs: [{_tensor("X", "FP32", "[-1]")}]
+    outputs: [{_tensor("ON_LOOP", "BOOL", "[-1]")}]
+    pipeline:
+      - {{model: whereabouts, inputs: {{x: X}}, outputs: {{on_loop: ON_LOOP}}}}
+  - name: calls_as_a_step
+    inputs: [{_tensor("RAW", "FP32", "[-1, 8]")}]
+    outputs: [{_tensor("LABEL", "INT64", "[-1]")}]
+    pipeline:
+      - {{model: calling, inputs: {{raw: RAW}}, outputs: {{label: LABEL}}}}
   - name: maybe_add
     modelFormat: {{name: python}}
     entrypoint: "{MODULE_NAME}:maybe_add"
@@ -300,10 +352,31 @@ models:
 def write_project(folder: Path) -> Path:
     """The models and serve.yaml in ``folder``; returns serve.yaml's path."""
     onnx.save(onnx_builders.mlp(inputs=16, hidden=32, outputs=4, seed=7), str(folder / "mlp.onnx"))
+    # The image classifier of Triton's ensemble example, tiny: 4 x 4 RGB pixels -> 4 classes.
+    classifier = onnx_builders.mlp(inputs=48, hidden=16, outputs=4, seed=5)
+    onnx.save(classifier, str(folder / "inception.onnx"))
     (folder / f"{MODULE_NAME}.py").write_text(MODULE)
     config = folder / "serve.yaml"
     config.write_text(CONFIG)
     return config
+
+
+def png(width: int, height: int, seed: int = 0) -> bytes:
+    """A tiny RGB PNG of random pixels (8-bit, filter 0), written with the standard library."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width * 3), dtype=np.uint8)
+    scanlines = b"".join(b"\x00" + row.tobytes() for row in pixels)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body).to_bytes(4, "big")
+        return len(body).to_bytes(4, "big") + kind + body + crc
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(scanlines))
+        + chunk(b"IEND", b"")
+    )
 
 
 def rows(count: int, seed: int = 0) -> np.ndarray:

@@ -205,3 +205,53 @@ def test_custom_metrics_bind_the_loading_version_and_refuse_bad_use() -> None:
         cm.counter("servekit_mine")
     with pytest.raises(ValueError, match="already exists as a counter"):
         cm.gauge("unit_things")
+
+
+def test_access_lines_are_written_in_groups_in_order_and_none_is_lost() -> None:
+    """The one handler holds access lines (a write each was most of the access log's cost)
+    and writes them before any other record, within HELD_SECONDS, and at a flush."""
+    import io
+
+    from waits import wait_until
+
+    stream = io.StringIO()
+    handler = logs.LineHandler(stream)
+    handler.setFormatter(logs.TextFormatter())
+    logger = logging.getLogger("servekit.access")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    request_id.set_access("on")
+    try:
+        info = RequestInfo("held-1", True)
+        for status in (200, 404):
+            request_id.record_access(
+                protocol="HTTP", method="GET", path="/x", status=status, failed=status >= 400,
+                duration_s=0.001, bytes_in=0, bytes_out=2, client=None, info=info,
+            )  # fmt: skip
+        assert stream.getvalue() == ""  # held
+        handler.handle(_record("a warning"))  # writes the held lines first
+        lines = stream.getvalue().splitlines()
+        assert [line.split(": ", 1)[1][:19] for line in lines] == [
+            "HTTP GET /x 200 1.0",
+            "HTTP GET /x 404 1.0",
+            "a warning",
+        ]
+        request_id.record_access(
+            protocol="gRPC", method="ModelInfer", path="/m", status="OK", failed=False,
+            duration_s=0.001, bytes_in=1, bytes_out=1, client=None, info=info,
+        )  # fmt: skip
+        wait_until(lambda: "gRPC ModelInfer" in stream.getvalue(), timeout=5,
+                   what="the held line written by the flusher")  # fmt: skip
+        for _ in range(logs.LineHandler.HELD_LINES):  # a full group is written at once
+            request_id.record_access(
+                protocol="HTTP", method="GET", path="/y", status=200, failed=False,
+                duration_s=0.0, bytes_in=0, bytes_out=0, client=None, info=info,
+            )  # fmt: skip
+        handler.flush()
+        assert stream.getvalue().count("HTTP GET /y 200") == logs.LineHandler.HELD_LINES
+    finally:
+        request_id.set_access("off")
+        logger.removeHandler(handler)
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)

@@ -20,7 +20,8 @@ from inprocess import Serve, Services
 from pipeline_models import CONFIG, rows, write_project
 
 from servekit.config.compiler import compile_plan
-from servekit.config.loader import ConfigError, load_config
+from servekit.config.loader import ConfigError, load_config, parse_config
+from servekit.config.overrides import Overrides, apply_overrides
 from servekit.errors import DeadlineExceeded, Internal, InvalidArgument, Unavailable
 from servekit.grpc.triton_proto import model_config_message
 from servekit.rest.triton_json import model_config_json
@@ -75,6 +76,34 @@ async def test_independent_steps_run_at_the_same_time(serve: Serve, tmp_path: Pa
     x = np.array([1.0, 2.0], np.float32)
     got = await call(services, "fan", X=x)
     np.testing.assert_array_equal(got["TOTAL"], (x + 1) + (x * 2))
+
+
+async def test_a_light_python_step_runs_on_the_loop(serve: Serve, tmp_path: Path) -> None:
+    """A chain's Python step measured fast in its threads runs on the loop (no thread hop);
+    the same model called directly stays in its threads, as every Python model does."""
+    services = await start(serve, tmp_path)
+    x = np.ones(2, np.float32)
+    on_loop = False
+    for _ in range(40):  # learnt from its first calls in threads (fast ones, on a busy machine)
+        on_loop = bool((await call(services, "located", X=x))["ON_LOOP"].all())
+        if on_loop:
+            break
+    assert on_loop
+    assert not (await call(services, "whereabouts", x=x))["on_loop"].any()
+
+
+async def test_a_step_that_calls_models_never_runs_on_the_loop(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """Its sync ``servekit.models.infer`` waits for the loop: on the loop it would be refused.
+    (A bound of 0.2 s, so that its calls, hops included, are measured light.)"""
+    write_project(tmp_path)
+    services = await serve("server: {inlineBelowMicroseconds: 200000}\n" + CONFIG)
+    raw = rows(1)
+    expected = (await call(services, "classify", RAW=raw))["LABEL"]
+    for _ in range(10):
+        got = await call(services, "calls_as_a_step", RAW=raw)
+        np.testing.assert_array_equal(got["LABEL"], expected)
 
 
 async def test_an_optional_pipeline_input_may_be_left_out(serve: Serve, tmp_path: Path) -> None:
@@ -276,3 +305,21 @@ def test_a_pipeline_has_no_model_of_its_own(tmp_path: Path) -> None:
         "    modelFormat: {name: onnx}\n    storageUri: mlp.onnx\n", "    storageUri: mlp.onnx\n"
     )
     assert "models[1].modelFormat: Field required" in problems(tmp_path, text)
+
+
+def test_only_a_pipeline_takes_its_steps_along() -> None:
+    text = """
+models:
+  - {name: a, modelFormat: {name: onnx}, storageUri: a.onnx}
+  - {name: b, modelFormat: {name: onnx}, storageUri: b.onnx}
+  - name: inner
+    inputs: [{name: X, datatype: FP32, shape: [-1]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1]}]
+    pipeline: [{model: a, inputs: {x: X}, outputs: {y: Y}}]
+  - name: outer
+    inputs: [{name: X, datatype: FP32, shape: [-1]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1]}]
+    pipeline: [{model: inner, inputs: {X: X}, outputs: {Y: Y}}]
+"""
+    config = apply_overrides(parse_config(text), "serve.yaml", Overrides(only="outer"))
+    assert [m.name for m in config.models] == ["a", "inner", "outer"]

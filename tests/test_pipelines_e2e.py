@@ -3,12 +3,20 @@
 tritonclient over HTTP and gRPC: the featurise (Python) -> ONNX -> post-process (Python)
 pipeline answers exactly what the client gets calling the three models in turn; its metadata
 and configuration are an ensemble's (``ensemble_scheduling``), its steps count their own
-statistics, a failing step is named in the error. And the vLLM backend README's ``generate``
-request, which leaves the model's optional inputs out, is answered (tests/pipeline_models.py).
+statistics, a failing step is named in the error. Triton's ``ensemble_image_client.py`` runs
+unmodified (tests/triton_examples/) against the image ensemble. And the vLLM backend README's
+``generate`` curl, which leaves the model's optional inputs out, is answered as the README says
+(tests/pipeline_models.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +25,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from pipeline_models import rows, write_project
+from pipeline_models import png, rows, write_project
 from servers import ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
 
@@ -112,58 +120,90 @@ def test_independent_steps_run_together(server: ServerProcess) -> None:
     np.testing.assert_array_equal(got, (x + 1) + (x * 2))
 
 
-# -- Triton's ensemble_image_client.py, its calls in our words ----------------------------------
-def test_the_ensemble_image_client_calls(transport: tuple[Any, Any], tmp_path: Path) -> None:
-    """What Triton's example makes of ``preprocess_inception_ensemble`` (its program is not
-    ours to ship): one input and output in metadata and config, a batch of image files as
-    BYTES [n, 1] (binary over HTTP), the output asked for with ``class_count``, answered as
-    "value:index:label" per row."""
-    client, module = transport
-    grpc = module is grpcclient
-    name = "preprocess_inception_ensemble"
-    if grpc:
-        metadata = client.get_model_metadata(model_name=name)
-        config = client.get_model_config(model_name=name).config
-        assert len(metadata.inputs) == 1 and len(config.input) == 1
-        input_name, outputs, batch = (
-            metadata.inputs[0].name,
-            metadata.outputs,
-            config.max_batch_size,
-        )
-        output_names = [o.name for o in outputs]
-    else:
-        metadata = client.get_model_metadata(model_name=name)
-        config = client.get_model_config(model_name=name)
-        assert len(metadata["inputs"]) == 1 and len(config["input"]) == 1
-        input_name, batch = metadata["inputs"][0]["name"], config["max_batch_size"]
-        output_names = [o["name"] for o in metadata["outputs"]]
-    assert batch == 8
-    files = []
-    for index in range(3):
-        path = tmp_path / f"image{index}.jpg"
-        path.write_bytes(bytes(range(index * 40, 256)) * (index + 1))
-        files.append(path)
-    images = np.stack([np.array([f.read_bytes()], dtype=bytes) for f in files], axis=0)
-    tensor = module.InferInput(input_name, images.shape, "BYTES")
-    if grpc:
-        tensor.set_data_from_numpy(images)
-        wanted = [module.InferRequestedOutput(n, class_count=2) for n in output_names]
-    else:
-        tensor.set_data_from_numpy(images, binary_data=True)
-        wanted = [
-            module.InferRequestedOutput(n, binary_data=True, class_count=2) for n in output_names
-        ]
-    result = client.infer(name, [tensor], outputs=wanted)
-    classes = result.as_numpy("OUTPUT")
-    assert classes.shape == (3, 2)
-    for row in classes:
-        for entry in row:
-            value, index, label = entry.decode().split(":")
-            assert label == ["cat", "dog", "fish", "bird"][int(index)]
-            float(value)
+# -- Triton's ensemble_image_client.py, run as it is -------------------------------------------
+EXAMPLES = Path(__file__).with_name("triton_examples")
+PROGRAM = EXAMPLES / "ensemble_image_client.py"
+LABELS = ["cat", "dog", "fish", "bird"]
+
+
+def _classes_by_steps(server: ServerProcess, image: bytes) -> list[str]:
+    """What the two steps answer when the client calls them in turn: "value (index) = label"."""
+    with httpclient.InferenceServerClient(server.http_host_port) as client:
+        data = np.array([[image]], dtype=np.object_)
+        tensor = httpclient.InferInput("image", [1, 1], "BYTES")
+        tensor.set_data_from_numpy(data)
+        features = client.infer("image_preprocess", [tensor]).as_numpy("features")
+        scores = infer(client, httpclient, "inception", input=features).as_numpy("output")[0]
+    top = np.argsort(-scores, kind="stable")[:2]
+    return [f"{scores[i]:f} ({i}) = {LABELS[i]}" for i in top]
+
+
+def test_the_ensemble_program_is_the_vendored_one_unmodified() -> None:
+    readme = (EXAMPLES / "README.md").read_text()
+    (digest,) = re.findall(r"\| `([0-9a-f]{64})` \| `ensemble_image_client.py` \|", readme)
+    text = PROGRAM.read_bytes()
+    assert hashlib.sha256(text).hexdigest() == digest
+    assert b"Copyright" in text[:200] and b"Redistribution and use" in text[:600]
+
+
+@pytest.mark.parametrize("protocol", ["HTTP", "gRPC"])
+def test_tritons_ensemble_image_client_unmodified(
+    server: ServerProcess, protocol: str, tmp_path: Path
+) -> None:
+    """Triton's own program (tests/triton_examples/) against ``preprocess_inception_ensemble``
+    (an image-decoding Python step, then a tiny ONNX classifier): a folder of PNG files sent as
+    one BYTES batch, the classes it prints are what the two models answer called in turn."""
+    images = {f"image{i}.png": png(5 + i, 6 + 2 * i, seed=i) for i in range(3)}
+    for name, data in images.items():
+        (tmp_path / name).write_bytes(data)
+    url = server.http_host_port if protocol == "HTTP" else server.grpc_target
+    assert url is not None
+    argv = [sys.executable, str(PROGRAM), "-m", "preprocess_inception_ensemble", "-c", "2"]
+    done = subprocess.run(
+        [*argv, "-u", url, "-i", protocol, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.rstrip().endswith("PASS"), done.stdout
+    printed = [line.strip() for line in done.stdout.splitlines() if " = " in line]
+    expected = [line for data in images.values() for line in _classes_by_steps(server, data)]
+    assert printed == expected, done.stdout
+
+
+def test_a_bad_image_names_the_step(server: ServerProcess, tmp_path: Path) -> None:
+    (tmp_path / "notes.png").write_bytes(b"not an image")
+    argv = [sys.executable, str(PROGRAM), "-u", server.http_host_port, str(tmp_path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "step 0 (model 'image_preprocess')" in done.stdout + done.stderr
+    assert "not a PNG file" in done.stdout + done.stderr
 
 
 # -- optional inputs: the vLLM backend README's generate request --------------------------------
+# The vLLM backend README's request, word for word (triton-inference-server/vllm_backend,
+# README.md at 8de0c14): curl's -d sends it as application/x-www-form-urlencoded.
+VLLM_README_CURL = (
+    'curl -X POST localhost:8000/v2/models/vllm_model/generate -d \'{"text_input": "What is '
+    'Triton Inference Server?", "parameters": {"stream": false, "temperature": 0}}\''
+)
+
+
+def test_vllm_readme_curl_as_written(server: ServerProcess) -> None:
+    """The README's curl, run by curl, with only the address changed: the optional inputs
+    (stream, sampling_parameters, exclude_input_in_output) left out, the answer the README's."""
+    command = shlex.split(VLLM_README_CURL.replace("localhost:8000", server.http_host_port))
+    done = subprocess.run([*command, "-sS"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer == {
+        "model_name": "vllm_model",
+        "model_version": "1",
+        "text_output": "What is Triton Inference Server? [text_input]",
+    }
+
+
 def test_vllm_readme_generate_leaves_optional_inputs_out(server: ServerProcess) -> None:
     with server.http_client(timeout=20) as http:
         response = http.post(

@@ -22,6 +22,7 @@ import sys
 import tarfile
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,25 @@ class Moto:
             return httpx.get(self.url, timeout=1).status_code < 500
         except httpx.HTTPError:
             return False
+
+    def require_auth(self) -> tuple[str, str]:
+        """Turn moto's signature checks on (off by default: it takes any key) and return the
+        access key id and secret of an IAM user allowed s3:*, made through moto's IAM first.
+        From then on a request signed with any other secret is refused."""
+        import json
+
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.url, aws_access_key_id="testing",
+                           aws_secret_access_key="testing", region_name="us-east-1")  # fmt: skip
+        iam.create_user(UserName="servekit")
+        allow = {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}
+        policy = {"Version": "2012-10-17", "Statement": [allow]}
+        iam.put_user_policy(UserName="servekit", PolicyName="s3", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="servekit")["AccessKey"]
+        # moto's INITIAL_NO_AUTH_ACTION_COUNT, set at run time: 0 unchecked requests from now.
+        assert httpx.post(f"{self.url}/moto-api/reset-auth", content=b"0").status_code == 200
+        return str(key["AccessKeyId"]), str(key["SecretAccessKey"])
 
     def gets(self, key: str) -> int:
         """GET requests moto answered for ``key`` so far (its access log)."""
@@ -201,29 +221,65 @@ def test_s3_a_missing_bucket_is_unavailable_with_a_reason_and_no_secret(
         assert server.stop() == 0, server.log()
 
 
-def test_s3_a_store_stopped_mid_download_leaves_nothing_half_written_and_the_old_version(
+def test_s3_a_wrong_secret_is_refused_unavailable_and_never_shown(
     tmp_path: Path, moto: Moto, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gated_proxy import GatedProxy
-
+    # One object, not a folder: moto's signature check miscomputes a listing with a prefix
+    # (getmoto/moto#5948) and would refuse the right key too; HEAD and GET it checks right.
     moto.s3.create_bucket(Bucket="models")
     moto.s3.put_object(Bucket="models", Key="mlp/1/model.onnx", Body=_model_bytes(1))
-    proxy = GatedProxy(moto.port, hold_after=1 << 40)  # nothing held until the test says
-    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
-    server = start_server(_config(tmp_path, "s3://models/mlp"), grpc=False, extra=["--watch"])
+    key_id, secret = moto.require_auth()
+    config = _config(tmp_path, "s3://models/mlp/1/model.onnx")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    server = start_server(config, grpc=False)  # the right secret serves: auth is not the bug
+    try:
+        assert _infer(server, "remote", 1)
+    finally:
+        assert server.stop() == 0, server.log()
+
+    wrong = "Wr0ng-" + secret[6:]  # same length and shape, one bit of it differs
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-cache"))
+    server = start_server(config, grpc=False)
+    try:
+        assert _infer(server, "local", 1)  # every other model serves
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+            answer = client.post("/v2/models/remote/infer", json=BODY)
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE", row
+        assert "cannot fetch s3://models/mlp/1/model.onnx: PermissionError" in row["reason"], row
+        assert answer.status_code >= 400
+    finally:
+        assert server.stop() == 0, server.log()
+    for text in (str(index), answer.text, server.log()):
+        assert wrong not in text and secret not in text and wrong[6:20] not in text
+
+
+def _stopped_mid_download(tmp_path: Path, uri: str, put: Any, proxy: Any, store: Any) -> None:
+    """Version 1 serves from ``uri`` (read through ``proxy``, a GatedProxy in front of
+    ``store``); a large version 2 arrives and the store goes away (stopped, its connections
+    cut) while version 2 is under way: nothing half-written stays in the cache, version 1
+    serves on, version 2 never appears, the other model serves."""
+    put("mlp/1/model.onnx", _model_bytes(1))
+    server = start_server(_config(tmp_path, uri), grpc=False, extra=["--watch"])
     try:
         first = _infer(server, "remote", 1)
-        # A large new version 2 arrives; the store goes away a third of the way through it.
-        big = onnx_builders.mlp(hidden=320_000, seed=2).SerializeToString()
-        proxy.hold_after = proxy.passed + 8 * 1024 * 1024
-        moto.s3.put_object(Bucket="models", Key="mlp/2/model.onnx", Body=big)
+        big = onnx_builders.mlp(hidden=160_000, seed=2).SerializeToString()  # 12.8 MB
+        proxy.hold_after = proxy.passed + 4 * 1024 * 1024  # a third of the way through
+        put("mlp/2/model.onnx", big)
         _wait(proxy.holding.is_set, 60, "the download of version 2 to be under way")
         cache = tmp_path / "xdg-cache" / "servekit" / "models"
         held = [p for key in cache.iterdir() if key.is_dir() for p in key.iterdir()]
         assert any(p.name.startswith(".tmp-") for p in held)  # it was really under way
-        moto.stop()
+        with server.http_client(timeout=5) as client:  # the index says how far it is
+            index = client.post("/v2/repository/index", json={}).json()
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "READY" and row["reason"].startswith(f"downloading {uri}: "), row
+        store.stop()
         proxy.cut()
-        _wait(lambda: "model remote: cannot fetch s3://models/mlp" in server.log(), 120,
+        _wait(lambda: f"model remote: cannot fetch {uri}" in server.log(), 120,
               "the cut download to fail")  # fmt: skip
         assert _infer(server, "remote", 1) == first  # the old version serves on
         assert not _ready(server, "/v2/models/remote/versions/2/ready")
@@ -233,20 +289,38 @@ def test_s3_a_store_stopped_mid_download_leaves_nothing_half_written_and_the_old
     finally:
         proxy.close()
         assert server.stop() == 0, server.log()
-    assert SECRET not in server.log()
+
+
+def test_s3_a_store_stopped_mid_download_leaves_nothing_half_written_and_the_old_version(
+    tmp_path: Path, moto: Moto, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gated_proxy import GatedProxy
+
+    moto.s3.create_bucket(Bucket="models")
+    proxy = GatedProxy(moto.port, hold_after=1 << 40)  # nothing held until the test says
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    put = lambda key, data: moto.s3.put_object(Bucket="models", Key=key, Body=data)  # noqa: E731
+    _stopped_mid_download(tmp_path, "s3://models/mlp", put, proxy, moto)
+    assert SECRET not in "".join(p.read_text() for p in tmp_path.glob("server-*.log"))
 
 
 # ---- HTTPS (a local server with a throwaway CA) -------------------------------------------------
 
 
 class Archives(http.server.BaseHTTPRequestHandler):
-    """Serves ``files`` by path; a path in ``cut`` sends half its body, then closes."""
+    """Serves ``files`` by path; a path in ``cut`` sends half its body, then closes. With a
+    ``token``, a request without ``?token=<it>`` (a signed URL's signature) gets a 403."""
 
     files: dict[str, bytes] = {}
     cut: set[str] = set()
+    token: str | None = None
 
     def _answer(self, body: bool) -> None:
-        data = self.files.get(self.path)
+        path, _, query = self.path.partition("?")
+        if self.token is not None and query != f"token={self.token}":
+            self.send_error(403)
+            return
+        data = self.files.get(path)
         if data is None:
             self.send_error(404)
             return
@@ -255,7 +329,7 @@ class Archives(http.server.BaseHTTPRequestHandler):
         self.send_header("ETag", f'"{hash(data) & 0xFFFFFFFF:x}"')
         self.end_headers()
         if body:
-            self.wfile.write(data[: len(data) // 2] if self.path in self.cut else data)
+            self.wfile.write(data[: len(data) // 2] if path in self.cut else data)
 
     def do_HEAD(self) -> None:
         self._answer(False)
@@ -277,7 +351,7 @@ def https(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     ca.cert_pem.write_to_path(str(bundle))
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    Archives.files, Archives.cut = {}, set()
+    Archives.files, Archives.cut, Archives.token = {}, set(), None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Archives)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -323,6 +397,38 @@ def test_https_archive_serves_and_a_cut_download_keeps_the_old_version(
         assert _infer(server, "remote", 1) != first
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_https_a_wrong_signed_url_token_is_unavailable_and_never_shown(
+    tmp_path: Path, https: str
+) -> None:
+    # The https transport carries a credential the way stores hand one out: in a signed URL's
+    # query (no headers of its own). The server refuses a wrong one with a 403.
+    Archives.files["/mlp.tar.gz"] = _tar({"1/model.onnx": _model_bytes(1)})
+    Archives.token = "right-" + SECRET
+    wrong = "Wrong-" + SECRET
+    server = start_server(_config(tmp_path, f"{https}/mlp.tar.gz?token={wrong}"), grpc=False)
+    try:
+        assert _infer(server, "local", 1)
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+            answer = client.post("/v2/models/remote/infer", json=BODY)
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE", row
+        assert f"cannot fetch {https}/mlp.tar.gz?...: HTTPError: HTTP Error 403" in row["reason"]
+        assert answer.status_code >= 400
+    finally:
+        assert server.stop() == 0, server.log()
+    for text in (str(index), answer.text, server.log()):
+        assert SECRET not in text
+    # The right token serves the same archive (so the 403 was the token's).
+    right = _config(tmp_path, f"{https}/mlp.tar.gz?token={Archives.token}")
+    server = start_server(right, grpc=False)
+    try:
+        assert _infer(server, "remote", 1)
+    finally:
+        assert server.stop() == 0, server.log()
+    assert SECRET not in server.log()
 
 
 def test_https_a_tar_slip_is_refused(tmp_path: Path, https: str) -> None:
@@ -394,7 +500,7 @@ def azurite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
     fs = adlfs.AzureBlobFileSystem(connection_string=_azure_connection(port, AZURITE_KEY))
     try:
-        yield fs, port
+        yield fs, emulator
     finally:
         emulator.stop()
 
@@ -410,17 +516,26 @@ def gcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     )  # fmt: skip
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         from gcsfs.core import GCSFileSystem
 
     fs = GCSFileSystem(token="anon", skip_instance_cache=True)
     try:
-        yield fs
+        yield fs, emulator
     finally:
         emulator.stop()
+
+
+def _putter(fs: Any) -> Any:
+    """Upload ``data`` as ``models/<key>`` through an fsspec filesystem."""
+
+    def put(key: str, data: bytes) -> None:
+        with warnings.catch_warnings():  # aiohttp's advice about a large body: not ours
+            warnings.simplefilter("ignore", ResourceWarning)
+            fs.pipe(f"models/{key}", data)
+
+    return put
 
 
 def _two_versions_then_restart(tmp_path: Path, uri: str, put: Any) -> None:
@@ -458,11 +573,11 @@ def test_azure_blob_versions_serve_restart_and_watch(tmp_path: Path, azurite: An
 def test_azure_blob_wrong_credentials_are_unavailable_without_the_key(
     tmp_path: Path, azurite: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fs, port = azurite
+    fs, emulator = azurite
     fs.mkdir("models")
     fs.pipe("models/mlp/1/model.onnx", _model_bytes(1))
     wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(port, wrong))
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(emulator.port, wrong))
     server = start_server(_config(tmp_path, "az://models/mlp"), grpc=False)
     try:
         assert _infer(server, "local", 1)
@@ -476,8 +591,54 @@ def test_azure_blob_wrong_credentials_are_unavailable_without_the_key(
         assert server.stop() == 0, server.log()
 
 
-def test_gcs_versions_serve_restart_and_watch(tmp_path: Path, gcs: Any) -> None:
-    gcs.mkdir("models")
-    _two_versions_then_restart(
-        tmp_path, "gs://models/mlp", lambda key, data: gcs.pipe(f"models/{key}", data)
+def test_azure_blob_stopped_mid_download_leaves_nothing_half_written_and_the_old_version(
+    tmp_path: Path, azurite: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gated_proxy import GatedProxy
+
+    fs, emulator = azurite
+    fs.mkdir("models")
+    proxy = GatedProxy(emulator.port, hold_after=1 << 40)
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING", _azure_connection(proxy.port, AZURITE_KEY)
     )
+    _stopped_mid_download(tmp_path, "az://models/mlp", _putter(fs), proxy, emulator)
+
+
+def test_gcs_versions_serve_restart_and_watch(tmp_path: Path, gcs: Any) -> None:
+    fs, _ = gcs
+    fs.mkdir("models")
+    _two_versions_then_restart(
+        tmp_path, "gs://models/mlp", lambda key, data: fs.pipe(f"models/{key}", data)
+    )
+
+
+def test_gcs_a_missing_bucket_is_unavailable_with_a_reason(tmp_path: Path, gcs: Any) -> None:
+    # gcp-storage-emulator checks no credentials at all (any token, or none, is taken), so a
+    # wrong credential cannot be refused here; the nearest failure it can give: no bucket.
+    fs, _ = gcs
+    fs.mkdir("models")
+    server = start_server(_config(tmp_path, "gs://no-such-bucket/mlp"), grpc=False)
+    try:
+        assert _infer(server, "local", 1)
+        with server.http_client(timeout=5) as client:
+            index = client.post("/v2/repository/index", json={}).json()
+            answer = client.post("/v2/models/remote/infer", json=BODY)
+        (row,) = [r for r in index if r["name"] == "remote"]
+        assert row["state"] == "UNAVAILABLE", row
+        assert "cannot fetch gs://no-such-bucket/mlp: nothing found there" in row["reason"], row
+        assert answer.status_code >= 400 and "cannot fetch gs://no-such-bucket" in answer.text
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_gcs_stopped_mid_download_leaves_nothing_half_written_and_the_old_version(
+    tmp_path: Path, gcs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gated_proxy import GatedProxy
+
+    fs, emulator = gcs
+    fs.mkdir("models")
+    proxy = GatedProxy(emulator.port, hold_after=1 << 40)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+    _stopped_mid_download(tmp_path, "gs://models/mlp", _putter(fs), proxy, emulator)

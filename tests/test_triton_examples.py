@@ -1,7 +1,9 @@
 """The calls Triton's example programs make, driven by tritonclient against ``servekit serve``.
 
-Issue 15 is done when Triton's example programs pass unmodified; those programs are not ours to
-ship, so this module makes the same kinds of calls in its own words and keeps CI on them: a
+Issue 15 is done when Triton's example programs pass unmodified. Some are vendored, unmodified
+and with their licence, in ``tests/triton_examples/`` and run as they are (the sequence and
+ensemble programs: test_triton_sequence_examples.py, test_pipelines_e2e.py); for the rest this
+module makes the same kinds of calls in its own words and keeps CI on them: a
 server renamed in serve.yaml (the health/metadata programs check the name), health and metadata
 with query parameters, the model-control round (load, a malformed override, a Triton override
 with a number written as a string, unload, an unknown name), and the aio clients with gzip and

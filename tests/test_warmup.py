@@ -120,6 +120,13 @@ def test_not_ready_until_warm_then_ready_with_the_time_shown(tmp_path: Path) -> 
             metrics = http.get("/metrics").text
             assert 'servekit_model_warmup_seconds{model="gated",version="1"}' in metrics
             assert 'servekit_model_warmup_seconds{model="ident",version="1"}' in metrics
+            # the dashboard's model page: a Warm-up block with the samples and the time
+            detail = http.get("/dashboard/api/models/gated").json()["warmup"]
+            assert detail["samples"] == [{"name": "ones", "batch_size": 4, "count": 2}]
+            (shown,) = detail["versions"]
+            assert shown["version"] == "1" and shown["ms"] > 0
+            page = http.get("/models/gated").text
+            assert 'id="warmup"' in page and "<code>ones</code> (4 rows, 2 times)" in page
             answer = http.post(
                 "/v2/models/gated/infer",
                 json={"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3],

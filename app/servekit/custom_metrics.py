@@ -20,8 +20,11 @@ the loading thread), so each loaded version counts apart and ``/metrics`` shows
 ``tokens_generated_total{model="m",version="1"}``; a metric created outside a load is labelled
 with empty model and version. Names follow Prometheus' rules and may not start with
 ``servekit_`` (the server's own). Updates are thread-safe (a model runs in several threads).
-Each server process reports its own figures (under ``server.workers``, the worker that answers
-the scrape).
+Under ``server.workers`` the worker that answers the scrape shows every worker's figures
+(:func:`snapshot` travels with the statistics snapshots, app/servekit/workers/stats.py;
+:func:`merged` adds them up): counters and histograms are the sums over the workers, the
+processes that died included (a restart loses no count); a gauge is one value per live worker,
+labelled ``worker`` (a sum of, say, "the last batch's size" would be no figure of anything).
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Any
 
 LOADING: ContextVar[tuple[str, str] | None] = ContextVar("servekit_loading", default=None)
 """The (model, version) whose load runs in this thread (set by the repository)."""
@@ -159,25 +163,108 @@ class Sample:
     name: str
     kind: str
     help: str
-    rows: list[tuple[tuple[str, str], float, float, list[tuple[float, int]]]]
-    """(model, version), value (counter, gauge) or sum (histogram), count, cumulative buckets."""
+    rows: list[tuple[tuple[str, ...], float, float, list[tuple[float, int]]]]
+    """Label values, value (counter, gauge) or sum (histogram), count, cumulative buckets."""
+    labels: tuple[str, ...] = ("model", "version")
+    """The label names: model and version, and ``worker`` for a gauge of several workers."""
+
+
+Snapshot = list[dict[str, Any]]
+"""Every family's figures as JSON: ``[{"name", "kind", "help", "buckets", "rows": [[model,
+version, value, sum, [count per bucket, +Inf last]], ...]}, ...]``."""
+
+
+def snapshot() -> Snapshot:
+    """A consistent read of every family, as the workers' channel carries it."""
+    with _lock:
+        families = [(f, list(f.children.items())) for f in _families.values()]
+    out: Snapshot = []
+    for family, children in families:
+        rows = []
+        for (model, version), child in children:
+            with child.lock:
+                rows.append([model, version, child.value, child.sum, list(child.counts)])
+        out.append({"name": family.name, "kind": family.kind, "help": family.help,
+                    "buckets": list(family.buckets), "rows": rows})  # fmt: skip
+    return out
 
 
 def samples() -> Iterator[Sample]:
-    """A consistent read of every family."""
-    with _lock:
-        families = [(f, list(f.children.items())) for f in _families.values()]
-    for family, children in families:
-        rows = []
-        for key, child in children:
-            with child.lock:
-                value, total, counts = child.value, child.sum, list(child.counts)
-            if family.kind == "histogram":
-                cumulative, running = [], 0
-                for bound, count in zip([*child.buckets, math.inf], counts, strict=True):
-                    running += count
-                    cumulative.append((bound, running))
-                rows.append((key, total, float(running), cumulative))
-            else:
-                rows.append((key, value, 0.0, []))
-        yield Sample(family.name, family.kind, family.help, rows)
+    """This process's families, as /metrics shows them."""
+    return merged([(None, snapshot())])
+
+
+def retire(snapshots: Iterable[Snapshot]) -> Snapshot:
+    """The counts that outlive processes that died: their counters and histograms, added up
+    (their gauges are dropped: the value of a process that is gone)."""
+    total = _Totals()
+    for part in snapshots:
+        total.add(part, None, keep_gauges=False)
+    return total.snapshot()
+
+
+def merged(
+    live: Sequence[tuple[str | None, Snapshot]], retired: Iterable[Snapshot] = ()
+) -> Iterator[Sample]:
+    """The families of several processes as one: ``live`` are (worker label or None for a
+    single server, snapshot), ``retired`` what :func:`retire` kept of dead ones."""
+    total = _Totals()
+    for label, part in live:
+        total.add(part, label, keep_gauges=True)
+    for part in retired:
+        total.add(part, None, keep_gauges=False)
+    return total.samples()
+
+
+class _Totals:
+    """Families added up across snapshots (see :func:`merged`)."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, dict[str, Any]] = {}
+        self.rows: dict[str, dict[tuple[str, ...], list[Any]]] = {}
+
+    def add(self, part: Snapshot, worker: str | None, *, keep_gauges: bool) -> None:
+        for family in part:
+            name, kind = str(family["name"]), str(family["kind"])
+            if kind == "gauge" and not keep_gauges:
+                continue
+            known = self.families.setdefault(name, family)
+            if known["kind"] != kind or known["buckets"] != family["buckets"]:
+                continue  # another definition under the same name (a model changed): skipped
+            rows = self.rows.setdefault(name, {})
+            for model, version, value, total, counts in family["rows"]:
+                key: tuple[str, ...] = (str(model), str(version))
+                if kind == "gauge" and worker is not None:
+                    key = (*key, worker)
+                row = rows.get(key)
+                if row is None or kind == "gauge":
+                    rows[key] = [float(value), float(total), [int(c) for c in counts]]
+                else:
+                    row[0] += float(value)
+                    row[1] += float(total)
+                    row[2] = [a + int(b) for a, b in zip(row[2], counts, strict=True)]
+
+    def snapshot(self) -> Snapshot:
+        return [
+            {**family, "rows": [[*key[:2], *row] for key, row in self.rows[name].items()]}
+            for name, family in self.families.items()
+        ]
+
+    def samples(self) -> Iterator[Sample]:
+        for name, family in self.families.items():
+            kind, rows = str(family["kind"]), self.rows[name]
+            labels: tuple[str, ...] = ("model", "version")
+            if kind == "gauge" and any(len(key) == 3 for key in rows):
+                labels = ("model", "version", "worker")
+            shown = []
+            for key, (value, total, counts) in rows.items():
+                if kind == "histogram":
+                    cumulative, running = [], 0
+                    bounds = [*(float(b) for b in family["buckets"]), math.inf]
+                    for bound, count in zip(bounds, counts, strict=True):
+                        running += count
+                        cumulative.append((bound, running))
+                    shown.append((key, total, float(running), cumulative))
+                else:
+                    shown.append((key, value, 0.0, []))
+            yield Sample(name, kind, str(family["help"]), shown, labels)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import uvicorn
 from litestar import Litestar
 
-from servekit import dashboard, edge, request_id
+from servekit import dashboard, edge, request_id, tracing
 from servekit.config.compiler import ServePlan
 from servekit.config.hosts import host_policy
 from servekit.listen import Addresses, bind_http, bound_address
@@ -146,6 +146,7 @@ class ServeKit:
         tls = self.plan.tls
         worker = self._worker
         request_id.set_access(server.logging.access_log)  # before the listeners exist
+        tracing.configure()  # the OTEL_* variables; before gRPC's handlers are wrapped
         if worker is not None:
             await self.control.start()
             await worker.before_listening()
@@ -282,6 +283,7 @@ class ServeKit:
         self.dataplane.shared_memory.close()  # close every region clients registered
         await self.control.close()  # no more looks at remote storage
         await self.repository.close()
+        tracing.flush()  # the last requests' spans
 
 
 async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0) -> None:

@@ -129,6 +129,13 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
     written to shared memory carry no data (as Triton answers them).
     """
     entries: list[dict[str, Any]] = []
+    if not request.outputs and not request.parameters and not request.shared_memory:
+        # The usual request: nothing asked of the outputs, so every one is JSON data.
+        for tensor in response.outputs:
+            entry = v2_json.output_entry(tensor)
+            entry["data"] = v2_json.output_json_data(tensor)
+            entries.append(entry)
+        return v2_json.dumps(v2_json.response_header(response, entries)), None
     buffers: list[Buffer] = []
     in_shm = request.outputs_in_shared_memory() if request.shared_memory else None
     for tensor in response.outputs:

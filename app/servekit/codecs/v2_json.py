@@ -18,6 +18,7 @@ import orjson
 
 from servekit.codecs.raw import check_shape, datatype_of
 from servekit.datatypes import (
+    DATATYPES,
     DataType,
     element_count,
     narrow_floats,
@@ -116,14 +117,11 @@ def decode_request(
     request_id = obj.get("id")
     if request_id is not None and not isinstance(request_id, str):
         raise InvalidArgument("'id' must be a string")
+    raw_parameters = obj.get("parameters")
+    parameters = {} if raw_parameters is None else _parameters("request", raw_parameters)
+    # (positional: InferRequest's field order; a keyword call costs more on every request)
     return InferRequest(
-        model_name=model_name,
-        model_version=model_version,
-        id=request_id,
-        inputs=inputs,
-        outputs=outputs,
-        parameters=_parameters("request", obj.get("parameters")),
-        shared_memory=bool(shared),
+        model_name, inputs, model_version, request_id, outputs, parameters, bool(shared)
     )
 
 
@@ -145,11 +143,15 @@ def _decode_input(
     name = item.get("name")
     if not isinstance(name, str):
         raise InvalidArgument("each input needs a string 'name'")
-    datatype = datatype_of(name, item.get("datatype"))
+    raw_type = item.get("datatype")
+    datatype = DATATYPES.get(raw_type) if type(raw_type) is str else None
+    if datatype is None:
+        datatype = datatype_of(name, raw_type)  # says what is wrong
     if "shape" not in item:
         raise InvalidArgument(f"input {name!r}: missing 'shape'")
     shape = check_shape(name, item["shape"])
-    parameters = _parameters(f"input {name!r}", item.get("parameters"))
+    raw_parameters = item.get("parameters")
+    parameters = {} if raw_parameters is None else _parameters(f"input {name!r}", raw_parameters)
     size = parameters.get("binary_data_size")
     if size is not None:
         if binary is None:
@@ -207,6 +209,11 @@ def json_data_to_array(
         and count
         and _ONLY_FLOATS.issuperset(map(type, data))
     ):
+        # On Python floats for a small tensor (a numpy reduction costs far more): a sum of
+        # magnitudes within the datatype's range bounds every value, and is false for NaN or
+        # an infinity. Each value is then rounded once, as the cast from float64 rounds it.
+        if count <= _SMALL and sum(map(abs, data)) <= largest:
+            return np.array(data, dtype=datatype.dtype).reshape(shape)
         wide = np.array(data, dtype=np.float64)
         if -largest <= _MIN(wide) and _MAX(wide) <= largest:
             if datatype.name != "FP64":
@@ -250,6 +257,10 @@ _FLOAT_LARGEST = {
 }
 """The largest finite value of each float datatype (a larger one is refused, not made inf)."""
 _ONLY_FLOATS = frozenset({float})
+_SMALL = 256
+"""Up to this many values, a tensor's range and finiteness are checked on Python floats (a
+few hundred instructions) rather than by numpy reductions (thousands each, whatever the
+size); above it, numpy's loops win."""
 _MIN = np.minimum.reduce
 _MAX = np.maximum.reduce
 _ALL = np.logical_and.reduce
@@ -332,8 +343,8 @@ def _flatten(data: list[Any], into: list[Any], depth: int = 0) -> None:
 
 def output_json_data(tensor: Tensor) -> Any:
     """The ``data`` value of an output: a flat numpy array for orjson, or strings for BYTES."""
-    flat = tensor.data.reshape(-1)
-    if flat.dtype.kind == "f" and not _ALL(np.isfinite(flat)):
+    flat = tensor.data.ravel()
+    if flat.dtype.kind == "f" and not _finite(flat):
         return [x if math.isfinite(x) else _non_finite_name(x) for x in flat.tolist()]
     if tensor.datatype != "BYTES":
         return np.ascontiguousarray(flat)
@@ -344,6 +355,15 @@ def output_json_data(tensor: Tensor) -> Any:
             f"output {tensor.name!r} holds bytes that are not UTF-8 and cannot be sent as JSON; "
             "request it with the binary_data parameter"
         ) from None
+
+
+def _finite(flat: np.ndarray) -> bool:
+    """Whether every value of a flat float array is finite."""
+    if flat.size <= _SMALL:
+        total = sum(flat.tolist())  # finite: so is every value (else NaN or an infinity)
+        if total - total == 0.0:
+            return True
+    return bool(_ALL(np.isfinite(flat)))  # (a large sum can overflow: the exact answer)
 
 
 def _non_finite_name(value: float) -> str:

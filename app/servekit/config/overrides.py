@@ -26,7 +26,7 @@ from pydantic_core import ErrorDetails
 from servekit.config.compiler import ServePlan, compile_plan
 from servekit.config.loader import ConfigError, ConfigIssue, load_config
 from servekit.config.names import find_model
-from servekit.config.schema import ServeConfig, TokenSource
+from servekit.config.schema import ModelConfig, ServeConfig, TokenSource
 
 
 @dataclass(frozen=True)
@@ -102,11 +102,14 @@ def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> Ser
             names = ", ".join(m.name for m in models) or "none"
             message = f"--only {overrides.only!r}: no such model (models: {names})"
             raise ConfigError(path, [ConfigIssue("models", None, message)])
-        models = [m for m in models if m.name == found]
+        wanted = _with_steps(models, found)
+        models = [m for m in models if m.name in wanted]
         config = config.model_copy(
             update={"server": config.server.model_copy(update={"startup_models": "all"})}
         )
-    if overrides.storage_uri is not None:
+    # A pipeline has no files: its steps read theirs from their own storageUri.
+    pipeline = any(m.pipeline is not None for m in models)
+    if overrides.storage_uri is not None and not pipeline:
         if len(models) != 1:
             message = "--storage-uri needs --only NAME (or one model)"
             raise ConfigError(path, [ConfigIssue("models", None, message)])
@@ -115,6 +118,21 @@ def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> Ser
             m.model_copy(update={"storage_uri": absolute}) if m.storage_uri else m for m in models
         ]
     return config.model_copy(update={"models": models})
+
+
+def _with_steps(models: list[ModelConfig], name: str) -> set[str]:
+    """``name`` and, for a pipeline, the models its steps run (theirs too): ``--only`` a
+    pipeline serves what it needs."""
+    by_name = {m.name: m for m in models}
+    wanted: set[str] = set()
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        if current in wanted or current not in by_name:
+            continue  # an unknown step is the compiler's to report, with its line
+        wanted.add(current)
+        todo.extend(step.model for step in by_name[current].pipeline or ())
+    return wanted
 
 
 def _flag_issue(error: ErrorDetails) -> ConfigIssue:

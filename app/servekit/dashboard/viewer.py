@@ -56,5 +56,13 @@ def viewer(policy: AccessPolicy, authorization: str | None) -> Viewer:
 def hide_admin_data(model: dict[str, Any]) -> dict[str, Any]:
     """A model's view without what the admin group guards (statistics, configuration)."""
     versions = [{**v, "stats": None} for v in model["versions"]]
-    hidden = {"config": None, "serve_yaml_text": "", "storage_uri": None, "entrypoint": None}
+    steps = [{**step, "stats": None} for step in model.get("pipeline", ())]
+    hidden = {
+        "config": None,
+        "serve_yaml_text": "",
+        "storage_uri": None,
+        "entrypoint": None,
+        "warmup": None,
+        "pipeline": steps,
+    }
     return {**model, **hidden, "versions": versions, "admin_hidden": True}

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
 
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
-from servekit.config.schema import ModelConfig
+from servekit.config.schema import ModelConfig, PipelineStep
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
@@ -316,7 +317,54 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "signatures": _signatures(metadata),
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
+        "warmup": warmup(model),
+        "pipeline": pipeline_steps(dataplane, plan.pipeline),
     }
+
+
+def warmup(model: ModelView) -> dict[str, Any] | None:
+    """The model's warm-up (serve.yaml ``warmup``) as the model page shows it: the samples,
+    and how long each loaded version took to warm up (ms; None: not loaded, or loading).
+    None for a model without warm-up."""
+    config = model.plan.config
+    samples = config.warmup if config is not None else []
+    if not samples:
+        return None
+    return {
+        "samples": [
+            {"name": s.name, "batch_size": s.batch_size, "count": s.count} for s in samples
+        ],
+        "versions": [
+            {
+                "version": str(v.number),
+                "ms": None if v.warmup_s is None else round(v.warmup_s * 1e3, 1),
+            }
+            for v in model.versions
+        ],
+    }
+
+
+def pipeline_steps(dataplane: DataPlane, steps: Sequence[PipelineStep]) -> list[dict[str, Any]]:
+    """A pipeline's steps for its page (empty for other models): each step's model, the
+    version it runs, that version's state and statistics (``stats``: None until it is loaded),
+    in the order serve.yaml lists them; static/pipeline.js draws them."""
+    drawn = []
+    for index, step in enumerate(steps):
+        row: dict[str, Any] = {"step": index, "model": step.model, "version": None,
+                               "state": UNAVAILABLE, "stats": None}  # fmt: skip
+        try:
+            model = dataplane.model(step.model)
+        except ServeError:  # removed since: the pipeline is not ready, and says which step
+            drawn.append(row)
+            continue
+        number = step.version if step.version is not None else model.serving_version
+        if number is not None:
+            row["version"] = number
+            row["stats"] = version_stats(dataplane, step.model, number)
+            known = [v for v in model.versions if v.number == number]
+            row["state"] = known[0].state if known else UNAVAILABLE
+        drawn.append(row)
+    return drawn
 
 
 def _signatures(metadata: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

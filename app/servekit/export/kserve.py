@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from servekit.config.compiler import ServePlan
+from servekit.config.schema import PIPELINE_FORMAT
 from servekit.export.k8s import (
     STORAGE_ENV,
     UID,
@@ -96,6 +97,8 @@ def supported_formats(plan: ServePlan) -> list[Manifest]:
             if fmt.auto_select:
                 entry["autoSelect"] = True
                 entry["priority"] = max(entry.get("priority", 0), fmt.priority)
+    if any(model.pipeline for model in plan.models):  # its InferenceService names this format
+        merged.setdefault((PIPELINE_FORMAT, None), {"name": PIPELINE_FORMAT})
     return list(merged.values())
 
 
@@ -134,6 +137,8 @@ def _inference_service(
     spec: Manifest = {"modelFormat": fmt, "runtime": runtime}
     annotations = {"servekit.io/model": model.name}
     uri = model.config.storage_uri if model.config is not None else None
+    if model.pipeline:
+        annotations.update(_pipeline_notes(plan, index))
     if uri is not None and URI.match(uri):
         spec["storageUri"] = uri
     elif uri is not None:
@@ -153,3 +158,31 @@ def _inference_service(
         "metadata": {"name": name, "labels": labels(plan), "annotations": annotations},
         "spec": {"predictor": {"model": spec}},
     }
+
+
+def _pipeline_notes(plan: ServePlan, index: int) -> dict[str, str]:
+    """A pipeline's pod serves its steps' models too (``--only`` takes them along), each from
+    its own storageUri: name them, and what to do about steps whose files are local."""
+    by_name = {m.name: m for m in plan.models}
+    steps: list[str] = []
+    todo = [step.model for step in plan.models[index].pipeline]
+    while todo:
+        name = todo.pop(0)
+        if name in steps or name not in by_name:
+            continue
+        steps.append(name)
+        todo.extend(step.model for step in by_name[name].pipeline)
+    notes = {"servekit.io/steps": ", ".join(steps)}
+    local = [
+        name
+        for name in steps
+        if (config := by_name[name].config) is not None
+        and config.storage_uri is not None
+        and not URI.match(config.storage_uri)
+    ]
+    if local:
+        notes["servekit.io/todo"] = (
+            f"the steps {', '.join(local)} read files relative to serve.yaml: set their "
+            "storageUri to where the pod can read them (s3://, gs://, https://)"
+        )
+    return notes

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from servekit.grpc import traces
 from servekit.request_id import (
     ACCESS,
     CURRENT,
@@ -30,6 +31,7 @@ from servekit.request_id import (
     new_id,
     record_access,
 )
+from servekit.tracing import TRACING
 
 
 def tagged(method: str, handler: Any) -> Any:
@@ -46,6 +48,8 @@ def tagged(method: str, handler: Any) -> Any:
         return handler
     if not (inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)):
         return handler
+    if TRACING.on and traces.traced(method) and not _writes(handler, behaviour):
+        behaviour = traces.wrap(method, behaviour, handler.response_streaming)
     logged = ACCESS.mode != "off"
     if handler.response_streaming and inspect.isasyncgenfunction(behaviour):
         wrapped = _streaming(method, behaviour, handler.request_streaming, logged)
@@ -56,6 +60,11 @@ def tagged(method: str, handler: Any) -> Any:
     else:
         wrapped = _unary(behaviour)
     return handler._replace(**{kind: wrapped})
+
+
+def _writes(handler: Any, behaviour: Any) -> bool:
+    """A streaming answer written with ``context.write`` (not traced: gRPC health's Watch)."""
+    return bool(handler.response_streaming) and not inspect.isasyncgenfunction(behaviour)
 
 
 def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:

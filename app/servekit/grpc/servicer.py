@@ -25,6 +25,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from servekit import tracing
 from servekit.codecs import v2_proto
 from servekit.errors import InvalidArgument, NotFound, shown_name
 from servekit.grpc import repository as repository_rpcs
@@ -33,6 +34,7 @@ from servekit.grpc.triton_proto import model_config_message, statistics_message
 from servekit.protos import grpc_service_pb2 as pb
 from servekit.protos import grpc_service_pb2_grpc as pb_grpc
 from servekit.services import CUDA_UNSUPPORTED, DataPlane, ModelControl
+from servekit.tracing import TRACING
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64
@@ -93,10 +95,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         calls = self._calls
         calls.n += 1  # a batching model's request runs at once when it is alone (ServerState)
         try:
+            traced = tracing.now() if TRACING.on else 0  # tracing: decode, encode spans
             infer_request = v2_proto.decode_request(request)
+            if traced:
+                tracing.phase("decode", traced)
             remaining = context.time_remaining()  # the client's deadline, None when it set none
             deadline = None if remaining is None else time.monotonic() + remaining
             response = await self._dataplane.infer(infer_request, deadline)
+            if traced:
+                return tracing.encoded(v2_proto.encode_response, infer_request, response)
             return v2_proto.encode_response(infer_request, response)
         finally:
             calls.n -= 1

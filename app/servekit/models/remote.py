@@ -11,9 +11,12 @@ credential the environment holds is blanked out of a library's message.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -90,6 +93,35 @@ class RemoteModels:
         self._in_use[plan.name] = folder if folder.parent.parent == self.root else folder.parent
         log.info("model %s: %s is at hand (%.2f s)", plan.name, shown, time.monotonic() - started)
         return plan_at(plan, location, self.base_dir)
+
+    async def materialized(self, plan: ModelPlan) -> ModelPlan:
+        """:meth:`materialize` in a daemon thread of its own, awaited without blocking the
+        loop. Not ``asyncio.to_thread``: a server that stops joins the default executor's
+        threads, and a store that went away can hold a listing for minutes in its library's
+        own retries (Azure's backoff alone is over a minute), which :meth:`cancel` cannot
+        reach between chunks. A daemon thread is left behind instead; its temporary folder is
+        never served."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[ModelPlan] = loop.create_future()
+
+        def settle(result: ModelPlan | None, error: BaseException | None) -> None:
+            if answer.done():
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(result)  # type: ignore[arg-type]
+
+        def run() -> None:
+            try:
+                result, error = self.materialize(plan), None
+            except BaseException as exc:  # handed to the awaiting task
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        threading.Thread(target=run, name=f"servekit-fetch-{plan.name}", daemon=True).start()
+        return await answer
 
     def cancel(self) -> None:
         """The server stops: every download under way fails at its next chunk (so a stop

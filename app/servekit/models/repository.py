@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from servekit.codecs.grps_message import CODEC as GRPS_MESSAGES
 from servekit.config.compiler import ModelPlan
@@ -56,6 +56,7 @@ class Closeable(Protocol):
 
 
 _SERVING = (State.READY, State.UNAVAILABLE)
+_READY = State.READY
 """States a loaded version's runtime may move it between (see ModelRepository._watch)."""
 
 
@@ -77,14 +78,19 @@ class VersionEntry:
     """How requests reach the runtime (app/servekit/services/execution/executor.py): built
     by the repository's ``on_loaded`` hook when the version loads, closed with the runtime
     when the version is retired."""
+    prepared: Any = None
+    """What the DataPlane works out once for this version's requests, built with its
+    executor (app/servekit/services/prepared.py; this layer does not know its type)."""
 
     def __post_init__(self) -> None:
         self.idle.set()
 
     def enter(self) -> None:
-        """A request starts using this version (unload waits for it)."""
+        """A request starts using this version (unload waits for it). ``idle`` is clear
+        exactly while requests are in flight: only the first one clears it."""
+        if not self.in_flight:
+            self.idle.clear()
         self.in_flight += 1
-        self.idle.clear()
 
     def leave(self) -> None:
         self.in_flight -= 1
@@ -98,6 +104,17 @@ class ModelEntry:
 
     plan: ModelPlan
     versions: dict[int, VersionEntry]
+    """Fixed once the entry exists (a reload or unload builds a new entry); each version's
+    state changes in place."""
+    serving: tuple[VersionEntry, tuple[VersionEntry, ...]] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """What ``ModelRepository.resolve`` last found for a request naming no version: that
+    version and the versions that would take its place on becoming READY (higher numbers,
+    none when serve.yaml names a default version). Still right while the first is READY and
+    none of the others is, which a request checks with a compare or two instead of sorting
+    the versions (kept here rather than updated on every state change: states are set in
+    several places, and a stale value is never used)."""
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.state is State.READY)
@@ -174,24 +191,30 @@ class ModelRepository:
         entry = self._models.get(name)
         if entry is None:
             raise unknown_model(name)
-        if version is None or version == "":
-            serving = entry.serving_version()
-            if serving is None:
-                fetching = self.downloading(name)
-                why = fetching.text() if fetching is not None else entry.reason()
-                raise Unavailable(f"model {name!r} is not ready: {why}")
-            number = serving
-        else:
-            number = int(version) if version.isdigit() else _labelled(entry, name, version)
-        found = entry.versions.get(number)
-        if found is None:
-            raise unknown_model(name, number, f"it has {_has(entry)}")
-        if found.state is not State.READY:
-            why = f": {found.reason}" if found.reason else ""
-            raise Unavailable(
-                f"model {name!r} version {number} is {found.state.value.lower()}{why}"
-            )
-        return entry, found
+        if not version:  # None or "": the serving version
+            cached = entry.serving
+            if cached is not None:
+                found, higher = cached
+                if found.state is _READY and (not higher or not any(map(_is_ready, higher))):
+                    return entry, found
+            return entry, self._serving(entry, name)
+        number = int(version) if version.isdigit() else _labelled(entry, name, version)
+        return entry, _ready(entry, name, number)
+
+    def _serving(self, entry: ModelEntry, name: str) -> VersionEntry:
+        """The version a request naming none reaches, found the long way and kept (see
+        ``ModelEntry.serving``)."""
+        serving = entry.serving_version()
+        if serving is None:
+            fetching = self.downloading(name)
+            why = fetching.text() if fetching is not None else entry.reason()
+            raise Unavailable(f"model {name!r} is not ready: {why}")
+        found = _ready(entry, name, serving)
+        higher: tuple[VersionEntry, ...] = ()
+        if entry.plan.default_version is None:
+            higher = tuple(v for n, v in entry.versions.items() if n > serving)
+        entry.serving = (found, higher)
+        return found
 
     def get(self, name: str) -> ModelEntry:
         entry = self._models.get(name)
@@ -307,12 +330,18 @@ class ModelRepository:
         """Triton's repository index: one row per model version (or per model if none)."""
         rows: list[IndexRow] = []
         for name, entry in sorted(self._models.items()):
-            fetching = None if entry.ready_versions() else self.downloading(name)
+            fetching = self.downloading(name)
+            serving = bool(entry.ready_versions())
             for number, version in sorted(entry.versions.items()):
-                if fetching is not None:  # its files are on their way: say how far
+                if fetching is not None and not serving:  # its files are on their way
                     rows.append(IndexRow(name, str(number), State.LOADING.value, fetching.text()))
                     continue
-                rows.append(IndexRow(name, str(number), version.state.value, version.reason))
+                reason = version.reason
+                if fetching is not None and fetching.total_bytes >= 0 and not reason:
+                    # A new download (--watch) while this one serves on: say how far it is
+                    # (not while the remote is only listed: that happens every poll).
+                    reason = fetching.text()
+                rows.append(IndexRow(name, str(number), version.state.value, reason))
             if not entry.versions:
                 rows.append(IndexRow(name, "", State.UNAVAILABLE.value, entry.reason()))
         return rows
@@ -393,6 +422,21 @@ async def _retire(entry: ModelEntry) -> None:
         version.runtime = None
         version.state = State.UNAVAILABLE
         version.reason = "unloaded"
+
+
+def _ready(entry: ModelEntry, name: str, number: int) -> VersionEntry:
+    """Version ``number`` of ``entry``, refused unless it exists and is READY."""
+    found = entry.versions.get(number)
+    if found is None:
+        raise unknown_model(name, number, f"it has {_has(entry)}")
+    if found.state is not State.READY:
+        why = f": {found.reason}" if found.reason else ""
+        raise Unavailable(f"model {name!r} version {number} is {found.state.value.lower()}{why}")
+    return found
+
+
+def _is_ready(version: VersionEntry) -> bool:
+    return version.state is State.READY
 
 
 def _has(entry: ModelEntry) -> str:

@@ -152,8 +152,9 @@ class Server:
     def add_model(
         self,
         name: str,
-        source: Any,
+        source: Any = None,
         *,
+        pipeline: Sequence[Mapping[str, Any]] | None = None,
         version: int = 1,
         model_format: str | None = None,
         inputs: sources.TensorsSpec | None = None,
@@ -176,7 +177,15 @@ class Server:
         class is instantiated once and its ``predict`` is called the same way. Python models
         declare their ``inputs`` and ``outputs`` (``[("x", "FP32", [-1, 4])]`` or dicts).
         Returns the model's index rows; a model that fails to load raises with the reason.
+
+        ``pipeline=[{"model": ..., "inputs": {...}, "outputs": {...}}, ...]`` (no ``source``)
+        serves a pipeline of models served already, as serve.yaml's ``pipeline:``; it declares
+        its own ``inputs`` and ``outputs``.
         """
+        if pipeline is not None:
+            return self._add_pipeline(name, source, pipeline, inputs, outputs, config)
+        if source is None:
+            raise TypeError("add_model needs a source (or pipeline=[...] steps)")
         if convert.is_sklearn(source):
             try:
                 source = convert.sklearn_to_onnx(source, example)
@@ -207,6 +216,30 @@ class Server:
         )
         control = self._control()
         self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
+        self._client.forget(name)
+        return html.ModelTable(r for r in self.models if r["name"] == name)
+
+    def _add_pipeline(
+        self,
+        name: str,
+        source: Any,
+        steps: Sequence[Mapping[str, Any]],
+        inputs: sources.TensorsSpec | None,
+        outputs: sources.TensorsSpec | None,
+        config: dict[str, Any],
+    ) -> html.ModelTable:
+        """Serve a pipeline of this server's models (app/servekit/services/pipelines.py)."""
+        if source is not None:
+            raise TypeError("add_model takes a source or pipeline=[...] steps, not both")
+        fields = {
+            "inputs": sources.tensors(inputs),
+            "outputs": sources.tensors(outputs),
+            "pipeline": [dict(step) for step in steps],
+            **config,
+        }
+        model = sources.model_config(name, "ensemble", fields)
+        control = self._control()
+        self._thread.run(control.add(model), timeout=self._load_timeout)
         self._client.forget(name)
         return html.ModelTable(r for r in self.models if r["name"] == name)
 

@@ -72,6 +72,10 @@ def from_plans(
             problems.append(f"{plan.name}: no settings to save")
             continue
         entry = entry_of(plan)
+        if plan.pipeline:  # no files: its steps are models of the project
+            entry.pop("modelFormat", None)
+            project.models.append(entry)
+            continue
         try:
             if plan.implementation == "onnxruntime":
                 _onnx(plan, entry, project)

@@ -36,6 +36,7 @@ from litestar.types import (
     Send,
 )
 
+from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
@@ -51,6 +52,7 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services import DataPlane
+from servekit.tracing import TRACING
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"
@@ -144,8 +146,13 @@ async def answer(
     if raw_length is None and fast.json_limit < limit:
         limit, json_limited = fast.json_limit, True
     announced = -1
-    if content_length is not None:
-        announced = _announced(content_length, limit, json_limited)
+    if content_length is not None:  # _announced, inlined
+        try:
+            announced = int(content_length)
+        except ValueError:
+            announced = _announced(content_length, limit, json_limited)  # raises, says why
+        if announced > limit:
+            raise _too_large(limit, json_limited)
     if names is None and announced < large.OFF_LOOP_BYTES:
         message = await receive()
         if message["type"] == "http.request" and not message.get("more_body", False):
@@ -159,6 +166,7 @@ async def answer(
     dataplane = fast.dataplane
     model: str = params["model"]
     version: str | None = params.get("version")
+    traced = tracing.now() if TRACING.on else 0  # tracing: the decode span (else 0: no hook)
     if raw_length is None:
         if len(body) < large.OFF_LOOP_BYTES:
             infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
@@ -174,6 +182,8 @@ async def answer(
             infer_request = v2_binary.decode_request(body, header_length, model, version)
     if infer_request.id:  # the V2 ``id`` names the request when no X-Request-ID did
         adopt_body_id(infer_request.id)
+    if traced:
+        tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
     # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
     scope[WAITING] = task = current_task()  # type: ignore[literal-required]
@@ -185,6 +195,8 @@ async def answer(
         raise
     finally:
         scope[WAITING] = None  # type: ignore[literal-required]
+    if traced:
+        traced = tracing.now()  # the encode span
     is_large = len(body) >= large.OFF_LOOP_BYTES or large.is_large(response)
     if not is_large:
         content, json_length = v2_binary.encode_response(infer_request, response)
@@ -197,13 +209,13 @@ async def answer(
         coding = compression.accepted(accept)
         if coding is not None:
             content = await compression.compress_async(content, coding)
-    size = (_CONTENT_LENGTH, str(len(content)).encode())
-    if json_length is None:
-        headers = [_JSON_TYPE, size]
-    else:
-        headers = [_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode())]
+    if traced:
+        tracing.phase("encode", traced)
+    headers = _HEADERS.get((len(content), json_length))  # built once per length (_headers)
+    if headers is None:
+        headers = _headers(len(content), json_length)
     if coding is not None:
-        headers += [(_CONTENT_ENCODING, coding.encode()), _VARY]
+        headers = (*headers, (_CONTENT_ENCODING, coding.encode()), _VARY)
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": content, "more_body": False})
     if is_large:
@@ -216,6 +228,30 @@ _HOST = b"host"
 _HOSTS: set[bytes] = set()
 """``Host`` values seen valid (Litestar's router checks each request's against a pattern)."""
 _MAX_HOSTS = 256
+
+
+_Headers = tuple[tuple[bytes, bytes], ...]
+_HEADERS: dict[tuple[int, int | None], _Headers] = {}
+"""The answer's headers by (body length, JSON header length): a tiny model's answers have a
+few lengths, so their headers are built once. Tuples (ASGI takes any iterable): shared by
+every answer of that length, so nothing on the way may change them in place."""
+_MAX_HEADERS = 4096
+
+
+def _headers(length: int, json_length: int | None) -> _Headers:
+    """Content-Type and Content-Length (and the JSON header's length) of an answer."""
+    key = (length, json_length)
+    headers = _HEADERS.get(key)
+    if headers is None:
+        size = (_CONTENT_LENGTH, str(length).encode())
+        if json_length is None:
+            headers = (_JSON_TYPE, size)
+        else:
+            headers = (_BINARY_TYPE, size, (_HEADER_LENGTH, str(json_length).encode()))
+        if len(_HEADERS) >= _MAX_HEADERS:
+            _HEADERS.clear()
+        _HEADERS[key] = headers
+    return headers
 
 
 def _announced(value: bytes, limit: float, json_limited: bool) -> int:

@@ -26,6 +26,8 @@ from servekit.request_id import (
     counter,
     record_access,
 )
+from servekit.rest import traces
+from servekit.tracing import TRACING
 
 Message = dict[str, Any]
 
@@ -53,6 +55,8 @@ def begin(cycle: Any) -> Token[RequestInfo | None]:
     cycle.default_headers = headers
     if ACCESS.mode != "off":
         _log_access(cycle, info)
+    if TRACING.on:
+        traces.begin(cycle, info)
     return CURRENT.set(info)
 
 

@@ -114,7 +114,12 @@ class OnnxModel:
         """onnxruntime returns the graph's own output types and ranks; only serve.yaml output
         overrides can make the metadata differ, so without them outputs are not re-checked
         (app/servekit/services/execution/outputs.py) on the hot path."""
-        self._next = itertools.cycle(sessions).__next__
+        self._runs = [(session, _direct_run(session)) for session in sessions]
+        self._next = itertools.cycle(self._runs).__next__
+        self._required = frozenset(
+            i.name for i in sessions[0].get_inputs() if not i.type.startswith("optional")
+        )
+        """Inputs onnxruntime's Python ``run`` insists on (its ``_validate_input``)."""
         self.signature = signature
         self._string_inputs = {s.name for s in signature.inputs if s.datatype == "BYTES"}
         self._string_outputs = {s.name for s in signature.outputs if s.datatype == "BYTES"}
@@ -124,29 +129,59 @@ class OnnxModel:
 
     def predictor(self, index: int) -> Predict:
         """Instance ``index``'s session alone (one worker thread each)."""
-        session = self._sessions[index]
-        return lambda inputs, outputs: self._run(session, inputs, outputs)
+        run = self._runs[index]
+        return lambda inputs, outputs: self._run(run, inputs, outputs)
 
-    def _run(self, session: ort.InferenceSession, inputs: Arrays, outputs: list[str]) -> Arrays:
+    def _run(self, run: _Run, inputs: Arrays, outputs: list[str]) -> Arrays:
+        session, direct = run
         feed = inputs
         if self._string_inputs:
             feed = dict(inputs)
             for name in self._string_inputs:
                 feed[name] = _bytes_to_str(name, inputs[name])
         try:
-            results = session.run(outputs, feed)
+            # The C session's run, without the Python wrapper's per-call checks, when they
+            # cannot fail: outputs named, every required input given (the inputs are numpy
+            # arrays from our codecs, never another session's OrtValues). Else, and when an
+            # execution provider fails (the wrapper's fallback), the wrapper's run.
+            if direct is not None and outputs and self._required <= feed.keys():
+                try:
+                    results = direct(outputs, feed, None)
+                except _EP_FAIL:
+                    results = session.run(outputs, feed)
+            else:
+                results = session.run(outputs, feed)
         except (ort.capi.onnxruntime_pybind11_state.InvalidArgument, ValueError) as exc:
             why = hide_paths(str(exc))
             raise InvalidArgument(f"onnxruntime rejected the input: {why}") from None
         except Exception as exc:  # an ORT failure during compute is not the client's fault
             raise Internal(f"onnxruntime failed: {hide_paths(str(exc))}") from None
         out = dict(zip(outputs, results, strict=True))
-        for name in self._string_outputs.intersection(out):
-            out[name] = _str_to_bytes(out[name])
+        if self._string_outputs:
+            for name in self._string_outputs.intersection(out):
+                out[name] = _str_to_bytes(out[name])
         return out
 
     def close(self) -> None:
         self._sessions.clear()
+        self._runs.clear()
+
+
+_Run = tuple[ort.InferenceSession, Any]
+"""A session and its C session's ``run`` (None: only the Python wrapper's may be used)."""
+_EP_FAIL = ort.capi.onnxruntime_pybind11_state.EPFail
+
+
+def _direct_run(session: ort.InferenceSession) -> Any:
+    """The C session's ``run`` (what ``InferenceSession.run`` calls after its checks), or None
+    where the wrapper's checks matter per call: WebGPU graph capture, or an onnxruntime whose
+    wrapper is not laid out as expected."""
+    inner = getattr(session, "_sess", None)
+    run = getattr(inner, "run", None)
+    capture = getattr(inner, "is_webgpu_graph_capture_enabled", None)
+    if run is None or capture is None or capture():
+        return None
+    return run
 
 
 def _bytes_to_str(name: str, array: np.ndarray) -> np.ndarray:

@@ -33,7 +33,7 @@ from servekit.errors import (
 from servekit.models.calls import install as install_calls
 from servekit.models.repository import ModelRepository, State, VersionEntry
 from servekit.results import IndexRow, LoggedError, ServerMetadata
-from servekit.runtimes.base import ModelRuntime, predict_stream
+from servekit.runtimes.base import predict_stream
 from servekit.services.classification import classify
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
@@ -42,6 +42,7 @@ from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.pipelines import Pipelines
+from servekit.services.prepared import PreparedVersion
 from servekit.services.sequences import SequenceCounts, Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
@@ -308,7 +309,11 @@ class DataPlane:
 
     # -- inference ----------------------------------------------------------------------------
     async def infer(
-        self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
+        self,
+        request: InferRequest,
+        deadline: float | None = None,
+        arrived: float | None = None,
+        step: bool = False,
     ) -> InferResponse:
         """Validate, run and answer one inference request: resolve -> validate -> run ->
         account.
@@ -323,6 +328,10 @@ class DataPlane:
         ``arrived`` (``time.monotonic()``) is when the request's headers came in, for adapters
         that read a body after that: a request whose upload began before a graceful stop was
         accepted and is served; one without it counts as arriving now.
+
+        ``step``: the request is a pipeline's only running step (app/servekit/services/
+        pipelines.py), which a Python model measured light may run on the loop
+        (``ModelExecutor.step_placement``) unless it calls other models.
         """
         state = self._state
         if state.draining and state.refuses(arrived):
@@ -333,36 +342,57 @@ class DataPlane:
             )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
-        if entry.plan.pipeline:  # a pipeline: its steps come back here, one request each
-            return await self._pipelines.infer(entry, version, request, deadline, arrived)
-        if entry.plan.sequence is not None:  # a stateful model: its sequences' slots, in order
-            return await self._sequences.infer(entry, version, request, deadline)
         plan = entry.plan
-        stats = self.statistics.of(plan.name, version.version)
+        if plan.pipeline:  # a pipeline: its steps come back here, one request each
+            return await self._pipelines.infer(entry, version, request, deadline, arrived)
+        if plan.sequence is not None:  # a stateful model: its sequences' slots, in order
+            return await self._sequences.infer(entry, version, request, deadline)
+        prepared: PreparedVersion | None = version.prepared
+        if prepared is not None:
+            stats = prepared.stats
+        else:
+            stats = self.statistics.of(plan.name, version.version)
         version.enter()
         try:
-            runtime, executor = _running(version, request.model_name)
-            feed, wanted, classes, rows = check_request(
-                request, runtime.signature, plan.max_batch_size
-            )
+            runtime, executor = version.runtime, version.executor
+            if runtime is None or not isinstance(executor, ModelExecutor):
+                raise Internal(f"model {request.model_name!r} lost its runtime while in use")
+            signature = runtime.signature
+            checked = None
+            if prepared is not None and prepared.signature is signature:
+                checked = prepared.check(request)  # the common request; None: the general way
+            if checked is None:
+                feed, wanted, classes, rows = check_request(request, signature, plan.max_batch_size)
+                names = [s.name for s in wanted]
+            else:
+                feed, wanted, classes, rows, names = checked
             queue_by = None
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
                 deadline, queue_by = self._deadlines(request, deadline)
             input_done = time.perf_counter_ns()
-            names = [s.name for s in wanted]
             inline = executor.inline(rows, state.requests_in_progress)
             if inline:  # starts now: nothing can expire before it does
                 results, spent = executor.run_inline(feed, names, rows)
                 queue_ns = 0
+                infer_done = input_done + spent  # the call's own clock reads (run_inline)
+            elif (
+                step
+                and executor.step_inline(rows, state.requests_in_progress)
+                and plan.name not in self._calls.callers
+            ):
+                inline = True
+                results, spent = executor.run_inline(feed, names, rows, step=True)
+                queue_ns = 0
+                infer_done = input_done + spent
             else:
                 results, queue_ns, spent = await executor.submit(
                     feed, names, rows, deadline, queue_by
                 )
-            infer_done = time.perf_counter_ns()
+                infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
             if classes:  # the classification extension: top k instead of the tensor
                 outputs = classified(outputs, classes, plan)
-            if runtime.signature.tabular is not None:  # the content types MLServer's clients use
+            if signature.tabular is not None:  # the content types MLServer's clients use
                 mark_outputs(outputs)
             output_ns = time.perf_counter_ns() - infer_done
             # executed: the model run is counted here when it ran on the loop, else the
@@ -375,7 +405,8 @@ class DataPlane:
             raise _model_failed(stats, started, request.model_name, exc) from exc
         finally:
             version.leave()
-        return InferResponse(plan.name, str(version.version), outputs, id=request.id)
+        text = prepared.version_text if prepared is not None else str(version.version)
+        return InferResponse(plan.name, text, outputs, id=request.id)
 
     async def infer_stream(
         self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
@@ -479,6 +510,9 @@ class DataPlane:
         """The executor of a version that has just loaded (the repository's load hook)."""
         assert version.runtime is not None
         stats = self.statistics.of(plan.name, version.version)
+        version.prepared = PreparedVersion(
+            version.runtime.signature, plan.max_batch_size, stats, version.version
+        )
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
         with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
             self._calls.loop = asyncio.get_running_loop()
@@ -518,14 +552,6 @@ def _signature(found: VersionEntry) -> ModelSignature:
     if found.state is not State.READY or found.runtime is None:
         raise Internal("version is not loaded")
     return found.runtime.signature
-
-
-def _running(version: VersionEntry, model: str) -> tuple[ModelRuntime, ModelExecutor]:
-    """The runtime and executor of a version a request entered."""
-    runtime, executor = version.runtime, version.executor
-    if runtime is None or not isinstance(executor, ModelExecutor):
-        raise Internal(f"model {model!r} lost its runtime while in use")
-    return runtime, executor
 
 
 def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:

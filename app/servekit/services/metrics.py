@@ -19,10 +19,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from servekit import custom_metrics
 from servekit.errors import ServeError
 from servekit.services.dataplane import DataPlane
-from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
+from servekit.services.stats import QUEUE_BUCKETS_S, Statistics, VersionStats
 from servekit.services.views import READY, STATES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -160,9 +159,12 @@ class CustomCollector(Collector):
     """The metrics Python models define (app/servekit/custom_metrics.py), labelled with their
     model and version."""
 
+    def __init__(self, statistics: Statistics) -> None:
+        self._statistics = statistics
+
     def collect(self) -> Iterator[Metric]:
-        labels = ["model", "version"]
-        for sample in custom_metrics.samples():
+        for sample in self._statistics.custom_samples():  # every worker's, under workers
+            labels = list(sample.labels)
             family: Metric
             if sample.kind == "counter":
                 family = CounterMetricFamily(sample.name, sample.help, labels=labels)
@@ -184,7 +186,7 @@ def make_registry(dataplane: DataPlane) -> CollectorRegistry:
     """A registry of this server's metrics only (and its models' own)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DataPlaneCollector(dataplane))
-    registry.register(CustomCollector())
+    registry.register(CustomCollector(dataplane.statistics))
     return registry
 
 

@@ -40,6 +40,9 @@ class ModelCalls:
         self.loop: asyncio.AbstractEventLoop | None = None
         """The server's loop, known once a request has run (only a running model calls)."""
         self._waiting: Counter[tuple[str, str]] = Counter()
+        self.callers: set[str] = set()
+        """Models that have called another: never run on the loop as a pipeline's step (their
+        sync call waits for the loop)."""
         self._lock = threading.Lock()
 
     def call(
@@ -52,6 +55,8 @@ class ModelCalls:
         cancelled: object,
     ) -> Arrays:
         """A sync model's call, from its worker thread."""
+        if caller is not None:
+            self.callers.add(caller)  # even if refused below: it must never run on the loop
         loop = self.loop
         if loop is None or loop.is_closed():
             raise Unavailable("the server is not running")
@@ -100,6 +105,7 @@ class ModelCalls:
         """Record that ``caller`` waits for ``name``, refusing a wait that closes a circle."""
         if caller is None:
             return None
+        self.callers.add(caller)
         if caller == name:
             raise InvalidArgument(f"model {name!r} cannot call itself")
         with self._lock:

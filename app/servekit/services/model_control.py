@@ -46,8 +46,10 @@ from servekit.config.compiler import (
     available_cores,
     choose_runtime,
     plan_model,
+    plan_pipeline,
     resolve_options,
 )
+from servekit.config.pipelines import pipeline_issues
 from servekit.config.schema import MODEL_NAME, ModelConfig, RuntimeConfig
 from servekit.errors import (
     POLL_FAILED,
@@ -179,7 +181,7 @@ class ModelControl:
         loop keeps serving); any other plan as it is."""
         if plan.remote is None:
             return plan
-        return await asyncio.to_thread(self.remote.materialize, plan)
+        return await self.remote.materialized(plan)
 
     async def _refresh_remote_models(self) -> None:
         """Remote models, looked at again every ``server.storage.pollSeconds``: under
@@ -409,7 +411,20 @@ class ModelControl:
             )
 
     def compile_model(self, model: ModelConfig) -> ModelPlan:
-        """Plan one model against the runtimes of the plan in force."""
+        """Plan one model against the runtimes of the plan in force; a pipeline against the
+        models served now (its steps must be served, with matching tensors, and no cycle)."""
+        if model.pipeline is not None:
+            served = [
+                e.plan.config
+                for e in self._repository.entries()
+                if e.plan.config is not None and e.plan.name != model.name
+            ]
+            issues = pipeline_issues([*served, model], None)
+            if issues:
+                raise InvalidArgument(
+                    f"pipeline {model.name!r}: " + "; ".join(i.message for i in issues)
+                )
+            return plan_pipeline(model)
         runtime = self._runtime_for(model)
         total = sum(e.plan.instances for e in self._repository.entries()) + model.instances
         options = resolve_options(runtime.options, model.runtime_options, available_cores(), total)

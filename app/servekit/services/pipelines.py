@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Protocol
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.schema import PipelineStep
@@ -28,7 +28,17 @@ from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
 if TYPE_CHECKING:
     from servekit.services.dataplane import DataPlane
 
-Infer = Callable[[InferRequest, float | None, float | None], Awaitable[InferResponse]]
+
+class Infer(Protocol):
+    """DataPlane.infer, as the steps call it."""
+
+    def __call__(
+        self,
+        request: InferRequest,
+        deadline: float | None,
+        arrived: float | None,
+        step: bool = False,
+    ) -> Awaitable[InferResponse]: ...
 
 
 class Pipelines:
@@ -112,18 +122,33 @@ async def _run_steps(
 ) -> None:
     """Run every step, each once its input tensors exist, adding its outputs to ``tensors``.
 
-    A tensor no step makes and the request left out (an optional pipeline input) is left out
-    of the steps that take it too."""
+    A step that is the only one ready while none runs (a chain: featurise -> model ->
+    post-process) is awaited as it is, with ``step=True``: no task, and a Python model measured
+    light runs on the loop (DataPlane.infer). Steps ready together run as tasks at the same
+    time, each in its own executor's threads. A tensor no step makes and the request left out
+    (an optional pipeline input) is left out of the steps that take it too."""
     steps = plan.pipeline
     coming = {tensor for step in steps for tensor in step.outputs.values()}
     waiting = list(range(len(steps)))
     running: dict[asyncio.Task[InferResponse], int] = {}
     try:
         while waiting or running:
-            for index in [i for i in waiting if not coming & set(steps[i].inputs.values())]:
+            ready = [i for i in waiting if not coming & set(steps[i].inputs.values())]
+            if len(ready) == 1 and not running:  # a chain: no task, may run on the loop
+                (index,) = ready
                 waiting.remove(index)
-                call = infer(_step_request(steps[index], tensors, request_id), deadline, arrived)
-                running[asyncio.ensure_future(call)] = index
+                step = steps[index]
+                request = _step_request(step, tensors, request_id)
+                try:
+                    response = await infer(request, deadline, arrived, step=True)
+                except ServeError as exc:
+                    raise _step_failed(plan.name, index, step, exc) from exc
+                _keep(step, response, tensors, coming)
+                continue
+            for index in ready:
+                waiting.remove(index)
+                request = _step_request(steps[index], tensors, request_id)
+                running[asyncio.ensure_future(infer(request, deadline, arrived))] = index
             if not running:  # the compiler refused cycles; a plan edited in place could not
                 raise Internal(f"pipeline {plan.name!r}: steps {waiting} can never start")
             done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -134,17 +159,22 @@ async def _run_steps(
                     response = task.result()
                 except ServeError as exc:
                     raise _step_failed(plan.name, index, step, exc) from exc
-                for output in response.outputs:
-                    name = step.outputs[output.name]
-                    tensors[name] = Tensor(name, output.datatype, output.shape, output.data)
-                    coming.discard(name)
-                for name in step.outputs.values():
-                    coming.discard(name)
+                _keep(step, response, tensors, coming)
     finally:
         for task in running:  # a step failed (or the request was cancelled): stop the others
             task.cancel()
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+
+
+def _keep(
+    step: PipelineStep, response: InferResponse, tensors: dict[str, Tensor], coming: set[str]
+) -> None:
+    """A finished step's outputs, as the pipeline's tensors (the same arrays)."""
+    for output in response.outputs:
+        name = step.outputs[output.name]
+        tensors[name] = Tensor(name, output.datatype, output.shape, output.data)
+    coming.difference_update(step.outputs.values())
 
 
 def _step_request(

@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, get_args
+
+from servekit import custom_metrics
 
 QUEUE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
@@ -90,14 +93,31 @@ class VersionStats:
         executed: bool = True,
     ) -> None:
         """One successful request of ``batch`` inferences (rows of a batching model, else 1);
-        ``executed`` is False when the executor counted the model run (worker threads)."""
-        total = queue_ns + input_ns + infer_ns + output_ns
-        self.success.add(total)
-        self.queue.add(queue_ns)
-        self.queue_histogram[bisect_left(_QUEUE_BOUNDS_NS, queue_ns) if queue_ns else 0] += 1
-        self.compute_input.add(input_ns)
-        self.compute_infer.add(infer_ns)
-        self.compute_output.add(output_ns)
+        ``executed`` is False when the executor counted the model run (worker threads).
+
+        Runs for every request: plain integer adds on the durations' slots (no call per
+        duration), one wall clock read."""
+        compute = input_ns + infer_ns + output_ns
+        total = queue_ns + compute
+        duration = self.success
+        duration.count += 1
+        duration.ns += total
+        duration = self.queue
+        duration.count += 1
+        if queue_ns:
+            duration.ns += queue_ns
+            self.queue_histogram[bisect_left(_QUEUE_BOUNDS_NS, queue_ns)] += 1
+        else:
+            self.queue_histogram[0] += 1
+        duration = self.compute_input
+        duration.count += 1
+        duration.ns += input_ns
+        duration = self.compute_infer
+        duration.count += 1
+        duration.ns += infer_ns
+        duration = self.compute_output
+        duration.count += 1
+        duration.ns += output_ns
         self.inference_count += batch
         now = time.time_ns()
         self.last_inference_ms = now // 1_000_000
@@ -107,7 +127,12 @@ class VersionStats:
             recent.append((slot, [0] * (len(LATENCY_BOUNDS_NS) + 1)))
         recent[-1][1][bisect_left(LATENCY_BOUNDS_NS, total)] += 1
         if executed:
-            self.record_execution(batch, input_ns + infer_ns + output_ns)
+            self.execution_count += 1
+            sized = self.batch_sizes.get(batch)
+            if sized is None:
+                sized = self.batch_sizes[batch] = Duration()
+            sized.count += 1
+            sized.ns += compute
 
     def record_execution(self, batch: int, ns: int) -> None:
         """One model execution of ``batch`` rows (several requests when batched)."""
@@ -199,6 +224,11 @@ class Statistics:
         """Each worker process of ``server.workers`` with its own figures, or None for a
         single server (which has no breakdown: it is its one process)."""
         return None
+
+    def custom_samples(self) -> Iterator[custom_metrics.Sample]:
+        """The metrics Python models define (app/servekit/custom_metrics.py): this process's
+        (every worker's, in a worker: app/servekit/workers/stats.py)."""
+        return custom_metrics.samples()
 
 
 WorkerState = Literal["starting", "serving", "unresponsive", "restarting", "stopping"]

@@ -13,9 +13,10 @@ add up to the totals, whichever worker answers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from servekit import custom_metrics
 from servekit.services.stats import (
     WORKER_STATES,
     Duration,
@@ -97,6 +98,8 @@ class ClusterStatistics(Statistics):
         """This worker's position (its own counts are read locally, never from a report)."""
         self._others: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self._slots: list[SlotReport] = []
+        self._metrics: list[tuple[str | None, custom_metrics.Snapshot]] = []
+        self._retired_metrics: list[custom_metrics.Snapshot] = []
 
     def local_snapshot(self) -> Snapshot:
         """This worker's own counts, as the channel carries them."""
@@ -117,6 +120,20 @@ class ClusterStatistics(Statistics):
                     others.setdefault(key, []).append(row["stats"])
         self._others = others
         self._slots = slots
+        self._metrics = [
+            (str(slot["index"]), slot["metrics"])
+            for slot in slots
+            if int(slot["index"]) != self.index and slot.get("metrics")
+        ]
+        self._retired_metrics = [
+            slot["retired_metrics"] for slot in slots if slot.get("retired_metrics")
+        ]
+
+    def custom_samples(self) -> Iterator[custom_metrics.Sample]:
+        """Every worker's custom metrics: this one's now, the others' as fetched for this
+        read, the dead processes' counts (see app/servekit/custom_metrics.py)."""
+        live = [(str(self.index), custom_metrics.snapshot()), *self._metrics]
+        return custom_metrics.merged(live, self._retired_metrics)
 
     def workers(self) -> list[WorkerStatus] | None:
         """Each worker position with its process and counts (None before the first fetch)."""

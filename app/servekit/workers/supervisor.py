@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servekit import logs
+from servekit import custom_metrics, logs
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides
 from servekit.errors import ServeError, Unavailable
@@ -105,6 +105,10 @@ class _Slot:
     last_snapshot: Snapshot | None = None
     """Its current process's statistics as last read."""
     retired: Snapshot = field(default_factory=list)
+    last_metrics: custom_metrics.Snapshot | None = None
+    """Its current process's custom metrics (app/servekit/custom_metrics.py) as last read."""
+    retired_metrics: custom_metrics.Snapshot = field(default_factory=list)
+    """The counters and histograms of its processes that died, added up."""
     """The last read statistics of its processes that died, merged: they stay in the totals
     and in this position's share of them."""
     beat: float | None = None
@@ -126,6 +130,8 @@ class _Slot:
             "restarts": self.restarts,
             "retired": self.retired,
             "current": self.last_snapshot,
+            "metrics": self.last_metrics,
+            "retired_metrics": self.retired_metrics,
             "heartbeat_age": None if self.beat is None else round(max(0.0, now - self.beat), 3),
         }
 
@@ -236,6 +242,11 @@ class Supervisor:
             if slot.last_snapshot is not None:  # its counts up to the last read stay
                 slot.retired = merge([slot.retired, slot.last_snapshot])
                 slot.last_snapshot = None
+            if slot.last_metrics is not None:
+                slot.retired_metrics = custom_metrics.retire(
+                    [slot.retired_metrics, slot.last_metrics]
+                )
+                slot.last_metrics = None
             if self.stopping:
                 return
             slot.state = "restarting"
@@ -430,7 +441,8 @@ class Supervisor:
         for (slot, channel), result in zip(everyone, results, strict=True):
             # A process that died meanwhile was retired with its last read counts already.
             if not isinstance(result, BaseException) and slot.channel is channel:
-                slot.last_snapshot = result
+                slot.last_snapshot = result["stats"]
+                slot.last_metrics = result["metrics"]
         now = asyncio.get_running_loop().time()
         slots = [slot.report(now) for slot in self.slots]
         restarts = sum(slot.restarts for slot in self.slots)

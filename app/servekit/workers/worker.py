@@ -24,7 +24,7 @@ from litestar import Litestar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from servekit import logs
+from servekit import custom_metrics, logs
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides, load_plan
 from servekit.models.repository import ModelRepository
@@ -126,7 +126,7 @@ class Worker:
             assert self.control is not None
             return await self.control.apply(message)
         if op == "snapshot":
-            return self.statistics.local_snapshot()
+            return {"stats": self.statistics.local_snapshot(), "metrics": custom_metrics.snapshot()}
         if op == "summary":
             return self.summary()
         raise ValueError(f"unknown request {str(op)[:40]!r}")

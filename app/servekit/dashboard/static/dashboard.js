@@ -6,6 +6,7 @@ import { announce, gated, initTokenPanel, showPageWith } from "./access.js";
 import { accessToken, duration, el, forgetAccessToken, getJSON, poll, timestampMs } from "./common.js";
 import { initIndex } from "./index.js";
 import { initBenchmark, initModelPage } from "./modelpage.js";
+import { initPipeline } from "./pipeline.js";
 
 function bind(name) {
   return document.querySelectorAll(`[data-bind="${name}"]`);
@@ -107,6 +108,7 @@ async function start() {
   initIndex();
   initModelPage();
   initBenchmark();
+  initPipeline();
   if (document.getElementById("try-form")) (await import("./tryit.js")).initTry();
 }
 

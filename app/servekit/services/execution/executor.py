@@ -37,14 +37,16 @@ import asyncio
 import logging
 import math
 import queue
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
+from servekit import tracing
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from servekit.models.repository import VersionEntry
-from servekit.request_id import CURRENT
+from servekit.request_id import CURRENT, RequestInfo
 from servekit.runtimes import cancel
 from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, Predict
 from servekit.services.execution import batching
@@ -52,6 +54,7 @@ from servekit.services.execution.jobs import ExecutorSettings, Job, JobState, Wo
 from servekit.services.execution.outputs import OutputCheck
 from servekit.services.execution.placement import Mode, Placement
 from servekit.services.stats import VersionStats
+from servekit.tracing import TRACING
 
 log = logging.getLogger("servekit.executor")
 
@@ -78,6 +81,16 @@ class ModelExecutor:
         self.placement = Placement(  # only a runtime that cannot block may run on the loop
             name, settings.inline_below_ns, may_inline=runtime.may_run_inline
         )
+        self.step_placement = (
+            None
+            if runtime.may_run_inline
+            else Placement(name, settings.inline_below_ns, may_inline=True)
+        )
+        """Where this version runs as a step of a pipeline (app/servekit/services/pipelines.py),
+        for a runtime that may block (Python): learnt from its calls in threads like any
+        placement, and used only by a pipeline request whose only running step it is, so a
+        light featurise or post-process step costs no thread hop. A slow call on the loop sends
+        it back to learning; too many, and it stays in its threads."""
         self._queue: deque[Job] = deque()
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -118,17 +131,35 @@ class ModelExecutor:
             and (not self.settings.batch_rows or in_progress() == 1)
         )
 
+    def step_inline(self, rows: int, in_progress: Callable[[], int]) -> bool:
+        """``inline`` for a call made by a pipeline's step (see ``step_placement``)."""
+        step = self.step_placement
+        return (
+            step is not None
+            and step.mode is Mode.INLINE
+            and rows <= self._fast_rows
+            and self._idle == self.settings.instances
+            and not self._queue
+            and (not self.settings.batch_rows or in_progress() == 1)
+        )
+
     def retune(self, threshold_ns: int) -> None:
         """A new inline bound (a live edit): learn where calls run over again."""
         self.placement.retune(threshold_ns)
+        if self.step_placement is not None:
+            self.step_placement.retune(threshold_ns)
         self._fast_rows = 0
 
     @property
     def queued(self) -> int:
         return len(self._queue)
 
-    def run_inline(self, feed: Arrays, outputs: list[str], rows: int) -> tuple[Arrays, int]:
-        """Run on the loop thread; returns the results and the wall time of the call."""
+    def run_inline(
+        self, feed: Arrays, outputs: list[str], rows: int, step: bool = False
+    ) -> tuple[Arrays, int]:
+        """Run on the loop thread; returns the results and the wall time of the call
+        (``step``: as a pipeline's step, placed by ``step_placement``)."""
+        traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
         started = time.perf_counter_ns()
         try:
             results = self._runtime.predict(feed, outputs)
@@ -136,8 +167,11 @@ class ModelExecutor:
             raise
         except BaseException as exc:  # exit() in model code and the like: on the loop it
             raise _raised(exc) from None  # would stop the server; here it fails this request
+        finally:
+            if traced is not None:
+                traced.end(sys.exc_info()[1])
         spent = time.perf_counter_ns() - started
-        placement = self.placement
+        placement = self.step_placement if step and self.step_placement else self.placement
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
         elif rows > self._fast_rows:  # else nothing to note
@@ -277,6 +311,7 @@ class ModelExecutor:
         job.work = work
         self._idle -= 1
         interrupted: KeyboardInterrupt | None = None
+        traced = self._traced_here(job.request, job.enqueued_ns, job.rows) if TRACING.on else None
         try:
             work.results = self._runtime.predict(work.feed, work.outputs)
         except Exception as exc:
@@ -287,6 +322,8 @@ class ModelExecutor:
         except BaseException as exc:  # exit() in model code and the like, as in a thread
             work.error = _raised(exc)
         work.spent_ns = spent = time.perf_counter_ns() - work.started_ns
+        if traced is not None:
+            traced.end(work.error)
         placement = self.placement
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
@@ -315,6 +352,9 @@ class ModelExecutor:
             (job,) = work.jobs
             if self.placement.mode is Mode.LEARNING:
                 self.placement.timed_in_thread(work.spent_ns)
+            step = self.step_placement
+            if step is not None and step.mode is Mode.LEARNING:
+                step.timed_in_thread(work.spent_ns)
             if work.spent_ns <= self.placement.threshold_ns and job.rows > self._fast_rows:
                 self._fast_rows = job.rows
         self._complete(work)
@@ -423,6 +463,7 @@ class ModelExecutor:
             token = cancel.running_with(work.cancel)
             deadline = CALL_DEADLINE.set(work.deadline)
             request = CURRENT.set(work.request)
+            traced = self._traced(work, index) if TRACING.on else None
             started = time.perf_counter_ns()
             try:
                 work.results = predict(work.feed, work.outputs)
@@ -431,6 +472,8 @@ class ModelExecutor:
             except BaseException as exc:  # SystemExit and the like in model code
                 work.error = _raised(exc)
             finally:
+                if traced is not None:
+                    traced.end(work.error)
                 CURRENT.reset(request)
                 CALL_DEADLINE.reset(deadline)
                 cancel.restore(token)
@@ -441,6 +484,18 @@ class ModelExecutor:
                 loop.call_soon_threadsafe(self._finished, work)
             except RuntimeError:  # the loop is closed: nobody is waiting for this answer
                 return
+
+    def _traced_here(
+        self, request: RequestInfo | None, queued: int | None, rows: int
+    ) -> tracing.ModelCall | None:
+        """The spans of a call on the event loop (tracing on)."""
+        return tracing.call_started(((request, queued),), rows, None, self.name)
+
+    def _traced(self, work: Work, index: int) -> tracing.ModelCall | None:
+        """The queue and execute spans of a call in worker thread ``index`` (tracing on)."""
+        rows = sum(job.rows for job in work.jobs)
+        requests = [(job.request, job.enqueued_ns) for job in work.jobs]
+        return tracing.call_started(requests, rows, index, self.name)
 
 
 def _raised(exc: BaseException) -> Internal:

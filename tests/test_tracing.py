@@ -1,0 +1,225 @@
+"""OpenTelemetry traces (app/servekit/tracing.py) as a collector receives them: a real OTLP
+receiver (grpcio serving opentelemetry-proto's TraceService, decoding the wire format) started
+here on 127.0.0.1, a real ``servekit serve`` pointed at it with the standard ``OTEL_*``
+variables, and requests sent over HTTP and gRPC with a W3C ``traceparent``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as otlp_grpc
+from servers import running_server, start_server
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc as pb_grpc
+from waits import wait_until
+
+from servekit.tracing import wanted
+
+MODEL = """
+import numpy as np
+from opentelemetry import trace
+
+tracer = trace.get_tracer("scaler")
+
+
+class Scaler:
+    def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        with tracer.start_as_current_span("scale") as span:  # the model's own span
+            span.set_attribute("scale.rows", int(x.shape[0]))
+            return {"y": x * 2}
+"""
+
+CONFIG = """\
+models:
+  - name: scaler
+    modelFormat: {name: python}
+    entrypoint: 'user_model:Scaler'
+    maxBatchSize: 8
+    inputs: [{name: x, datatype: FP32, shape: [-1, 2]}]
+    outputs: [{name: y, datatype: FP32, shape: [-1, 2]}]
+"""
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+HTTP_SPAN = "POST /v2/models/{model}/infer"
+INFER = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
+
+
+class Receiver(otlp_grpc.TraceServiceServicer):  # type: ignore[misc]
+    """An OTLP/gRPC trace receiver: keeps every span it is sent, by name."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.spans: list[Any] = []
+        self.resources: list[dict[str, str]] = []
+
+    def Export(self, request: otlp.ExportTraceServiceRequest, context: Any) -> Any:
+        with self.lock:
+            for resource_spans in request.resource_spans:
+                attributes = {
+                    a.key: a.value.string_value for a in resource_spans.resource.attributes
+                }
+                self.resources.append(attributes)
+                for scope_spans in resource_spans.scope_spans:
+                    self.spans.extend(scope_spans.spans)
+        return otlp.ExportTraceServiceResponse()
+
+    def of_trace(self, trace_id: str) -> list[Any]:
+        with self.lock:
+            return [s for s in self.spans if s.trace_id.hex() == trace_id]
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """A receiver on a free loopback port, and the variables that point servers at it."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    receiving = Receiver()
+    otlp_grpc.add_TraceServiceServicer_to_server(receiving, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "scaler-service")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # spans leave within 50 ms
+    try:
+        yield receiving
+    finally:
+        server.stop(None)
+
+
+def _write(tmp_path: Path) -> Path:
+    (tmp_path / "user_model.py").write_text(MODEL)
+    config = tmp_path / "serve.yaml"
+    config.write_text(CONFIG)
+    return config
+
+
+def _complete(receiver: Receiver, trace_id: str) -> list[Any]:
+    """The trace's spans once its request span and the model's own span have arrived."""
+
+    def arrived() -> bool:
+        names = {s.name for s in receiver.of_trace(trace_id)}
+        return {"scale", "encode"} <= names and any(
+            s.kind == s.SPAN_KIND_SERVER for s in receiver.of_trace(trace_id)
+        )
+
+    wait_until(arrived, timeout=30, what=f"the spans of trace {trace_id}")
+    return receiver.of_trace(trace_id)
+
+
+def _check_tree(spans: list[Any], parent_id: str, server_name: str) -> Any:
+    """The request span is the client's span's child; decode, queue, execute and encode are
+    its children; the model's own span is execute's. Returns the request span."""
+    by_name = {s.name: s for s in spans}
+    assert {server_name, "decode", "queue", "execute", "encode", "scale"} <= set(by_name), [
+        s.name for s in spans
+    ]
+    request = by_name[server_name]
+    assert request.kind == request.SPAN_KIND_SERVER
+    assert request.parent_span_id.hex() == parent_id
+    for child in ("decode", "queue", "execute", "encode"):
+        assert by_name[child].parent_span_id == request.span_id, child
+    execute = by_name["execute"]
+    assert by_name["scale"].parent_span_id == execute.span_id
+    attributes = {a.key: a.value for a in execute.attributes}
+    assert attributes["servekit.model"].string_value == "scaler"
+    assert attributes["servekit.batch.requests"].int_value == 1
+    assert attributes["servekit.batch.rows"].int_value == 1
+    assert attributes["servekit.instance"].string_value == "0"
+    decode, queued, encode = by_name["decode"], by_name["queue"], by_name["encode"]
+    assert decode.end_time_unix_nano <= queued.start_time_unix_nano + 1_000_000
+    assert queued.end_time_unix_nano <= execute.start_time_unix_nano
+    assert execute.end_time_unix_nano <= encode.start_time_unix_nano
+    assert request.start_time_unix_nano <= decode.start_time_unix_nano
+    assert encode.end_time_unix_nano <= request.end_time_unix_nano
+    return request
+
+
+@pytest.mark.slow
+def test_traces_over_http_and_grpc_reach_an_otlp_receiver(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    config = _write(tmp_path)
+    with running_server(config) as server, server.http_client(timeout=20) as http:
+        answer = http.post(
+            "/v2/models/scaler/infer",
+            json=INFER,
+            headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"},
+        )
+        assert answer.status_code == 200, answer.text
+        returned = answer.headers["traceparent"].split("-")
+        assert returned[1] == TRACE_ID and returned[2] != PARENT_ID
+        spans = _complete(receiver, TRACE_ID)
+        request = _check_tree(spans, PARENT_ID, HTTP_SPAN)
+        assert request.span_id.hex() == returned[2]  # the answer names the server's span
+        assert "x-request-id" in answer.headers
+
+        grpc_trace, grpc_parent = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        assert server.grpc_target is not None
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            message = pb.ModelInferRequest(model_name="scaler")
+            tensor = message.inputs.add(name="x", datatype="FP32", shape=[1, 2])
+            tensor.contents.fp32_contents.extend([1, 2])
+            reply, call = stub.ModelInfer.with_call(
+                message, metadata=(("traceparent", f"00-{grpc_trace}-{grpc_parent}-01"),)
+            )
+        assert np.frombuffer(reply.raw_output_contents[0], np.float32).tolist() == [2, 4]
+        trailing = dict(call.trailing_metadata())
+        assert trailing["traceparent"].split("-")[1] == grpc_trace
+        assert trailing["x-request-id"]
+        request = _check_tree(
+            _complete(receiver, grpc_trace),
+            grpc_parent,
+            "inference.GRPCInferenceService/ModelInfer",
+        )
+        assert trailing["traceparent"].split("-")[2] == request.span_id.hex()
+        # A request without a traceparent starts a trace of its own; health is not traced.
+        fresh = http.post("/v2/models/scaler/infer", json=INFER).headers["traceparent"]
+        assert fresh.split("-")[1] not in (TRACE_ID, grpc_trace)
+        assert "traceparent" not in http.get("/v2/health/ready").headers
+    assert {"service.name": "scaler-service"}.items() <= receiver.resources[0].items()
+
+
+@pytest.mark.slow
+def test_traces_under_two_workers(tmp_path: Path, receiver: Receiver) -> None:
+    config = _write(tmp_path)
+    server = start_server(config, grpc=False, extra=["--workers", "2"], timeout=120)
+    try:
+        traces = [f"{i:032x}" for i in range(1, 7)]
+        for trace_id in traces:  # a new connection each: the kernel spreads them
+            with server.http_client(timeout=20) as http:
+                answer = http.post(
+                    "/v2/models/scaler/infer",
+                    json=INFER,
+                    headers={"traceparent": f"00-{trace_id}-{PARENT_ID}-01"},
+                )
+                assert answer.status_code == 200
+                assert answer.headers["traceparent"].split("-")[1] == trace_id
+        for trace_id in traces:
+            _check_tree(_complete(receiver, trace_id), PARENT_ID, HTTP_SPAN)
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "on"),
+    [
+        ({}, False),
+        ({"OTEL_SERVICE_NAME": "x"}, False),  # naming the service alone sends nothing
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"}, True),
+        ({"OTEL_TRACES_EXPORTER": "otlp"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://x"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+    ],
+)
+def test_tracing_is_off_unless_the_otel_variables_ask(env: dict[str, str], on: bool) -> None:
+    assert wanted(env) is on
