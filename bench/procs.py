@@ -78,6 +78,11 @@ class Server:
                 os.kill(pid, signal.SIGKILL)
 
 
+def cpu_seconds_of(pid: int) -> float:
+    """User + system CPU time of one process (not its children), so far."""
+    return _cpu_seconds(pid)
+
+
 def _cpu_seconds(pid: int) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -73,7 +73,9 @@ class WorkerRole(Protocol):
         """The ASGI application uvicorn serves."""
         ...
 
-    def grpc_interceptors(self) -> list[Any]: ...
+    async def refresh(self) -> None:
+        """Fetch the other workers' statistics (before a gRPC ModelStatistics answer)."""
+        ...
 
 
 class ServeKit:
@@ -203,7 +205,7 @@ class ServeKit:
                 hosts=hosts,
                 tls=tls,
                 reuse_port=worker is not None,
-                interceptors=worker.grpc_interceptors() if worker is not None else (),
+                before_statistics=worker.refresh if worker is not None else None,
             )
             self.addresses.grpc_port = port
             self._publish(self.addresses)

@@ -9,7 +9,8 @@ the addresses the HTTP listener bound (app/servekit/listen.py), over TLS when ``
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import functools
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -40,7 +41,7 @@ async def start_grpc_server(
     hosts: Sequence[str] | None = None,
     tls: TlsFiles | None = None,
     reuse_port: bool = False,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    before_statistics: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one).
 
@@ -49,7 +50,8 @@ async def start_grpc_server(
     client certificate when it has client CAs (mutual TLS). ``control`` enables the
     repository RPCs. ``server.grpcPollerNice`` is applied here, once (it is restart-only).
     ``reuse_port`` lets the workers of ``server.workers`` share the port (and only they: the
-    supervisor reserved it); ``interceptors`` wrap every call (a worker's statistics refresh).
+    supervisor reserved it); ``before_statistics`` runs before each ModelStatistics call (a
+    worker's refresh of the other workers' counts).
     """
     addresses = list(hosts) if hosts else [server.host]
     credentials = None
@@ -61,7 +63,7 @@ async def start_grpc_server(
         )
     for _ in range(PORT_ATTEMPTS):
         aio_server, health_servicer = _build(
-            dataplane, server, control, services, reuse_port, interceptors
+            dataplane, server, control, services, reuse_port, before_statistics
         )
         try:
             port = _add_ports(aio_server, addresses, server.grpc_port or 0, credentials)
@@ -78,24 +80,45 @@ async def start_grpc_server(
     return GrpcServer(aio_server, health_servicer), port
 
 
+def statistics_first(
+    inference: servicer.InferenceServicer, before: Callable[[], Awaitable[None]]
+) -> None:
+    """ModelStatistics awaits ``before`` (a worker's fetch of the other workers' counts) first.
+
+    Wrapped once on the instance, like the bearer check (app/servekit/grpc/access.py), not with
+    a server interceptor: grpcio runs interceptors in Python on every call of every method, so
+    one there made each inference call of a worker pay for the rare statistics read.
+    """
+    method = inference.ModelStatistics
+
+    @functools.wraps(method)
+    async def refreshed(request: Any, context: Any) -> Any:
+        await before()
+        return await method(request, context)
+
+    inference.ModelStatistics = refreshed  # type: ignore[method-assign]
+
+
 def _build(
     dataplane: DataPlane,
     server: ServerConfig,
     control: ModelControl | None,
     services: Sequence[Registrar],
     reuse_port: bool = False,
-    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    before_statistics: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer]:
     """The server with every service registered, not yet bound."""
     access = dataplane.access
     options = server_options(server)
     if reuse_port:
         options = [(k, 1 if k == "grpc.so_reuseport" else v) for k, v in options]
-    aio_server = grpc.aio.server(options=options, interceptors=list(interceptors) or None)
+    aio_server = grpc.aio.server(options=options)
     # Every service registers through this stand-in, which makes undecodable requests
     # INVALID_ARGUMENT instead of grpcio's UNKNOWN plus an ERROR traceback per call.
     registry = SafeRegistration(aio_server)
     inference = servicer.InferenceServicer(dataplane, control)
+    if before_statistics is not None:
+        statistics_first(inference, before_statistics)
     protect(inference, servicer.SERVICE_NAME, access)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(inference, registry)  # type: ignore[no-untyped-call]
     names = [servicer.SERVICE_NAME]

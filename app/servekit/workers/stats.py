@@ -3,7 +3,7 @@
 Inference records into the plain ``Statistics.of`` (nothing changes on the hot path); every
 reader (the statistics extension, ``/metrics``, the dashboard) reads through ``find``, which here
 adds the snapshots of the other workers, fetched right before the read (``set_cluster``: the
-worker's ASGI wrapper and gRPC interceptor fetch them for statistics requests only).
+worker's ASGI wrapper and its gRPC ModelStatistics fetch them for statistics requests only).
 
 The same fetch carries each worker position's process, state and restarts, and the counts of
 its processes that died (merged into one snapshot by the supervisor), so ``workers`` answers the

@@ -20,7 +20,6 @@ import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-import grpc
 from litestar import Litestar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -42,7 +41,6 @@ log = logging.getLogger("servekit.workers")
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
-STATS_SERVICE_SUFFIX = "/ModelStatistics"
 NOT_FAILURES = (None, "", "unloaded", "not loaded")
 """Reasons of a model that is not loaded on purpose (app/servekit/models/repository.py)."""
 WORKERS_PATH = "/servekit/v1/workers"
@@ -104,9 +102,6 @@ class Worker:
 
         return totals_first
 
-    def grpc_interceptors(self) -> list[Any]:
-        return [_TotalsInterceptor(self)]
-
     # -- the channel --------------------------------------------------------------------------
     async def connect(self) -> None:
         reader, writer = await asyncio.open_unix_connection(self.spec.socket)
@@ -148,18 +143,6 @@ class Worker:
         self.workers = int(answer["workers"])
         self.restarts = int(answer["restarts"])
         self.statistics.set_cluster(list(answer["slots"]))
-
-
-class _TotalsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """gRPC ModelStatistics reads totals across workers (other calls pass straight on)."""
-
-    def __init__(self, worker: Worker) -> None:
-        self._worker = worker
-
-    async def intercept_service(self, continuation: Any, details: Any) -> Any:
-        if details.method.endswith(STATS_SERVICE_SUFFIX):
-            await self._worker.refresh()
-        return await continuation(details)
 
 
 class _WorkerCollector(Collector):
