@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))  # onnx_builders
 
+from breakdown import asgi_call  # noqa: E402  (the same in-process ASGI call as breakdown.py)
 from instructions import INLINE_BOUND_US, _control, _http_sender  # noqa: E402
 from run import wait_ready  # noqa: E402
 from workload import make_workload  # noqa: E402
@@ -136,50 +137,6 @@ def whole_servers(tree: Path, requests: int, tmp: Path) -> list[tuple[str, float
 
 
 # -- 2. stages in one process -------------------------------------------------------------------
-def _scope(headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": PATH,
-        "raw_path": PATH.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "server": ("127.0.0.1", 8000),
-        "client": ("127.0.0.1", 50000),
-        "state": {},
-    }
-
-
-def asgi_call(app: Any, body: bytes, header_length: int | None) -> Callable[[], Awaitable[None]]:
-    """One POST through an ASGI app, the way uvicorn calls it (one body message)."""
-    headers = [(b"host", b"bench"), (b"content-length", str(len(body)).encode())]
-    if header_length is not None:
-        headers.append((b"inference-header-content-length", str(header_length).encode()))
-    statuses: list[int] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            statuses.append(message["status"])
-
-    async def call() -> None:
-        sent = False
-
-        async def receive() -> dict[str, Any]:
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(_scope(headers), receive, send)
-        if statuses.pop() != 200:
-            raise RuntimeError("the benchmark request failed")
-
-    return call
 
 
 async def _child(loops: int, out_prefix: str) -> None:
