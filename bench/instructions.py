@@ -64,6 +64,13 @@ BODIES = ("REST JSON", "REST binary", "gRPC")
 BASELINE = HERE / "instructions_baseline.json"
 TOLERANCE = 0.05
 """How much a body's count may grow over the baseline before ``--check`` fails."""
+OTHER_MACHINE_TOLERANCE = 0.15
+"""The same, when Python, a library or the CPU's vector instructions differ from the
+baseline's: numpy and onnxruntime pick their kernels by CPU (AVX2 or AVX-512), so a count made
+on another machine is not comparable at 5%; a real regression of the kind the guard exists for
+(a loop on the hot path: +46% in docs/development.md) still fails."""
+CPU_FEATURES = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni")
+"""The CPU flags (Linux /proc/cpuinfo) that change which kernels numpy and onnxruntime run."""
 CHECK_REQUESTS = 300
 CHECK_WARMUP = 200
 LIBRARIES = (
@@ -295,13 +302,24 @@ def measure(
 
 def environment() -> dict[str, str]:
     """What the counts depend on besides our code: Python and the libraries on the path."""
-    versions = {"python": platform.python_version()}
+    versions = {"python": platform.python_version(), "cpu": _cpu_features()}
     for library in LIBRARIES:
         try:
             versions[library] = metadata.version(library)
         except metadata.PackageNotFoundError:
             versions[library] = "absent"
     return versions
+
+
+def _cpu_features() -> str:
+    """The CPU_FEATURES this machine has, in a fixed order ("unknown" off Linux)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    return " ".join(feature for feature in CPU_FEATURES if feature in flags) or "none"
 
 
 def _commit() -> str:
@@ -348,33 +366,33 @@ def check(requests: int | None, warmup: int | None) -> int:
         requests or baseline["requests"],
         baseline["warmup"] if warmup is None else warmup,
     )["this"]
+    here = environment()
+    differ = {k: (v, here.get(k)) for k, v in baseline["environment"].items() if here.get(k) != v}
+    tolerance = OTHER_MACHINE_TOLERANCE if differ else TOLERANCE
     print(
         f"\nagainst {BASELINE.relative_to(ROOT)} (measured on {baseline['commit']}), "
-        f"tolerance +{TOLERANCE:.0%}:"
+        f"tolerance +{tolerance:.0%}:"
     )
     failed = []
     for label, before in expected.items():
         ratio = counts[label] / before
         verdict = "OK"
-        if ratio > 1 + TOLERANCE:
+        if ratio > 1 + tolerance:
             verdict = "FAIL"
             failed.append(label)
         elif ratio < 1 - TOLERANCE:
             verdict = "OK (cheaper: refresh the baseline to keep the gain)"
         print(f"  {label:<12} {before:>10,} -> {counts[label]:>10,.0f}  {ratio:.3f}x  {verdict}")
-    differ = {
-        k: (v, environment().get(k))
-        for k, v in baseline["environment"].items()
-        if environment().get(k) != v
-    }
     if differ:
         print(
-            "  note: measured with other versions than the baseline's (baseline -> here): "
+            "  note: measured on another machine or other versions than the baseline's, so the "
+            f"tolerance is +{tolerance:.0%}, not +{TOLERANCE:.0%} (baseline -> here): "
             + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in differ.items())
+            + "; refresh the baseline here to guard at +5% again"
         )
     if failed:
         print(
-            f"\nFAILED: {', '.join(failed)} cost more than {TOLERANCE:.0%} over the baseline. "
+            f"\nFAILED: {', '.join(failed)} cost more than {tolerance:.0%} over the baseline. "
             "Find the cause with `python bench/instructions.py base=<worktree of "
             f"{baseline['commit'].split('+')[0]}> new=.`; if the cost is meant, refresh the "
             "baseline: `python bench/instructions.py --write-baseline` (docs/development.md)."
