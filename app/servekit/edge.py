@@ -52,6 +52,11 @@ displaceable, like one still sending headers), and ``headerTimeoutSeconds`` runs
 over the handshake and the header block together: a client that never sends a ClientHello is
 closed when it passes.
 
+A request's cycle is offered to the inference routes' answer at the connection first
+(app/servekit/rest/fast.py, ``fast_answer``): a plain ``POST`` to an inference route is then
+answered in the request's task without uvicorn's ASGI cycle around it (after every check
+above, with the same request ID), anything else runs the application as uvicorn runs it.
+
 Everything else (parsing, pipelining, keep-alive, flow control) stays uvicorn's.
 """
 
