@@ -405,6 +405,72 @@ def output_entry(tensor: Tensor) -> dict[str, Any]:
 
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_NULL_END = b"null}"
+
+
+def encode_plain(response: InferResponse) -> bytes | None:
+    """The JSON answer of a response with no ``id`` or parameters whose outputs are finite
+    numbers without parameters, or None (then the general way builds it).
+
+    Byte for byte what :func:`dumps` makes of :func:`response_header` around
+    :func:`output_entry` entries, but the parts that are the same on every answer of a model
+    version (the header, each output's name, datatype and shape) are encoded once
+    (:data:`_FRAGMENTS`) and only each output's data goes through orjson: a dict per output
+    and the walk over them cost more than the numbers themselves for a tiny model."""
+    head = _FRAGMENTS.get((response.model_name, response.model_version))
+    if head is None:
+        head = _fragment(
+            (response.model_name, response.model_version),
+            {"model_name": response.model_name, "model_version": response.model_version},
+            b"[]}",
+        )
+        if head is None:
+            return None
+    parts = [head]
+    for tensor in response.outputs:
+        if tensor.parameters or tensor.datatype == "BYTES":
+            return None
+        flat = tensor.data.ravel()
+        if flat.dtype.kind == "f" and not _finite(flat):
+            return None
+        key = (tensor.name, tensor.datatype, tensor.shape)
+        try:
+            piece = _FRAGMENTS.get(key)
+        except TypeError:  # a shape given as a list by a runtime: the general way
+            return None
+        if piece is None:
+            piece = _fragment(key, output_entry(tensor), _NULL_END)
+            if piece is None:
+                return None
+        parts += (piece, orjson.dumps(np.ascontiguousarray(flat), option=_DUMP_OPTIONS), b"},")
+    if len(parts) > 1:
+        parts[-1] = b"}]}"
+    else:
+        parts.append(b"]}")
+    return b"".join(parts)
+
+
+def _fragment(key: tuple[Any, ...], obj: dict[str, Any], end: bytes) -> bytes | None:
+    """The encoding of ``obj`` with a last member (``"outputs"`` or ``"data"``) left open,
+    kept under ``key``; None when its text is not as expected (then nothing is kept)."""
+    last = "outputs" if end == b"[]}" else "data"
+    obj[last] = [] if last == "outputs" else None
+    text = dumps(obj)
+    tail = b'"%s":%s' % (last.encode(), end)
+    if not text.endswith(tail):
+        return None
+    fragment = text[: -len(end)] + (b"[" if last == "outputs" else b"")
+    if len(_FRAGMENTS) >= _MAX_FRAGMENTS:
+        _FRAGMENTS.clear()
+    _FRAGMENTS[key] = fragment
+    return fragment
+
+
+_FRAGMENTS: dict[tuple[Any, ...], bytes] = {}
+"""Pre-encoded JSON of answers' parts: ``(model, version)`` -> ``{"model_name":..,
+"model_version":..,"outputs":[``, ``(name, datatype, shape)`` -> ``{"name":..,"datatype":..,
+"shape":[..],"data":``."""
+_MAX_FRAGMENTS = 4096
 
 
 def dumps(obj: Any) -> bytes:
