@@ -266,7 +266,8 @@ class VersionStats:
             rows = pending[:n]
             del pending[:n]  # a request recorded meanwhile (another thread) stays pending
             offset = time.time_ns() - time.perf_counter_ns()
-            batches, queues, inputs, infers, outputs, totals, executed, ends = zip(*rows, strict=True)
+            columns = zip(*rows, strict=True)
+            batches, queues, inputs, infers, outputs, totals, executed, ends = columns
             input_ns, infer_ns, output_ns = sum(inputs), sum(infers), sum(outputs)
             self._success.count += n
             self._success.ns += sum(totals)
