@@ -379,8 +379,6 @@ class DataPlane:
             if ran is not None:
                 inline = True
                 results, infer_done = ran
-                queue_ns = 0
-                spent = infer_done - input_done
             elif (
                 step
                 and executor.step_inline(rows, state.requests_in_progress)
@@ -388,7 +386,6 @@ class DataPlane:
             ):
                 inline = True
                 results, spent = executor.run_inline(feed, names, rows, step=True)
-                queue_ns = 0
                 infer_done = input_done + spent
             else:
                 inline = False
@@ -404,11 +401,12 @@ class DataPlane:
             if signature.tabular is not None:  # the content types MLServer's clients use
                 mark_outputs(outputs)
             ended = time.perf_counter_ns()
-            # executed: the model run is counted here when it ran on the loop, else the
-            # executor counted it
-            stats.record_success(
-                rows, queue_ns, input_done - started, spent, ended - infer_done, inline, ended
-            )
+            if inline:  # the model run is counted here (the executor counted one in threads)
+                stats.record_clocks(rows, 0, started, input_done, infer_done, ended)
+            else:
+                stats.record_success(
+                    rows, queue_ns, input_done - started, spent, ended - infer_done, False, ended
+                )
         except ServeError:
             stats.record_failure(time.perf_counter_ns() - started)
             raise

@@ -12,6 +12,7 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import add, sub
 from typing import Literal, get_args
 
 from servekit import custom_metrics
@@ -63,9 +64,11 @@ FOLD_EVERY = 256
 """Successful requests kept raw before they are folded into the figures (a reader folds
 what is pending at once): bounds the memory a busy version holds between reads."""
 
-_Pending = tuple[int, int, int, int, int, int, bool, int]
-"""A successful request as recorded: (batch, queue, compute input, infer, output, total ns,
-executed here, its end by ``time.perf_counter_ns``)."""
+_Pending = tuple[int, int, int, int, int, int, bool]
+"""A successful request as recorded: (batch, queue ns, then four ``time.perf_counter_ns``
+clocks: started, inputs checked, model done, ended; executed here). Compute input is the
+second minus the first, and so on; the request's latency is its queue time plus the last
+minus the first."""
 
 
 class VersionStats:
@@ -221,21 +224,31 @@ class VersionStats:
         """One successful request of ``batch`` inferences (rows of a batching model, else 1);
         ``executed`` is False when the executor counted the model run (worker threads);
         ``ended``: the request's end (``time.perf_counter_ns()``; read here if not given).
+        ``record_clocks`` records the same from the caller's clocks with no arithmetic."""
+        end = time.perf_counter_ns() if ended is None else ended
+        infer_from = end - output_ns
+        input_from = infer_from - infer_ns
+        started = input_from - input_ns
+        self.record_clocks(batch, queue_ns, started, input_from, infer_from, end, executed)
+
+    def record_clocks(
+        self,
+        batch: int,
+        queue_ns: int,
+        started: int,
+        input_done: int,
+        infer_done: int,
+        ended: int,
+        executed: bool = True,
+    ) -> None:
+        """One successful request, by its clocks (``time.perf_counter_ns``): started, inputs
+        checked, model done, ended (a request that waited ``queue_ns`` in the model's queue:
+        the clocks without that wait, as ``record_success`` makes them); see
+        ``record_success``.
 
         Runs for every request: one tuple appended, folded later (see the class)."""
         pending = self._pending
-        pending.append(
-            (
-                batch,
-                queue_ns,
-                input_ns,
-                infer_ns,
-                output_ns,
-                queue_ns + input_ns + infer_ns + output_ns,
-                executed,
-                time.perf_counter_ns() if ended is None else ended,
-            )
-        )
+        pending.append((batch, queue_ns, started, input_done, infer_done, ended, executed))
         if len(pending) >= FOLD_EVERY:
             self._fold()
 
@@ -267,20 +280,23 @@ class VersionStats:
             del pending[:n]  # a request recorded meanwhile (another thread) stays pending
             offset = time.time_ns() - time.perf_counter_ns()
             columns = zip(*rows, strict=True)
-            batches, queues, inputs, infers, outputs, totals, executed, ends = columns
-            input_ns, infer_ns, output_ns = sum(inputs), sum(infers), sum(outputs)
+            batches, queues, starts, inputs_done, infers_done, ends, executed = columns
+            # Sums of differences are differences of sums: no subtraction per request.
+            started, input_done = sum(starts), sum(inputs_done)
+            infer_done, ended = sum(infers_done), sum(ends)
+            queued = sum(queues)
             self._success.count += n
-            self._success.ns += sum(totals)
+            self._success.ns += queued + ended - started
             for duration, ns in (
-                (self._queue, sum(queues)),
-                (self._compute_input, input_ns),
-                (self._compute_infer, infer_ns),
-                (self._compute_output, output_ns),
+                (self._queue, queued),
+                (self._compute_input, input_done - started),
+                (self._compute_infer, infer_done - input_done),
+                (self._compute_output, ended - infer_done),
             ):
                 duration.count += n
                 duration.ns += ns
             self._inference_count += sum(batches)
-            if queues.count(0) == n:
+            if not queued:
                 self._queue_histogram[0] += n
             else:
                 _add_to_buckets(self._queue_histogram, _QUEUE_BOUNDS_NS, queues)
@@ -293,15 +309,18 @@ class VersionStats:
                     if sized is None:
                         sized = sizes[batches[0]] = Duration()
                     sized.count += n
-                    sized.ns += input_ns + infer_ns + output_ns
+                    sized.ns += ended - started  # compute: input, infer, output
                 else:
-                    for batch, ran_here, a, b, c in zip(
-                        batches, executed, inputs, infers, outputs, strict=True
+                    for batch, ran_here, first, last in zip(
+                        batches, executed, starts, ends, strict=True
                     ):
                         if ran_here:
-                            sizes.setdefault(batch, Duration()).add(a + b + c)
+                            sizes.setdefault(batch, Duration()).add(last - first)
             latest = max(ends) + offset
             self._last_inference_ms = latest // 1_000_000
+            totals = list(map(sub, ends, starts))
+            if queued:
+                totals = list(map(add, totals, queues))
             slot = latest // _SLOT_NS
             if (min(ends) + offset) // _SLOT_NS == slot:  # all in one slot: the usual fold
                 _add_to_buckets(self._slot(slot), LATENCY_BOUNDS_NS, totals)
