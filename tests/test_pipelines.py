@@ -92,6 +92,23 @@ async def test_a_light_python_step_runs_on_the_loop(serve: Serve, tmp_path: Path
     assert not (await call(services, "whereabouts", x=x))["on_loop"].any()
 
 
+async def test_a_light_step_queued_behind_a_thread_call_catches_up_on_the_loop(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """At steady concurrency a step that finds its model busy in a thread queues; once the
+    thread call ends it runs on the loop, not in another thread (before, every later request
+    queued behind the previous one's thread call and the step never got back to the loop)."""
+    services = await start(serve, tmp_path)
+    x = np.ones(2, np.float32)
+    for _ in range(40):  # the step's placement is learnt first, as above
+        if (await call(services, "located", X=x))["ON_LOOP"].all():
+            break
+    direct = asyncio.ensure_future(call(services, "whereabouts", x=x))  # takes the thread
+    step = asyncio.ensure_future(call(services, "located", X=x))  # queues behind it
+    assert not (await direct)["on_loop"].any()
+    assert (await step)["ON_LOOP"].all()
+
+
 async def test_a_step_that_calls_models_never_runs_on_the_loop(
     serve: Serve, tmp_path: Path
 ) -> None:

@@ -375,10 +375,8 @@ class DataPlane:
                 results, spent = executor.run_inline(feed, names, rows)
                 queue_ns = 0
                 infer_done = input_done + spent  # the call's own clock reads (run_inline)
-            elif (
-                step
-                and executor.step_inline(rows, state.requests_in_progress)
-                and plan.name not in self._calls.callers
+            elif (step := step and plan.name not in self._calls.callers) and executor.step_inline(
+                rows, state.requests_in_progress
             ):
                 inline = True
                 results, spent = executor.run_inline(feed, names, rows, step=True)
@@ -386,7 +384,7 @@ class DataPlane:
                 infer_done = input_done + spent
             else:
                 results, queue_ns, spent = await executor.submit(
-                    feed, names, rows, deadline, queue_by
+                    feed, names, rows, deadline, queue_by, step
                 )
                 infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
