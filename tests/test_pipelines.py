@@ -230,6 +230,71 @@ async def test_ready_only_when_every_step_is(serve: Serve, tmp_path: Path) -> No
         await call(services, "classify", RAW=rows(1))
 
 
+VERSIONED = """
+models:
+  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp, maxBatchSize: 8}
+  - name: scored
+    maxBatchSize: 8
+    inputs: [{name: X, datatype: FP32, shape: [-1, 16]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1, 4]}]
+    pipeline:
+      - {model: mlp, inputs: {input: X}, outputs: {output: Y}}
+  - name: pinned
+    maxBatchSize: 8
+    inputs: [{name: X, datatype: FP32, shape: [-1, 16]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1, 4]}]
+    pipeline:
+      - {model: mlp, version: 2, inputs: {input: X}, outputs: {output: Y}}
+"""
+
+
+async def test_a_step_follows_its_models_versions_and_reloads(serve: Serve, tmp_path: Path) -> None:
+    """A step's call is worked out once per model version: a new serving version, a reload
+    with new weights and an unload are each seen by the next request."""
+    import onnx
+    import onnx_builders
+
+    folder = tmp_path / "models" / "mlp"
+
+    def weights(version: int, seed: int) -> None:
+        (folder / str(version)).mkdir(parents=True, exist_ok=True)
+        onnx.save(onnx_builders.mlp(seed=seed), str(folder / str(version) / "model.onnx"))
+
+    weights(1, 1)
+    weights(2, 2)
+    services = await serve(VERSIONED)
+    x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+
+    async def mlp() -> np.ndarray:
+        return (await call(services, "mlp", input=x))["output"]
+
+    async def both() -> tuple[np.ndarray, np.ndarray]:
+        return (await call(services, "scored", X=x))["Y"], (await call(services, "pinned", X=x))[
+            "Y"
+        ]
+
+    two = await mlp()
+    for _ in range(3):  # the calls are worked out, and kept
+        scored, pinned = await both()
+        np.testing.assert_array_equal(scored, two)
+        np.testing.assert_array_equal(pinned, two)
+    weights(3, 3)
+    await services.control.load("mlp")  # version 3 serves; version 2 is not kept
+    three = await mlp()
+    assert not np.array_equal(three, two)
+    np.testing.assert_array_equal((await call(services, "scored", X=x))["Y"], three)
+    with pytest.raises(Unavailable, match=r"pipeline 'pinned' step 0 \(model 'mlp'\)"):
+        await call(services, "pinned", X=x)
+    weights(3, 4)  # new weights under the same version number: a reload
+    await services.control.load("mlp")
+    four = await mlp()
+    assert not np.array_equal(four, three)
+    np.testing.assert_array_equal((await call(services, "scored", X=x))["Y"], four)
+    await services.control.unload("mlp")
+    with pytest.raises(Unavailable, match=r"pipeline 'scored' step 0 \(model 'mlp'\)"):
+        await call(services, "scored", X=x)
+
+
 # -- serve.yaml ---------------------------------------------------------------------------------
 def problems(tmp_path: Path, text: str) -> str:
     write_project(tmp_path)

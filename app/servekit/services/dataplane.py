@@ -103,11 +103,11 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
-        self._pipelines = Pipelines(self, repository)
-        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._calls = ModelCalls(self.infer)
+        self._pipelines = Pipelines(self, repository, state, self._calls.callers)
+        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) as ``infer`` would."""
         self._sequences = Sequences(self.statistics, self._deadlines)
         """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
-        self._calls = ModelCalls(self.infer)
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
         # on a request's path.
