@@ -230,6 +230,41 @@ async def test_ready_only_when_every_step_is(serve: Serve, tmp_path: Path) -> No
         await call(services, "classify", RAW=rows(1))
 
 
+NESTED = """
+  - name: nested
+    maxBatchSize: 64
+    inputs: [{name: R, datatype: FP32, shape: [-1, 8]}]
+    outputs: [{name: L, datatype: INT64, shape: [-1]}]
+    pipeline:
+      - {model: classify, inputs: {RAW: R}, outputs: {LABEL: L}}
+  - name: loose
+    maxBatchSize: 64
+    inputs: [{name: R, datatype: FP32, shape: [-1, -1]}]
+    outputs: [{name: F, datatype: FP32, shape: [-1, 16]}]
+    pipeline:
+      - {model: featurise, inputs: {raw: R}, outputs: {features: F}}
+"""
+
+
+async def test_steps_the_quick_way_does_not_cover(serve: Serve, tmp_path: Path) -> None:
+    """A pipeline as a step, and a step input that fails the step model's check, go through
+    the DataPlane as any request: the same answer, the same refusal, the step named."""
+    write_project(tmp_path)
+    services = await serve(CONFIG + NESTED)
+    raw = rows(3)
+    expected = (await call(services, "classify", RAW=raw))["LABEL"]
+    for _ in range(2):
+        np.testing.assert_array_equal((await call(services, "nested", R=raw))["L"], expected)
+    assert services.statistics("classify")["inference_stats"]["success"]["count"] == 3
+    features = (await call(services, "loose", R=raw))["F"]
+    np.testing.assert_array_equal(features[:, 8:], raw * raw)
+    wide = np.ones((2, 9), np.float32)
+    with pytest.raises(InvalidArgument, match=r"pipeline 'loose' step 0 \(model 'featurise'\)"):
+        await call(services, "loose", R=wide)
+    with pytest.raises(InvalidArgument, match=r"shape \[2, 9\] does not match the model's"):
+        await call(services, "loose", R=wide)
+
+
 VERSIONED = """
 models:
   - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp, maxBatchSize: 8}
