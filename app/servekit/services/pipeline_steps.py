@@ -139,9 +139,10 @@ class StepCall:
             input_done = time.perf_counter_ns()
             inline = True
             queue_ns = 0
-            if executor.inline(rows, in_progress):
-                results, spent = executor.run_inline(feed, names, rows)
-                infer_done = input_done + spent
+            ran = executor.run_now(feed, names, rows, in_progress, input_done)
+            if ran is not None:
+                results, infer_done = ran
+                spent = infer_done - input_done
             elif (step := alone and self.model not in callers) and executor.step_inline(
                 rows, in_progress
             ):
