@@ -4,6 +4,7 @@
     python bench/instructions.py --write-baseline    # after a change meant to cost more (or less)
     git worktree add --detach /work/wt/base 664e9ed
     python bench/instructions.py base=/work/wt/base new=. [--body "REST JSON"] [--requests 300]
+    python bench/instructions.py off=. json=. --server json='logging: {format: json, accessLog: on}'
 
 This machine is shared and its speed varies from minute to minute, so timed A/B runs
 (bench/ab.py) need many rounds to see a 5% change. Counting instructions does not. Each
@@ -103,8 +104,11 @@ def count(
     out_dir: Path,
     name: str,
     windows: int = 1,
+    server: str | None = None,
 ) -> dict[str, float]:
-    """Instructions per request of each body (None: gRPC) on one server of one checkout."""
+    """Instructions per request of each body (None: gRPC) on one server of one checkout;
+    ``server``: serve.yaml ``server:`` settings (YAML flow mappings) for this one, which then
+    runs at the level they give (default info) instead of ``--log-level warning``."""
     # Since the move to app/servekit/, the source root is app/ (no symlink at the top).
     root = tree / "app" if (tree / "app" / "servekit").is_dir() else tree
     # PYTHONHASHSEED: str hashes (dict and set layouts, so probe lengths) alike in every run.
@@ -116,6 +120,10 @@ def count(
     # A checkout from before the package was called servekit (issue 16) serves as `app`.
     package = "servekit" if (root / "servekit").exists() else "app"
     grpc = any(body is None for body in bodies.values())
+    if server is not None:  # the workload's serve.yaml ends in its `server:` block
+        own = out_dir / f"{name}.serve.yaml"
+        own.write_text(config.read_text() + "".join(f"  {x}\n" for x in server.splitlines()))
+        config = own
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -132,9 +140,9 @@ def count(
         "0",
         "--host",
         "127.0.0.1",
-        "--log-level",
-        "warning",
     ]
+    if server is None:
+        argv += ["--log-level", "warning"]
     argv += ["--grpc-port", "0"] if grpc else ["--no-grpc"]
     log_path = out_dir / f"{name}.log"
     with log_path.open("w") as log_file:
@@ -273,9 +281,11 @@ def measure(
     warmup: int,
     windows: int = 1,
     keep: Path | None = None,
+    servers: dict[str, str] | None = None,
 ) -> dict[str, dict[str, float]]:
     """tree name -> body -> instructions per request (of the last of ``windows``); ``keep``:
-    a folder for the callgrind dumps (``callgrind_annotate``), else they are deleted."""
+    a folder for the callgrind dumps (``callgrind_annotate``), else they are deleted;
+    ``servers``: tree name -> its own ``server:`` settings (``--server``)."""
     with tempfile.TemporaryDirectory(prefix="servekit-instr-") as scratch:
         tmp = str(keep) if keep is not None else scratch
         if keep is not None:
@@ -294,7 +304,10 @@ def measure(
                 bodies[label] = (path.read_bytes(), header_length)
         results = {}
         for name, tree in trees.items():
-            results[name] = count(tree, config, bodies, requests, warmup, Path(tmp), name, windows)
+            server = (servers or {}).get(name)
+            results[name] = count(
+                tree, config, bodies, requests, warmup, Path(tmp), name, windows, server
+            )
             for label, value in results[name].items():
                 print(f"{name:>10}  {label:<12} {value:>12,.0f} instructions/request", flush=True)
         return results
@@ -427,6 +440,15 @@ def main() -> int:
         help="counted windows per body, one after the other (spread)",
     )
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps in this folder")
+    parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="NAME=YAML",
+        help="serve.yaml `server:` settings for the tree NAME (repeatable), e.g. "
+        "json='logging: {format: json, accessLog: on}'; that server then logs at the level "
+        "they give (default info), the others at warning",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--check",
@@ -450,7 +472,11 @@ def main() -> int:
         parser.error("name at least one NAME=PATH checkout, or --check / --write-baseline")
     trees = {name: Path(path) for name, path in (item.split("=", 1) for item in args.trees)}
     labels = args.body or list(BODIES)
-    results = measure(trees, labels, requests, warmup, args.windows, args.keep)
+    servers = dict(item.split("=", 1) for item in args.server)
+    unknown = set(servers) - set(trees)
+    if unknown:
+        parser.error(f"--server names no tree: {', '.join(sorted(unknown))}")
+    results = measure(trees, labels, requests, warmup, args.windows, args.keep, servers)
     first_name = next(iter(results))
     print()
     for label in labels:
