@@ -71,7 +71,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
 from servekit.request_id import CURRENT
-from servekit.rest import request_ids
+from servekit.rest import request_ids, traces
 from servekit.rest.leaving import WAITING
 
 log = logging.getLogger("servekit.http")
@@ -299,6 +299,9 @@ class EdgeProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            left = scope.get(traces.LEFT)
+            if left is not None:  # a traced request: its span ends now, "client left"
+                left(True)
             task = scope.get(WAITING)
             if task is not None:  # an inference request waiting for the model: drop it
                 scope[WAITING] = None

@@ -212,6 +212,20 @@ def end_request(span: Any, failed: bool, message: str | None = None) -> None:
     span.end()
 
 
+CLIENT_LEFT = "client left"
+
+
+def client_left(span: Any) -> None:
+    """End a request's span whose client went away before its answer (an HTTP connection
+    lost, a gRPC call cancelled): an error, with a ``client left`` event, so that a trace
+    shows where the request was when nobody waited for it any more."""
+    from opentelemetry.trace import Status, StatusCode
+
+    span.add_event(CLIENT_LEFT)
+    span.set_status(Status(StatusCode.ERROR, f"{CLIENT_LEFT} before the answer"))
+    span.end()
+
+
 def now() -> int:
     """The clock phases are timed with (OpenTelemetry's: nanoseconds since the epoch)."""
     return time.time_ns()
