@@ -361,6 +361,7 @@ def test_a_request_whose_client_leaves_still_ends_its_span(
                 span = _left_span(receiver, grpc_trace)
             assert span.parent_span_id.hex() == PARENT_ID
             _says_client_left(span)
+            release.touch()  # the model's call ends: the server stops at once
     finally:
         release.touch()
 
@@ -410,3 +411,65 @@ def test_server_tracing_in_serve_yaml_exports_without_otel_variables(
 )
 def test_tracing_is_off_unless_the_otel_variables_ask(env: dict[str, str], on: bool) -> None:
     assert wanted(env) is on
+
+
+TRACED_YAML = """\
+server:
+  tracing:
+    enabled: true
+    endpoint: {endpoint}
+    sampleRatio: 0.25
+    headers: {{x-api-key: s3cret-token}}
+models: []
+"""
+
+
+def test_server_tracing_is_validated_with_its_line_and_hides_its_headers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``servekit validate`` names the line of a bad endpoint; a good one validates, and the
+    headers' values are never printed (only their names, with a warning)."""
+    from servekit.cli import main
+    from servekit.config.schema import TracingConfig
+
+    config = tmp_path / "serve.yaml"
+    config.write_text(TRACED_YAML.format(endpoint="collector:4317"))
+    assert main(["validate", str(config)]) == 1
+    out, err = capsys.readouterr()
+    assert "serve.yaml:4: server.tracing.endpoint" in err, err
+    assert "http://host:port" in err and "s3cret" not in out + err
+
+    config.write_text(TRACED_YAML.format(endpoint="http://127.0.0.1:4317"))
+    assert main(["validate", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert "server.tracing.headers (x-api-key)" in err, err
+    assert "s3cret" not in out + err
+
+    settings = TracingConfig.model_validate(
+        {"enabled": True, "headers": {"X-Api-Key": "s3cret-token"}, "sampleRatio": 0.5}
+    )
+    assert "s3cret" not in repr(settings) and "s3cret" not in settings.model_dump_json()
+    assert settings.headers["x-api-key"].get_secret_value() == "s3cret-token"
+    with pytest.raises(ValueError, match="not a header name"):
+        TracingConfig.model_validate({"headers": {"bad name": "x"}})
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        TracingConfig.model_validate({"sampleRatio": 2})
+
+
+def test_otel_variables_win_over_server_tracing() -> None:
+    """``enabled`` turns tracing on; the variables that turn it off win; the exporter is given
+    serve.yaml's endpoint and headers only where no variable sets them; ``repr`` hides them."""
+    from servekit.tracing import Settings, _otlp
+
+    yaml = Settings(enabled=True, endpoint="http://127.0.0.1:9", headers={"k": "s3cret"})
+    assert "s3cret" not in repr(yaml)
+    assert wanted({}, yaml) is True
+    assert wanted({"OTEL_SDK_DISABLED": "true"}, yaml) is False
+    assert wanted({"OTEL_TRACES_EXPORTER": "none"}, yaml) is False
+    ours = _otlp({}, yaml)
+    assert ours._endpoint == "127.0.0.1:9"
+    assert ("k", "s3cret") in tuple(ours._headers)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:7", "OTEL_EXPORTER_OTLP_HEADERS": "a=b"}
+    theirs = _otlp(env, yaml)
+    assert theirs._endpoint != "127.0.0.1:9"
+    assert ("k", "s3cret") not in tuple(theirs._headers or ())
