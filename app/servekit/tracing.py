@@ -29,7 +29,8 @@ cancelled) ends its span at once, an error with a ``client left`` event (:func:`
 
 When it is on (:func:`wanted`): ``OTEL_SDK_DISABLED`` is not true, ``OTEL_TRACES_EXPORTER`` is
 not ``none``, and either ``server.tracing.enabled`` is true, ``OTEL_TRACES_EXPORTER`` names an
-exporter (``otlp``, ``console``) or an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
+exporter (``otlp``, ``console``) or an OTLP endpoint is set
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
 The rest is the SDK's own reading of the standard variables (``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, ``OTEL_PROPAGATORS``,
 ``OTEL_EXPORTER_OTLP_*``).

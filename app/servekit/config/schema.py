@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    SecretStr,
     BeforeValidator,
     Field,
+    SecretStr,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
