@@ -140,6 +140,24 @@ def record_access(
     """Write one access-log line (unless the mode leaves it out): the words for text, the
     same values as fields for JSON. Through the log's own writer when it has one (a server's
     process), else as a record of :data:`access_log` (a notebook's own logging)."""
+    access_line(protocol, method, path, status, failed, duration_s, bytes_in, bytes_out, client,
+                info)  # fmt: skip
+
+
+def access_line(
+    protocol: str,
+    method: str,
+    path: str,
+    status: int | str,
+    failed: bool,
+    duration_s: float,
+    bytes_in: int,
+    bytes_out: int,
+    client: str | None,
+    info: RequestInfo,
+) -> None:
+    """:func:`record_access` with its values in order (no keywords: one access line per
+    request, so the HTTP edge calls this directly)."""
     if ACCESS.mode == "errors" and not failed:
         return
     write = ACCESS.write

@@ -23,8 +23,8 @@ from servekit.request_id import (
     PREFIX,
     RequestInfo,
     accepted,
+    access_line,
     counter,
-    record_access,
 )
 from servekit.rest import traces
 from servekit.tracing import TRACING
@@ -112,15 +112,15 @@ def write_access(
         version = params.get("version")
         info.version = None if version is None else str(version)
     client = scope.get("client")
-    record_access(
-        protocol="HTTP",
-        method=scope.get("method", "-"),
-        path=scope.get("path", "-"),
-        status=status,
-        failed=status >= 400,
-        duration_s=time.monotonic() - started,
-        bytes_in=bytes_in,
-        bytes_out=bytes_out,
-        client=None if not client else f"{client[0]}:{client[1]}",
-        info=info,
+    access_line(
+        "HTTP",
+        scope.get("method", "-"),
+        scope.get("path", "-"),
+        status,
+        status >= 400,
+        time.monotonic() - started,
+        bytes_in,
+        bytes_out,
+        None if not client else f"{client[0]}:{client[1]}",
+        info,
     )
