@@ -40,7 +40,7 @@ from typing import Any, Literal
 import orjson
 
 from servekit import request_id
-from servekit.request_id import CURRENT, RequestInfo, model_words
+from servekit.request_id import CURRENT, RequestInfo, model_words, printable
 
 Format = Literal["text", "json"]
 
@@ -257,7 +257,7 @@ class AccessLines:
         millis = int((now - second) * 1000)
         if not self.json:
             self.hold(
-                f"{stamp},{millis:03d} INFO {self.name}: {protocol} {method} {path} "
+                f"{stamp},{millis:03d} INFO {self.name}: {protocol} {method} {printable(path)} "
                 f"{status} {duration_s * 1000.0:.3f}ms in={bytes_in} out={bytes_out}"
                 f"{model_words(info)} client={client or '-'} id={info.id}"
             )

@@ -184,18 +184,27 @@ def access_line(
     access_log.handle(
         _AccessRecord(
             "%s %s %s %s %.3fms in=%d out=%d%s client=%s id=%s",
-            (protocol, method, path, status, duration_ms, bytes_in, bytes_out, model_words(info),
-             client or "-", info.id),
+            (protocol, method, printable(path), status, duration_ms, bytes_in, bytes_out,
+             model_words(info), client or "-", info.id),
             fields,
         )
     )  # fmt: skip
+
+
+def printable(text: str) -> str:
+    """``text`` for a text log line: as it is when printable, else with its control characters
+    escaped (a percent-encoded newline in a path must not start a forged line of its own)."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
 
 
 def model_words(info: RequestInfo) -> str:
     """`` model=NAME version=V`` of a text access line (empty when no model is known)."""
     if not info.model:
         return ""
-    return f" model={info.model}" + (f" version={info.version}" if info.version else "")
+    words = f" model={info.model}" + (f" version={info.version}" if info.version else "")
+    return printable(words)  # a name taken from a path may hold anything
 
 
 class _AccessRecord(logging.LogRecord):
