@@ -4,6 +4,7 @@
     python bench/instructions.py --write-baseline    # after a change meant to cost more (or less)
     git worktree add --detach /work/wt/base 664e9ed
     python bench/instructions.py base=/work/wt/base new=. [--body "REST JSON"] [--requests 300]
+    python bench/instructions.py base=... new=. --batching --concurrency 64   # the batched path
     python bench/instructions.py off=. json=. --server json='logging: {format: json, accessLog: on}'
 
 This machine is shared and its speed varies from minute to minute, so timed A/B runs
@@ -30,6 +31,13 @@ difference in time with bench/ab.py.
 depend on the machine: the counts, the Python version, the commit they were measured on and
 the versions of the libraries on the path (a different Python or library version changes the
 counts: the check then says so, and a refresh on the new versions is in order).
+
+``--concurrency N`` sends from N client threads at once, each on its own connection (or gRPC
+channel); ``--batching`` serves the model with ``maxBatchSize: 64`` and ``dynamicBatching``,
+so the counted requests take the batched path (queue, one stacked call per batch in the
+model's thread, answers split back). Under valgrind the server is far slower than its clients,
+so batches fill; the mean rows per model run over the counted window (the model's statistics,
+read outside it) is printed beside each count.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
 from pathlib import Path
 
@@ -87,6 +96,8 @@ LIBRARIES = (
     "protobuf",
 )
 """The libraries on the measured path whose versions the baseline records."""
+MAX_BATCH = 64
+"""maxBatchSize of the model with ``--batching``."""
 INLINE_BOUND_US = 10_000_000
 """server.inlineBelowMicroseconds for the measured server: every call runs on the loop once
 learnt (see the module docstring)."""
@@ -104,11 +115,13 @@ def count(
     out_dir: Path,
     name: str,
     windows: int = 1,
+    concurrency: int = 1,
     server: str | None = None,
 ) -> dict[str, float]:
-    """Instructions per request of each body (None: gRPC) on one server of one checkout;
-    ``server``: serve.yaml ``server:`` settings (YAML flow mappings) for this one, which then
-    runs at the level they give (default info) instead of ``--log-level warning``."""
+    """Instructions per request of each body (None: gRPC) on one server of one checkout,
+    sent by ``concurrency`` client threads at once; ``server``: serve.yaml ``server:``
+    settings (YAML flow mappings) for this one, which then runs at the level they give
+    (default info) instead of ``--log-level warning``."""
     # Since the move to app/servekit/, the source root is app/ (no symlink at the top).
     root = tree / "app" if (tree / "app" / "servekit").is_dir() else tree
     # PYTHONHASHSEED: str hashes (dict and set layouts, so probe lengths) alike in every run.
@@ -155,19 +168,29 @@ def count(
         wait_ready(f"http://127.0.0.1:{port}/v2/models/mlp/ready", timeout=300)
         index = 0
         for label, body in bodies.items():
-            send = _grpc_sender(log_path) if body is None else _http_sender(port, *body)
+            senders = [
+                _grpc_sender(log_path) if body is None else _http_sender(port, *body)
+                for _ in range(concurrency)
+            ]
+            send = _together(senders)
             send(warmup)  # first calls, caches, lazy imports, the executor's placement
             for window in range(windows):
                 _gc_steady(proc, log_path)
+                before = _runs(port)
                 _control(prefix, proc.pid, "-i", "on")
                 send(requests)
                 _control(prefix, proc.pid, "-i", "off")
                 _control(prefix, proc.pid, "--dump")
                 index += 1
                 value = _dump_total(out_file, index) / requests
-                if windows > 1:
+                after = _runs(port)
+                runs = after[1] - before[1]
+                rows = (after[0] - before[0]) / runs if runs else 0.0
+                if windows > 1 or concurrency > 1:
                     print(
-                        f"{name:>10}  {label:<12} window {window + 1}: {value:>12,.0f}", flush=True
+                        f"{name:>10}  {label:<12} window {window + 1}: {value:>12,.0f}  "
+                        f"({rows:.1f} rows per model run)",
+                        flush=True,
                     )
                 results[label] = value
     finally:
@@ -178,6 +201,31 @@ def count(
             proc.kill()
             proc.wait(timeout=30)
     return results
+
+
+def _together(senders: list[Sender]) -> Sender:
+    """One sender, or several sending at once from their own threads (n split among them)."""
+    if len(senders) == 1:
+        return senders[0]
+
+    def send(n: int) -> None:
+        shares = [n // len(senders) + (i < n % len(senders)) for i in range(len(senders))]
+        with ThreadPoolExecutor(len(senders)) as pool:
+            for done in [pool.submit(s, k) for s, k in zip(senders, shares, strict=True)]:
+                done.result()
+
+    return send
+
+
+def _runs(port: int) -> tuple[int, int]:
+    """The model's (inference_count, execution_count): rows and model runs so far."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("GET", "/v2/models/mlp/stats")
+        stats = json.loads(conn.getresponse().read())["model_stats"][0]
+    finally:
+        conn.close()
+    return int(stats["inference_count"]), int(stats["execution_count"])
 
 
 def _gc_steady(proc: subprocess.Popen[bytes], log_path: Path) -> None:
@@ -281,6 +329,8 @@ def measure(
     warmup: int,
     windows: int = 1,
     keep: Path | None = None,
+    concurrency: int = 1,
+    batching: bool = False,
     servers: dict[str, str] | None = None,
 ) -> dict[str, dict[str, float]]:
     """tree name -> body -> instructions per request (of the last of ``windows``); ``keep``:
@@ -292,9 +342,10 @@ def measure(
             keep.mkdir(parents=True, exist_ok=True)
         workload = make_workload(Path(tmp))
         config = workload.config
-        config.write_text(
-            config.read_text() + f"server:\n  inlineBelowMicroseconds: {INLINE_BOUND_US}\n"
-        )
+        model = config.read_text()
+        if batching:
+            model += f"    maxBatchSize: {MAX_BATCH}\n    dynamicBatching: {{}}\n"
+        config.write_text(model + f"server:\n  inlineBelowMicroseconds: {INLINE_BOUND_US}\n")
         bodies: dict[str, tuple[bytes, int | None] | None] = {}
         for label in labels:
             if label == "gRPC":
@@ -306,7 +357,16 @@ def measure(
         for name, tree in trees.items():
             server = (servers or {}).get(name)
             results[name] = count(
-                tree, config, bodies, requests, warmup, Path(tmp), name, windows, server
+                tree,
+                config,
+                bodies,
+                requests,
+                warmup,
+                Path(tmp),
+                name,
+                windows,
+                concurrency,
+                server,
             )
             for label, value in results[name].items():
                 print(f"{name:>10}  {label:<12} {value:>12,.0f} instructions/request", flush=True)
@@ -449,6 +509,17 @@ def main() -> int:
         "json='logging: {format: json, accessLog: on}'; that server then logs at the level "
         "they give (default info), the others at warning",
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="client threads sending at once, each on its own connection (default 1)",
+    )
+    parser.add_argument(
+        "--batching",
+        action="store_true",
+        help=f"serve the model with maxBatchSize {MAX_BATCH} and dynamicBatching",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--check",
@@ -476,7 +547,10 @@ def main() -> int:
     unknown = set(servers) - set(trees)
     if unknown:
         parser.error(f"--server names no tree: {', '.join(sorted(unknown))}")
-    results = measure(trees, labels, requests, warmup, args.windows, args.keep, servers)
+    results = measure(
+        trees, labels, requests, warmup, args.windows, args.keep, args.concurrency, args.batching,
+        servers,
+    )  # fmt: skip
     first_name = next(iter(results))
     print()
     for label in labels:

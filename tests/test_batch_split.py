@@ -129,3 +129,22 @@ def test_a_model_returning_the_wrong_number_of_rows_fails_clearly() -> None:
     ]
     with pytest.raises(Internal, match=r"output 'same' of a batch of 3 rows has shape \[2\]"):
         batching.split({"same": np.zeros(2, np.float32)}, requests)
+
+
+def test_batch_keys_agree_exactly_when_requests_can_be_stacked() -> None:
+    """The key (a single input's without a sort, by dtype object) says "stackable" for the
+    same datatypes and trailing dimensions, whatever the rows or the feed's order, and
+    "not stackable" for another datatype, byte order or trailing dimension."""
+
+    def key(**arrays: np.ndarray) -> batching.Key:
+        return batching.batch_key(arrays)
+
+    f32 = np.zeros((1, 3), np.float32)
+    assert key(x=f32) == key(x=np.ones((5, 3), dtype="<f4"))
+    assert key(x=f32) != key(x=np.zeros((1, 3), np.float64))
+    assert key(x=f32) != key(x=np.zeros((1, 3), dtype=">f4"))
+    assert key(x=f32) != key(x=np.zeros((1, 4), np.float32))
+    assert key(x=f32) != key(y=f32)
+    ints = np.zeros((2, 2), np.int64)
+    assert key(x=f32, y=ints) == key(y=np.ones((7, 2), np.int64), x=np.ones((7, 3), np.float32))
+    assert key(x=f32, y=ints) != key(x=f32, y=ints.astype(np.int32))

@@ -9,7 +9,10 @@ compared: status, headers and body. No listener; the edge's own checks are teste
 
 from __future__ import annotations
 
+import asyncio
+import gzip
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,14 +22,22 @@ import numpy as np
 import onnx
 import onnx_builders
 import pytest
+import uvicorn
 from inprocess import Serve
 from litestar import Litestar
+from uvicorn.server import ServerState
+from waits import async_wait_until
 
 from servekit.codecs import v2_json
+from servekit.config.schema import NetworkLimits
 from servekit.datatypes import lookup
+from servekit.edge import EdgeProtocol, EdgeState
 from servekit.errors import InvalidArgument
-from servekit.rest import front
+from servekit.request_id import ACCESS
+from servekit.rest import fast, front, request_ids
+from servekit.rest.fast import FastAnswer, fast_answer
 from servekit.rest.front import InferenceApp
+from servekit.tracing import TRACING
 
 pytestmark = pytest.mark.anyio
 
@@ -172,3 +183,173 @@ def test_flat_floats_decode_as_the_general_way_does(datatype: str, data: list[An
 class _general(list[Any]):
     """The same values in a list subclass: ``type(data) is list`` is false, so the shortcut is
     skipped and the general way runs."""
+
+
+# -- the answer at the connection (servekit.rest.fast) --------------------------------------------
+# The same application behind the edge's protocol (app/servekit/edge.py) over a transport that
+# records what would be sent, fed raw HTTP/1.1 bytes as a socket would feed them: once with the
+# inference routes answered at the connection, once with every request through uvicorn's ASGI
+# cycle. The bytes sent must be the same (the Date header's value and a made-up request ID
+# aside), and the ASGI application must be reached exactly when the request is not plainly the
+# common case.
+
+REQUEST_ID = re.compile(rb"\r\nx-request-id: (?!client-id\r\n)[^\r]*")
+DATE = re.compile(rb"\r\ndate: [^\r]*")
+
+
+class _Wire(asyncio.Transport):
+    """A transport recording what is written (and whether it was closed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = bytearray()
+        self.closing = False
+
+    def write(self, data: Any) -> None:
+        assert not self.closing, "written after close"
+        self.sent += data
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def close(self) -> None:
+        self.closing = True
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def _over_connection(
+    app: InferenceApp, chunks: list[bytes], answers: int, fast: bool
+) -> tuple[bytes, int]:
+    """What the edge sends back for ``chunks`` (each one read from the socket), once
+    ``answers`` responses are done (and ``[closed]`` if it closed the connection); and how
+    many requests reached the ASGI application."""
+    reached = [0]
+
+    async def counted(scope: Any, receive: Any, send: Any) -> None:
+        reached[0] += 1
+        await app(scope, receive, send)
+
+    config = uvicorn.Config(counted, lifespan="off", log_config=None, access_log=False)
+    config.load()  # uvicorn's own wrapping: the proxy-headers middleware
+
+    class Protocol(EdgeProtocol):
+        edge = EdgeState(NetworkLimits(), 100)
+        fast_answer = FastAnswer(app) if fast else None
+
+    wire = _Wire()
+    state = ServerState()
+    state.default_headers = [(b"date", b"Thu, 26 Nov 2026 00:00:00 GMT")]  # as uvicorn's tick
+    protocol = Protocol(config=config, server_state=state, app_state={})
+    protocol.connection_made(wire)
+    for chunk in chunks:
+        protocol.data_received(chunk)
+        await asyncio.sleep(0)  # a turn of the loop between reads, as between packets
+    await async_wait_until(lambda: state.total_requests >= answers, what=f"{answers} answers")
+    await async_wait_until(lambda: not state.tasks, what="the requests' tasks to end")
+    sent = bytes(wire.sent) + (b"\n[closed]" if wire.closing else b"")
+    protocol.connection_lost(None)
+    return sent, reached[0]
+
+
+def _post(path: str, body: bytes, *headers: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "host: servekit", f"content-length: {len(body)}", *headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+def _normalised(sent: bytes) -> bytes:
+    return REQUEST_ID.sub(b"\r\nx-request-id: made", DATE.sub(b"\r\ndate: now", sent))
+
+
+JSON_POST = _post("/v2/models/mlp/infer", JSON_BODY)
+BINARY_POST = _post(
+    "/v2/models/mlp/infer", BINARY_BODY, f"inference-header-content-length: {len(HEADER)}"
+)
+GZIPPED = gzip.compress(JSON_BODY)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "answers", "asgi"),
+    [
+        ([JSON_POST], 1, 0),
+        ([BINARY_POST], 1, 0),
+        ([_post("/v2/models/mlp/versions/1/infer", JSON_BODY, "x-request-id: client-id")], 1, 0),
+        ([_post("/v2/models/mlp/infer/", JSON_BODY)], 1, 0),  # normalised as Litestar does
+        ([JSON_POST + BINARY_POST + JSON_POST], 3, 0),  # pipelined: answered in order
+        ([JSON_POST[:40], JSON_POST[40:-10], JSON_POST[-10:]], 1, 0),  # body still arriving
+        ([_post("/v2/models/mlp/infer", JSON_BODY, "connection: close")], 1, 0),
+        ([JSON_POST.replace(b"HTTP/1.1", b"HTTP/1.0")], 1, 0),  # no keep-alive: closed
+        ([_post("/v2/models/mlp/infer", GZIPPED, "content-encoding: gzip")], 1, 0),
+        # failures: Litestar's answers, through the application
+        ([_post("/v2/models/nope/infer", JSON_BODY)], 1, 1),
+        ([_post("/v2/models/mlp/versions/7/infer", JSON_BODY)], 1, 1),
+        ([_post("/v2/models/mlp/infer", b"{not json")], 1, 1),
+        ([_post("/v2/models/mlp/infer", JSON_BODY, "content-encoding: br")], 1, 1),
+        ([JSON_POST.replace(b"host: servekit", b"host: bad host")], 1, 1),
+        ([_post("/v2/models/mlp/infer", b"{not json") + JSON_POST], 2, 1),
+        # not the plain case: the ASGI way
+        ([_post("/v2/models/mlp/infer", JSON_BODY, "x-forwarded-for: 10.1.2.3")], 1, 1),
+        ([_post("/v2/models/mlp/infer", JSON_BODY, "expect: 100-continue")], 1, 1),
+        ([_post("/v2/models/mlp/ready", b"")], 1, 1),
+        ([b"GET /v2/models/mlp/infer HTTP/1.1\r\nhost: servekit\r\n\r\n"], 1, 1),
+    ],
+)
+async def test_the_connection_answers_as_the_asgi_cycle_does(
+    app: InferenceApp, chunks: list[bytes], answers: int, asgi: int
+) -> None:
+    fast, reached = await _over_connection(app, chunks, answers, fast=True)
+    general, through = await _over_connection(app, chunks, answers, fast=False)
+    assert _normalised(fast) == _normalised(general)
+    assert through == answers  # every request through the application...
+    assert reached == asgi  # ...and with the answer at the connection, only these
+    assert len(re.findall(rb"HTTP/1\.1 [2-5]\d\d ", fast)) == answers
+
+
+async def test_the_access_log_and_tracing_take_the_asgi_way(
+    app: InferenceApp, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ACCESS, "mode", "on")
+    fast, reached = await _over_connection(app, [JSON_POST], 1, fast=True)
+    assert reached == 1 and fast.startswith(b"HTTP/1.1 200 OK\r\n")
+    monkeypatch.setattr(ACCESS, "mode", "off")
+    monkeypatch.setattr(TRACING, "on", True)
+    monkeypatch.setattr(request_ids.traces, "begin", lambda cycle, info: None)
+    _, reached = await _over_connection(app, [JSON_POST], 1, fast=True)
+    assert reached == 1
+
+
+async def test_a_token_is_checked_at_the_connection(serve: Serve, tmp_path: Path) -> None:
+    onnx.save(onnx_builders.mlp(), str(tmp_path / "mlp.onnx"))
+    services = await serve(
+        "server:\n  auth:\n    inference: infer-token-for-tests\n"
+        "models:\n  - name: mlp\n    modelFormat: {name: onnx}\n    storageUri: ./mlp.onnx\n"
+    )
+    app = services.kit.http_app()
+    for token, status, asgi in (("", 401, 1), ("wrong", 401, 1), ("infer-token-for-tests", 200, 0)):
+        post = _post("/v2/models/mlp/infer", JSON_BODY, f"authorization: Bearer {token}")
+        fast, reached = await _over_connection(app, [post], 1, fast=True)
+        general, _ = await _over_connection(app, [post], 1, fast=False)
+        assert fast.startswith(b"HTTP/1.1 %d " % status)
+        assert _normalised(fast) == _normalised(general)
+        assert reached == asgi
+
+
+def test_the_switch_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    app = InferenceApp()
+    assert fast_answer(app) is not None
+    assert fast_answer(Litestar()) is None
+    monkeypatch.setenv(fast.SWITCH, "0")
+    assert fast_answer(app) is None

@@ -52,6 +52,11 @@ displaceable, like one still sending headers), and ``headerTimeoutSeconds`` runs
 over the handshake and the header block together: a client that never sends a ClientHello is
 closed when it passes.
 
+A request's cycle is offered to the inference routes' answer at the connection first
+(app/servekit/rest/fast.py, ``fast_answer``): a plain ``POST`` to an inference route is then
+answered in the request's task without uvicorn's ASGI cycle around it (after every check
+above, with the same request ID), anything else runs the application as uvicorn runs it.
+
 Everything else (parsing, pipelining, keep-alive, flow control) stays uvicorn's.
 """
 
@@ -73,6 +78,7 @@ from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
 from servekit.request_id import ACCESS, CURRENT, RequestInfo
 from servekit.rest import request_ids, traces
+from servekit.rest.fast import FastAnswer
 from servekit.rest.leaving import WAITING
 
 log = logging.getLogger("servekit.http")
@@ -148,12 +154,14 @@ def protocol_class(
     hosts: HostPolicy | None = None,
     reserved: int = 0,
     tls: ssl.SSLContext | None = None,
+    fast: FastAnswer | None = None,
 ) -> type[EdgeProtocol]:
     """The protocol class uvicorn instantiates per connection, bound to these limits (answering
     only the ``Host`` names of ``hosts``, when given; ``reserved``: descriptors the connection
     cap leaves to something else). With ``tls`` it makes the TLS handshake itself
     (:class:`TlsEdgeProtocol`): give uvicorn no SSL context then, or every connection would be
-    wrapped twice."""
+    wrapped twice. ``fast``: the inference routes' answer at the connection
+    (app/servekit/rest/fast.py), None: every request through uvicorn's ASGI cycle."""
     state = EdgeState(limits, connection_cap(limits.max_connections, reserved), hosts)
     if tls is not None:
         context = tls
@@ -161,11 +169,13 @@ def protocol_class(
         class BoundTlsEdgeProtocol(TlsEdgeProtocol):
             edge = state
             tls_context = context
+            fast_answer = fast
 
         return BoundTlsEdgeProtocol
 
     class BoundEdgeProtocol(EdgeProtocol):
         edge = state
+        fast_answer = fast
 
     return BoundEdgeProtocol
 
@@ -278,6 +288,7 @@ class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with deadlines, header limits and connection caps."""
 
     edge: ClassVar[EdgeState]
+    fast_answer: ClassVar[FastAnswer | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -470,7 +481,17 @@ class EdgeProtocol(HttpToolsProtocol):
         token = request_ids.begin(cycle, counted)
         if counted:  # written at on_response_complete (or connection_lost)
             self._access = (cycle, CURRENT.get(), time.monotonic())  # type: ignore[assignment]
-        super()._start_asgi_task(cycle, app)
+        fast = self.fast_answer
+        answering = None
+        # (never with the access log on: it counts the writes of uvicorn's cycle)
+        if fast is not None and app is self.config.loaded_app:  # (not the edge's refusal)
+            answering = fast.take(cycle, app, self.transport)  # the inference routes' answer
+        if answering is None:
+            super()._start_asgi_task(cycle, app)
+        else:  # uvicorn's _start_asgi_task, with the answer instead of cycle.run_asgi(app)
+            task = self.loop.create_task(answering)
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
         CURRENT.reset(token)
 
     # -- deadlines ----------------------------------------------------------------------------

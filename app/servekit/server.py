@@ -36,6 +36,7 @@ from servekit.rest import ports as rest_ports
 from servekit.rest import repository as rest_repository
 from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
+from servekit.rest.fast import fast_answer
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.model_control import ModelControl
 from servekit.services.shared_memory import SharedMemoryRegions
@@ -180,6 +181,10 @@ class ServeKit:
                 host_policy(server.host, hosts, server.allowed_hosts),
                 reserved=self.dataplane.shared_memory.max_regions,
                 tls=None if tls is None else tls.server_context(),
+                # V2 inference requests answered at the connection (app/servekit/rest/fast.py);
+                # a worker's wrapper (totals_first) acts on statistics paths only, which are
+                # never inference routes.
+                fast=fast_answer(app),
             ),
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,

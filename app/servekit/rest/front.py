@@ -50,12 +50,9 @@ class InferenceApp(Litestar):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope["root_path"]:
-            path = scope["path"]
-            routes = self._routes
-            route = routes.get(path)
-            if route is None and path not in routes:
-                route = self._route(routes, path)
-            if route is not None:
+            route = self.route_of(scope["path"])
+            if route is not None and PENDING not in scope:  # (PENDING: the connection's
+                # answer, app/servekit/rest/fast.py, failed: Litestar answers the failure)
                 scope["path_params"], limit, scope["path"] = route
                 try:
                     if await answer(self.fast_path, limit, scope, receive, send, True):
@@ -63,6 +60,14 @@ class InferenceApp(Litestar):
                 except Exception as exc:  # answered by Litestar's exception handling
                     scope[PENDING] = exc
         await super().__call__(scope, receive, send)
+
+    def route_of(self, path: str) -> _Route | None:
+        """Where a POST to ``path`` goes if it is an inference route, else None."""
+        routes = self._routes
+        route = routes.get(path)
+        if route is None and path not in routes:
+            route = self._route(routes, path)
+        return route
 
     def _route(self, routes: dict[str, _Route | None], path: str) -> _Route | None:
         """Where Litestar's router sends a POST to ``path``: kept if it is the inference

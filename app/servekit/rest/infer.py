@@ -107,8 +107,42 @@ async def answer(
     """Answer one inference request (JSON, binary extension or raw binary); ``limit``: the
     route's ``request_max_body_size``. With ``check_host``, a ``Host`` header Litestar's router
     would refuse (400) makes it decline, before reading anything: it returns False and the
-    caller hands the request to Litestar. Written flat, one pass over the headers: it runs for
-    every inference request."""
+    caller hands the request to Litestar."""
+    answered = await respond(fast, limit, scope, receive, check_host)
+    if answered is None:
+        return False
+    headers, content, is_large = answered
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": content, "more_body": False})
+    if is_large:
+        del content, answered
+        await large.release()
+    return True
+
+
+Answer = tuple["_Headers", bytes, bool]
+"""A 200 answer: its headers (shared: never change them in place), its body, and whether it
+was a large one (then ``large.release()`` once it is written)."""
+
+
+async def respond(
+    fast: FastPath,
+    limit: float,
+    scope: Scope,
+    receive: Receive,
+    check_host: bool,
+    ready: bytes | None = None,
+    at_connection: bool = False,
+) -> Answer | None:
+    """The answer of :func:`answer` (None: declined, nothing read), not sent yet.
+
+    ``ready``: the whole body, when the caller already holds it: it is taken only where the
+    body would be read in one message (no content coding, under ``large.OFF_LOOP_BYTES``),
+    under the same limits, else the body is read with ``receive`` as usual. ``at_connection``:
+    the caller is the answer at the connection (app/servekit/rest/fast.py), which uvicorn's
+    proxy-headers middleware did not see: a request with ``X-Forwarded-For`` or
+    ``X-Forwarded-Proto`` is declined, to go through it. Written flat, one pass over the
+    headers: it runs for every inference request."""
     arrived = time.monotonic()  # before the body: see DataPlane.infer
     params = scope["path_params"]
     raw_length = None
@@ -132,9 +166,11 @@ async def answer(
             encoding = value
         elif key == _ACCEPT_ENCODING:
             accept = value
+        elif at_connection and key in _FORWARDED:
+            return None  # uvicorn's proxy-headers middleware reads these: the ASGI way
     if check_host and host is not None and host not in _HOSTS:
         if not is_valid_host(host):
-            return False
+            return None
         if len(_HOSTS) < _MAX_HOSTS:
             _HOSTS.add(host)
     # Litestar's guards do not run on this path (see app/servekit/rest/access.py).
@@ -154,13 +190,18 @@ async def answer(
         if announced > limit:
             raise _too_large(limit, json_limited)
     if names is None and announced < large.OFF_LOOP_BYTES:
-        message = await receive()
-        if message["type"] == "http.request" and not message.get("more_body", False):
-            body: bytes | bytearray = message.get("body", b"")
+        if ready is not None:
+            body: bytes | bytearray = ready
             if len(body) > limit:
                 raise _too_large(limit, json_limited)
         else:
-            body = await _read_chunks(receive, limit, json_limited, message)
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body", False):
+                body = message.get("body", b"")
+                if len(body) > limit:
+                    raise _too_large(limit, json_limited)
+            else:
+                body = await _read_chunks(receive, limit, json_limited, message)
     else:
         body = await _read(receive, limit, json_limited, announced, names)
     dataplane = fast.dataplane
@@ -216,15 +257,11 @@ async def answer(
         headers = _headers(len(content), json_length)
     if coding is not None:
         headers = (*headers, (_CONTENT_ENCODING, coding.encode()), _VARY)
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": content, "more_body": False})
-    if is_large:
-        del content
-        await large.release()
-    return True
+    return headers, content, is_large
 
 
 _HOST = b"host"
+_FORWARDED = (b"x-forwarded-for", b"x-forwarded-proto")
 _HOSTS: set[bytes] = set()
 """``Host`` values seen valid (Litestar's router checks each request's against a pattern)."""
 _MAX_HOSTS = 256

@@ -370,11 +370,14 @@ class DataPlane:
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
                 deadline, queue_by = self._deadlines(request, deadline)
             input_done = time.perf_counter_ns()
-            inline = executor.inline(rows, state.requests_in_progress)
-            if inline:  # starts now: nothing can expire before it does
-                results, spent = executor.run_inline(feed, names, rows)
+            # On the loop now if placed there (nothing can expire before it starts): the call
+            # is timed from input_done and returns its end, so no clock read of its own.
+            ran = executor.run_now(feed, names, rows, state.requests_in_progress, input_done)
+            if ran is not None:
+                inline = True
+                results, infer_done = ran
                 queue_ns = 0
-                infer_done = input_done + spent  # the call's own clock reads (run_inline)
+                spent = infer_done - input_done
             elif (
                 step
                 and executor.step_inline(rows, state.requests_in_progress)
@@ -385,6 +388,7 @@ class DataPlane:
                 queue_ns = 0
                 infer_done = input_done + spent
             else:
+                inline = False
                 results, queue_ns, spent = await executor.submit(
                     feed, names, rows, deadline, queue_by
                 )

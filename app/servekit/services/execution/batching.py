@@ -17,14 +17,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from itertools import islice
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from servekit.errors import Internal
 from servekit.runtimes.base import Arrays
 
-Key = tuple[tuple[str, str, tuple[int, ...]], ...]
+Key = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
 
 QUEUE_DRAINED = "queue_drained"
 """Why a batch was smaller than it could be: the queue held nothing more to add."""
@@ -46,8 +46,13 @@ J = TypeVar("J", bound=Batchable)
 
 def batch_key(feed: Arrays) -> Key:
     """What must agree for two requests to be stacked: each input's datatype and the
-    dimensions after the first (the batch dimension)."""
-    return tuple((n, a.dtype.str, a.shape[1:]) for n, a in sorted(feed.items()))
+    dimensions after the first (the batch dimension). Paid by every request of a batching
+    model, so a single input (the usual case) is keyed without a sort or a generator, and
+    by its dtype object (equal dtypes compare equal; ``dtype.str`` builds a string)."""
+    if len(feed) == 1:
+        for name, array in feed.items():
+            return ((name, array.dtype, array.shape[1:]),)
+    return tuple((n, a.dtype, a.shape[1:]) for n, a in sorted(feed.items()))
 
 
 def take(queue: deque[J], max_rows: int, preferred: frozenset[int]) -> tuple[list[J], str]:
@@ -105,11 +110,13 @@ def stack(batch: Sequence[Batchable]) -> tuple[Arrays, list[str]]:
     return feed, outputs
 
 
-def split(results: Arrays, batch: Sequence[Batchable]) -> list[Arrays]:
-    """Each request's own rows of each output it asked for (views, not copies)."""
+def split(results: Arrays, batch: Sequence[Batchable], total: int | None = None) -> list[Arrays]:
+    """Each request's own rows of each output it asked for (views, not copies); ``total``:
+    the batch's rows, if the caller has them."""
     if len(batch) == 1:
         return [results]
-    total = sum(job.rows for job in batch)
+    if total is None:
+        total = sum(job.rows for job in batch)
     for name, array in results.items():
         if not isinstance(array, np.ndarray) or array.ndim == 0 or array.shape[0] != total:
             got = list(array.shape) if isinstance(array, np.ndarray) else type(array).__name__
@@ -121,6 +128,11 @@ def split(results: Arrays, batch: Sequence[Batchable]) -> list[Arrays]:
     offset = 0
     for job in batch:
         end = offset + job.rows
-        parts.append({n: results[n][offset:end] for n in job.outputs})
+        names = job.outputs
+        if len(names) == 1:  # the usual request: no comprehension (a frame of its own)
+            name = names[0]
+            parts.append({name: results[name][offset:end]})
+        else:
+            parts.append({n: results[n][offset:end] for n in names})
         offset = end
     return parts

@@ -113,26 +113,9 @@ class ModelExecutor:
     def mode(self) -> Mode:
         return self.placement.mode
 
-    def inline(self, rows: int, in_progress: Callable[[], int]) -> bool:
-        """Whether the next request runs on the loop now: measured fast, and nothing in
-        flight (an instance busy in a thread must not be used by the loop at the same time).
-
-        A batching version's request runs now only when it is the one request the server's
-        listeners hold (``in_progress()``, app/servekit/services/state.py): with others in
-        progress, some
-        may be about to reach this model in the same loop pass, so the request queues for one
-        pass to let them join (``submit``). At one request in flight batching then costs
-        nothing, not even that pass."""
-        return (
-            self.placement.mode is Mode.INLINE
-            and rows <= self._fast_rows
-            and self._idle == self.settings.instances
-            and not self._queue
-            and (not self.settings.batch_rows or in_progress() == 1)
-        )
-
     def step_inline(self, rows: int, in_progress: Callable[[], int]) -> bool:
-        """``inline`` for a call made by a pipeline's step (see ``step_placement``)."""
+        """Whether a call made by a pipeline's step runs on the loop now (as ``run_now``
+        decides, placed by ``step_placement``)."""
         step = self.step_placement
         return (
             step is not None
@@ -154,13 +137,53 @@ class ModelExecutor:
     def queued(self) -> int:
         return len(self._queue)
 
+    def run_now(
+        self,
+        feed: Arrays,
+        outputs: list[str],
+        rows: int,
+        in_progress: Callable[[], int],
+        started: int,
+    ) -> tuple[Arrays, int] | None:
+        """Run the request on the loop now if it may, in one call (the common request's):
+        None when it does not (the caller submits it), else its results and the clock
+        (``time.perf_counter_ns``) at the call's end. ``started`` is the caller's own clock
+        read just before (its checks' end), so the call is timed from there with no read of
+        its own: the few instructions of the test below count as model time.
+
+        It runs now when measured fast, no larger than a call already timed fast, and nothing
+        is in flight (an instance busy in a thread must not be used by the loop at the same
+        time). A batching version's request runs now only when it is the one request the
+        server's listeners hold (``in_progress()``, app/servekit/services/state.py): with
+        others in progress, some may be about to reach this model in the same loop pass, so
+        the request queues for one pass to let them join (``submit``). At one request in
+        flight batching then costs nothing, not even that pass."""
+        if (
+            self.placement.mode is not Mode.INLINE
+            or rows > self._fast_rows
+            or self._idle != self.settings.instances
+            or self._queue
+            or (self.settings.batch_rows and in_progress() != 1)
+        ):
+            return None
+        return self._call_here(feed, outputs, rows, started, self.placement)
+
     def run_inline(
         self, feed: Arrays, outputs: list[str], rows: int, step: bool = False
     ) -> tuple[Arrays, int]:
         """Run on the loop thread; returns the results and the wall time of the call
         (``step``: as a pipeline's step, placed by ``step_placement``)."""
-        traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
         started = time.perf_counter_ns()
+        placement = self.step_placement if step and self.step_placement else self.placement
+        results, ended = self._call_here(feed, outputs, rows, started, placement)
+        return results, ended - started
+
+    def _call_here(
+        self, feed: Arrays, outputs: list[str], rows: int, started: int, placement: Placement
+    ) -> tuple[Arrays, int]:
+        """The model call on the loop thread, timed from ``started``: its results and the
+        clock at its end; the time teaches ``placement`` (and ``_fast_rows``)."""
+        traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
         try:
             results = self._runtime.predict(feed, outputs)
         except (Exception, KeyboardInterrupt):  # the model's own error, or the user's interrupt
@@ -170,13 +193,13 @@ class ModelExecutor:
         finally:
             if traced is not None:
                 traced.end(sys.exc_info()[1])
-        spent = time.perf_counter_ns() - started
-        placement = self.step_placement if step and self.step_placement else self.placement
+        ended = time.perf_counter_ns()
+        spent = ended - started
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
         elif rows > self._fast_rows:  # else nothing to note
             self._fast_rows = rows
-        return results, spent
+        return results, ended
 
     async def submit(
         self,
@@ -372,7 +395,7 @@ class ModelExecutor:
         error = work.error
         if error is None and work.results is not None:
             try:
-                parts = batching.split(work.results, work.jobs)
+                parts = batching.split(work.results, work.jobs, rows)
             except Internal as exc:
                 error = exc
         for index, job in enumerate(work.jobs):

@@ -56,7 +56,11 @@ class OutputCheck:
 
     def tensors(self, results: Arrays, wanted: list[TensorSpec]) -> list[Tensor]:
         """The wanted outputs as Tensors; Internal naming the first output that is wrong."""
-        if self.trusted:
+        if self.trusted:  # no comprehension (a frame of its own) for the usual one output
+            if len(wanted) == 1:
+                only = wanted[0]
+                data = results[only.name]
+                return [Tensor(only.name, only.datatype, data.shape, data)]
             return [Tensor(s.name, s.datatype, (a := results[s.name]).shape, a) for s in wanted]
         out = []
         rules = self._rules

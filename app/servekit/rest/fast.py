@@ -1,0 +1,166 @@
+"""The V2 inference answer written at the connection, without uvicorn's ASGI cycle around it.
+
+Every HTTP request reaches the application through uvicorn's ``RequestResponseCycle``: the
+proxy-headers middleware, ``run_asgi``, a ``receive()`` coroutine that waits on an event and
+builds a message dict, and two ``send()`` calls that build message dicts and check every
+response header with two regular expressions. For a tiny model that was about a tenth of a
+request's instructions (docs/performance.md, "After round 3"). The edge
+(app/servekit/edge.py) therefore offers each request's cycle to :meth:`FastAnswer.take` before
+it starts the request's task: a ``POST`` that the front (app/servekit/rest/front.py) would
+answer runs :meth:`FastAnswer.run` instead of ``cycle.run_asgi(app)``, which calls the same
+inference answer (:func:`servekit.rest.infer.respond`) with the body the cycle already holds
+and writes the status line, headers and body to the connection in one ``write()``.
+
+Everything around the answer is uvicorn's and the edge's, unchanged: the request's cycle is
+still made by uvicorn (pipelining order, keep-alive, ``Connection: close``, flow control, the
+deadlines and client-left cancel of the edge see the same object), the edge's checks (Host,
+limits, request ID) ran before, and the bookkeeping a finished response does in uvicorn's
+``send()`` is done here the same way. A request that is not plainly the common case goes the
+ASGI way: ``Expect: 100-continue``, the access log on (the edge counts the writes of
+uvicorn's cycle), tracing on (it wraps the cycle's ``send``), ``X-Forwarded-For``/``-Proto`` headers (the proxy-headers middleware reads them), a
+body still arriving or content-coded (read through ``receive`` as the ASGI answer would), a
+``Host`` Litestar refuses. A failure of the answer goes to Litestar with the exception pending,
+exactly as the front hands over its own (so error answers are Litestar's, byte for byte).
+
+``SERVEKIT_HTTP_FAST=0`` in the environment turns it off (every request the ASGI way), to
+compare the two or to rule it out when chasing a problem.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+
+from servekit.request_id import ACCESS
+from servekit.rest import large
+from servekit.rest.front import InferenceApp
+from servekit.rest.infer import PENDING, respond
+from servekit.tracing import TRACING
+
+log = logging.getLogger("uvicorn.error")  # where uvicorn's cycle logs an application's failure
+
+SWITCH = "SERVEKIT_HTTP_FAST"
+"""Environment variable: ``0`` sends every request the ASGI way."""
+
+_OK = STATUS_LINE[200]
+_CLOSE = b"connection: close\r\n"
+_BLOCKS: dict[Any, bytes] = {}
+"""Encoded header lines of an answer's own headers (the answer shares its header tuples per
+body length, so there are few)."""
+_MAX_BLOCKS = 4096
+JOIN_LIMIT = 64 * 1024
+"""A body shorter than this is joined to its headers (one copy, one ``write()``); a longer one
+goes with ``writelines`` (one ``writev()``, no copy), as the edge's coalescer does."""
+
+
+def _nothing() -> None:
+    """A finished cycle's ``on_response`` (as uvicorn's ``run_asgi`` leaves it)."""
+
+
+class FastAnswer:
+    """The connection-level answer of one application's inference routes."""
+
+    def __init__(self, app: InferenceApp) -> None:
+        self.app = app
+
+    def take(self, cycle: Any, app: Any, transport: Any) -> Any:
+        """The coroutine answering ``cycle``'s request at the connection, or None: run
+        ``app`` the ASGI way. ``transport``: the connection's own (not the edge's coalescing
+        writer: the answer is one write already)."""
+        scope = cycle.scope
+        if (
+            scope["method"] != "POST"
+            or cycle.waiting_for_100_continue
+            or ACCESS.mode != "off"
+            or TRACING.on
+            or scope["root_path"]
+        ):
+            return None
+        route = self.app.route_of(scope["path"])
+        if route is None:
+            return None
+        return self.run(cycle, route, app, transport)
+
+    async def run(self, cycle: Any, route: Any, app: Any, transport: Any) -> None:
+        """Answer the request, or hand it to ``app`` as uvicorn would; fail as uvicorn's
+        ``run_asgi`` fails."""
+        try:
+            if not await self._answer(cycle, route, transport):
+                await cycle.run_asgi(app)  # (it fails as run_asgi fails, by itself)
+        except BaseException as exc:  # what run_asgi does with an application's failure
+            log.error("Exception in ASGI application\n", exc_info=exc)
+            if not cycle.response_started:
+                await cycle.send_500_response()
+            else:
+                transport.close()
+        finally:
+            cycle.on_response = _nothing
+
+    async def _answer(self, cycle: Any, route: Any, transport: Any) -> bool:
+        """Answer, or say no (False: the application answers, the request's body unread)."""
+        scope = cycle.scope
+        scope["path_params"], limit, scope["path"] = route
+        body = cycle.body  # all of it, once the request is complete (uvicorn's on_body)
+        ready = None
+        if not cycle.more_body and not cycle.disconnected and len(body) < large.OFF_LOOP_BYTES:
+            ready = bytes(body)  # (a copy, as uvicorn's receive makes)
+        try:
+            answered = await respond(
+                self.app.fast_path, limit, scope, cycle.receive, True, ready, True
+            )
+        except Exception as exc:  # answered by Litestar's exception handling
+            scope[PENDING] = exc
+            return False
+        if answered is None:
+            return False
+        headers, content, is_large = answered
+        flow = cycle.flow
+        if flow.write_paused and not cycle.disconnected:
+            await flow.drain()
+        if not cycle.disconnected:  # (else: dropped, as uvicorn's send drops it)
+            block = _BLOCKS.get(headers)
+            if block is None:
+                block = _block(headers)
+            parts = [_OK]
+            for name, value in cycle.default_headers:  # Date, X-Request-ID: checked values
+                parts += (name, b": ", value, b"\r\n")
+            parts.append(block)
+            if not cycle.keep_alive:
+                parts.append(_CLOSE)
+            parts.append(b"\r\n")
+            cycle.response_started = True
+            cycle.waiting_for_100_continue = False
+            if len(content) < JOIN_LIMIT:
+                parts.append(content)
+                transport.write(b"".join(parts))
+            else:
+                transport.writelines((b"".join(parts), content))
+            cycle.response_complete = True
+            cycle.message_event.set()
+            if not cycle.keep_alive:
+                cycle.transport.close()
+            cycle.on_response()
+        if is_large:
+            del content, answered
+            await large.release()
+        return True
+
+
+def _block(headers: Any) -> bytes:
+    """The header lines of ``headers`` (names lower-case, values made by the answer)."""
+    block = b"".join(b"%s: %s\r\n" % (name, value) for name, value in headers)
+    if len(_BLOCKS) >= _MAX_BLOCKS:
+        _BLOCKS.clear()
+    _BLOCKS[headers] = block
+    return block
+
+
+def fast_answer(app: Any) -> FastAnswer | None:
+    """The connection-level answer of ``app`` (None when it is not the inference front, or
+    when ``SERVEKIT_HTTP_FAST=0``)."""
+    if not isinstance(app, InferenceApp) or os.environ.get(SWITCH, "1") == "0":
+        return None
+    return FastAnswer(app)
