@@ -18,8 +18,8 @@ limits, request ID) ran before, and the bookkeeping a finished response does in 
 ``send()`` is done here the same way. A request that is not plainly the common case goes the
 ASGI way: ``Expect: 100-continue``, the access log on (the edge counts the writes of
 uvicorn's cycle), tracing on (it wraps the cycle's ``send``), ``X-Forwarded-For``/``-Proto``
-headers (the proxy-headers middleware reads them), a body still arriving or content-coded (read through ``receive`` as the ASGI answer would), a
-``Host`` Litestar refuses. A failure of the answer goes to Litestar with the exception pending,
+headers (the proxy-headers middleware reads them), a body still arriving or content-coded
+(read through ``receive`` as the ASGI answer would), a ``Host`` Litestar refuses. A failure of the answer goes to Litestar with the exception pending,
 exactly as the front hands over its own (so error answers are Litestar's, byte for byte).
 
 ``SERVEKIT_HTTP_FAST=0`` in the environment turns it off (every request the ASGI way), to
