@@ -19,8 +19,9 @@ limits, request ID) ran before, and the bookkeeping a finished response does in 
 ASGI way: ``Expect: 100-continue``, the access log on (the edge counts the writes of
 uvicorn's cycle), tracing on (it wraps the cycle's ``send``), ``X-Forwarded-For``/``-Proto``
 headers (the proxy-headers middleware reads them), a body still arriving or content-coded
-(read through ``receive`` as the ASGI answer would), a ``Host`` Litestar refuses. A failure of the answer goes to Litestar with the exception pending,
-exactly as the front hands over its own (so error answers are Litestar's, byte for byte).
+(read through ``receive`` as the ASGI answer would), a ``Host`` Litestar refuses. A failure
+of the answer goes to Litestar with the exception pending, exactly as the front hands over its
+own (so error answers are Litestar's, byte for byte).
 
 ``SERVEKIT_HTTP_FAST=0`` in the environment turns it off (every request the ASGI way), to
 compare the two or to rule it out when chasing a problem.
