@@ -268,6 +268,12 @@ class _CountingCoalescer(_Coalescer):
         self.sent += len(data)
         _Coalescer.write(self, data)
 
+    def answered(self, status_line: bytes, body_bytes: int) -> None:
+        """A response written to the connection past this writer (app/servekit/rest/fast.py):
+        its status line and body size, counted as if written here."""
+        self.head = status_line
+        self.sent = len(status_line) + body_bytes
+
     def taken(self) -> tuple[int, int]:
         """The finished response's status and body bytes, the counts reset for the next."""
         head, sent = self.head, self.sent
@@ -483,7 +489,6 @@ class EdgeProtocol(HttpToolsProtocol):
             self._access = (cycle, CURRENT.get(), time.monotonic())  # type: ignore[assignment]
         fast = self.fast_answer
         answering = None
-        # (never with the access log on: it counts the writes of uvicorn's cycle)
         if fast is not None and app is self.config.loaded_app:  # (not the edge's refusal)
             answering = fast.take(cycle, app, self.transport)  # the inference routes' answer
         if answering is None:
