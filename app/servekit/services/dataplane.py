@@ -103,11 +103,11 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
-        self._pipelines = Pipelines(self, repository)
-        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._calls = ModelCalls(self.infer)
+        self._pipelines = Pipelines(self, repository, state, self._calls.callers)
+        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) as ``infer`` would."""
         self._sequences = Sequences(self.statistics, self._deadlines)
         """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
-        self._calls = ModelCalls(self.infer)
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
         # on a request's path.
@@ -378,10 +378,8 @@ class DataPlane:
                 results, infer_done = ran
                 queue_ns = 0
                 spent = infer_done - input_done
-            elif (
-                step
-                and executor.step_inline(rows, state.requests_in_progress)
-                and plan.name not in self._calls.callers
+            elif (step := step and plan.name not in self._calls.callers) and executor.step_inline(
+                rows, state.requests_in_progress
             ):
                 inline = True
                 results, spent = executor.run_inline(feed, names, rows, step=True)
@@ -390,7 +388,7 @@ class DataPlane:
             else:
                 inline = False
                 results, queue_ns, spent = await executor.submit(
-                    feed, names, rows, deadline, queue_by
+                    feed, names, rows, deadline, queue_by, step
                 )
                 infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
