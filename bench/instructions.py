@@ -5,6 +5,7 @@
     git worktree add --detach /work/wt/base 664e9ed
     python bench/instructions.py base=/work/wt/base new=. [--body "REST JSON"] [--requests 300]
     python bench/instructions.py base=... new=. --batching --concurrency 64   # the batched path
+    python bench/instructions.py off=. json=. --server json='logging: {format: json, accessLog: on}'
 
 This machine is shared and its speed varies from minute to minute, so timed A/B runs
 (bench/ab.py) need many rounds to see a 5% change. Counting instructions does not. Each
@@ -115,9 +116,12 @@ def count(
     name: str,
     windows: int = 1,
     concurrency: int = 1,
+    server: str | None = None,
 ) -> dict[str, float]:
     """Instructions per request of each body (None: gRPC) on one server of one checkout,
-    sent by ``concurrency`` client threads at once."""
+    sent by ``concurrency`` client threads at once; ``server``: serve.yaml ``server:``
+    settings (YAML flow mappings) for this one, which then runs at the level they give
+    (default info) instead of ``--log-level warning``."""
     # Since the move to app/servekit/, the source root is app/ (no symlink at the top).
     root = tree / "app" if (tree / "app" / "servekit").is_dir() else tree
     # PYTHONHASHSEED: str hashes (dict and set layouts, so probe lengths) alike in every run.
@@ -129,6 +133,10 @@ def count(
     # A checkout from before the package was called servekit (issue 16) serves as `app`.
     package = "servekit" if (root / "servekit").exists() else "app"
     grpc = any(body is None for body in bodies.values())
+    if server is not None:  # the workload's serve.yaml ends in its `server:` block
+        own = out_dir / f"{name}.serve.yaml"
+        own.write_text(config.read_text() + "".join(f"  {x}\n" for x in server.splitlines()))
+        config = own
     argv = [
         "valgrind",
         "--tool=callgrind",
@@ -145,9 +153,9 @@ def count(
         "0",
         "--host",
         "127.0.0.1",
-        "--log-level",
-        "warning",
     ]
+    if server is None:
+        argv += ["--log-level", "warning"]
     argv += ["--grpc-port", "0"] if grpc else ["--no-grpc"]
     log_path = out_dir / f"{name}.log"
     with log_path.open("w") as log_file:
@@ -323,9 +331,11 @@ def measure(
     keep: Path | None = None,
     concurrency: int = 1,
     batching: bool = False,
+    servers: dict[str, str] | None = None,
 ) -> dict[str, dict[str, float]]:
     """tree name -> body -> instructions per request (of the last of ``windows``); ``keep``:
-    a folder for the callgrind dumps (``callgrind_annotate``), else they are deleted."""
+    a folder for the callgrind dumps (``callgrind_annotate``), else they are deleted;
+    ``servers``: tree name -> its own ``server:`` settings (``--server``)."""
     with tempfile.TemporaryDirectory(prefix="servekit-instr-") as scratch:
         tmp = str(keep) if keep is not None else scratch
         if keep is not None:
@@ -345,8 +355,18 @@ def measure(
                 bodies[label] = (path.read_bytes(), header_length)
         results = {}
         for name, tree in trees.items():
+            server = (servers or {}).get(name)
             results[name] = count(
-                tree, config, bodies, requests, warmup, Path(tmp), name, windows, concurrency
+                tree,
+                config,
+                bodies,
+                requests,
+                warmup,
+                Path(tmp),
+                name,
+                windows,
+                concurrency,
+                server,
             )
             for label, value in results[name].items():
                 print(f"{name:>10}  {label:<12} {value:>12,.0f} instructions/request", flush=True)
@@ -481,6 +501,15 @@ def main() -> int:
     )
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps in this folder")
     parser.add_argument(
+        "--server",
+        action="append",
+        default=[],
+        metavar="NAME=YAML",
+        help="serve.yaml `server:` settings for the tree NAME (repeatable), e.g. "
+        "json='logging: {format: json, accessLog: on}'; that server then logs at the level "
+        "they give (default info), the others at warning",
+    )
+    parser.add_argument(
         "--concurrency",
         type=int,
         default=1,
@@ -514,9 +543,14 @@ def main() -> int:
         parser.error("name at least one NAME=PATH checkout, or --check / --write-baseline")
     trees = {name: Path(path) for name, path in (item.split("=", 1) for item in args.trees)}
     labels = args.body or list(BODIES)
+    servers = dict(item.split("=", 1) for item in args.server)
+    unknown = set(servers) - set(trees)
+    if unknown:
+        parser.error(f"--server names no tree: {', '.join(sorted(unknown))}")
     results = measure(
-        trees, labels, requests, warmup, args.windows, args.keep, args.concurrency, args.batching
-    )
+        trees, labels, requests, warmup, args.windows, args.keep, args.concurrency, args.batching,
+        servers,
+    )  # fmt: skip
     first_name = next(iter(results))
     print()
     for label in labels:

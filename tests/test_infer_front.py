@@ -318,12 +318,20 @@ async def test_the_connection_answers_as_the_asgi_cycle_does(
     assert len(re.findall(rb"HTTP/1\.1 [2-5]\d\d ", fast)) == answers
 
 
-async def test_the_access_log_and_tracing_take_the_asgi_way(
+async def test_tracing_takes_the_asgi_way_and_the_access_log_does_not(
     app: InferenceApp, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The access log counts the fast answer at the edge (it tells the counting writer what it
+    wrote); tracing wraps the cycle's ``send``, so its requests go the ASGI way."""
     monkeypatch.setattr(ACCESS, "mode", "on")
+    lines: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(ACCESS, "write", lambda *values: lines.append(values))
     fast, reached = await _over_connection(app, [JSON_POST], 1, fast=True)
-    assert reached == 1 and fast.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert reached == 0 and fast.startswith(b"HTTP/1.1 200 OK\r\n")
+    (line,) = lines  # protocol, method, path, status, seconds, bytes in, bytes out, ...
+    body = fast.split(b"\r\n\r\n", 1)[1]
+    assert line[:4] == ("HTTP", "POST", "/v2/models/mlp/infer", 200)
+    assert line[5] > 0 and line[6] == len(body)
     monkeypatch.setattr(ACCESS, "mode", "off")
     monkeypatch.setattr(TRACING, "on", True)
     monkeypatch.setattr(request_ids.traces, "begin", lambda cycle, info: None)

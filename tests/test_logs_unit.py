@@ -255,3 +255,59 @@ def test_access_lines_are_written_in_groups_in_order_and_none_is_lost() -> None:
         logger.removeHandler(handler)
         logger.propagate = True
         logger.setLevel(logging.NOTSET)
+
+
+@pytest.mark.parametrize("worker", [None, 1])
+def test_access_lines_without_a_record_read_as_the_formatters_write_them(
+    worker: int | None,
+) -> None:
+    """logs.AccessLines (the server's access lines, made with no LogRecord) writes what the
+    formatters write for the same values: the same JSON fields (the message shortened) and the
+    same text line; a path with characters JSON escapes stays valid JSON."""
+    import io
+
+    values = [
+        ("HTTP", "POST", "/v2/models/m/infer", 200, False, 0.0004121, 70, 69, "127.0.0.1:1", "m"),
+        ("gRPC", "ModelInfer", "/inference.G/ModelInfer", "NOT_FOUND", True, 0.002, 5, 0,
+         "ipv4:127.0.0.1:2", None),
+        ("HTTP", "GET", '/v2/models/"q\\\n\u00e9/ready', 404, True, 0.0, 0, 30, None, 'a"b'),
+    ]  # fmt: skip
+    for fmt in ("json", "text"):
+        made, recorded = io.StringIO(), io.StringIO()
+        fast = logs.LineHandler(made)
+        slow = logs.LineHandler(recorded)
+        slow.setFormatter(logs.formatter(fmt, worker))  # type: ignore[arg-type]
+        writer = logs.AccessLines(fast, fmt, worker)  # type: ignore[arg-type]
+        logger = logging.getLogger("servekit.access")
+        logger.addHandler(slow)
+        logger.propagate = False
+        logger.setLevel(logging.INFO)
+        request_id.set_access("on")
+        try:
+            for protocol, method, path, status, failed, seconds, n_in, n_out, peer, model in values:
+                info = RequestInfo("id-1", True)
+                info.model = model
+                writer(protocol, method, path, status, seconds, n_in, n_out, peer, info)
+                request_id.record_access(
+                    protocol=protocol, method=method, path=path, status=status, failed=failed,
+                    duration_s=seconds, bytes_in=n_in, bytes_out=n_out, client=peer, info=info,
+                )  # fmt: skip
+            fast.flush()
+            slow.flush()
+        finally:
+            request_id.set_access("off")
+            logger.removeHandler(slow)
+            logger.propagate = True
+            logger.setLevel(logging.NOTSET)
+        ours, theirs = made.getvalue().splitlines(), recorded.getvalue().splitlines()
+        assert len(ours) == len(theirs) == len(values)
+        for mine, expected, row in zip(ours, theirs, values, strict=True):
+            if fmt == "json":
+                a, b = json.loads(mine), json.loads(expected)
+                assert list(a) == list(b), (a, b)  # the same fields, in the same order
+                assert a.pop("message") == f"{row[0]} {row[1]} {row[2]} {row[3]}"
+                b.pop("message")
+                assert a.pop("time")[:16] == b.pop("time")[:16]  # to the minute
+                assert a == b
+            else:  # the same line after the time (the milliseconds may differ)
+                assert mine.split(" ", 2)[2] == expected.split(" ", 2)[2]

@@ -92,6 +92,23 @@ async def test_a_light_python_step_runs_on_the_loop(serve: Serve, tmp_path: Path
     assert not (await call(services, "whereabouts", x=x))["on_loop"].any()
 
 
+async def test_a_light_step_queued_behind_a_thread_call_catches_up_on_the_loop(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """At steady concurrency a step that finds its model busy in a thread queues; once the
+    thread call ends it runs on the loop, not in another thread (before, every later request
+    queued behind the previous one's thread call and the step never got back to the loop)."""
+    services = await start(serve, tmp_path)
+    x = np.ones(2, np.float32)
+    for _ in range(40):  # the step's placement is learnt first, as above
+        if (await call(services, "located", X=x))["ON_LOOP"].all():
+            break
+    direct = asyncio.ensure_future(call(services, "whereabouts", x=x))  # takes the thread
+    step = asyncio.ensure_future(call(services, "located", X=x))  # queues behind it
+    assert not (await direct)["on_loop"].any()
+    assert (await step)["ON_LOOP"].all()
+
+
 async def test_a_step_that_calls_models_never_runs_on_the_loop(
     serve: Serve, tmp_path: Path
 ) -> None:
@@ -211,6 +228,106 @@ async def test_ready_only_when_every_step_is(serve: Serve, tmp_path: Path) -> No
     assert not services.dataplane.model_ready("classify", "1")
     with pytest.raises(Unavailable, match=r"pipeline 'classify' step 1 \(model 'mlp'\)"):
         await call(services, "classify", RAW=rows(1))
+
+
+NESTED = """
+  - name: nested
+    maxBatchSize: 64
+    inputs: [{name: R, datatype: FP32, shape: [-1, 8]}]
+    outputs: [{name: L, datatype: INT64, shape: [-1]}]
+    pipeline:
+      - {model: classify, inputs: {RAW: R}, outputs: {LABEL: L}}
+  - name: loose
+    maxBatchSize: 64
+    inputs: [{name: R, datatype: FP32, shape: [-1, -1]}]
+    outputs: [{name: F, datatype: FP32, shape: [-1, 16]}]
+    pipeline:
+      - {model: featurise, inputs: {raw: R}, outputs: {features: F}}
+"""
+
+
+async def test_steps_the_quick_way_does_not_cover(serve: Serve, tmp_path: Path) -> None:
+    """A pipeline as a step, and a step input that fails the step model's check, go through
+    the DataPlane as any request: the same answer, the same refusal, the step named."""
+    write_project(tmp_path)
+    services = await serve(CONFIG + NESTED)
+    raw = rows(3)
+    expected = (await call(services, "classify", RAW=raw))["LABEL"]
+    for _ in range(2):
+        np.testing.assert_array_equal((await call(services, "nested", R=raw))["L"], expected)
+    assert services.statistics("classify")["inference_stats"]["success"]["count"] == 3
+    features = (await call(services, "loose", R=raw))["F"]
+    np.testing.assert_array_equal(features[:, 8:], raw * raw)
+    wide = np.ones((2, 9), np.float32)
+    with pytest.raises(InvalidArgument, match=r"pipeline 'loose' step 0 \(model 'featurise'\)"):
+        await call(services, "loose", R=wide)
+    with pytest.raises(InvalidArgument, match=r"shape \[2, 9\] does not match the model's"):
+        await call(services, "loose", R=wide)
+
+
+VERSIONED = """
+models:
+  - {name: mlp, modelFormat: {name: onnx}, storageUri: models/mlp, maxBatchSize: 8}
+  - name: scored
+    maxBatchSize: 8
+    inputs: [{name: X, datatype: FP32, shape: [-1, 16]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1, 4]}]
+    pipeline:
+      - {model: mlp, inputs: {input: X}, outputs: {output: Y}}
+  - name: pinned
+    maxBatchSize: 8
+    inputs: [{name: X, datatype: FP32, shape: [-1, 16]}]
+    outputs: [{name: Y, datatype: FP32, shape: [-1, 4]}]
+    pipeline:
+      - {model: mlp, version: 2, inputs: {input: X}, outputs: {output: Y}}
+"""
+
+
+async def test_a_step_follows_its_models_versions_and_reloads(serve: Serve, tmp_path: Path) -> None:
+    """A step's call is worked out once per model version: a new serving version, a reload
+    with new weights and an unload are each seen by the next request."""
+    import onnx
+    import onnx_builders
+
+    folder = tmp_path / "models" / "mlp"
+
+    def weights(version: int, seed: int) -> None:
+        (folder / str(version)).mkdir(parents=True, exist_ok=True)
+        onnx.save(onnx_builders.mlp(seed=seed), str(folder / str(version) / "model.onnx"))
+
+    weights(1, 1)
+    weights(2, 2)
+    services = await serve(VERSIONED)
+    x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+
+    async def mlp() -> np.ndarray:
+        return (await call(services, "mlp", input=x))["output"]
+
+    async def both() -> tuple[np.ndarray, np.ndarray]:
+        return (await call(services, "scored", X=x))["Y"], (await call(services, "pinned", X=x))[
+            "Y"
+        ]
+
+    two = await mlp()
+    for _ in range(3):  # the calls are worked out, and kept
+        scored, pinned = await both()
+        np.testing.assert_array_equal(scored, two)
+        np.testing.assert_array_equal(pinned, two)
+    weights(3, 3)
+    await services.control.load("mlp")  # version 3 serves; version 2 is not kept
+    three = await mlp()
+    assert not np.array_equal(three, two)
+    np.testing.assert_array_equal((await call(services, "scored", X=x))["Y"], three)
+    with pytest.raises(Unavailable, match=r"pipeline 'pinned' step 0 \(model 'mlp'\)"):
+        await call(services, "pinned", X=x)
+    weights(3, 4)  # new weights under the same version number: a reload
+    await services.control.load("mlp")
+    four = await mlp()
+    assert not np.array_equal(four, three)
+    np.testing.assert_array_equal((await call(services, "scored", X=x))["Y"], four)
+    await services.control.unload("mlp")
+    with pytest.raises(Unavailable, match=r"pipeline 'scored' step 0 \(model 'mlp'\)"):
+        await call(services, "scored", X=x)
 
 
 # -- serve.yaml ---------------------------------------------------------------------------------

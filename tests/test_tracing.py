@@ -5,6 +5,8 @@ variables, and requests sent over HTTP and gRPC with a W3C ``traceparent``."""
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -77,20 +79,31 @@ class Receiver(otlp_grpc.TraceServiceServicer):  # type: ignore[misc]
 
 
 @pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    """A receiver on a free loopback port, and the variables that point servers at it."""
+def listening(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Receiver, int]]:
+    """A receiver on a free loopback port (and its port), with no ``OTEL_*`` variable set but
+    the batch processor's delay (spans leave within 50 ms)."""
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     receiving = Receiver()
     otlp_grpc.add_TraceServiceServicer_to_server(receiving, server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("OTEL_SERVICE_NAME", "scaler-service")
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # spans leave within 50 ms
     try:
-        yield receiving
+        yield receiving, port
     finally:
         server.stop(None)
+
+
+@pytest.fixture
+def receiver(listening: tuple[Receiver, int], monkeypatch: pytest.MonkeyPatch) -> Receiver:
+    """A receiver, and the standard variables that point servers at it."""
+    receiving, port = listening
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "scaler-service")
+    return receiving
 
 
 def _write(tmp_path: Path) -> Path:
@@ -208,6 +221,181 @@ def test_traces_under_two_workers(tmp_path: Path, receiver: Receiver) -> None:
         server.stop()
 
 
+STREAM_SPAN = "inference.GRPCInferenceService/ModelStreamInfer"
+
+
+def _scaler_request(*values: float) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name="scaler")
+    tensor = message.inputs.add(name="x", datatype="FP32", shape=[1, len(values)])
+    tensor.contents.fp32_contents.extend(values)
+    return message
+
+
+@pytest.mark.slow
+def test_stream_infer_has_decode_and_encode_spans(tmp_path: Path, receiver: Receiver) -> None:
+    """ModelStreamInfer: one server span for the call (the client's span its parent), and a
+    decode and an encode span per request of the stream, the call span their parent."""
+    config = _write(tmp_path)
+    trace_id, parent_id = "5bf92f3577b34da6a3ce929d0e0e4737", "10f067aa0ba902b8"
+    with running_server(config) as server:
+        assert server.grpc_target is not None
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = pb_grpc.GRPCInferenceServiceStub(channel)
+            replies = list(
+                stub.ModelStreamInfer(
+                    iter([_scaler_request(1, 2), _scaler_request(3, 4)]),
+                    metadata=(("traceparent", f"00-{trace_id}-{parent_id}-01"),),
+                )
+            )
+        assert [r.error_message for r in replies] == ["", ""]
+
+        def arrived() -> bool:
+            names = [s.name for s in receiver.of_trace(trace_id)]
+            return STREAM_SPAN in names and names.count("encode") == 2
+
+        wait_until(arrived, timeout=30, what="the stream's spans")
+    spans = receiver.of_trace(trace_id)
+    (call,) = [s for s in spans if s.name == STREAM_SPAN]
+    assert call.kind == call.SPAN_KIND_SERVER
+    assert call.parent_span_id.hex() == parent_id
+    for name in ("decode", "encode", "execute"):
+        children = [s for s in spans if s.name == name]
+        assert len(children) == 2, (name, [s.name for s in spans])
+        assert all(s.parent_span_id == call.span_id for s in children), name
+        assert all(call.start_time_unix_nano <= s.start_time_unix_nano for s in children)
+        assert all(s.end_time_unix_nano <= call.end_time_unix_nano for s in children)
+    decodes = sorted(s.end_time_unix_nano for s in spans if s.name == "decode")
+    encodes = sorted(s.start_time_unix_nano for s in spans if s.name == "encode")
+    assert decodes[0] <= encodes[0] and decodes[1] <= encodes[1]
+
+
+WAITER = """
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+class Waiter:
+    \"\"\"Says it started (a file), then waits for the test's release file (bounded).\"\"\"
+
+    def predict(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        Path("started").touch()
+        deadline = time.monotonic() + 30
+        while not Path("release").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"y": x}
+"""
+WAITER_CONFIG = """\
+models:
+  - name: waiter
+    modelFormat: {name: python}
+    entrypoint: 'waiter:Waiter'
+    inputs: [{name: x, datatype: FP32, shape: [-1, 2]}]
+    outputs: [{name: y, datatype: FP32, shape: [-1, 2]}]
+"""
+
+
+def _address(host_port: str) -> tuple[str, int]:
+    host, _, port = host_port.rpartition(":")
+    return host, int(port)
+
+
+def _left_span(receiver: Receiver, trace_id: str) -> Any:
+    """The request span of ``trace_id`` once it arrived."""
+
+    def server_spans() -> list[Any]:
+        return [s for s in receiver.of_trace(trace_id) if s.kind == s.SPAN_KIND_SERVER]
+
+    wait_until(lambda: bool(server_spans()), timeout=30, what=f"the request span of {trace_id}")
+    (span,) = server_spans()
+    return span
+
+
+def _says_client_left(span: Any) -> None:
+    assert span.status.code == span.status.STATUS_CODE_ERROR, span.status
+    assert "client left" in span.status.message
+    assert "client left" in [event.name for event in span.events]
+
+
+@pytest.mark.slow
+def test_a_request_whose_client_leaves_still_ends_its_span(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    """An HTTP client that closes its connection, and a gRPC client that cancels its call,
+    while the model runs: the request span still ends, says so, and reaches the collector."""
+    (tmp_path / "waiter.py").write_text(WAITER)
+    config = tmp_path / "serve.yaml"
+    config.write_text(WAITER_CONFIG)
+    started, release = tmp_path / "started", tmp_path / "release"
+    http_trace, grpc_trace = "6bf92f3577b34da6a3ce929d0e0e4738", "7bf92f3577b34da6a3ce929d0e0e4739"
+    try:
+        with running_server(config) as server:
+            body = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,2],"data":[1,2]}]}'
+            head = (
+                f"POST /v2/models/waiter/infer HTTP/1.1\r\nHost: {server.http_host_port}\r\n"
+                f"traceparent: 00-{http_trace}-{PARENT_ID}-01\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            with socket.create_connection(_address(server.http_host_port), timeout=10) as client:
+                client.sendall(head.encode() + body)
+                wait_until(started.exists, timeout=30, what="the model to start")
+            span = _left_span(receiver, http_trace)  # arrives while the model still runs
+            assert span.parent_span_id.hex() == PARENT_ID
+            _says_client_left(span)
+            release.touch()
+            started.unlink()
+            release.unlink()
+
+            assert server.grpc_target is not None
+            with grpc.insecure_channel(server.grpc_target) as channel:
+                stub = pb_grpc.GRPCInferenceServiceStub(channel)
+                message = pb.ModelInferRequest(model_name="waiter")
+                tensor = message.inputs.add(name="x", datatype="FP32", shape=[1, 2])
+                tensor.contents.fp32_contents.extend([1, 2])
+                call = stub.ModelInfer.future(
+                    message, metadata=(("traceparent", f"00-{grpc_trace}-{PARENT_ID}-01"),)
+                )
+                wait_until(started.exists, timeout=30, what="the model to start")
+                call.cancel()
+                span = _left_span(receiver, grpc_trace)
+            assert span.parent_span_id.hex() == PARENT_ID
+            _says_client_left(span)
+            release.touch()  # the model's call ends: the server stops at once
+    finally:
+        release.touch()
+
+
+@pytest.mark.slow
+def test_server_tracing_in_serve_yaml_exports_without_otel_variables(
+    tmp_path: Path, listening: tuple[Receiver, int]
+) -> None:
+    """``server.tracing`` alone (no OTEL_* variable) sends the spans to its endpoint, with its
+    service name and headers."""
+    receiving, port = listening
+    (tmp_path / "user_model.py").write_text(MODEL)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server:\n"
+        "  tracing:\n"
+        "    enabled: true\n"
+        f"    endpoint: http://127.0.0.1:{port}\n"
+        "    serviceName: from-serve-yaml\n"
+        "    headers: {x-collector-token: s3cret-token}\n" + CONFIG
+    )
+    trace_id = "8bf92f3577b34da6a3ce929d0e0e473a"
+    with running_server(config) as server, server.http_client(timeout=20) as http:
+        answer = http.post(
+            "/v2/models/scaler/infer",
+            json=INFER,
+            headers={"traceparent": f"00-{trace_id}-{PARENT_ID}-01"},
+        )
+        assert answer.status_code == 200, answer.text
+        _check_tree(_complete(receiving, trace_id), PARENT_ID, HTTP_SPAN)
+        assert "s3cret-token" not in server.log()
+    assert {"service.name": "from-serve-yaml"}.items() <= receiving.resources[0].items()
+
+
 @pytest.mark.parametrize(
     ("env", "on"),
     [
@@ -223,3 +411,65 @@ def test_traces_under_two_workers(tmp_path: Path, receiver: Receiver) -> None:
 )
 def test_tracing_is_off_unless_the_otel_variables_ask(env: dict[str, str], on: bool) -> None:
     assert wanted(env) is on
+
+
+TRACED_YAML = """\
+server:
+  tracing:
+    enabled: true
+    endpoint: {endpoint}
+    sampleRatio: 0.25
+    headers: {{x-api-key: s3cret-token}}
+models: []
+"""
+
+
+def test_server_tracing_is_validated_with_its_line_and_hides_its_headers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``servekit validate`` names the line of a bad endpoint; a good one validates, and the
+    headers' values are never printed (only their names, with a warning)."""
+    from servekit.cli import main
+    from servekit.config.schema import TracingConfig
+
+    config = tmp_path / "serve.yaml"
+    config.write_text(TRACED_YAML.format(endpoint="collector:4317"))
+    assert main(["validate", str(config)]) == 1
+    out, err = capsys.readouterr()
+    assert "serve.yaml:4: server.tracing.endpoint" in err, err
+    assert "http://host:port" in err and "s3cret" not in out + err
+
+    config.write_text(TRACED_YAML.format(endpoint="http://127.0.0.1:4317"))
+    assert main(["validate", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert "server.tracing.headers (x-api-key)" in err, err
+    assert "s3cret" not in out + err
+
+    settings = TracingConfig.model_validate(
+        {"enabled": True, "headers": {"X-Api-Key": "s3cret-token"}, "sampleRatio": 0.5}
+    )
+    assert "s3cret" not in repr(settings) and "s3cret" not in settings.model_dump_json()
+    assert settings.headers["x-api-key"].get_secret_value() == "s3cret-token"
+    with pytest.raises(ValueError, match="not a header name"):
+        TracingConfig.model_validate({"headers": {"bad name": "x"}})
+    with pytest.raises(ValueError, match="less than or equal to 1"):
+        TracingConfig.model_validate({"sampleRatio": 2})
+
+
+def test_otel_variables_win_over_server_tracing() -> None:
+    """``enabled`` turns tracing on; the variables that turn it off win; the exporter is given
+    serve.yaml's endpoint and headers only where no variable sets them; ``repr`` hides them."""
+    from servekit.tracing import Settings, _otlp
+
+    yaml = Settings(enabled=True, endpoint="http://127.0.0.1:9", headers={"k": "s3cret"})
+    assert "s3cret" not in repr(yaml)
+    assert wanted({}, yaml) is True
+    assert wanted({"OTEL_SDK_DISABLED": "true"}, yaml) is False
+    assert wanted({"OTEL_TRACES_EXPORTER": "none"}, yaml) is False
+    ours = _otlp({}, yaml)
+    assert ours._endpoint == "127.0.0.1:9"
+    assert ("k", "s3cret") in tuple(ours._headers)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:7", "OTEL_EXPORTER_OTLP_HEADERS": "a=b"}
+    theirs = _otlp(env, yaml)
+    assert theirs._endpoint != "127.0.0.1:9"
+    assert ("k", "s3cret") not in tuple(theirs._headers or ())

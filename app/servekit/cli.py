@@ -176,9 +176,9 @@ def _validate(path: str) -> int:
     not exist is an error here (serve starts anyway and serves that model as UNAVAILABLE), and
     tokens written in clear are warned about (exit code unaffected)."""
     plan = load_plan(path)
-    for warning in _clear_token_warnings(plan, path):
+    for warning in _clear_token_warnings(plan, path) + _tracing_warnings(plan, path):
         print(warning, file=sys.stderr)
-    missing = _missing_storage(plan) + _python_issues(plan)
+    missing = _missing_storage(plan) + _python_issues(plan) + _tracing_issues(plan)
     if missing:
         raise ConfigError(path, missing)
     print(f"{path}: OK, {len(plan.models)} model(s)")
@@ -225,6 +225,37 @@ def _python_issues(plan: ServePlan) -> list[ConfigIssue]:
             where = f"models[{index}].entrypoint"
             issues.append(ConfigIssue(where, line, f"{model.name}: {problems[model.name]}"))
     return issues
+
+
+def _tracing_issues(plan: ServePlan) -> list[ConfigIssue]:
+    """``server.tracing.enabled`` without OpenTelemetry's SDK: serve would start untraced."""
+    import importlib.util
+
+    if not plan.server.tracing.enabled:
+        return []
+    try:
+        found = importlib.util.find_spec("opentelemetry.sdk") is not None
+    except ModuleNotFoundError:
+        found = False
+    if found:
+        return []
+    line = line_in_file(plan.config_path, ["server", "tracing", "enabled"])
+    message = "OpenTelemetry's SDK is not installed: pip install 'servekit[otel]'"
+    return [ConfigIssue("server.tracing.enabled", line, message)]
+
+
+def _tracing_warnings(plan: ServePlan, path: str) -> list[str]:
+    """A warning naming (never showing) the export headers written in serve.yaml: a
+    collector's key belongs in ``OTEL_EXPORTER_OTLP_HEADERS`` (from a secret store)."""
+    names = sorted(plan.server.tracing.headers)
+    if not names:
+        return []
+    line = line_in_file(plan.config_path, ["server", "tracing", "headers"])
+    where = f"{path}:{line}: " if line else f"{path}: "
+    return [
+        f"{where}warning: server.tracing.headers ({', '.join(names)}) written in serve.yaml; "
+        "for a secret prefer OTEL_EXPORTER_OTLP_HEADERS set from a secret store (it wins)"
+    ]
 
 
 def _clear_token_warnings(plan: ServePlan, path: str) -> list[str]:

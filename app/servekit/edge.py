@@ -66,6 +66,7 @@ import asyncio
 import logging
 import resource
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -75,8 +76,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
-from servekit.request_id import CURRENT
-from servekit.rest import request_ids
+from servekit.request_id import ACCESS, CURRENT, RequestInfo
+from servekit.rest import request_ids, traces
 from servekit.rest.fast import FastAnswer
 from servekit.rest.leaving import WAITING
 
@@ -248,6 +249,40 @@ class _Coalescer:
         return self.transport.is_closing()
 
 
+class _CountingCoalescer(_Coalescer):
+    """A :class:`_Coalescer` that also counts, for the access log: a response's header block
+    (its status) and the bytes written. Used only when the access log is on, so the plain one
+    stays as it was for everyone else."""
+
+    __slots__ = ("head", "sent")
+    counting = True
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.head: bytes | None = None
+        self.sent = 0
+
+    def write(self, data: bytes) -> None:
+        if self.armed and self.held is None:  # the response's header block
+            self.head = data
+        self.sent += len(data)
+        _Coalescer.write(self, data)
+
+    def answered(self, status_line: bytes, body_bytes: int) -> None:
+        """A response written to the connection past this writer (app/servekit/rest/fast.py):
+        its status line and body size, counted as if written here."""
+        self.head = status_line
+        self.sent = len(status_line) + body_bytes
+
+    def taken(self) -> tuple[int, int]:
+        """The finished response's status and body bytes, the counts reset for the next."""
+        head, sent = self.head, self.sent
+        self.head, self.sent = None, 0
+        if head is None:
+            return 0, sent
+        return int(head[9:12]), sent - len(head)
+
+
 PROBES = frozenset(
     {b"/v2/health/live", b"/v2/health/ready", b"/grps/v1/health/live", b"/grps/v1/health/ready"}
 )
@@ -271,7 +306,13 @@ class EdgeProtocol(HttpToolsProtocol):
         self._chunk_size = 0
         self._began_in_chunk = False
         self._refused = False
-        self._out = _Coalescer(self.loop)
+        self._counting = ACCESS.mode != "off"
+        """The access log is on: this connection's requests are counted here (bytes in at
+        ``on_body``, status and bytes out by the coalescer), with no wrapper around the
+        application's ``receive`` and ``send``."""
+        self._out = _CountingCoalescer(self.loop) if self._counting else _Coalescer(self.loop)
+        self._access: tuple[Any, RequestInfo, float] | None = None
+        """The running request's cycle, request and start, while the edge counts it."""
 
     # -- connections --------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -307,9 +348,18 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        access = self._access
+        if access is not None:  # the client left before the answer ended: 499, as nginx
+            self._access = None
+            _, sent = self._out.taken()  # type: ignore[attr-defined]
+            counted, info, started = access
+            request_ids.write_access(counted.scope, info, 499, counted.servekit_in, sent, started)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
+            left = scope.get(traces.LEFT)
+            if left is not None:  # a traced request: its span ends now, "client left"
+                left(True)
             task = scope.get(WAITING)
             if task is not None:  # an inference request waiting for the model: drop it
                 scope[WAITING] = None
@@ -391,6 +441,8 @@ class EdgeProtocol(HttpToolsProtocol):
         if cycle is not previous and not self.expect_100_continue:
             # Its task is created, not started: every write of this response coalesces.
             cycle.transport = self._out  # type: ignore[assignment]  # what the cycle calls
+        if self._counting and cycle is not previous:
+            cycle.servekit_in = 0  # type: ignore[attr-defined]  # its body bytes (on_body)
 
     def _check_host(self, hosts: HostPolicy) -> Any:
         """None when the request's ``Host`` is one this server answers (app/servekit/config/
@@ -407,6 +459,8 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds
+        if self._counting:
+            self.cycle.servekit_in += len(body)  # type: ignore[attr-defined]
         super().on_body(body)
 
     def on_response_complete(self) -> None:
@@ -414,6 +468,12 @@ class EdgeProtocol(HttpToolsProtocol):
         if out.held is not None:  # a response with no body write (HEAD): its headers go now
             out.flush()
         out.armed = True  # the next response's first write is its header block
+        access = self._access
+        if access is not None:  # its access-log line, before a pipelined request starts
+            self._access = None
+            status, sent = out.taken()  # type: ignore[attr-defined]
+            cycle, info, started = access
+            request_ids.write_access(cycle.scope, info, status, cycle.servekit_in, sent, started)
         pipelined = bool(self.pipeline)  # the next request starts now: still busy
         super().on_response_complete()
         if not pipelined and not self.transport.is_closing():
@@ -423,7 +483,10 @@ class EdgeProtocol(HttpToolsProtocol):
         """The request's task starts knowing its request (ID on the answer, access log:
         app/servekit/rest/request_ids.py); its log records carry the ID (``CURRENT`` is set only
         while the task is created, which copies it)."""
-        token = request_ids.begin(cycle)
+        counted = self._counting and not cycle.waiting_for_100_continue
+        token = request_ids.begin(cycle, counted)
+        if counted:  # written at on_response_complete (or connection_lost)
+            self._access = (cycle, CURRENT.get(), time.monotonic())  # type: ignore[assignment]
         fast = self.fast_answer
         answering = None
         if fast is not None and app is self.config.loaded_app:  # (not the edge's refusal)

@@ -39,7 +39,8 @@ from typing import Any, Literal
 
 import orjson
 
-from servekit.request_id import CURRENT
+from servekit import request_id
+from servekit.request_id import CURRENT, RequestInfo, model_words, printable
 
 Format = Literal["text", "json"]
 
@@ -164,6 +165,20 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
             )
             self._flusher.start()
 
+    def hold(self, line: str) -> None:
+        """Hold one access line made without a record (:class:`AccessLines`): as :meth:`emit`
+        holds a formatted access record."""
+        with self.lock:  # type: ignore[union-attr]
+            held = self._held
+            held.append(line)
+            if len(held) >= self.HELD_LINES:
+                self._write_held()
+        if self._flusher is None:
+            self._flusher = threading.Thread(
+                target=self._flush_held, name="servekit-log-flush", daemon=True
+            )
+            self._flusher.start()
+
     def _write_held(self) -> None:
         """Write the held lines (the caller holds the handler's lock)."""
         lines, self._held = self._held, []
@@ -191,6 +206,86 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         super().flush()
 
 
+_ACCESS_LOGGER = logging.getLogger("servekit.access")
+
+
+class AccessLines:
+    """The access log's lines, made straight from their values and held by the one handler.
+
+    An access line is written for every request, so it is made without what a record costs
+    and it does not need (bench/instructions.py counted it): no ``logging.LogRecord`` and no
+    trip through ``Logger.handle`` and the formatter (which walks the record's attributes);
+    the time's text is made once a second (the milliseconds appended), and a JSON line is
+    one ``orjson.dumps`` of a dict built in the formatter's own order of fields (time, level,
+    logger, message, request_id, model, version, worker, then the access fields). The line
+    reads as :class:`TextFormatter` / :class:`JsonFormatter` would write it; a JSON line's
+    ``message`` is the short ``protocol method path status`` (its fields carry the rest).
+    The write stays off the request's path: the handler holds the line (:meth:`LineHandler.hold`).
+    """
+
+    def __init__(self, handler: LineHandler, fmt: Format, worker: int | None) -> None:
+        self.hold = handler.hold
+        self.json = fmt == "json"
+        self.worker = worker
+        self.name = f"servekit.access[w{worker}]" if worker is not None else "servekit.access"
+        self._stamp = (-1, "")
+        """The second and its text, one tuple: a thread never pairs one with the other's."""
+
+    def __call__(
+        self,
+        protocol: str,
+        method: str,
+        path: str,
+        status: int | str,
+        duration_s: float,
+        bytes_in: int,
+        bytes_out: int,
+        client: str | None,
+        info: RequestInfo,
+    ) -> None:
+        if not _ACCESS_LOGGER.isEnabledFor(logging.INFO):
+            return
+        now = time.time()
+        second = int(now)
+        done, stamp = self._stamp
+        if second != done:  # the time's text, once a second
+            if self.json:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            else:
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
+            self._stamp = (second, stamp)
+        millis = int((now - second) * 1000)
+        if not self.json:
+            self.hold(
+                f"{stamp},{millis:03d} INFO {self.name}: {protocol} {method} {printable(path)} "
+                f"{status} {duration_s * 1000.0:.3f}ms in={bytes_in} out={bytes_out}"
+                f"{model_words(info)} client={client or '-'} id={info.id}"
+            )
+            return
+        out: dict[str, Any] = {
+            "time": f"{stamp}.{millis:03d}Z",
+            "level": "INFO",
+            "logger": "servekit.access",
+            "message": f"{protocol} {method} {path} {status}",
+            "request_id": info.id,
+        }
+        if info.model is not None:
+            out["model"] = info.model
+        if info.version is not None:
+            out["version"] = info.version
+        if self.worker is not None:
+            out["worker"] = self.worker
+        out["protocol"] = protocol
+        out["method"] = method
+        out["path"] = path
+        out["status"] = status
+        out["duration_ms"] = round(duration_s * 1000.0, 3)
+        out["bytes_in"] = bytes_in
+        out["bytes_out"] = bytes_out
+        out["client"] = client
+        self.hold(orjson.dumps(out).decode())
+
+
 def setup(
     fmt: Format, level: str = "info", *, worker: int | None = None, onnxruntime: bool = True
 ) -> None:
@@ -201,6 +296,7 @@ def setup(
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # read when grpc core starts
     handler = LineHandler(sys.stderr)
     handler.setFormatter(formatter(fmt, worker))
+    request_id.ACCESS.write = AccessLines(handler, fmt, worker)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -233,6 +329,7 @@ def setup_child(name: str) -> None:
     fmt: Format = "json" if os.environ.get(CHILD_FORMAT) == "json" else "text"
     setup(fmt, "info", onnxruntime=False)
     logging.getLogger().handlers[0].addFilter(_Named(name))
+    request_id.ACCESS.write = None  # (serves no request) any access record meets the filter
 
 
 class _Named(logging.Filter):

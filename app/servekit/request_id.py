@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Literal
 
@@ -105,9 +106,14 @@ def accepted(value: bytes | str) -> str | None:
 
 
 class _Access:
-    """The access log's mode for this process (set by the server at start)."""
+    """The access log's mode for this process (set by the server at start), and the log's own
+    writer of access lines when app/servekit/logs.py set one up (else a record per line)."""
 
     mode: AccessMode = "off"
+    write: Callable[..., None] | None = None
+    """``write(protocol, method, path, status, duration_s, bytes_in, bytes_out, client, info)``:
+    the line made and held by the one log handler, with no ``logging.LogRecord``
+    (app/servekit/logs.py :class:`~servekit.logs.AccessLines`)."""
 
 
 ACCESS = _Access()
@@ -132,8 +138,33 @@ def record_access(
     info: RequestInfo,
 ) -> None:
     """Write one access-log line (unless the mode leaves it out): the words for text, the
-    same values as fields (``extra``) for JSON."""
+    same values as fields for JSON. Through the log's own writer when it has one (a server's
+    process), else as a record of :data:`access_log` (a notebook's own logging)."""
+    access_line(protocol, method, path, status, failed, duration_s, bytes_in, bytes_out, client,
+                info)  # fmt: skip
+
+
+def access_line(
+    protocol: str,
+    method: str,
+    path: str,
+    status: int | str,
+    failed: bool,
+    duration_s: float,
+    bytes_in: int,
+    bytes_out: int,
+    client: str | None,
+    info: RequestInfo,
+) -> None:
+    """:func:`record_access` with its values in order (no keywords: one access line per
+    request, so the HTTP edge calls this directly)."""
     if ACCESS.mode == "errors" and not failed:
+        return
+    write = ACCESS.write
+    if write is not None:
+        write(protocol, method, path, status, duration_s, bytes_in, bytes_out, client, info)
+        return
+    if not access_log.isEnabledFor(logging.INFO):
         return
     duration_ms = round(duration_s * 1000.0, 3)
     fields = {
@@ -150,19 +181,30 @@ def record_access(
         "model": info.model,
         "version": info.version,
     }
-    if not access_log.isEnabledFor(logging.INFO):
-        return
-    model = ""
-    if info.model:
-        model = f" model={info.model}" + (f" version={info.version}" if info.version else "")
     access_log.handle(
         _AccessRecord(
             "%s %s %s %s %.3fms in=%d out=%d%s client=%s id=%s",
-            (protocol, method, path, status, duration_ms, bytes_in, bytes_out, model,
-             client or "-", info.id),
+            (protocol, method, printable(path), status, duration_ms, bytes_in, bytes_out,
+             model_words(info), client or "-", info.id),
             fields,
         )
     )  # fmt: skip
+
+
+def printable(text: str) -> str:
+    """``text`` for a text log line: as it is when printable, else with its control characters
+    escaped (a percent-encoded newline in a path must not start a forged line of its own)."""
+    if text.isprintable():
+        return text
+    return text.encode("unicode_escape").decode("ascii")
+
+
+def model_words(info: RequestInfo) -> str:
+    """`` model=NAME version=V`` of a text access line (empty when no model is known)."""
+    if not info.model:
+        return ""
+    words = f" model={info.model}" + (f" version={info.version}" if info.version else "")
+    return printable(words)  # a name taken from a path may hold anything
 
 
 class _AccessRecord(logging.LogRecord):

@@ -25,6 +25,7 @@ from litestar import Litestar
 from servekit import dashboard, edge, request_id, tracing
 from servekit.config.compiler import ServePlan
 from servekit.config.hosts import host_policy
+from servekit.config.schema import TracingConfig
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models.repository import ModelRepository
 from servekit.rest import create_app
@@ -147,7 +148,8 @@ class ServeKit:
         tls = self.plan.tls
         worker = self._worker
         request_id.set_access(server.logging.access_log)  # before the listeners exist
-        tracing.configure()  # the OTEL_* variables; before gRPC's handlers are wrapped
+        # server.tracing and the OTEL_* variables; before gRPC's handlers are wrapped
+        tracing.configure(settings=tracing_settings(server.tracing))
         if worker is not None:
             await self.control.start()
             await worker.before_listening()
@@ -301,3 +303,16 @@ async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError("HTTP server did not start in time")
         await asyncio.sleep(0.01)
+
+
+def tracing_settings(config: TracingConfig) -> tracing.Settings:
+    """serve.yaml's ``server.tracing`` as the plain values app/servekit/tracing.py takes (the
+    headers' secrets unwrapped here, for the exporter only)."""
+    return tracing.Settings(
+        enabled=config.enabled,
+        endpoint=config.endpoint,
+        protocol=config.protocol,
+        sample_ratio=config.sample_ratio,
+        service_name=config.service_name,
+        headers={name: value.get_secret_value() for name, value in config.headers.items()},
+    )

@@ -1,5 +1,6 @@
-"""OpenTelemetry traces: off unless the standard ``OTEL_*`` variables ask for them (a
-foundation module; the extra ``servekit[otel]`` installs the SDK and the OTLP exporter).
+"""OpenTelemetry traces: off unless the standard ``OTEL_*`` variables or serve.yaml's
+``server.tracing`` ask for them (a foundation module; the extra ``servekit[otel]`` installs the
+SDK and the OTLP exporter). Where both set the same thing, the variable wins.
 
 Off (the default), :data:`TRACING` ``.on`` is False and this module imports nothing of
 OpenTelemetry: every hook on the hot path is one attribute read and a branch
@@ -10,7 +11,8 @@ On, each traced request has a server span (its parent the W3C ``traceparent`` th
 its own ``traceparent`` returned on the answer) with these children:
 
 * ``decode`` / ``encode``: the wire format to the request and the answer back (the HTTP and
-  gRPC adapters time them and call :func:`phase`);
+  gRPC adapters time them and call :func:`phase`; a ModelStreamInfer call has a pair per
+  request of its stream, under the call's span);
 * ``queue``: the time a request waited in its model's queue (none for a call run at once);
 * ``execute``: the model call, with ``servekit.model``, ``servekit.batch.requests`` (how many
   requests the call served), ``servekit.batch.rows`` and ``servekit.instance`` (the worker
@@ -22,9 +24,13 @@ The span that carries a request is kept on its :class:`~servekit.request_id.Requ
 (``info.span``), which every layer already reaches through ``request_id.CURRENT`` (and a queued
 job through ``Job.request``): no OpenTelemetry context travels with the request's task.
 
+A request whose client leaves before its answer (an HTTP connection lost, a gRPC call
+cancelled) ends its span at once, an error with a ``client left`` event (:func:`client_left`).
+
 When it is on (:func:`wanted`): ``OTEL_SDK_DISABLED`` is not true, ``OTEL_TRACES_EXPORTER`` is
-not ``none``, and either ``OTEL_TRACES_EXPORTER`` names an exporter (``otlp``, ``console``) or
-an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
+not ``none``, and either ``server.tracing.enabled`` is true, ``OTEL_TRACES_EXPORTER`` names an
+exporter (``otlp``, ``console``) or an OTLP endpoint is set
+(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
 The rest is the SDK's own reading of the standard variables (``OTEL_SERVICE_NAME``,
 ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, ``OTEL_PROPAGATORS``,
 ``OTEL_EXPORTER_OTLP_*``).
@@ -37,6 +43,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from servekit.request_id import CURRENT, RequestInfo
@@ -59,39 +66,60 @@ class _Tracing:
 TRACING = _Tracing()
 
 
-def wanted(env: Mapping[str, str] = os.environ) -> bool:
-    """Whether the standard variables ask for traces (see the module docstring). Off unless
-    asked: the SDK's own default exporter (``otlp`` to localhost) would otherwise make every
-    server try to send spans nobody collects."""
+@dataclass(frozen=True)
+class Settings:
+    """serve.yaml's ``server.tracing`` as plain values (the composition converts it: this
+    foundation module does not import the config layer). Each is a default the matching
+    ``OTEL_*`` variable overrides. ``headers`` never appears in a ``repr``: it may hold a
+    collector's API key."""
+
+    enabled: bool = False
+    endpoint: str | None = None
+    protocol: str = "grpc"
+    sample_ratio: float = 1.0
+    service_name: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+
+NO_SETTINGS = Settings()
+
+
+def wanted(env: Mapping[str, str] = os.environ, settings: Settings = NO_SETTINGS) -> bool:
+    """Whether the standard variables or ``server.tracing.enabled`` ask for traces (see the
+    module docstring). Off unless asked: the SDK's own default exporter (``otlp`` to
+    localhost) would otherwise make every server try to send spans nobody collects. The
+    variables that turn tracing off win over serve.yaml."""
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     exporters = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
     if exporters == "none":
         return False
-    if exporters:
+    if exporters or settings.enabled:
         return True
     return bool(
         env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     )
 
 
-def configure(env: Mapping[str, str] = os.environ) -> bool:
-    """Turn tracing on for this process if :func:`wanted` (once; later calls keep it). A
+def configure(env: Mapping[str, str] = os.environ, settings: Settings = NO_SETTINGS) -> bool:
+    """Turn tracing on for this process if :func:`wanted` (once; later calls keep it), with
+    ``settings`` (``server.tracing``) where no ``OTEL_*`` variable says otherwise. A
     tracer provider the process already installed (a notebook's own OpenTelemetry set-up) is
     used as it is; else one is made with the exporters the variables name, a batch span
     processor each (spans leave in a background thread, never on the request's path), and
     made the global one, so that a Python model's spans go to the same place. Returns
     whether tracing is on. Without the extra it logs what to install and stays off."""
-    if TRACING.on or not wanted(env):
+    if TRACING.on or not wanted(env, settings):
         return TRACING.on
     try:
         from opentelemetry import trace
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
     except ImportError:
         log.warning(
-            "OTEL_* variables ask for traces but OpenTelemetry's SDK is not installed: "
+            "traces are asked for but OpenTelemetry's SDK is not installed: "
             "pip install 'servekit[otel]'; tracing stays off"
         )
         return False
@@ -100,32 +128,35 @@ def configure(env: Mapping[str, str] = os.environ) -> bool:
     provider = trace.get_tracer_provider()
     if not isinstance(provider, TracerProvider):  # nobody set one up: ours
         # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by the SDK, come first; what
-        # they leave unsaid is servekit's: the name "servekit", the version.
+        # they leave unsaid is serve.yaml's, then servekit's: the name "servekit", the version.
         resource = Resource.create()
         ours: dict[str, str] = {}
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
-            ours["service.name"] = "servekit"
+            ours["service.name"] = settings.service_name or "servekit"
         if "service.version" not in resource.attributes:
             ours["service.version"] = __version__
         resource = resource.merge(Resource(ours))
-        provider = TracerProvider(resource=resource)
-        for exporter in _exporters(env):
+        sampler = None  # the SDK's: OTEL_TRACES_SAMPLER, else parent-based, every root kept
+        if not env.get("OTEL_TRACES_SAMPLER") and settings.sample_ratio < 1.0:
+            sampler = ParentBased(TraceIdRatioBased(settings.sample_ratio))
+        provider = TracerProvider(resource=resource, sampler=sampler)
+        for exporter in _exporters(env, settings):
             provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
     TRACING.provider = provider
     TRACING.tracer = provider.get_tracer("servekit", __version__)
     TRACING.on = True
-    log.info("tracing on: spans go to %s", _where(env))
+    log.info("tracing on: spans go to %s", _where(env, settings))
     return True
 
 
-def _exporters(env: Mapping[str, str]) -> list[Any]:
+def _exporters(env: Mapping[str, str], settings: Settings) -> list[Any]:
     """The span exporters ``OTEL_TRACES_EXPORTER`` names (default ``otlp``)."""
     names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")]
     exporters: list[Any] = []
     for name in names:
         if name == "otlp":
-            exporters.append(_otlp(env))
+            exporters.append(_otlp(env, settings))
         elif name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
@@ -135,15 +166,27 @@ def _exporters(env: Mapping[str, str]) -> list[Any]:
     return exporters
 
 
-def _otlp(env: Mapping[str, str]) -> Any:
+def _otlp(env: Mapping[str, str], settings: Settings) -> Any:
     """The OTLP exporter for ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``: ``grpc`` (the default of
     OpenTelemetry's Python SDK, and the one servekit[otel] installs: it rides on grpcio, which
     servekit already ships) or ``http/protobuf`` (when opentelemetry-exporter-otlp-proto-http
-    is installed)."""
+    is installed). serve.yaml's endpoint and headers are given to the exporter only where no
+    variable sets them (the exporter reads the variables itself)."""
     protocol = (
         env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    ) or "grpc"
-    if protocol.strip().lower() == "http/protobuf":
+    ) or settings.protocol
+    http_protocol = protocol.strip().lower() == "http/protobuf"
+    options: dict[str, Any] = {}
+    if settings.endpoint and not _endpoint_variable(env):
+        endpoint = settings.endpoint
+        if http_protocol:  # the variable's rule: the base address, the signal's path appended
+            endpoint = endpoint.rstrip("/") + "/v1/traces"
+        options["endpoint"] = endpoint
+    if settings.headers and not (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS")
+    ):
+        options["headers"] = dict(settings.headers)
+    if http_protocol:
         try:  # imported by name: not a dependency of servekit[otel] (see _otlp's docstring)
             http = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
         except ImportError:
@@ -152,16 +195,21 @@ def _otlp(env: Mapping[str, str]) -> Any:
                 "opentelemetry-exporter-otlp-proto-http; sending over gRPC instead"
             )
         else:
-            return http.OTLPSpanExporter()
+            return http.OTLPSpanExporter(**options)
+        if "endpoint" in options and settings.endpoint:  # over gRPC: the base address
+            options["endpoint"] = settings.endpoint
     from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter()
+    return OTLPSpanExporter(**options)
 
 
-def _where(env: Mapping[str, str]) -> str:
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get(
-        "OTEL_EXPORTER_OTLP_ENDPOINT"
-    )
+def _endpoint_variable(env: Mapping[str, str]) -> str | None:
+    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def _where(env: Mapping[str, str], settings: Settings = NO_SETTINGS) -> str:
+    """Where spans go, for the start-up line (never the headers)."""
+    endpoint = _endpoint_variable(env) or settings.endpoint
     exporters = env.get("OTEL_TRACES_EXPORTER", "otlp")
     if endpoint:
         return f"{exporters} at {endpoint}"
@@ -209,6 +257,20 @@ def end_request(span: Any, failed: bool, message: str | None = None) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         span.set_status(Status(StatusCode.ERROR, message))
+    span.end()
+
+
+CLIENT_LEFT = "client left"
+
+
+def client_left(span: Any) -> None:
+    """End a request's span whose client went away before its answer (an HTTP connection
+    lost, a gRPC call cancelled): an error, with a ``client left`` event, so that a trace
+    shows where the request was when nobody waited for it any more."""
+    from opentelemetry.trace import Status, StatusCode
+
+    span.add_event(CLIENT_LEFT)
+    span.set_status(Status(StatusCode.ERROR, f"{CLIENT_LEFT} before the answer"))
     span.end()
 
 

@@ -16,6 +16,7 @@ from pydantic import (
     AfterValidator,
     BeforeValidator,
     Field,
+    SecretStr,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
@@ -249,6 +250,69 @@ class LoggingConfig(Section):
         return value
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+"""An HTTP header name (RFC 9110 token): what gRPC metadata keys and OTLP/HTTP headers take."""
+
+
+class TracingConfig(Section):
+    """OpenTelemetry traces (docs/ops.md, "Traces"): off unless `enabled` or the standard
+    `OTEL_*` variables ask. Where both set the same thing, the `OTEL_*` variable wins (the
+    deployment's environment over the project's file), as OpenTelemetry's SDKs read them."""
+
+    enabled: bool = False
+    """Export a span per request (the extra `servekit[otel]`). `false` leaves it to the
+    `OTEL_*` variables; `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn it off
+    whatever this says."""
+    endpoint: str | None = None
+    """The collector's OTLP address, `http://host:port` or `https://host:port`
+    (`OTEL_EXPORTER_OTLP_ENDPOINT` wins); default `http://localhost:4317` (gRPC) or
+    `http://localhost:4318` (HTTP)."""
+    protocol: Literal["grpc", "http/protobuf"] = "grpc"
+    """OTLP over gRPC (port 4317) or `http/protobuf` (port 4318; needs
+    opentelemetry-exporter-otlp-proto-http). `OTEL_EXPORTER_OTLP_PROTOCOL` wins."""
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    """Share of the traces that start here to keep (0 to 1), as `parentbased_traceidratio`:
+    a request whose caller sent a `traceparent` follows the caller's choice.
+    `OTEL_TRACES_SAMPLER` wins."""
+    service_name: str | None = Field(None, min_length=1, max_length=256)
+    """The spans' `service.name`; default `servekit`. `OTEL_SERVICE_NAME` wins."""
+    headers: dict[str, SecretStr] = {}
+    """Headers sent with every export (a collector's API key): never shown by servekit (its
+    log, the dashboard, `repr`). `OTEL_EXPORTER_OTLP_HEADERS` wins: set from a Kubernetes
+    Secret, it keeps a real key out of serve.yaml, a file people read and commit."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _an_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, sep, rest = value.partition("://")
+        if not sep or scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise PydanticCustomError(
+                "tracing_endpoint",
+                "expected http://host:port or https://host:port, got '{value}'",
+                {"value": value},
+            )
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        for name, secret in value.items():
+            if not _HEADER_NAME.match(name):
+                raise PydanticCustomError(
+                    "tracing_header", "'{name}' is not a header name", {"name": name}
+                )
+            text = secret.get_secret_value()
+            if not text.isprintable() or not text.isascii():
+                raise PydanticCustomError(
+                    "tracing_header",
+                    "the value of header '{name}' must be printable ASCII",
+                    {"name": name},
+                )
+        return {name.lower(): secret for name, secret in value.items()}
+
+
 class S3Storage(Section):
     """Where `s3://` URIs are read from: AWS, or any S3-compatible store."""
 
@@ -397,6 +461,9 @@ class ServerConfig(Section):
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
     logging: LoggingConfig = Field(LoggingConfig(), json_schema_extra=RESTART)
     """Log format (text or JSON lines), level and the access log (docs/ops.md, "Logs")."""
+    tracing: TracingConfig = Field(TracingConfig(), json_schema_extra=RESTART)
+    """OpenTelemetry traces sent to an OTLP collector (docs/ops.md, "Traces"); the standard
+    `OTEL_*` variables win where both set the same thing."""
     shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
     """Triton's system shared memory extension (clients on this host register POSIX shared
     memory objects and name them in inference requests instead of sending tensors): `off`

@@ -153,9 +153,15 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _stream_one(self, message: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
         try:
+            traced = tracing.now() if TRACING.on else 0  # tracing: decode, encode spans
             request = v2_proto.decode_request(message)
-            response = await self._dataplane.infer(request)
-            encoded = v2_proto.encode_response(request, response)
+            if traced:
+                tracing.phase("decode", traced)
+                response = await self._dataplane.infer(request)
+                encoded = tracing.encoded(v2_proto.encode_response, request, response)
+            else:
+                response = await self._dataplane.infer(request)
+                encoded = v2_proto.encode_response(request, response)
         except Exception as exc:
             return v2_proto.error_stream_response(message, status_of(exc)[1])
         return v2_proto.stream_response(encoded, final=True)
@@ -166,10 +172,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """A decoupled request's responses, each flagged not final; an error ends them (flagged
         final); with ``triton_enable_empty_final_response`` an empty final response closes them."""
         try:
+            traced = tracing.now() if TRACING.on else 0  # tracing: decode, encode spans
             request = v2_proto.decode_request(message)
+            if traced:
+                tracing.phase("decode", traced)
             async with aclosing(self._dataplane.infer_stream(request)) as responses:
                 async for response in responses:
-                    encoded = v2_proto.encode_response(request, response)
+                    if traced:
+                        encoded = tracing.encoded(v2_proto.encode_response, request, response)
+                    else:
+                        encoded = v2_proto.encode_response(request, response)
                     yield v2_proto.stream_response(encoded, final=False)
         except Exception as exc:
             yield v2_proto.error_stream_response(message, status_of(exc)[1])

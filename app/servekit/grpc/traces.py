@@ -4,12 +4,14 @@ when tracing is on: off, no call passes through here).
 
 The client's ``traceparent``/``tracestate`` metadata are the span's parent; the span's own
 ``traceparent`` goes back in the trailing metadata (beside ``x-request-id``), with the answer or
-the error. The span is named ``package.Service/Method`` and carries ``rpc.*`` attributes, as
+the error; a call the client cancels ends its span at once, an error with a ``client left``
+event. The span is named ``package.Service/Method`` and carries ``rpc.*`` attributes, as
 OpenTelemetry's RPC conventions name server spans. Health and reflection are not traced.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
@@ -17,7 +19,7 @@ from typing import Any
 import grpc
 
 from servekit.request_id import CURRENT, HEADER, RequestInfo, new_id
-from servekit.tracing import TRACEPARENT, end_request, start_request, traceparent
+from servekit.tracing import TRACEPARENT, client_left, end_request, start_request, traceparent
 
 _UNTRACED = ("/grpc.health.", "/grpc.reflection.")
 _CONTEXT_KEYS = ("traceparent", "tracestate", "baggage")
@@ -83,6 +85,12 @@ def _begin(
 
 def _end(span: Any, context: grpc.aio.ServicerContext, error: BaseException | None) -> None:
     code = context.code()
+    if code is None and isinstance(error, asyncio.CancelledError):
+        # grpcio cancels a call's task when its client cancels or goes away (the context's
+        # cancelled() still reads False then); a server stopping past its drain does too.
+        span.set_attribute("rpc.grpc.status_code", grpc.StatusCode.CANCELLED.value[0])
+        client_left(span)
+        return
     if code is None:
         if error is None or isinstance(error, grpc.aio.AbortError):
             code = grpc.StatusCode.OK

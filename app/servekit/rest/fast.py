@@ -16,11 +16,14 @@ still made by uvicorn (pipelining order, keep-alive, ``Connection: close``, flow
 deadlines and client-left cancel of the edge see the same object), the edge's checks (Host,
 limits, request ID) ran before, and the bookkeeping a finished response does in uvicorn's
 ``send()`` is done here the same way. A request that is not plainly the common case goes the
-ASGI way: ``Expect: 100-continue``, the access log or tracing on (they wrap the cycle's
-``send``), ``X-Forwarded-For``/``-Proto`` headers (the proxy-headers middleware reads them), a
-body still arriving or content-coded (read through ``receive`` as the ASGI answer would), a
-``Host`` Litestar refuses. A failure of the answer goes to Litestar with the exception pending,
-exactly as the front hands over its own (so error answers are Litestar's, byte for byte).
+ASGI way: ``Expect: 100-continue``, tracing on (it wraps the cycle's ``send``),
+``X-Forwarded-For``/``-Proto`` headers (the proxy-headers middleware reads them), a body still
+arriving or content-coded (read through ``receive`` as the ASGI answer would), a ``Host``
+Litestar refuses. A failure of the answer goes to Litestar with the exception pending, exactly
+as the front hands over its own (so error answers are Litestar's, byte for byte).
+
+With the access log on, the answer tells the edge's counting writer what it wrote (the edge
+writes the line when the response completes, app/servekit/edge.py).
 
 ``SERVEKIT_HTTP_FAST=0`` in the environment turns it off (every request the ASGI way), to
 compare the two or to rule it out when chasing a problem.
@@ -74,7 +77,6 @@ class FastAnswer:
         if (
             scope["method"] != "POST"
             or cycle.waiting_for_100_continue
-            or ACCESS.mode != "off"
             or TRACING.on
             or scope["root_path"]
         ):
@@ -117,6 +119,7 @@ class FastAnswer:
         if answered is None:
             return False
         headers, content, is_large = answered
+        counting = ACCESS.mode != "off"
         flow = cycle.flow
         if flow.write_paused and not cycle.disconnected:
             await flow.drain()
@@ -138,6 +141,8 @@ class FastAnswer:
                 transport.write(b"".join(parts))
             else:
                 transport.writelines((b"".join(parts), content))
+            if counting:  # the edge's access log counts the cycle's writes: tell it this one
+                cycle.transport.answered(_OK, len(content))
             cycle.response_complete = True
             cycle.message_event.set()
             if not cycle.keep_alive:

@@ -23,8 +23,8 @@ from servekit.request_id import (
     PREFIX,
     RequestInfo,
     accepted,
+    access_line,
     counter,
-    record_access,
 )
 from servekit.rest import traces
 from servekit.tracing import TRACING
@@ -32,10 +32,11 @@ from servekit.tracing import TRACING
 Message = dict[str, Any]
 
 
-def begin(cycle: Any) -> Token[RequestInfo | None]:
+def begin(cycle: Any, counted: bool = False) -> Token[RequestInfo | None]:
     """The request of uvicorn's ``cycle``: its ID (the client's ``X-Request-ID`` when valid,
     else a new one) put on the answer's headers, made :data:`CURRENT` (the caller resets it once
-    the request's task is created), and the access log hooked in when on.
+    the request's task is created), and the access log hooked in when on and the edge does
+    not count the request itself (``counted``: it then calls :func:`write_access`).
 
     Written flat (no helper calls when no ID is sent): it runs for every HTTP request."""
     info = _new(RequestInfo)
@@ -53,7 +54,7 @@ def begin(cycle: Any) -> Token[RequestInfo | None]:
     headers = [*cycle.default_headers, (HEADER_BYTES, encoded)]
     info.headers = headers
     cycle.default_headers = headers
-    if ACCESS.mode != "off":
+    if ACCESS.mode != "off" and not counted:
         _log_access(cycle, info)
     if TRACING.on:
         traces.begin(cycle, info)
@@ -97,6 +98,13 @@ def _log_access(cycle: Any, info: RequestInfo) -> None:
 
 
 def _write(scope: Any, info: RequestInfo, counts: list[int], started: float) -> None:
+    write_access(scope, info, counts[2], counts[0], counts[1], started)
+
+
+def write_access(
+    scope: Any, info: RequestInfo, status: int, bytes_in: int, bytes_out: int, started: float
+) -> None:
+    """The access line of a finished request (``status`` 499: its client left first)."""
     params = scope.get("path_params") or {}
     if info.model is None:
         model = params.get("model") or params.get("name")
@@ -104,16 +112,15 @@ def _write(scope: Any, info: RequestInfo, counts: list[int], started: float) -> 
         version = params.get("version")
         info.version = None if version is None else str(version)
     client = scope.get("client")
-    status = counts[2]
-    record_access(
-        protocol="HTTP",
-        method=scope.get("method", "-"),
-        path=scope.get("path", "-"),
-        status=status,
-        failed=status >= 400,
-        duration_s=time.monotonic() - started,
-        bytes_in=counts[0],
-        bytes_out=counts[1],
-        client=None if not client else f"{client[0]}:{client[1]}",
-        info=info,
+    access_line(
+        "HTTP",
+        scope.get("method", "-"),
+        scope.get("path", "-"),
+        status,
+        status >= 400,
+        time.monotonic() - started,
+        bytes_in,
+        bytes_out,
+        None if not client else f"{client[0]}:{client[1]}",
+        info,
     )

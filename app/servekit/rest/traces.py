@@ -3,9 +3,11 @@ request ID (app/servekit/rest/request_ids.py calls :func:`begin` only when traci
 
 The client's ``traceparent``/``tracestate`` are its parent; the span's own ``traceparent`` is one
 more header of the answer (every answer: routes, errors, streams); the span ends with the
-response's last body write, named by the route's template (``POST /v2/models/{model}/infer``)
-as OpenTelemetry's HTTP conventions name server spans. Health probes and ``/metrics`` are not
-traced: scraped every few seconds, they would drown the requests worth reading.
+response's last body write, or when the client leaves first (an error, ``client left``: the
+edge calls the scope's :data:`LEFT`), named by the route's template
+(``POST /v2/models/{model}/infer``) as OpenTelemetry's HTTP conventions name server spans.
+Health probes and ``/metrics`` are not traced: scraped every few seconds, they would drown the
+requests worth reading.
 """
 
 from __future__ import annotations
@@ -14,11 +16,21 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from servekit.request_id import RequestInfo
-from servekit.tracing import TRACEPARENT_BYTES, end_request, start_request, traceparent
+from servekit.tracing import (
+    TRACEPARENT_BYTES,
+    client_left,
+    end_request,
+    start_request,
+    traceparent,
+)
 
 Message = dict[str, Any]
 
 _UNTRACED = ("/v2/health/", "/metrics", "/v1/models/health")
+LEFT = "servekit.trace_left"
+"""Scope key of a traced request's ``finish(left)``: the edge calls ``finish(True)`` when the
+connection is lost before the answer's last write (app/servekit/edge.py ``connection_lost``),
+so a request whose client left still ends its span, marked so, and is exported."""
 _CONTEXT_HEADERS = (b"traceparent", b"tracestate", b"baggage")
 
 
@@ -43,6 +55,22 @@ def begin(cycle: Any, info: RequestInfo) -> None:
     headers.insert(len(headers) - 1, (TRACEPARENT_BYTES, traceparent(span).encode()))
     send: Callable[[Message], Awaitable[None]] = cycle.send
     status = [0]
+    ended = [False]
+
+    def finish(left: bool) -> None:
+        """End the span once: at the answer's last write, or when the client leaves first."""
+        if ended[0]:
+            return
+        ended[0] = True
+        template = scope.get("path_template") or _template(scope)
+        if template:
+            span.update_name(f"{method} {template}")
+            span.set_attribute("http.route", template)
+        if left:
+            client_left(span)
+            return
+        span.set_attribute("http.response.status_code", status[0])
+        end_request(span, status[0] >= 500)
 
     async def traced_send(message: Message) -> None:
         kind = message["type"]
@@ -52,16 +80,12 @@ def begin(cycle: Any, info: RequestInfo) -> None:
             try:
                 await send(message)
             finally:
-                template = scope.get("path_template") or _template(scope)
-                if template:
-                    span.update_name(f"{method} {template}")
-                    span.set_attribute("http.route", template)
-                span.set_attribute("http.response.status_code", status[0])
-                end_request(span, status[0] >= 500)
+                finish(False)
             return
         await send(message)
 
     cycle.send = traced_send
+    scope[LEFT] = finish
 
 
 def _template(scope: Any) -> str | None:

@@ -124,16 +124,10 @@ class OnnxModel:
         self._string_inputs = {s.name for s in signature.inputs if s.datatype == "BYTES"}
         self._string_outputs = {s.name for s in signature.outputs if s.datatype == "BYTES"}
 
-    def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
-        return self._run(self._next(), inputs, outputs)
-
-    def predictor(self, index: int) -> Predict:
-        """Instance ``index``'s session alone (one worker thread each)."""
-        run = self._runs[index]
-        return lambda inputs, outputs: self._run(run, inputs, outputs)
-
-    def _run(self, run: _Run, inputs: Arrays, outputs: list[str]) -> Arrays:
-        session, direct = run
+    def predict(self, inputs: Arrays, outputs: list[str], run: _Run | None = None) -> Arrays:
+        """The model's outputs ``outputs`` for ``inputs``, on the next session in turn (or on
+        ``run``'s: ``predictor``). One frame for the common call (the hot path)."""
+        session, direct = self._next() if run is None else run
         feed = inputs
         if self._string_inputs:
             feed = dict(inputs)
@@ -156,11 +150,19 @@ class OnnxModel:
             raise InvalidArgument(f"onnxruntime rejected the input: {why}") from None
         except Exception as exc:  # an ORT failure during compute is not the client's fault
             raise Internal(f"onnxruntime failed: {hide_paths(str(exc))}") from None
-        out = dict(zip(outputs, results, strict=True))
+        if len(outputs) == 1 and len(results) == 1:  # the usual one output: no zip
+            out = {outputs[0]: results[0]}
+        else:
+            out = dict(zip(outputs, results, strict=True))
         if self._string_outputs:
             for name in self._string_outputs.intersection(out):
                 out[name] = _str_to_bytes(out[name])
         return out
+
+    def predictor(self, index: int) -> Predict:
+        """Instance ``index``'s session alone (one worker thread each)."""
+        run = self._runs[index]
+        return lambda inputs, outputs: self.predict(inputs, outputs, run)
 
     def close(self) -> None:
         self._sessions.clear()

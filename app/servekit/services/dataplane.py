@@ -103,11 +103,11 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
-        self._pipelines = Pipelines(self, repository)
-        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) through ``infer``."""
+        self._calls = ModelCalls(self.infer)
+        self._pipelines = Pipelines(self, repository, state, self._calls.callers)
+        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) as ``infer`` would."""
         self._sequences = Sequences(self.statistics, self._deadlines)
         """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
-        self._calls = ModelCalls(self.infer)
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
         # on a request's path.
@@ -352,7 +352,10 @@ class DataPlane:
             stats = prepared.stats
         else:
             stats = self.statistics.of(plan.name, version.version)
-        version.enter()
+        # The version counts the request in flight (unload and drain wait for it) from its
+        # first await: a call on the loop runs to its answer with no await, so no one can see
+        # the count in between and it is not taken (enter and leave are four calls).
+        entered = False
         try:
             runtime, executor = version.runtime, version.executor
             if runtime is None or not isinstance(executor, ModelExecutor):
@@ -376,21 +379,18 @@ class DataPlane:
             if ran is not None:
                 inline = True
                 results, infer_done = ran
-                queue_ns = 0
-                spent = infer_done - input_done
-            elif (
-                step
-                and executor.step_inline(rows, state.requests_in_progress)
-                and plan.name not in self._calls.callers
+            elif (step := step and plan.name not in self._calls.callers) and executor.step_inline(
+                rows, state.requests_in_progress
             ):
                 inline = True
                 results, spent = executor.run_inline(feed, names, rows, step=True)
-                queue_ns = 0
                 infer_done = input_done + spent
             else:
                 inline = False
+                version.enter()
+                entered = True
                 results, queue_ns, spent = await executor.submit(
-                    feed, names, rows, deadline, queue_by
+                    feed, names, rows, deadline, queue_by, step
                 )
                 infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
@@ -398,17 +398,21 @@ class DataPlane:
                 outputs = classified(outputs, classes, plan)
             if signature.tabular is not None:  # the content types MLServer's clients use
                 mark_outputs(outputs)
-            output_ns = time.perf_counter_ns() - infer_done
-            # executed: the model run is counted here when it ran on the loop, else the
-            # executor counted it
-            stats.record_success(rows, queue_ns, input_done - started, spent, output_ns, inline)
+            ended = time.perf_counter_ns()
+            if inline:  # the model run is counted here (the executor counted one in threads)
+                stats.record_clocks(rows, 0, started, input_done, infer_done, ended)
+            else:
+                stats.record_success(
+                    rows, queue_ns, input_done - started, spent, ended - infer_done, False, ended
+                )
         except ServeError:
             stats.record_failure(time.perf_counter_ns() - started)
             raise
         except Exception as exc:  # a runtime bug must become a clean error, not a dead call
             raise _model_failed(stats, started, request.model_name, exc) from exc
         finally:
-            version.leave()
+            if entered:
+                version.leave()
         text = prepared.version_text if prepared is not None else str(version.version)
         return InferResponse(plan.name, text, outputs, id=request.id)
 

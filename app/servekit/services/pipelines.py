@@ -1,9 +1,11 @@
 """Pipelines (serve.yaml ``pipeline:``, Triton's ensembles): run their steps in this process.
 
 The DataPlane hands a request for a pipeline here (one line in ``DataPlane.infer``). Each step
-is an ordinary inference request for its model through ``DataPlane.infer``, so every step keeps
-its own executor, batching, queue limits and statistics, and the arrays pass from one step to
-the next as they are (the same numpy objects: no copy, no serialisation). Steps start as soon
+is a request for its model as ``DataPlane.infer`` would run it (pipeline_steps.py: its call
+worked out once per model version; a step that is not a plain model goes through
+``DataPlane.infer`` itself), so every step keeps its own executor, batching, queue limits and
+statistics, and the arrays pass from one step to the next as they are (the same numpy objects:
+no copy, no serialisation). Steps start as soon
 as their inputs exist, so independent steps run at the same time; the pipeline's deadline
 (the client's, capped by ``server.requestTimeoutSeconds``) is every step's. A failing step
 fails the request with the step and its model named, and the other running steps are
@@ -15,39 +17,40 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.schema import PipelineStep
 from servekit.errors import Internal, InvalidArgument, NotFound, ServeError, Unavailable
 from servekit.models.repository import ModelEntry, ModelRepository, VersionEntry
 from servekit.services.execution.inputs import requested_outputs, validate_inputs
+from servekit.services.pipeline_steps import StepCall, step_call
 from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
     from servekit.services.dataplane import DataPlane
-
-
-class Infer(Protocol):
-    """DataPlane.infer, as the steps call it."""
-
-    def __call__(
-        self,
-        request: InferRequest,
-        deadline: float | None,
-        arrived: float | None,
-        step: bool = False,
-    ) -> Awaitable[InferResponse]: ...
+    from servekit.services.state import ServerState
 
 
 class Pipelines:
     """Runs pipeline requests over the DataPlane's own inference, and says whether a
     pipeline's steps are ready."""
 
-    def __init__(self, dataplane: DataPlane, repository: ModelRepository) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        repository: ModelRepository,
+        state: ServerState,
+        callers: set[str],
+    ) -> None:
         self._dataplane = dataplane
         self._repository = repository
+        self._state = state
+        self._callers = callers
+        """Models that have called another (ModelCalls.callers): never on the loop as a step."""
+        self._plans: dict[str, _Plan] = {}
+        """Each pipeline's steps as worked out for its plan in force (see ``_Plan``)."""
 
     def steps_ready(self, plan: ModelPlan) -> bool:
         """Whether every step's model version is READY (a pipeline is ready only then)."""
@@ -73,24 +76,42 @@ class Pipelines:
         """Answer ``request`` for the pipeline ``entry`` by running its steps."""
         from servekit.services.dataplane import classified  # the DataPlane imports this module
 
-        dataplane = self._dataplane
         plan = entry.plan
         started = time.perf_counter_ns()
         if arrived is None:  # accepted now: its steps still run if a graceful stop begins
             arrived = time.monotonic()
-        stats = dataplane.statistics.of(plan.name, version.version)
+        prepared = version.prepared
+        if prepared is not None:
+            stats = prepared.stats
+        else:
+            stats = self._dataplane.statistics.of(plan.name, version.version)
         version.enter()
         try:
             runtime = version.runtime
             if runtime is None:
                 raise Internal(f"pipeline {plan.name!r} lost its runtime while in use")
             signature = runtime.signature
-            validate_inputs(request, signature.input_index, plan.max_batch_size)
-            wanted, classes = requested_outputs(request, signature)
-            deadline, _ = dataplane.request_deadlines(request, deadline)
+            checked = None
+            if prepared is not None and prepared.signature is signature:
+                checked = prepared.check(request)  # the common request; None: the general way
+            if checked is None:
+                validate_inputs(request, signature.input_index, plan.max_batch_size)
+                wanted, classes = requested_outputs(request, signature)
+            else:
+                _, wanted, classes, _, _ = checked
+            if request.parameters or deadline is not None or self._state.request_timeout_s:
+                deadline, _ = self._dataplane.request_deadlines(request, deadline)
             input_done = time.perf_counter_ns()
             tensors = {t.name: t for t in request.inputs}
-            await _run_steps(plan, tensors, dataplane.infer, deadline, arrived, request.id)
+            known = self._plans.get(plan.name)
+            if known is None or known.plan is not plan:  # a new or edited pipeline
+                known = self._plans[plan.name] = _Plan(plan)
+            run = _Run(self, known, tensors, deadline, arrived, request.id)
+            if known.chain:
+                for index in range(len(known.plan.pipeline)):
+                    await run.step(index, alone=True)
+            else:
+                await run.concurrently()
             infer_done = time.perf_counter_ns()
             outputs = [_output(plan, spec.name, spec.datatype, tensors) for spec in wanted]
             if classes:
@@ -109,72 +130,139 @@ class Pipelines:
             raise
         finally:
             version.leave()
-        return InferResponse(plan.name, str(version.version), outputs, request.id)
+        text = prepared.version_text if prepared is not None else str(version.version)
+        return InferResponse(plan.name, text, outputs, request.id)
 
 
-async def _run_steps(
-    plan: ModelPlan,
-    tensors: dict[str, Tensor],
-    infer: Infer,
-    deadline: float | None,
-    arrived: float | None,
-    request_id: str | None,
-) -> None:
-    """Run every step, each once its input tensors exist, adding its outputs to ``tensors``.
+class _Plan:
+    """A pipeline's steps as worked out once for its plan: whether they form a chain (each
+    waits for the one before: run in turn, no tasks), each step's version as a request names
+    it, and each step's call to the model version it last reached (pipeline_steps.py; None:
+    not worked out yet, or the step takes the general way)."""
 
-    A step that is the only one ready while none runs (a chain: featurise -> model ->
-    post-process) is awaited as it is, with ``step=True``: no task, and a Python model measured
-    light runs on the loop (DataPlane.infer). Steps ready together run as tasks at the same
-    time, each in its own executor's threads. A tensor no step makes and the request left out
-    (an optional pipeline input) is left out of the steps that take it too."""
-    steps = plan.pipeline
-    coming = {tensor for step in steps for tensor in step.outputs.values()}
-    waiting = list(range(len(steps)))
-    running: dict[asyncio.Task[InferResponse], int] = {}
-    try:
-        while waiting or running:
-            ready = [i for i in waiting if not coming & set(steps[i].inputs.values())]
-            if len(ready) == 1 and not running:  # a chain: no task, may run on the loop
-                (index,) = ready
-                waiting.remove(index)
-                step = steps[index]
-                request = _step_request(step, tensors, request_id)
-                try:
-                    response = await infer(request, deadline, arrived, step=True)
-                except ServeError as exc:
-                    raise _step_failed(plan.name, index, step, exc) from exc
-                _keep(step, response, tensors, coming)
-                continue
-            for index in ready:
-                waiting.remove(index)
-                request = _step_request(steps[index], tensors, request_id)
-                running[asyncio.ensure_future(infer(request, deadline, arrived))] = index
-            if not running:  # the compiler refused cycles; a plan edited in place could not
-                raise Internal(f"pipeline {plan.name!r}: steps {waiting} can never start")
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                index = running.pop(task)
-                step = steps[index]
-                try:
-                    response = task.result()
-                except ServeError as exc:
-                    raise _step_failed(plan.name, index, step, exc) from exc
-                _keep(step, response, tensors, coming)
-    finally:
-        for task in running:  # a step failed (or the request was cancelled): stop the others
-            task.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
+    __slots__ = ("calls", "chain", "plan", "versions")
+
+    def __init__(self, plan: ModelPlan) -> None:
+        self.plan = plan
+        steps = plan.pipeline
+        self.versions = [None if s.version is None else str(s.version) for s in steps]
+        self.calls: list[StepCall | None] = [None] * len(steps)
+        self.chain = _is_chain(steps)
 
 
-def _keep(
-    step: PipelineStep, response: InferResponse, tensors: dict[str, Tensor], coming: set[str]
-) -> None:
+def _is_chain(steps: Sequence[PipelineStep]) -> bool:
+    """Whether step ``i`` takes what step ``i - 1`` made and nothing from a later step, for
+    every step: then exactly one step is ready at any time, in the order written, and running
+    them in turn is what the general scheduler would do (an optional input the request left
+    out changes nothing: it is left out either way)."""
+    made: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        for tensor in step.outputs.values():
+            made[tensor] = index
+    for index, step in enumerate(steps):
+        sources = {made[t] for t in step.inputs.values() if t in made}
+        if index and (index - 1) not in sources:
+            return False
+        if any(source >= index for source in sources):
+            return False
+    return True
+
+
+class _Run:
+    """One pipeline request's steps: each run by its StepCall, or through ``DataPlane.infer``."""
+
+    __slots__ = ("_arrived", "_deadline", "_known", "_pipelines", "_request_id", "_tensors")
+
+    def __init__(
+        self,
+        pipelines: Pipelines,
+        known: _Plan,
+        tensors: dict[str, Tensor],
+        deadline: float | None,
+        arrived: float,
+        request_id: str | None,
+    ) -> None:
+        self._pipelines = pipelines
+        self._known = known
+        self._tensors = tensors
+        self._deadline = deadline
+        self._arrived = arrived
+        self._request_id = request_id
+
+    async def step(self, index: int, alone: bool) -> None:
+        """Run step ``index``, adding its outputs to the tensors; its failure names it.
+        ``alone``: no other step of this request runs (a light Python model may then run on
+        the loop, ``ModelExecutor.step_placement``)."""
+        known = self._known
+        step = known.plan.pipeline[index]
+        pipelines = self._pipelines
+        try:
+            entry, version = pipelines._repository.resolve(step.model, known.versions[index])
+            call = known.calls[index]
+            if call is None or not call.current(version):
+                call = known.calls[index] = step_call(step, entry.plan, version)
+            checked = None if call is None else call.feed(self._tensors)
+            if call is not None and checked is not None:
+                feed, rows = checked
+                state = pipelines._state
+                await call.run(
+                    feed,
+                    rows,
+                    self._tensors,
+                    self._deadline,
+                    alone,
+                    state.requests_in_progress,
+                    pipelines._callers,
+                )
+                return
+            request = _step_request(step, self._tensors, self._request_id)
+            infer = pipelines._dataplane.infer
+            response = await infer(request, self._deadline, self._arrived, step=alone)
+        except ServeError as exc:
+            raise _step_failed(known.plan.name, index, step, exc) from exc
+        _keep(step, response, self._tensors)
+
+    async def concurrently(self) -> None:
+        """Run every step once its input tensors exist (steps ready together at the same time,
+        as tasks, each in its own executor's threads). A step that is the only one ready while
+        none runs is awaited as it is, alone. A tensor no step makes and the request left out
+        (an optional pipeline input) is left out of the steps that take it too."""
+        plan = self._known.plan
+        steps = plan.pipeline
+        coming = {tensor for step in steps for tensor in step.outputs.values()}
+        waiting = list(range(len(steps)))
+        running: dict[asyncio.Task[None], int] = {}
+        try:
+            while waiting or running:
+                ready = [i for i in waiting if not coming & set(steps[i].inputs.values())]
+                if len(ready) == 1 and not running:  # no task, may run on the loop
+                    (index,) = ready
+                    waiting.remove(index)
+                    await self.step(index, alone=True)
+                    coming.difference_update(steps[index].outputs.values())
+                    continue
+                for index in ready:
+                    waiting.remove(index)
+                    running[asyncio.ensure_future(self.step(index, alone=False))] = index
+                if not running:  # the compiler refused cycles; a plan edited in place could not
+                    raise Internal(f"pipeline {plan.name!r}: steps {waiting} can never start")
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    index = running.pop(task)
+                    task.result()  # a step's failure, named
+                    coming.difference_update(steps[index].outputs.values())
+        finally:
+            for task in running:  # a step failed (or the request was cancelled): stop the others
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+
+def _keep(step: PipelineStep, response: InferResponse, tensors: dict[str, Tensor]) -> None:
     """A finished step's outputs, as the pipeline's tensors (the same arrays)."""
     for output in response.outputs:
         name = step.outputs[output.name]
         tensors[name] = Tensor(name, output.datatype, output.shape, output.data)
-    coming.difference_update(step.outputs.values())
 
 
 def _step_request(

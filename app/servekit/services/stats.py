@@ -6,11 +6,13 @@ endpoints, the dashboard and /metrics read. One source of truth for all of them.
 
 from __future__ import annotations
 
+import threading
 import time
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from operator import add, sub
 from typing import Literal, get_args
 
 from servekit import custom_metrics
@@ -58,31 +60,157 @@ class Duration:
         self.ns += ns
 
 
-@dataclass(slots=True)
+FOLD_EVERY = 256
+"""Successful requests kept raw before they are folded into the figures (a reader folds
+what is pending at once): bounds the memory a busy version holds between reads."""
+
+_Pending = tuple[int, int, int, int, int, int, bool]
+"""A successful request as recorded: (batch, queue ns, then four ``time.perf_counter_ns``
+clocks: started, inputs checked, model done, ended; executed here). Compute input is the
+second minus the first, and so on; the request's latency is its queue time plus the last
+minus the first."""
+
+
 class VersionStats:
-    """Statistics of one model version (Triton's ModelStatistics)."""
+    """Statistics of one model version (Triton's ModelStatistics).
 
-    success: Duration = field(default_factory=Duration)
-    fail: Duration = field(default_factory=Duration)
-    queue: Duration = field(default_factory=Duration)
-    compute_input: Duration = field(default_factory=Duration)
-    compute_infer: Duration = field(default_factory=Duration)
-    compute_output: Duration = field(default_factory=Duration)
-    inference_count: int = 0
-    execution_count: int = 0
-    last_inference_ms: int = 0
-    batch_sizes: dict[int, Duration] = field(default_factory=dict)
-    """Executions by batch size (rows): Triton's batch_stats, and /metrics' batch histogram."""
-    queue_histogram: list[int] = field(default_factory=lambda: [0] * (len(QUEUE_BUCKETS_S) + 1))
-    """Successful requests by queue time, per bucket of QUEUE_BUCKETS_S (last: beyond)."""
-    batch_reasons: dict[str, int] = field(default_factory=dict)
-    """Why dynamic batches stopped where they did (by reason: see
-    app/servekit/services/execution/batching.py)."""
-    recent: deque[tuple[int, list[int]]] = field(default_factory=lambda: deque(maxlen=WINDOW_SLOTS))
-    """The rolling window: (slot number, successful requests by latency bucket of
-    LATENCY_BOUNDS_NS, the last one beyond) for each of the last WINDOW_SLOTS slots that saw a
-    request. The model page reads throughput and p50/p90/p99 over the last minutes from it."""
+    A successful request is recorded as one tuple appended to a list (``record_success``:
+    runs for every request, so it does no more than that); the durations, histograms, the
+    rolling window and the last inference time are worked out from those tuples when a reader
+    asks for any of them (each figure is a property that folds what is pending first), or
+    every ``FOLD_EVERY`` requests. Readers see the same figures as if every request had been
+    added as it ended: the end is kept with each request (a monotonic clock read the caller
+    already has) and turned into wall-clock time at the fold.
+    """
 
+    __slots__ = (
+        "_batch_sizes",
+        "_compute_infer",
+        "_compute_input",
+        "_compute_output",
+        "_execution_count",
+        "_inference_count",
+        "_last_inference_ms",
+        "_lock",
+        "_pending",
+        "_queue",
+        "_queue_histogram",
+        "_recent",
+        "_success",
+        "batch_reasons",
+        "fail",
+    )
+
+    def __init__(self) -> None:
+        self._pending: list[_Pending] = []
+        self._lock = threading.Lock()
+        """Held by a fold (readers may be in other threads); recording never takes it."""
+        self._success = Duration()
+        self.fail = Duration()
+        self._queue = Duration()
+        self._compute_input = Duration()
+        self._compute_infer = Duration()
+        self._compute_output = Duration()
+        self._inference_count = 0
+        self._execution_count = 0
+        self._last_inference_ms = 0
+        self._batch_sizes: dict[int, Duration] = {}
+        self._queue_histogram = [0] * (len(QUEUE_BUCKETS_S) + 1)
+        self.batch_reasons: dict[str, int] = {}
+        """Why dynamic batches stopped where they did (by reason: see
+        app/servekit/services/execution/batching.py)."""
+        self._recent: deque[tuple[int, list[int]]] = deque(maxlen=WINDOW_SLOTS)
+
+    # -- the figures (each folds what is pending first) ---------------------------------------
+    @property
+    def success(self) -> Duration:
+        if self._pending:
+            self._fold()
+        return self._success
+
+    @property
+    def queue(self) -> Duration:
+        if self._pending:
+            self._fold()
+        return self._queue
+
+    @property
+    def compute_input(self) -> Duration:
+        if self._pending:
+            self._fold()
+        return self._compute_input
+
+    @property
+    def compute_infer(self) -> Duration:
+        if self._pending:
+            self._fold()
+        return self._compute_infer
+
+    @property
+    def compute_output(self) -> Duration:
+        if self._pending:
+            self._fold()
+        return self._compute_output
+
+    @property
+    def inference_count(self) -> int:
+        if self._pending:
+            self._fold()
+        return self._inference_count
+
+    @inference_count.setter
+    def inference_count(self, value: int) -> None:
+        self._fold()
+        self._inference_count = value
+
+    @property
+    def execution_count(self) -> int:
+        if self._pending:
+            self._fold()
+        return self._execution_count
+
+    @execution_count.setter
+    def execution_count(self, value: int) -> None:
+        self._fold()
+        self._execution_count = value
+
+    @property
+    def last_inference_ms(self) -> int:
+        if self._pending:
+            self._fold()
+        return self._last_inference_ms
+
+    @last_inference_ms.setter
+    def last_inference_ms(self, value: int) -> None:
+        self._fold()
+        self._last_inference_ms = value
+
+    @property
+    def batch_sizes(self) -> dict[int, Duration]:
+        """Executions by batch size (rows): Triton's batch_stats, and /metrics' batch
+        histogram."""
+        if self._pending:
+            self._fold()
+        return self._batch_sizes
+
+    @property
+    def queue_histogram(self) -> list[int]:
+        """Successful requests by queue time, per bucket of QUEUE_BUCKETS_S (last: beyond)."""
+        if self._pending:
+            self._fold()
+        return self._queue_histogram
+
+    @property
+    def recent(self) -> deque[tuple[int, list[int]]]:
+        """The rolling window: (slot number, successful requests by latency bucket of
+        LATENCY_BOUNDS_NS, the last one beyond) for each of the last WINDOW_SLOTS slots that
+        saw a request. The model page reads throughput and p50/p90/p99 over the last minutes
+        from it."""
+        if self._pending:
+            self._fold()
+        return self._recent
+
+    # -- recording ----------------------------------------------------------------------------
     def record_success(
         self,
         batch: int,
@@ -91,61 +219,148 @@ class VersionStats:
         infer_ns: int,
         output_ns: int,
         executed: bool = True,
+        ended: int | None = None,
     ) -> None:
         """One successful request of ``batch`` inferences (rows of a batching model, else 1);
-        ``executed`` is False when the executor counted the model run (worker threads).
+        ``executed`` is False when the executor counted the model run (worker threads);
+        ``ended``: the request's end (``time.perf_counter_ns()``; read here if not given).
+        ``record_clocks`` records the same from the caller's clocks with no arithmetic."""
+        end = time.perf_counter_ns() if ended is None else ended
+        infer_from = end - output_ns
+        input_from = infer_from - infer_ns
+        started = input_from - input_ns
+        self.record_clocks(batch, queue_ns, started, input_from, infer_from, end, executed)
 
-        Runs for every request: plain integer adds on the durations' slots (no call per
-        duration), one wall clock read."""
-        compute = input_ns + infer_ns + output_ns
-        total = queue_ns + compute
-        duration = self.success
-        duration.count += 1
-        duration.ns += total
-        duration = self.queue
-        duration.count += 1
-        if queue_ns:
-            duration.ns += queue_ns
-            self.queue_histogram[bisect_left(_QUEUE_BOUNDS_NS, queue_ns)] += 1
-        else:
-            self.queue_histogram[0] += 1
-        duration = self.compute_input
-        duration.count += 1
-        duration.ns += input_ns
-        duration = self.compute_infer
-        duration.count += 1
-        duration.ns += infer_ns
-        duration = self.compute_output
-        duration.count += 1
-        duration.ns += output_ns
-        self.inference_count += batch
-        now = time.time_ns()
-        self.last_inference_ms = now // 1_000_000
-        slot = now // _SLOT_NS
-        recent = self.recent
-        if not recent or recent[-1][0] != slot:
-            recent.append((slot, [0] * (len(LATENCY_BOUNDS_NS) + 1)))
-        recent[-1][1][bisect_left(LATENCY_BOUNDS_NS, total)] += 1
-        if executed:
-            self.execution_count += 1
-            sized = self.batch_sizes.get(batch)
-            if sized is None:
-                sized = self.batch_sizes[batch] = Duration()
-            sized.count += 1
-            sized.ns += compute
+    def record_clocks(
+        self,
+        batch: int,
+        queue_ns: int,
+        started: int,
+        input_done: int,
+        infer_done: int,
+        ended: int,
+        executed: bool = True,
+    ) -> None:
+        """One successful request, by its clocks (``time.perf_counter_ns``): started, inputs
+        checked, model done, ended (a request that waited ``queue_ns`` in the model's queue:
+        the clocks without that wait, as ``record_success`` makes them); see
+        ``record_success``.
+
+        Runs for every request: one tuple appended, folded later (see the class)."""
+        pending = self._pending
+        pending.append((batch, queue_ns, started, input_done, infer_done, ended, executed))
+        if len(pending) >= FOLD_EVERY:
+            self._fold()
 
     def record_execution(self, batch: int, ns: int) -> None:
         """One model execution of ``batch`` rows (several requests when batched)."""
-        self.execution_count += 1
-        self.batch_sizes.setdefault(batch, Duration()).add(ns)
+        with self._lock:
+            self._execution_count += 1
+            self._batch_sizes.setdefault(batch, Duration()).add(ns)
 
     def record_dispatch(self, reason: str) -> None:
         """Why a dynamic batch stopped at its size (queue drained, max or preferred size)."""
         self.batch_reasons[reason] = self.batch_reasons.get(reason, 0) + 1
 
     def record_failure(self, ns: int) -> None:
+        self._fold()  # the successes before it: the last inference is this one
         self.fail.add(ns)
-        self.last_inference_ms = time.time_ns() // 1_000_000
+        self._last_inference_ms = time.time_ns() // 1_000_000
+
+    def _fold(self) -> None:
+        """Add the pending successes to the figures: a few C calls over whole columns (sums,
+        counts, one sort per histogram), not a loop per request, for the usual fold (requests
+        of one batch size, all executed here or none, all in one slot of the window)."""
+        with self._lock:
+            pending = self._pending
+            n = len(pending)
+            if not n:
+                return
+            rows = pending[:n]
+            del pending[:n]  # a request recorded meanwhile (another thread) stays pending
+            offset = time.time_ns() - time.perf_counter_ns()
+            columns = zip(*rows, strict=True)
+            batches, queues, starts, inputs_done, infers_done, ends, executed = columns
+            # Sums of differences are differences of sums: no subtraction per request.
+            started, input_done = sum(starts), sum(inputs_done)
+            infer_done, ended = sum(infers_done), sum(ends)
+            queued = sum(queues)
+            self._success.count += n
+            self._success.ns += queued + ended - started
+            for duration, ns in (
+                (self._queue, queued),
+                (self._compute_input, input_done - started),
+                (self._compute_infer, infer_done - input_done),
+                (self._compute_output, ended - infer_done),
+            ):
+                duration.count += n
+                duration.ns += ns
+            self._inference_count += sum(batches)
+            if not queued:
+                self._queue_histogram[0] += n
+            else:
+                _add_to_buckets(self._queue_histogram, _QUEUE_BOUNDS_NS, queues)
+            ran = executed.count(True)
+            if ran:
+                self._execution_count += ran
+                sizes = self._batch_sizes
+                if ran == n and batches.count(batches[0]) == n:
+                    sized = sizes.get(batches[0])
+                    if sized is None:
+                        sized = sizes[batches[0]] = Duration()
+                    sized.count += n
+                    sized.ns += ended - started  # compute: input, infer, output
+                else:
+                    for batch, ran_here, first, last in zip(
+                        batches, executed, starts, ends, strict=True
+                    ):
+                        if ran_here:
+                            sizes.setdefault(batch, Duration()).add(last - first)
+            latest = max(ends) + offset
+            self._last_inference_ms = latest // 1_000_000
+            totals = list(map(sub, ends, starts))
+            if queued:
+                totals = list(map(add, totals, queues))
+            slot = latest // _SLOT_NS
+            if (min(ends) + offset) // _SLOT_NS == slot:  # all in one slot: the usual fold
+                _add_to_buckets(self._slot(slot), LATENCY_BOUNDS_NS, totals)
+            else:
+                for end, total in zip(ends, totals, strict=True):
+                    counts = self._slot((end + offset) // _SLOT_NS)
+                    counts[bisect_left(LATENCY_BOUNDS_NS, total)] += 1
+
+    def _slot(self, slot: int) -> list[int]:
+        """The latency buckets of window slot ``slot``, started if new (an older slot than
+        the newest kept is looked up: requests folded out of order)."""
+        recent = self._recent
+        if not recent or recent[-1][0] < slot:
+            recent.append((slot, [0] * (len(LATENCY_BOUNDS_NS) + 1)))
+            return recent[-1][1]
+        for number, counts in reversed(recent):
+            if number == slot:
+                return counts
+            if number < slot:
+                break
+        counts = [0] * (len(LATENCY_BOUNDS_NS) + 1)
+        if len(recent) < WINDOW_SLOTS:  # else older than the whole window: not shown anyway
+            position = sum(1 for number, _ in recent if number < slot)
+            recent.insert(position, (slot, counts))
+        return counts
+
+
+def _add_to_buckets(counts: list[int], bounds: tuple[int, ...], values: Sequence[int]) -> None:
+    """Count ``values`` into ``counts``, the buckets of ``bounds`` (a value goes to the first
+    bound at or above it, ``bisect_left``; the last bucket: beyond). One sort, then one
+    bisect per bucket the values span (usually a few), not one per value."""
+    ordered = sorted(values)
+    low = bisect_left(bounds, ordered[0])
+    high = bisect_left(bounds, ordered[-1])
+    start = 0
+    for bucket in range(low, high):
+        end = bisect_right(ordered, bounds[bucket], start)
+        counts[bucket] += end - start
+        start = end
+    counts[high] += len(ordered) - start
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,7 @@ class Job:
         "request",
         "rows",
         "state",
+        "step",
         "timer",
         "work",
     )
@@ -94,6 +95,9 @@ class Job:
         self.work: Work | None = None
         self.request = CURRENT.get()
         """The request it serves, for the log records of its call in a worker thread."""
+        self.step = False
+        """A pipeline's only running step, which may run on the loop when its version's
+        ``step_placement`` says so (ModelExecutor.submit)."""
 
 
 class Work:

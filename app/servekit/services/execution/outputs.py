@@ -60,7 +60,7 @@ class OutputCheck:
             if len(wanted) == 1:
                 only = wanted[0]
                 data = results[only.name]
-                return [Tensor(only.name, only.datatype, data.shape, data)]
+                return [Tensor(only.name, only.datatype, data.shape, data, {})]
             return [Tensor(s.name, s.datatype, (a := results[s.name]).shape, a) for s in wanted]
         out = []
         rules = self._rules
