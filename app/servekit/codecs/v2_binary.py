@@ -131,6 +131,10 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
     entries: list[dict[str, Any]] = []
     if not request.outputs and not request.parameters and not request.shared_memory:
         # The usual request: nothing asked of the outputs, so every one is JSON data.
+        if response.id is None and not response.parameters:
+            content = v2_json.encode_plain(response)
+            if content is not None:
+                return content, None
         for tensor in response.outputs:
             entry = v2_json.output_entry(tensor)
             entry["data"] = v2_json.output_json_data(tensor)

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from servekit.codecs.raw import check_shape, datatype_of
+from servekit.codecs.raw import MAX_DIMS, check_shape, datatype_of
 from servekit.datatypes import (
     DATATYPES,
     DataType,
-    element_count,
     narrow_floats,
     narrow_integers,
     refuse_booleans,
@@ -107,7 +106,14 @@ def decode_request(
     if not isinstance(raw_inputs, list):
         raise InvalidArgument("inference request needs an 'inputs' list")
     shared: list[str] = []  # tensors in shared memory (rare: one list beats a test per tensor)
-    inputs = [_decode_input(item, binary, segments, shared) for item in raw_inputs]
+    if len(raw_inputs) == 1:  # the usual request (a comprehension is a frame of its own)
+        item = raw_inputs[0]
+        tensor = _plain_input(item) if type(item) is dict and len(item) == 4 else None
+        inputs = [_decode_input(item, binary, segments, shared) if tensor is None else tensor]
+        if len(obj) == 1:  # inputs only: no outputs, id or parameters to read
+            return InferRequest(model_name, inputs, model_version, None, None, {}, bool(shared))
+    else:
+        inputs = [_decode_input(item, binary, segments, shared) for item in raw_inputs]
     outputs = None
     raw_outputs = obj.get("outputs")
     if raw_outputs is not None:
@@ -133,6 +139,26 @@ def _decode_output(item: object, shared: list[str]) -> RequestedOutput:
     if SHARED_MEMORY_REGION in parameters:
         shared.append(name)
     return RequestedOutput(name, parameters)
+
+
+def _plain_input(item: dict[str, Any]) -> Tensor | None:
+    """The usual input (``name``, ``datatype``, ``shape`` and a ``data`` list, nothing else,
+    each of the right kind), or None: :func:`_decode_input` decodes it, and words any error.
+    What it checks is what :func:`_decode_input` checks before ``data``, in fewer steps."""
+    name = item.get("name")
+    raw_type = item.get("datatype")
+    dims = item.get("shape")
+    data = item.get("data")
+    if type(name) is not str or type(raw_type) is not str or type(dims) is not list:
+        return None
+    datatype = DATATYPES.get(raw_type)
+    if datatype is None or type(data) is not list or len(dims) > MAX_DIMS:
+        return None
+    for dim in dims:
+        if type(dim) is not int or dim < 0:
+            return None
+    shape = tuple(dims)
+    return Tensor(name, datatype.name, shape, json_data_to_array(name, datatype, shape, data), {})
 
 
 def _decode_input(
@@ -196,7 +222,7 @@ def json_data_to_array(
     datatype's range are errors too: integers that do not fit, and finite floats that would
     become infinite (1e6 as FP16); infinities and NaN travel as the strings of ``NON_FINITE``.
     """
-    count = element_count(shape)
+    count = _PROD(shape)  # (element_count, in C: Python ints, no overflow either)
     largest = _FLOAT_LARGEST.get(datatype.name)
     # The usual JSON tensor: a flat list of floats for a float input. Straight into a float64
     # array (no dtype discovery, no boolean scan: only floats were seen), and cast only when
@@ -261,6 +287,7 @@ _SMALL = 256
 """Up to this many values, a tensor's range and finiteness are checked on Python floats (a
 few hundred instructions) rather than by numpy reductions (thousands each, whatever the
 size); above it, numpy's loops win."""
+_PROD = math.prod
 _MIN = np.minimum.reduce
 _MAX = np.maximum.reduce
 _ALL = np.logical_and.reduce
@@ -405,6 +432,72 @@ def output_entry(tensor: Tensor) -> dict[str, Any]:
 
 
 _DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+_NULL_END = b"null}"
+
+
+def encode_plain(response: InferResponse) -> bytes | None:
+    """The JSON answer of a response with no ``id`` or parameters whose outputs are finite
+    numbers without parameters, or None (then the general way builds it).
+
+    Byte for byte what :func:`dumps` makes of :func:`response_header` around
+    :func:`output_entry` entries, but the parts that are the same on every answer of a model
+    version (the header, each output's name, datatype and shape) are encoded once
+    (:data:`_FRAGMENTS`) and only each output's data goes through orjson: a dict per output
+    and the walk over them cost more than the numbers themselves for a tiny model."""
+    head = _FRAGMENTS.get((response.model_name, response.model_version))
+    if head is None:
+        head = _fragment(
+            (response.model_name, response.model_version),
+            {"model_name": response.model_name, "model_version": response.model_version},
+            b"[]}",
+        )
+        if head is None:
+            return None
+    parts = [head]
+    for tensor in response.outputs:
+        if tensor.parameters or tensor.datatype == "BYTES":
+            return None
+        flat = tensor.data.ravel()
+        if flat.dtype.kind == "f" and not _finite(flat):
+            return None
+        key = (tensor.name, tensor.datatype, tensor.shape)
+        try:
+            piece = _FRAGMENTS.get(key)
+        except TypeError:  # a shape given as a list by a runtime: the general way
+            return None
+        if piece is None:
+            piece = _fragment(key, output_entry(tensor), _NULL_END)
+            if piece is None:
+                return None
+        parts += (piece, orjson.dumps(np.ascontiguousarray(flat), option=_DUMP_OPTIONS), b"},")
+    if len(parts) > 1:
+        parts[-1] = b"}]}"
+    else:
+        parts.append(b"]}")
+    return b"".join(parts)
+
+
+def _fragment(key: tuple[Any, ...], obj: dict[str, Any], end: bytes) -> bytes | None:
+    """The encoding of ``obj`` with a last member (``"outputs"`` or ``"data"``) left open,
+    kept under ``key``; None when its text is not as expected (then nothing is kept)."""
+    last = "outputs" if end == b"[]}" else "data"
+    obj[last] = [] if last == "outputs" else None
+    text = dumps(obj)
+    tail = b'"%s":%s' % (last.encode(), end)
+    if not text.endswith(tail):
+        return None
+    fragment = text[: -len(end)] + (b"[" if last == "outputs" else b"")
+    if len(_FRAGMENTS) >= _MAX_FRAGMENTS:
+        _FRAGMENTS.clear()
+    _FRAGMENTS[key] = fragment
+    return fragment
+
+
+_FRAGMENTS: dict[tuple[Any, ...], bytes] = {}
+"""Pre-encoded JSON of answers' parts: ``(model, version)`` -> ``{"model_name":..,
+"model_version":..,"outputs":[``, ``(name, datatype, shape)`` -> ``{"name":..,"datatype":..,
+"shape":[..],"data":``."""
+_MAX_FRAGMENTS = 4096
 
 
 def dumps(obj: Any) -> bytes:
