@@ -147,6 +147,7 @@ async def _child(loops: int, out_prefix: str) -> None:
     from servekit.cli import load_plan
     from servekit.codecs import v2_binary, v2_json
     from servekit.server import ServeKit
+    from servekit.types import InferResponse
 
     with tempfile.TemporaryDirectory() as tmp:
         marks = _marks(Path(tmp))
@@ -176,8 +177,22 @@ async def _child(loops: int, out_prefix: str) -> None:
             assert runtime is not None
             session = runtime._sessions[0]  # type: ignore[attr-defined]
             feed = {"input": request.inputs[0].data}
+            response_arrays = runtime.predict(feed, ["output"])
+            from servekit.codecs import v2_proto
+            from servekit.grpc.servicer import InferenceServicer
+            from servekit.protos import grpc_service_pb2 as pb
             from servekit.services.execution.inputs import check_request
 
+            grpc_request = pb.ModelInferRequest(model_name="mlp")  # as tritonclient sends it
+            grpc_request.inputs.add(name="input", datatype="FP32", shape=feed["input"].shape)
+            grpc_request.raw_input_contents.append(feed["input"].tobytes())
+            grpc_infer = v2_proto.decode_request(grpc_request)
+            grpc_response = await dataplane.infer(grpc_infer)
+            servicer = InferenceServicer(dataplane)
+            context: Any = _NoDeadline()
+            prepared = version.prepared
+            assert prepared is not None
+            clock = time.perf_counter_ns
             app = kit.http_app()  # every route, as the server routes them
             litestar = litestar_app()
             stages: list[tuple[str, Callable[[], Any]]] = [
@@ -198,6 +213,21 @@ async def _child(loops: int, out_prefix: str) -> None:
                  lambda: v2_binary.decode_request(binary_body, header_length, "mlp", None)),
                 ("binary encode_response",
                  lambda: v2_binary.encode_response(binary_request, binary_response)),
+                ("repository.resolve", lambda: kit.repository.resolve("mlp", None)),
+                ("compiled input checks (prepared.check)", lambda: prepared.check(request)),
+                ("executor.run_now (predict + placement + timing)",
+                 lambda: executor.run_now(feed, ["output"], 1, lambda: 1, clock())),
+                ("output wrapping (check.tensors)",
+                 lambda: executor.check.tensors(response_arrays, prepared.signature.outputs)),
+                ("InferResponse", lambda: InferResponse("mlp", "1", response.outputs, None)),
+                ("statistics: record_clocks", lambda: prepared.stats.record_clocks(
+                    1, 0, clock(), clock(), clock(), clock())),
+                ("gRPC decode_request", lambda: v2_proto.decode_request(grpc_request)),
+                ("gRPC encode_response",
+                 lambda: v2_proto.encode_response(grpc_infer, grpc_response)),
+                ("dataplane.infer, gRPC request", lambda: dataplane.infer(grpc_infer)),
+                ("gRPC ModelInfer handler (decode, infer, encode)",
+                 lambda: servicer.ModelInfer(grpc_request, context)),
                 ("do-nothing ASGI app, in process", asgi_call(noop_app, json_body, None)),
                 ("do-nothing Litestar route, in process", asgi_call(litestar, json_body, None)),
                 ("whole app, REST JSON, in process", asgi_call(app, json_body, None)),
@@ -218,6 +248,13 @@ async def _child(loops: int, out_prefix: str) -> None:
         finally:
             await kit.control.close()
     print(f"{out_prefix} done", flush=True)
+
+
+class _NoDeadline:
+    """The one thing ModelInfer asks of its gRPC context: the client's deadline (none)."""
+
+    def time_remaining(self) -> None:
+        return None
 
 
 _MARKS_C = r"""

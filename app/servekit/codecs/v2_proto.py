@@ -87,17 +87,20 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     An input naming a shared-memory region has no contents; ``raw_input_contents`` then holds
     one entry per other input, in order (as tritonclient sends them)."""
     raw = msg.raw_input_contents
+    # Repeated fields are read by slicing: protobuf's (upb) iteration of one ends in an
+    # IndexError, and a slice costs about half as many instructions.
+    items = msg.inputs[:]
     if raw:
-        for item in msg.inputs:  # Triton checks this first, and its clients check its words
+        for item in items:  # Triton checks this first, and its clients check its words
             if item.HasField("contents") and item.contents.ListFields():
                 raise contents_with_raw(item.name, msg.model_name)
     taken = 0
     shared = False
     inputs: list[Tensor] = []
-    for item in msg.inputs:
+    for item in items:
         name = item.name
         datatype = DATATYPES.get(item.datatype) or datatype_of(name, item.datatype)
-        shape = tuple(item.shape)  # int64 on the wire: only the sign needs checking
+        shape = tuple(item.shape[:])  # int64 on the wire: only the sign needs checking
         if shape and (min(shape) < 0 or len(shape) > MAX_DIMS):
             check_shape(name, shape)  # raises with the message
         params = parameters_from_proto(item.parameters) if item.parameters else {}
@@ -122,17 +125,17 @@ def decode_request(msg: pb.ModelInferRequest) -> InferRequest:
     if msg.outputs:
         outputs = [
             RequestedOutput(o.name, parameters_from_proto(o.parameters) if o.parameters else {})
-            for o in msg.outputs
+            for o in msg.outputs[:]
         ]
         shared = shared or any(SHARED_MEMORY_REGION in o.parameters for o in outputs)
-    return InferRequest(
-        model_name=msg.model_name,
-        model_version=msg.model_version or None,
-        id=msg.id or None,
-        inputs=inputs,
-        outputs=outputs,
-        parameters=parameters_from_proto(msg.parameters) if msg.parameters else {},
-        shared_memory=shared,
+    return InferRequest(  # model_name, inputs, model_version, id, outputs, parameters, shared
+        msg.model_name,
+        inputs,
+        msg.model_version or None,
+        msg.id or None,
+        outputs,
+        parameters_from_proto(msg.parameters) if msg.parameters else {},
+        shared,
     )
 
 
@@ -188,6 +191,8 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
     if any output wants raw (or is FP16, which has no typed field) all of them go raw.
     """
     outputs = response.outputs
+    if not request.shared_memory and not _typed_answer(request, outputs):  # the common answer
+        return _raw_answer(response, outputs)
     in_shm = request.outputs_in_shared_memory() if request.shared_memory else frozenset()
     if in_shm:  # only outputs not in shared memory decide (none: raw, empty entries)
         rest = [t for t in outputs if t.name not in in_shm]
@@ -222,9 +227,35 @@ def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelI
 _OUTPUT = pb.ModelInferResponse.InferOutputTensor
 
 
+def _raw_answer(response: InferResponse, outputs: list[Tensor]) -> pb.ModelInferResponse:
+    """Every output as raw contents, nothing in shared memory (what ``encode_response``
+    answers then), built in place by attribute stores: each output added to the message,
+    not built apart and copied in, and no keyword constructor (protobuf's upb constructors
+    cost about 1.5 times as many instructions as the same fields set one by one)."""
+    message = pb.ModelInferResponse()
+    message.model_name = response.model_name
+    message.model_version = response.model_version
+    if response.id:
+        message.id = response.id
+    add = message.outputs.add
+    raw = message.raw_output_contents
+    for t in outputs:
+        tensor = add()
+        tensor.name = t.name
+        tensor.datatype = t.datatype
+        tensor.shape.extend(t.shape)
+        if t.parameters:
+            _set_parameters(tensor.parameters, t.parameters)
+        raw.append(_raw_bytes(t))
+    if response.parameters:
+        _set_parameters(message.parameters, response.parameters)
+    return message
+
+
 def _typed_answer(request: InferRequest, outputs: list[Tensor]) -> bool:
-    if "binary_data_output" not in request.parameters and not any(
-        o.parameters for o in request.outputs or ()
+    asked = request.outputs
+    if "binary_data_output" not in request.parameters and (
+        not asked or not any(o.parameters for o in asked)  # no generator when none is named
     ):
         return False  # the common case: nobody asked, answer raw
     return all(
@@ -242,8 +273,14 @@ def _set_parameters(target: Any, params: Parameters) -> None:
 
 
 def _raw_bytes(tensor: Tensor) -> bytes:
-    """The raw layout as ``bytes`` (what a repeated protobuf bytes field takes): one copy."""
-    return bytes(tensor_to_buffer(lookup(tensor.datatype), tensor.data))
+    """The raw layout as ``bytes`` (what a repeated protobuf bytes field takes): one copy.
+    An array already in its datatype's numpy type is copied out by ``tobytes`` (C order, the
+    raw layout), one call instead of a contiguous view, a reshape, a byte view and bytes()."""
+    datatype = lookup(tensor.datatype)
+    data = tensor.data
+    if not datatype.is_bytes and data.dtype == datatype.dtype:
+        return data.tobytes()
+    return bytes(tensor_to_buffer(datatype, data))
 
 
 def _typed_contents(tensor: Tensor) -> pb.InferTensorContents:

@@ -414,7 +414,7 @@ class DataPlane:
             if entered:
                 version.leave()
         text = prepared.version_text if prepared is not None else str(version.version)
-        return InferResponse(plan.name, text, outputs, id=request.id)
+        return InferResponse(plan.name, text, outputs, request.id, {})  # positional: cheaper
 
     async def infer_stream(
         self, request: InferRequest, deadline: float | None = None, arrived: float | None = None
@@ -518,8 +518,11 @@ class DataPlane:
         """The executor of a version that has just loaded (the repository's load hook)."""
         assert version.runtime is not None
         stats = self.statistics.of(plan.name, version.version)
+        runtime = version.runtime
+        # A runtime whose outputs are trusted is servekit's own (ONNX): it only reads the
+        # output names it is given, so the common request's lists are shared, not copied.
         version.prepared = PreparedVersion(
-            version.runtime.signature, plan.max_batch_size, stats, version.version
+            runtime.signature, plan.max_batch_size, stats, version.version, runtime.outputs_trusted
         )
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
         with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there

@@ -24,8 +24,15 @@ class PreparedVersion:
     __slots__ = ("check", "signature", "stats", "tabular", "version_text")
 
     def __init__(
-        self, signature: ModelSignature, max_batch_size: int, stats: VersionStats, version: int
+        self,
+        signature: ModelSignature,
+        max_batch_size: int,
+        stats: VersionStats,
+        version: int,
+        share_outputs: bool = False,
     ) -> None:
+        """``share_outputs``: the runtime never changes the output-name list it is given
+        (``CompiledInputs``)."""
         self.signature = signature
         """The signature the checks were compiled from (a request whose runtime reports
         another takes the general way)."""
@@ -33,7 +40,7 @@ class PreparedVersion:
         self.version_text = str(version)
         self.tabular = signature.tabular is not None
         self.check: Callable[[InferRequest], Checked | None] = CompiledInputs(
-            signature, max_batch_size
+            signature, max_batch_size, share_outputs
         ).check
         """The checked request, or None: take the general way (``CompiledInputs.check``,
         kept as its bound method so a request makes one call)."""

@@ -31,10 +31,24 @@ request's rows and the names of the outputs to compute."""
 class CompiledInputs:
     """The input checks of one loaded version, compiled (see the module docstring)."""
 
-    __slots__ = ("_batch_bound", "_count", "_default_names", "_defaults", "_rules", "_signature")
+    __slots__ = (
+        "_batch_bound",
+        "_count",
+        "_default_names",
+        "_defaults",
+        "_rules",
+        "_shared",
+        "_signature",
+    )
 
-    def __init__(self, signature: ModelSignature, max_batch_size: int) -> None:
+    def __init__(
+        self, signature: ModelSignature, max_batch_size: int, share_outputs: bool = False
+    ) -> None:
+        """``share_outputs``: the runtime only reads the list of output names it is given
+        (servekit's own runtimes, never a user's ``predict``), so a request that names no
+        outputs is given the same two lists every time, not copies."""
         self._signature = signature
+        self._shared = share_outputs
         self._rules: dict[str, _Rule] | None = None
         if signature.tabular is None:  # a tabular model's inputs are content types
             self._rules = {
@@ -79,6 +93,8 @@ class CompiledInputs:
             if shape:
                 rows = shape[0]
         if not request.outputs:
+            if self._shared:
+                return feed, self._defaults, None, rows, self._default_names
             return feed, list(self._defaults), None, rows, list(self._default_names)
         wanted, classes = requested_outputs(request, self._signature)
         return feed, wanted, classes, rows, [s.name for s in wanted]
