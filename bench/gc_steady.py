@@ -26,7 +26,10 @@ def _steady_on_request() -> None:
     for _ in sys.stdin:
         gc.collect()
         gc.freeze()
-        print(f"gc steady {gc.get_freeze_count()}", file=sys.stderr, flush=True)
+        # one write, line and newline together: print() writes them apart, and the log's
+        # writer thread (access lines) may write between the two
+        sys.stderr.write(f"gc steady {gc.get_freeze_count()}\n")
+        sys.stderr.flush()
 
 
 def main() -> None:
