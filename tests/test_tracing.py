@@ -284,6 +284,7 @@ class Waiter:
         deadline = time.monotonic() + 30
         while not Path("release").exists() and time.monotonic() < deadline:
             time.sleep(0.01)
+        Path("started").unlink()  # the test's sign that this call is over
         return {"y": x}
 """
 WAITER_CONFIG = """\
@@ -343,8 +344,8 @@ def test_a_request_whose_client_leaves_still_ends_its_span(
             span = _left_span(receiver, http_trace)  # arrives while the model still runs
             assert span.parent_span_id.hex() == PARENT_ID
             _says_client_left(span)
-            release.touch()
-            started.unlink()
+            release.touch()  # the HTTP call ends; the next may start only after it
+            wait_until(lambda: not started.exists(), timeout=30, what="the first call to end")
             release.unlink()
 
             assert server.grpc_target is not None
