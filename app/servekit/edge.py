@@ -52,12 +52,22 @@ displaceable, like one still sending headers), and ``headerTimeoutSeconds`` runs
 over the handshake and the header block together: a client that never sends a ClientHello is
 closed when it passes.
 
-A request's cycle is offered to the inference routes' answer at the connection first
-(app/servekit/rest/fast.py, ``fast_answer``): a plain ``POST`` to an inference route is then
-answered in the request's task without uvicorn's ASGI cycle around it (after every check
-above, with the same request ID), anything else runs the application as uvicorn runs it.
+A plain inference request (``POST`` to an inference route, a Content-Length under 1 MiB, no
+coding, ``Expect`` or tracing, not pipelined behind an unfinished response) is read without
+uvicorn's request machinery (:meth:`EdgeProtocol._read_plainly`): no ASGI scope, no
+``RequestResponseCycle`` with its event, no task. The edge keeps a small
+:class:`servekit.rest.fast.Request` as the connection's current cycle, gathers its body, and
+when the read that completes it ends, runs the answer at once (app/servekit/rest/eager.py): the
+tiny model's whole request is then answered inside one ``data_received``, and a task exists
+only if the answer waits (the model's thread, a write to drain). Measured in instructions, this
+machinery was about 40% of a tiny REST request (docs/performance.md). A request the answer
+declines or fails gets the uvicorn cycle it would have had, and the application answers it the
+ASGI way. Other requests to an inference route are offered to the same answer in their task
+(``fast_answer``); anything else runs the application as uvicorn runs it. uvicorn's
+keep-alive timeout runs on the edge's lazy deadline timer (phase ``_IDLE``) instead of a timer
+made and cancelled per response.
 
-Everything else (parsing, pipelining, keep-alive, flow control) stays uvicorn's.
+Everything else (parsing, pipelining, flow control) stays uvicorn's.
 """
 
 from __future__ import annotations
@@ -78,11 +88,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
 from servekit.request_id import ACCESS, CURRENT, RequestInfo
-from servekit.tracing import TRACING
-from servekit.rest import eager, request_ids, traces
-from servekit.rest import large
+from servekit.rest import eager, large, request_ids, traces
 from servekit.rest.fast import FastAnswer, Request
 from servekit.rest.leaving import EAGER, WAITING
+from servekit.tracing import TRACING
 
 log = logging.getLogger("servekit.http")
 
@@ -499,10 +508,13 @@ class EdgeProtocol(HttpToolsProtocol):
                 length = value
             elif name == b"transfer-encoding" or name == b"content-encoding":
                 return False
-        if length is None or not length.isdigit() or int(length) >= large.OFF_LOOP_BYTES:
+        params, limit, normalized = route
+        if length is None or not length.isdigit():
+            return False
+        size = int(length)
+        if size >= large.OFF_LOOP_BYTES or size > limit:  # (refused before it is read)
             return False
         version = parser.get_http_version()
-        params, limit, normalized = route
         scope = {
             "method": "POST",
             "path": normalized,
@@ -582,7 +594,7 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._counting:
             cycle.servekit_in += len(body)
         if type(cycle) is Request:  # read whole (its length is bounded): no flow control
-            held = cycle.body
+            held: Any = cycle.body
             if not held:
                 cycle.body = body
             elif type(held) is bytes:

@@ -49,10 +49,7 @@ async def _rest(coroutine: Coroutine[Any, Any, None], waited: Any) -> None:
         except BaseException as exc:  # this task was cancelled: the coroutine is told
             error = exc
         try:
-            if error is None:
-                waited = coroutine.send(None)
-            else:
-                waited = coroutine.throw(error)
+            waited = coroutine.send(None) if error is None else coroutine.throw(error)
         except StopIteration:
             return
 

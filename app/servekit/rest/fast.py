@@ -22,6 +22,12 @@ arriving or content-coded (read through ``receive`` as the ASGI answer would), a
 Litestar refuses. A failure of the answer goes to Litestar with the exception pending, exactly
 as the front hands over its own (so error answers are Litestar's, byte for byte).
 
+The plain request itself (a ``POST`` to an inference route with a whole, small, uncoded body,
+the common case) does not even get a uvicorn cycle: the edge reads it as a :class:`Request`
+and runs :meth:`FastAnswer.answer_request` at once when its body is complete
+(app/servekit/edge.py, app/servekit/rest/eager.py); the ASGI way, if the answer declines or
+fails, starts from the cycle the edge then makes (``EdgeProtocol.asgi_cycle``).
+
 With the access log on, the answer tells the edge's counting writer what it wrote (the edge
 writes the line when the response completes, app/servekit/edge.py).
 
@@ -117,11 +123,12 @@ class FastAnswer:
     async def answer_request(self, request: Request, protocol: Any) -> None:
         """Answer ``request`` (the edge's, body whole), or hand it to the application the ASGI
         way in the cycle uvicorn would have made; fail as uvicorn's ``run_asgi`` fails."""
-        scope = request.scope
-        body = request.body
+        scope: Any = request.scope
+        receive: Any = request.receive
+        body: Any = request.body  # (bytes: made whole at the request's end, by the edge)
         try:
             answered = await respond(
-                self.app.fast_path, request.limit, scope, request.receive, True, body, True
+                self.app.fast_path, request.limit, scope, receive, True, body, True
             )
         except Exception as exc:  # answered by Litestar's exception handling
             scope[PENDING] = exc
@@ -263,11 +270,19 @@ class Request:
         self.limit = limit
         self.keep_alive = keep_alive
         self.default_headers = default_headers
-        self.body = b""
+        self.body: bytes | bytearray | None = b""
+        """What arrived (a bytearray while it grows over several reads; None once read by
+        :meth:`receive`)."""
         self.more_body = True
         self.disconnected = False
         self.response_complete = False
         self.servekit_in = 0
+
+    def cancel(self, msg: Any = None) -> bool:
+        """What uvicorn's shutdown calls on what it counts as in flight, past its grace
+        period: a request still waiting for its body has no task to cancel (its connection is
+        closed with the others)."""
+        return False
 
     async def receive(self) -> dict[str, Any]:
         """The whole body in one message (the answer asks only when it reads a coded body),
