@@ -108,35 +108,44 @@ def _size(message: Any) -> int:
     return int(size()) if size is not None else 0
 
 
+_OK = grpc.StatusCode.OK
+
+
 def _write(
     method: str,
+    short: str,
     context: grpc.aio.ServicerContext,
     info: RequestInfo,
     started: float,
-    sizes: list[int],
+    bytes_in: int,
+    bytes_out: int,
     error: BaseException | None,
 ) -> None:
+    """The call's access line (``short``: the RPC's name, ``method`` its path)."""
     code = context.code()
-    if code is None:
-        if error is None or isinstance(error, grpc.aio.AbortError):
-            code = grpc.StatusCode.OK
-        elif isinstance(error, BaseException) and not isinstance(error, Exception):
-            code = grpc.StatusCode.CANCELLED  # the client left (the call's task cancelled)
+    if code is None or code is _OK:
+        if code is None and error is not None and not isinstance(error, grpc.aio.AbortError):
+            # the client left (the call's task cancelled), else the handler failed
+            code = grpc.StatusCode.UNKNOWN if isinstance(error, Exception) else _CANCELLED
         else:
-            code = grpc.StatusCode.UNKNOWN
-    name = code.name if isinstance(code, grpc.StatusCode) else str(code)
-    record_access(
-        protocol="gRPC",
-        method=method.rsplit("/", 1)[-1],
-        path=method,
-        status=name,
-        failed=code != grpc.StatusCode.OK,
-        duration_s=time.monotonic() - started,
-        bytes_in=sizes[0],
-        bytes_out=sizes[1],
-        client=context.peer(),
-        info=info,
-    )
+            code = _OK
+    failed = code is not _OK
+    if ACCESS.mode == "errors" and not failed:
+        return
+    name = "OK" if code is _OK else code.name if isinstance(code, grpc.StatusCode) else str(code)
+    write = ACCESS.write
+    if write is None:  # a notebook's own logging: a record
+        record_access(
+            protocol="gRPC", method=short, path=method, status=name, failed=failed,
+            duration_s=time.monotonic() - started, bytes_in=bytes_in, bytes_out=bytes_out,
+            client=context.peer(), info=info,
+        )  # fmt: skip
+        return
+    write("gRPC", short, method, name, time.monotonic() - started, bytes_in, bytes_out,
+          context.peer(), info)  # fmt: skip
+
+
+_CANCELLED = grpc.StatusCode.CANCELLED
 
 
 async def _counted(requests: AsyncIterator[Any], info: RequestInfo, sizes: list[int]) -> Any:
@@ -147,6 +156,8 @@ async def _counted(requests: AsyncIterator[Any], info: RequestInfo, sizes: list[
 
 
 def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
+    short = method.rsplit("/", 1)[-1]
+
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.monotonic()
         info = _info(context, None if request_streaming else request)
@@ -167,7 +178,7 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
             error = exc
             raise
         finally:
-            _write(method, context, info, started, sizes, error)
+            _write(method, short, context, info, started, sizes[0], sizes[1], error)
 
     return unary
 
@@ -196,7 +207,8 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
             raise
         finally:
             if logged:
-                _write(method, context, info, started, sizes, error)
+                _write(method, method.rsplit("/", 1)[-1], context, info, started, sizes[0],
+                       sizes[1], error)
 
     return stream
 
@@ -223,6 +235,7 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
             raise
         finally:
             if logged:
-                _write(method, context, info, started, sizes, error)
+                _write(method, method.rsplit("/", 1)[-1], context, info, started, sizes[0],
+                       sizes[1], error)
 
     return writer

@@ -104,7 +104,14 @@ def _write(scope: Any, info: RequestInfo, counts: list[int], started: float) -> 
 def write_access(
     scope: Any, info: RequestInfo, status: int, bytes_in: int, bytes_out: int, started: float
 ) -> None:
-    """The access line of a finished request (``status`` 499: its client left first)."""
+    """The access line of a finished request (``status`` 499: its client left first).
+
+    Straight to the log's writer when it has one (no :func:`~servekit.request_id.access_line`
+    in between: this runs for every request); the client's ``host:port`` made once per
+    connection (uvicorn's scope shares the connection's tuple)."""
+    mode = ACCESS.mode
+    if mode == "errors" and status < 400:
+        return
     params = scope.get("path_params") or {}
     if info.model is None:
         model = params.get("model") or params.get("name")
@@ -112,15 +119,28 @@ def write_access(
         version = params.get("version")
         info.version = None if version is None else str(version)
     client = scope.get("client")
-    access_line(
-        "HTTP",
-        scope.get("method", "-"),
-        scope.get("path", "-"),
-        status,
-        status >= 400,
-        time.monotonic() - started,
-        bytes_in,
-        bytes_out,
-        None if not client else f"{client[0]}:{client[1]}",
-        info,
-    )
+    peer = _CLIENTS.get(client) if type(client) is tuple else None
+    if peer is None and client:
+        peer = _client_of(client)
+    write = ACCESS.write
+    if write is None:  # a notebook's own logging: a record
+        access_line("HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
+                    status >= 400, time.monotonic() - started, bytes_in, bytes_out, peer,
+                    info)  # fmt: skip
+        return
+    write("HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
+          time.monotonic() - started, bytes_in, bytes_out, peer, info)  # fmt: skip
+
+
+_CLIENTS: dict[Any, str] = {}
+"""``(host, port)`` -> ``host:port``, for the connections seen lately (bounded)."""
+_MAX_CLIENTS = 4096
+
+
+def _client_of(client: Any) -> str:
+    text = f"{client[0]}:{client[1]}"
+    if type(client) is tuple:
+        if len(_CLIENTS) >= _MAX_CLIENTS:
+            _CLIENTS.clear()
+        _CLIENTS[client] = text
+    return text
