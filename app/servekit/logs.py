@@ -164,11 +164,24 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def hold(self, line: str) -> None:
         """Hold one access line made without a record: as :meth:`emit` holds a formatted
-        access record (:class:`AccessLines` does the same inline)."""
-        with self.lock:  # type: ignore[union-attr]
-            held = self._held
-            held.append(line)
-            if len(held) >= self.HELD_LINES:
+        access record (:class:`AccessLines` does the same inline).
+
+        Without the handler's lock: ``list.append`` is atomic, and the held list is one list
+        for the handler's life (:meth:`_write_held` takes lines off its front), so a line
+        appended while the lines before it are written stays for the next write."""
+        held = self._held
+        held.append(line)
+        if len(held) >= self.HELD_LINES:
+            with self.lock:  # type: ignore[union-attr]
+                self._write_held()
+        if self._flusher is None:
+            self._start_flusher()
+
+    def hold_more(self) -> None:
+        """What :meth:`hold` does after the append (for :class:`AccessLines`, which appends
+        itself): the full group written, the flusher started."""
+        if len(self._held) >= self.HELD_LINES:
+            with self.lock:  # type: ignore[union-attr]
                 self._write_held()
         if self._flusher is None:
             self._start_flusher()
@@ -182,8 +195,14 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 self._flusher.start()
 
     def _write_held(self) -> None:
-        """Write the held lines (the caller holds the handler's lock)."""
-        lines, self._held = self._held, []
+        """Write the held lines (the caller holds the handler's lock): taken off the list's
+        front, as many as it holds now (a line appended meanwhile stays, for the next write)."""
+        held = self._held
+        count = len(held)
+        if not count:
+            return
+        lines = held[:count]
+        del held[:count]
         try:
             self.stream.write(self.terminator.join(lines) + self.terminator)
             self.stream.flush()
@@ -240,6 +259,7 @@ class AccessLines:
 
     def __init__(self, handler: LineHandler, fmt: Format, worker: int | None) -> None:
         self.handler = handler
+        self._held = handler._held  # (one list for the handler's life)
         self.json = fmt == "json"
         self.worker = worker
         self.name = f"servekit.access[w{worker}]" if worker is not None else "servekit.access"
@@ -292,14 +312,10 @@ class AccessLines:
                 f"{_MILLIS[micros % 1000]}ms in={bytes_in} out={bytes_out}{tail} "
                 f"client={client or '-'} id={info.id}"
             )
-        handler = self.handler  # LineHandler.hold, inlined (a call less per line)
-        with handler.lock:  # type: ignore[union-attr]
-            held = handler._held
-            held.append(line)
-            if len(held) >= handler.HELD_LINES:
-                handler._write_held()
-        if handler._flusher is None:
-            handler._start_flusher()
+        held = self._held  # LineHandler.hold, inlined (a call less per line)
+        held.append(line)
+        if len(held) >= LineHandler.HELD_LINES or self.handler._flusher is None:
+            self.handler.hold_more()
 
     def _stamp_of(self, second: int) -> str:
         """The text of a line's time up to its milliseconds (kept for the second)."""

@@ -109,15 +109,15 @@ def write_access(
     Straight to the log's writer when it has one (no :func:`~servekit.request_id.access_line`
     in between: this runs for every request); the client's ``host:port`` made once per
     connection (uvicorn's scope shares the connection's tuple)."""
-    mode = ACCESS.mode
-    if mode == "errors" and status < 400:
+    if ACCESS.mode == "errors" and status < 400:
         return
-    params = scope.get("path_params") or {}
     if info.model is None:
-        model = params.get("model") or params.get("name")
-        info.model = None if model is None else str(model)
-        version = params.get("version")
-        info.version = None if version is None else str(version)
+        params = scope.get("path_params")
+        if params:
+            model = params.get("model") or params.get("name")
+            info.model = None if model is None else str(model)
+            version = params.get("version")
+            info.version = None if version is None else str(version)
     client = scope.get("client")
     peer = _CLIENTS.get(client) if type(client) is tuple else None
     if peer is None and client:
@@ -128,8 +128,8 @@ def write_access(
                     status >= 400, time.monotonic() - started, bytes_in, bytes_out, peer,
                     info)  # fmt: skip
         return
-    write("HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
-          time.monotonic() - started, bytes_in, bytes_out, peer, info)  # fmt: skip
+    write("HTTP", scope["method"], scope["path"], status, time.monotonic() - started,
+          bytes_in, bytes_out, peer, info)  # fmt: skip
 
 
 _CLIENTS: dict[Any, str] = {}
