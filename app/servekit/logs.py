@@ -203,17 +203,18 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
             return
         lines = held[:count]
         del held[:count]
+        lines.append("")  # the last line's terminator, with no copy of the joined text
         try:
-            self.stream.write(self.terminator.join(lines) + self.terminator)
+            self.stream.write(self.terminator.join(lines))
             self.stream.flush()
         except Exception:  # a closed or broken stderr: as logging treats a failed emit
             with contextlib.suppress(Exception):
                 print("servekit: could not write the access log", file=sys.__stderr__)
 
     def _flush_held(self) -> None:
-        wait = threading.Event().wait
+        sleep = time.sleep  # (not an Event's wait: that is a Condition's, in Python, each time)
         while True:
-            wait(self.HELD_SECONDS)
+            sleep(self.HELD_SECONDS)
             if self._held:
                 with self.lock:  # type: ignore[union-attr]
                     if self._held:
@@ -303,8 +304,8 @@ class AccessLines:
                 peer = self._clients.get(client) or self._client_of(client)
             line = (
                 f"{stamp}{_MILLIS[int((now - second) * 1000.0)]}{head}{request_id}{tail}"
-                f"{micros // 1000}.{_MILLIS[micros % 1000]},\"bytes_in\":{bytes_in},"
-                f"\"bytes_out\":{bytes_out},\"client\":{peer}}}"
+                f'{micros // 1000}.{_MILLIS[micros % 1000]},"bytes_in":{bytes_in},'
+                f'"bytes_out":{bytes_out},"client":{peer}}}'
             )
         else:
             line = (

@@ -246,8 +246,16 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
             raise
         finally:
             if logged:
-                _write(method, method.rsplit("/", 1)[-1], context, info, started, sizes[0],
-                       sizes[1], error)
+                _write(
+                    method,
+                    method.rsplit("/", 1)[-1],
+                    context,
+                    info,
+                    started,
+                    sizes[0],
+                    sizes[1],
+                    error,
+                )
 
     return stream
 
@@ -274,7 +282,15 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
             raise
         finally:
             if logged:
-                _write(method, method.rsplit("/", 1)[-1], context, info, started, sizes[0],
-                       sizes[1], error)
+                _write(
+                    method,
+                    method.rsplit("/", 1)[-1],
+                    context,
+                    info,
+                    started,
+                    sizes[0],
+                    sizes[1],
+                    error,
+                )
 
     return writer

@@ -115,11 +115,16 @@ def write_access(
         params = scope.get("path_params")
         if params:
             model = params.get("model") or params.get("name")
-            info.model = None if model is None else str(model)
-            version = params.get("version")
-            info.version = None if version is None else str(version)
-    client = scope.get("client")
-    peer = _CLIENTS.get(client) if type(client) is tuple else None
+            if model is not None:
+                info.model = str(model)
+                version = params.get("version")
+                if version is not None:
+                    info.version = str(version)
+    client = scope["client"]
+    try:
+        peer = _CLIENTS.get(client)
+    except TypeError:  # (a list: not uvicorn's)
+        peer = None
     if peer is None and client:
         peer = _client_of(client)
     write = ACCESS.write
