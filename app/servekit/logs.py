@@ -282,18 +282,18 @@ class AccessLines:
         client: str | None,
         info: RequestInfo,
     ) -> None:
-        if not _ACCESS_LOGGER.isEnabledFor(logging.INFO):
+        now = time.time()
+        second = int(now)
+        done, stamp = self._stamp
+        if second != done:  # the time's text (and the level's check), once a second
+            stamp = self._stamp_of(second)
+        if not stamp:  # the level leaves access lines out (--log-level warning)
             return
         key = (protocol, method, path, status, info.model, info.version)
         pieces = self._pieces.get(key)
         if pieces is None:
             pieces = self._pieces_of(key)
         head, tail = pieces
-        now = time.time()
-        second = int(now)
-        done, stamp = self._stamp
-        if second != done:  # the time's text, once a second
-            stamp = self._stamp_of(second)
         micros = int(duration_s * 1000000.0 + 0.5)
         if self.json:
             request_id = info.id
@@ -310,8 +310,8 @@ class AccessLines:
         else:
             line = (
                 f"{stamp}{_MILLIS[int((now - second) * 1000.0)]}{head}{micros // 1000}."
-                f"{_MILLIS[micros % 1000]}ms in={bytes_in} out={bytes_out}{tail} "
-                f"client={client or '-'} id={info.id}"
+                f"{_MILLIS[micros % 1000]}ms in={bytes_in} out={bytes_out}{tail}"
+                f"{client or '-'} id={info.id}"
             )
         held = self._held  # LineHandler.hold, inlined (a call less per line)
         held.append(line)
@@ -319,8 +319,12 @@ class AccessLines:
             self.handler.hold_more()
 
     def _stamp_of(self, second: int) -> str:
-        """The text of a line's time up to its milliseconds (kept for the second)."""
-        if self.json:
+        """The text of a line's time up to its milliseconds (kept for the second), or ""
+        when the access logger's level leaves its lines out: the level is read here, once a
+        second, not per line (a change of level shows within the second)."""
+        if not _ACCESS_LOGGER.isEnabledFor(logging.INFO):
+            stamp = ""
+        elif self.json:
             stamp = f'{{"time":"{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))}.'
         else:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
@@ -353,7 +357,7 @@ class AccessLines:
             )
         else:
             head = f" INFO {self.name}: {protocol} {method} {printable(path)} {status} "
-            tail = model_words_of(model, version)
+            tail = model_words_of(model, version) + " client="
         if len(self._pieces) >= self.MAX_PIECES:
             self._pieces.clear()
         self._pieces[key] = pieces = (head, tail)
