@@ -201,7 +201,14 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
             bytes_in = request.ByteSize()
         except AttributeError:  # an undecodable request's marker
             bytes_in = 0
-        _model_of(info, request)
+        model = getattr(request, "model_name", None)
+        if model and type(model) is str:  # ModelInfer's: _model_of, inlined
+            info.model = model
+            version = getattr(request, "model_version", None)
+            if version and type(version) is str:
+                info.version = version
+        else:
+            _model_of(info, request)
         try:
             response = await behaviour(request, context)
         except BaseException as exc:
