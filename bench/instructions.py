@@ -6,6 +6,7 @@
     python bench/instructions.py base=/work/wt/base new=. [--body "REST JSON"] [--requests 300]
     python bench/instructions.py base=... new=. --batching --concurrency 64   # the batched path
     python bench/instructions.py off=. json=. --server json='logging: {format: json, accessLog: on}'
+    python bench/instructions.py ... --threads   # each server thread's share printed too
 
 This machine is shared and its speed varies from minute to minute, so timed A/B runs
 (bench/ab.py) need many rounds to see a 5% change. Counting instructions does not. Each
