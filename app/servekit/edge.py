@@ -652,8 +652,11 @@ class EdgeProtocol(HttpToolsProtocol):
         access = self._access
         if access is not None:  # its access-log line, before a pipelined request starts
             self._access = None
-            status, sent = out.taken()  # type: ignore[attr-defined]
             cycle, info, started = access
+            if type(cycle) is Request:  # answered at the connection: it counted its own
+                status, sent = 200, cycle.sent
+            else:
+                status, sent = out.taken()  # type: ignore[attr-defined]
             request_ids.write_access(cycle.scope, info, status, cycle.servekit_in, sent, started)
         # uvicorn's, with its keep-alive timeout on the edge's lazy timer
         self.server_state.total_requests += 1
