@@ -293,7 +293,7 @@ def _plain_binary(request: InferRequest, response: InferResponse) -> tuple[bytes
         header = _binary_header(key, response)
     try:
         return b"".join([header, *[tensor.data for tensor in response.outputs]]), len(header)
-    except (BufferError, ValueError):  # an array that is not C-contiguous: the general way
+    except (BufferError, ValueError, TypeError):  # an array numpy gives no plain buffer of
         return None
 
 

@@ -498,6 +498,11 @@ def encode_plain(response: InferResponse) -> bytes | None:
     version (the header, each output's name, datatype and shape) are encoded once
     (:data:`_FRAGMENTS`) and only each output's data goes through orjson: a dict per output
     and the walk over them cost more than the numbers themselves for a tiny model."""
+    outputs = response.outputs
+    if len(outputs) == 1:  # the usual answer: see _encode_one
+        content = _encode_one(response, outputs[0])
+        if content is not None:
+            return content
     head = _FRAGMENTS.get((response.model_name, response.model_version))
     if head is None:
         head = _fragment(
@@ -531,6 +536,58 @@ def encode_plain(response: InferResponse) -> bytes | None:
     return b"".join(parts)
 
 
+def _encode_one(response: InferResponse, tensor: Tensor) -> bytes | None:
+    """:func:`encode_plain`'s answer for one output of one row or one dimension, or None.
+
+    Its whole text up to the numbers is kept under (model, version, name, datatype, shape),
+    and orjson writes the array as it is (no flat view, no contiguous copy: one row's
+    ``[[...]]`` loses its outer brackets); a NaN or an infinity, which orjson writes as
+    ``null`` and the general way as a string, sends it back (None)."""
+    data = tensor.data
+    if tensor.parameters or tensor.datatype == "BYTES" or type(data) is not np.ndarray:
+        return None
+    ndim = data.ndim
+    if ndim != 1 and (ndim != 2 or len(data) != 1):
+        return None
+    key = (response.model_name, response.model_version, tensor.name, tensor.datatype, tensor.shape)
+    try:
+        prefix = _FRAGMENTS.get(key)
+    except TypeError:  # a shape given as a list by a runtime: the general way
+        return None
+    if prefix is None:
+        prefix = _one_prefix(key, response, tensor)
+        if prefix is None:
+            return None
+    try:
+        text = orjson.dumps(data, option=_DUMP_OPTIONS)
+    except orjson.JSONEncodeError:  # not C-contiguous, or a dtype orjson does not write
+        return None
+    if _N in text:  # ``null``: not a finite number
+        return None
+    return b"".join((prefix, text[1:-1] if ndim == 2 else text, b"}]}"))
+
+
+def _one_prefix(key: tuple[Any, ...], response: InferResponse, tensor: Tensor) -> bytes | None:
+    """The answer's text before its one output's numbers (see :func:`_encode_one`)."""
+    version = (response.model_name, response.model_version)
+    head = _FRAGMENTS.get(version)
+    if head is None:
+        head = _fragment(version, {"model_name": version[0], "model_version": version[1]}, b"[]}")
+    entry = (tensor.name, tensor.datatype, tensor.shape)
+    piece = _FRAGMENTS.get(entry)
+    if piece is None:
+        piece = _fragment(entry, output_entry(tensor), _NULL_END)
+    if head is None or piece is None:
+        return None
+    if len(_FRAGMENTS) >= _MAX_FRAGMENTS:
+        _FRAGMENTS.clear()
+    _FRAGMENTS[key] = prefix = head + piece
+    return prefix
+
+
+_N = ord("n")
+
+
 def _fragment(key: tuple[Any, ...], obj: dict[str, Any], end: bytes) -> bytes | None:
     """The encoding of ``obj`` with a last member (``"outputs"`` or ``"data"``) left open,
     kept under ``key``; None when its text is not as expected (then nothing is kept)."""
@@ -550,7 +607,8 @@ def _fragment(key: tuple[Any, ...], obj: dict[str, Any], end: bytes) -> bytes | 
 _FRAGMENTS: dict[tuple[Any, ...], bytes] = {}
 """Pre-encoded JSON of answers' parts: ``(model, version)`` -> ``{"model_name":..,
 "model_version":..,"outputs":[``, ``(name, datatype, shape)`` -> ``{"name":..,"datatype":..,
-"shape":[..],"data":``."""
+"shape":[..],"data":``, and ``(model, version, name, datatype, shape)`` -> the two
+together (:func:`_encode_one`)."""
 _MAX_FRAGMENTS = 4096
 
 
