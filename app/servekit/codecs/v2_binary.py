@@ -292,7 +292,9 @@ def _plain_binary(request: InferRequest, response: InferResponse) -> tuple[bytes
     if header is None:
         header = _binary_header(key, response)
     try:
-        return b"".join([header, *[tensor.data for tensor in response.outputs]]), len(header)
+        parts: list[Any] = [header]
+        parts += [tensor.data for tensor in response.outputs]  # ndarrays are buffers
+        return b"".join(parts), len(header)
     except (BufferError, ValueError, TypeError):  # an array numpy gives no plain buffer of
         return None
 

@@ -91,7 +91,7 @@ def decode_body(
     Knowing the text lets the usual tensor skip a pass over its values: a JSON boolean is the
     token ``true`` or ``false`` in the body, so a body without either cannot hold one, and the
     values of its ``data`` lists are numbers as soon as they convert to floats
-    (:func:`json_data_to_array`)."""
+    (:func:`_plain_input`)."""
     obj = loads(body)
     if type(obj) is dict and len(obj) == 1:  # inputs only (the usual request): see below
         raw_inputs = obj.get("inputs")
@@ -176,7 +176,7 @@ def _plain_input(item: dict[str, Any], numbers: bool = False) -> Tensor | None:
     """The usual input (``name``, ``datatype``, ``shape`` and a ``data`` list, nothing else,
     each of the right kind), or None: :func:`_decode_input` decodes it, and words any error.
     What it checks is what :func:`_decode_input` checks before ``data``, in fewer steps
-    (``numbers``: no JSON boolean is in the request, see :func:`json_data_to_array`)."""
+    (``numbers``: no JSON boolean is in the request, see :func:`decode_body`)."""
     name = item.get("name")
     raw_type = item.get("datatype")
     dims = item.get("shape")
