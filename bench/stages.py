@@ -74,9 +74,10 @@ def server_count(
             wait_ready(f"http://127.0.0.1:{port}{ready_path}", timeout=300)
         send = _http_sender(port, body, header_length)
         send(200)
-        _control(prefix, proc.pid, "on")
+        _control(prefix, proc.pid, "-i", "on")
         send(requests)
-        _control(prefix, proc.pid, "off")
+        _control(prefix, proc.pid, "-i", "off")
+        _control(prefix, proc.pid, "--dump")
     finally:
         proc.terminate()
         try:

@@ -52,17 +52,28 @@ displaceable, like one still sending headers), and ``headerTimeoutSeconds`` runs
 over the handshake and the header block together: a client that never sends a ClientHello is
 closed when it passes.
 
-A request's cycle is offered to the inference routes' answer at the connection first
-(app/servekit/rest/fast.py, ``fast_answer``): a plain ``POST`` to an inference route is then
-answered in the request's task without uvicorn's ASGI cycle around it (after every check
-above, with the same request ID), anything else runs the application as uvicorn runs it.
+A plain inference request (``POST`` to an inference route, a Content-Length under 1 MiB, no
+coding, ``Expect`` or tracing, not pipelined behind an unfinished response) is read without
+uvicorn's request machinery (:meth:`EdgeProtocol._read_plainly`): no ASGI scope, no
+``RequestResponseCycle`` with its event, no task. The edge keeps a small
+:class:`servekit.rest.fast.Request` as the connection's current cycle, gathers its body, and
+when the read that completes it ends, runs the answer at once (app/servekit/rest/eager.py): the
+tiny model's whole request is then answered inside one ``data_received``, and a task exists
+only if the answer waits (the model's thread, a write to drain). Measured in instructions, this
+machinery was about 40% of a tiny REST request (docs/performance.md). A request the answer
+declines or fails gets the uvicorn cycle it would have had, and the application answers it the
+ASGI way. Other requests to an inference route are offered to the same answer in their task
+(``fast_answer``); anything else runs the application as uvicorn runs it. uvicorn's
+keep-alive timeout runs on the edge's lazy deadline timer (phase ``_IDLE``) instead of a timer
+made and cancelled per response.
 
-Everything else (parsing, pipelining, keep-alive, flow control) stays uvicorn's.
+Everything else (parsing, pipelining, flow control) stays uvicorn's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import resource
 import ssl
@@ -72,14 +83,15 @@ from typing import Any, ClassVar
 
 import httptools
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
 from servekit.request_id import ACCESS, CURRENT, RequestInfo
-from servekit.rest import request_ids, traces
-from servekit.rest.fast import FastAnswer
-from servekit.rest.leaving import WAITING
+from servekit.rest import eager, large, request_ids, traces
+from servekit.rest.fast import FastAnswer, Request
+from servekit.rest.leaving import EAGER, WAITING
+from servekit.tracing import TRACING
 
 log = logging.getLogger("servekit.http")
 
@@ -95,9 +107,10 @@ JOIN_LIMIT = 64 * 1024
 one ``write()``); a longer body goes with ``writelines``, which uvloop sends as one ``writev()``
 without copying it (and which costs more than a small copy)."""
 
-_HEADER, _BODY, _WAITING = 1, 2, 3
+_HEADER, _BODY, _WAITING, _IDLE = 1, 2, 3, 4
 """Phases of a connection's deadline: reading headers, reading a body (until the request's
-last byte: ``cycle.more_body`` false), none to watch."""
+last byte: ``cycle.more_body`` false), none to watch, idle between requests (uvicorn's
+keep-alive timeout, on the same lazy timer instead of a timer per response)."""
 
 
 class _Refuse(Exception):
@@ -313,6 +326,10 @@ class EdgeProtocol(HttpToolsProtocol):
         self._out = _CountingCoalescer(self.loop) if self._counting else _Coalescer(self.loop)
         self._access: tuple[Any, RequestInfo, float] | None = None
         """The running request's cycle, request and start, while the edge counts it."""
+        self._pending: tuple[Any, contextvars.Context, Any] | None = None
+        """The inference answer of the request whose headers this read ended (its coroutine,
+        context and cycle), run at once when its body ends in the same read, else started as
+        a task when the read is done (app/servekit/rest/eager.py)."""
 
     # -- connections --------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -344,6 +361,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
+        self._drop_pending()  # a request whose body never came whole
         self.edge.waiting.pop(self, None)
         if self._timer is not None:
             self._timer.cancel()
@@ -361,7 +379,7 @@ class EdgeProtocol(HttpToolsProtocol):
             if left is not None:  # a traced request: its span ends now, "client left"
                 left(True)
             task = scope.get(WAITING)
-            if task is not None:  # an inference request waiting for the model: drop it
+            if task is not None and task is not EAGER:  # waiting for the model: drop it
                 scope[WAITING] = None
                 task.cancel()
         super().connection_lost(exc)
@@ -370,18 +388,19 @@ class EdgeProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return
-        self._unset_keepalive_if_required()
         self._began_in_chunk = False
         self._chunk_size = len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
+            self._drop_pending()
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
             return
         except httptools.HttpParserError as exc:
+            self._drop_pending()
             refusal = exc.__context__
             if isinstance(refusal, _Refuse):
                 self._close_with(refusal.status, refusal.message)
@@ -390,6 +409,11 @@ class EdgeProtocol(HttpToolsProtocol):
                 self.logger.warning(msg)
                 self.send_400_response(msg)
             return
+        pending = self._pending
+        if pending is not None and type(pending[2]) is not Request:
+            # its body is still coming: the answer reads it in a task
+            self._pending = None
+            self._start_task(pending[0], pending[1])
         if self._phase == _HEADER and not self._began_in_chunk and self.parser is not None:
             # Still inside a header block that began in an earlier read: all of this read is
             # header bytes, held by httptools until the header line ends.
@@ -398,7 +422,10 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._close_with(431, self._too_large())
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        # uvicorn's, but its scope is made once the headers say the request needs one
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
         self._began_in_chunk = True
         self._raw_header_bytes = 0
         if self._phase != _HEADER:  # a later request on a kept-alive connection
@@ -429,6 +456,14 @@ class EdgeProtocol(HttpToolsProtocol):
             refusal = _busy
         if refusal is None and edge.hosts is not None:
             refusal = self._check_host(edge.hosts)
+        fast = self.fast_answer
+        if refusal is None and fast is not None and self._read_plainly(fast):
+            return
+        # the ASGI way: uvicorn's scope (made by its own code, for the headers read), its cycle
+        url, headers, expect = self.url, self.headers, self.expect_100_continue
+        HttpToolsProtocol.on_message_begin(self)
+        self.url, self.headers, self.expect_100_continue = url, headers, expect
+        self.scope["headers"] = headers
         if refusal is not None:
             self.app = refusal
             try:
@@ -443,6 +478,102 @@ class EdgeProtocol(HttpToolsProtocol):
             cycle.transport = self._out  # type: ignore[assignment]  # what the cycle calls
         if self._counting and cycle is not previous:
             cycle.servekit_in = 0  # type: ignore[attr-defined]  # its body bytes (on_body)
+
+    def _read_plainly(self, fast: FastAnswer) -> bool:
+        """Whether the request whose headers just ended is a plain inference request, then
+        read as a :class:`servekit.rest.fast.Request` (no uvicorn scope, cycle or task): a
+        ``POST`` to an inference route with a Content-Length under ``large.OFF_LOOP_BYTES``
+        and no coding, no ``Expect``, no tracing, not behind an unfinished response."""
+        if self.expect_100_continue or TRACING.on or self.root_path:
+            return False
+        parser = self.parser
+        if parser.get_method() != b"POST":
+            return False
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            return False  # pipelined behind an unfinished response: uvicorn queues it
+        url = self.url
+        if b"%" in url or b"?" in url or parser.should_upgrade():
+            return False
+        try:
+            path = url.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+        route = fast.app.route_of(path)
+        if route is None:
+            return False
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding" or name == b"content-encoding":
+                return False
+        params, limit, normalized = route
+        if length is None or not length.isdigit():
+            return False
+        size = int(length)
+        if size >= large.OFF_LOOP_BYTES or size > limit:  # (refused before it is read)
+            return False
+        version = parser.get_http_version()
+        scope = {
+            "method": "POST",
+            "path": normalized,
+            "headers": self.headers,
+            "client": self.client,
+            "path_params": params,
+            "http_version": version,
+        }
+        keep_alive = version != "1.0" and parser.should_keep_alive()
+        request = Request(scope, url, limit, keep_alive, self.server_state.default_headers)
+        self.cycle = request  # type: ignore[assignment]
+        self.tasks.add(request)  # type: ignore[arg-type]  # in flight, as its task would be
+        counted = self._counting
+        token = request_ids.begin(request, counted)
+        if counted:  # written at on_response_complete (or connection_lost)
+            self._access = (request, CURRENT.get(), time.monotonic())  # type: ignore[assignment]
+        self._pending = (fast.answer_request(request, self), contextvars.copy_context(), request)
+        CURRENT.reset(token)
+        return True
+
+    def asgi_cycle(self, request: Request) -> RequestResponseCycle:
+        """The uvicorn cycle of ``request`` (read whole by :meth:`_read_plainly`), for the
+        application to answer it the ASGI way: what uvicorn would have made."""
+        scope: Any = {
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "server": self.server,
+            "scheme": self.scheme,
+            "root_path": self.root_path,
+            "state": self.app_state.copy(),
+            "raw_path": request.raw_path,
+            "query_string": b"",
+        }
+        scope.update(request.scope)
+        cycle = RequestResponseCycle(
+            scope=scope,
+            transport=self._out,  # type: ignore[arg-type]
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=request.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=request.keep_alive,
+            on_response=self.on_response_complete,
+        )
+        body = request.body
+        cycle.body = bytearray() if body is None else body  # type: ignore[assignment]
+        cycle.more_body = False
+        cycle.disconnected = request.disconnected
+        cycle.message_event.set()
+        cycle.servekit_in = request.servekit_in  # type: ignore[attr-defined]
+        if self.cycle is request:  # type: ignore[comparison-overlap]
+            self.cycle = cycle
+        access = self._access
+        if access is not None and access[0] is request:
+            self._access = (cycle, access[1], access[2])
+        return cycle
 
     def _check_host(self, hosts: HostPolicy) -> Any:
         """None when the request's ``Host`` is one this server answers (app/servekit/config/
@@ -459,9 +590,59 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds
+        cycle: Any = self.cycle
         if self._counting:
-            self.cycle.servekit_in += len(body)  # type: ignore[attr-defined]
+            cycle.servekit_in += len(body)
+        if type(cycle) is Request:  # read whole (its length is bounded): no flow control
+            held: Any = cycle.body
+            if not held:
+                cycle.body = body
+            elif type(held) is bytes:
+                cycle.body = bytearray(held) + body
+            else:
+                held += body
+            return
         super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        cycle: Any = self.cycle
+        if type(cycle) is Request:
+            cycle.more_body = False
+            if type(cycle.body) is bytearray:
+                cycle.body = bytes(cycle.body)
+        else:
+            super().on_message_complete()
+        pending = self._pending
+        if pending is not None:  # the whole request came in this read: answer it now
+            self._pending = None
+            coroutine, context, cycle = pending
+            tasks = self.tasks
+            tasks.add(cycle)  # in progress meanwhile, as its task would be (a lone request's
+            # batching decision counts them: ModelExecutor.run_now)
+            try:
+                task = eager.run(self.loop, coroutine, context)
+            finally:
+                tasks.discard(cycle)
+            if task is not None:  # it waits (the model's thread, a write to drain)
+                task.add_done_callback(tasks.discard)
+                tasks.add(task)
+                scope = cycle.scope
+                if scope.get(WAITING) is EAGER:  # waiting for the model: the edge's to cancel
+                    scope[WAITING] = task
+
+    def _drop_pending(self) -> None:
+        """Forget an answer that will not run (the request turned out malformed)."""
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            pending[0].close()
+            self.tasks.discard(pending[2])
+
+    def _start_task(self, coroutine: Any, context: contextvars.Context | None = None) -> None:
+        """uvicorn's ``_start_asgi_task``, for a coroutine other than ``cycle.run_asgi``."""
+        task = self.loop.create_task(coroutine, context=context)
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     def on_response_complete(self) -> None:
         out = self._out
@@ -474,10 +655,23 @@ class EdgeProtocol(HttpToolsProtocol):
             status, sent = out.taken()  # type: ignore[attr-defined]
             cycle, info, started = access
             request_ids.write_access(cycle.scope, info, status, cycle.servekit_in, sent, started)
-        pipelined = bool(self.pipeline)  # the next request starts now: still busy
-        super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
-            self.edge.waiting[self] = None  # idle until the next request: displaceable
+        # uvicorn's, with its keep-alive timeout on the edge's lazy timer
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        flow = self.flow
+        if flow.read_paused:
+            flow.resume_reading()
+        if self.pipeline:  # the next request starts now: still busy
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        if not self.cycle.more_body:  # (else the body deadline goes on: a body nobody read)
+            self._phase = _IDLE
+            self._deadline = self.loop.time() + self.timeout_keep_alive
+            if self._timer is None:
+                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+        self.edge.waiting[self] = None  # idle until the next request: displaceable
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """The request's task starts knowing its request (ID on the answer, access log:
@@ -493,10 +687,10 @@ class EdgeProtocol(HttpToolsProtocol):
             answering = fast.take(cycle, app, self.transport)  # the inference routes' answer
         if answering is None:
             super()._start_asgi_task(cycle, app)
-        else:  # uvicorn's _start_asgi_task, with the answer instead of cycle.run_asgi(app)
-            task = self.loop.create_task(answering)
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)
+        elif cycle.more_body:  # its headers just ended: run at its body's end, or as a task
+            self._pending = (answering, contextvars.copy_context(), cycle)
+        else:  # a pipelined request, started as the one before it ends: a task of its own
+            self._start_task(answering)
         CURRENT.reset(token)
 
     # -- deadlines ----------------------------------------------------------------------------
@@ -514,6 +708,12 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._phase == _BODY and not self.cycle.more_body:
             return  # the whole request arrived: the application's time is not the client's
         now = self.loop.time()
+        if self._phase == _IDLE:  # uvicorn's keep-alive timeout
+            if now < self._deadline:
+                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+            else:
+                self.transport.close()
+            return
         if self._phase == _BODY and self.flow is not None and self.flow.read_paused:
             # The application has not asked for more yet: not the client's delay.
             self._deadline = now + self.edge.limits.body_timeout_seconds

@@ -22,6 +22,12 @@ arriving or content-coded (read through ``receive`` as the ASGI answer would), a
 Litestar refuses. A failure of the answer goes to Litestar with the exception pending, exactly
 as the front hands over its own (so error answers are Litestar's, byte for byte).
 
+The plain request itself (a ``POST`` to an inference route with a whole, small, uncoded body,
+the common case) does not even get a uvicorn cycle: the edge reads it as a :class:`Request`
+and runs :meth:`FastAnswer.answer_request` at once when its body is complete
+(app/servekit/edge.py, app/servekit/rest/eager.py); the ASGI way, if the answer declines or
+fails, starts from the cycle the edge then makes (``EdgeProtocol.asgi_cycle``).
+
 With the access log on, the answer tells the edge's counting writer what it wrote (the edge
 writes the line when the response completes, app/servekit/edge.py).
 
@@ -63,6 +69,19 @@ def _nothing() -> None:
     """A finished cycle's ``on_response`` (as uvicorn's ``run_asgi`` leaves it)."""
 
 
+class _NoEvent:
+    """The ``message_event`` of a :class:`Request`: nothing waits for its body (uvicorn's
+    ``connection_lost`` sets its cycle's)."""
+
+    __slots__ = ()
+
+    def set(self) -> None:
+        """Nothing to wake."""
+
+
+_NO_EVENT = _NoEvent()
+
+
 class FastAnswer:
     """The connection-level answer of one application's inference routes."""
 
@@ -100,6 +119,66 @@ class FastAnswer:
                 transport.close()
         finally:
             cycle.on_response = _nothing
+
+    async def answer_request(self, request: Request, protocol: Any) -> None:
+        """Answer ``request`` (the edge's, body whole), or hand it to the application the ASGI
+        way in the cycle uvicorn would have made; fail as uvicorn's ``run_asgi`` fails."""
+        scope: Any = request.scope
+        receive: Any = request.receive
+        body: Any = request.body  # (bytes: made whole at the request's end, by the edge)
+        try:
+            answered = await respond(
+                self.app.fast_path, request.limit, scope, receive, True, body, True
+            )
+        except Exception as exc:  # answered by Litestar's exception handling
+            scope[PENDING] = exc
+            answered = None
+        if answered is None:
+            cycle = protocol.asgi_cycle(request)
+            try:
+                await cycle.run_asgi(protocol.config.loaded_app)
+            finally:
+                cycle.on_response = _nothing
+            return
+        try:
+            flow = protocol.flow
+            if flow.write_paused and not request.disconnected:  # as uvicorn's send waits
+                await flow.drain()
+            self._write(request, answered, protocol.transport, protocol)
+            if answered[2]:
+                del answered
+                await large.release()
+        except BaseException as exc:  # what run_asgi does with an application's failure
+            log.error("Exception in ASGI application\n", exc_info=exc)
+            protocol.transport.close()
+
+    def _write(self, request: Request, answered: Any, transport: Any, protocol: Any) -> None:
+        """Write the answer of ``request`` and finish it as uvicorn's ``send`` finishes a
+        response."""
+        headers, content, _ = answered
+        if request.disconnected:  # (dropped, as uvicorn's send drops it)
+            return
+        block = _BLOCKS.get(headers)
+        if block is None:
+            block = _block(headers)
+        parts = [_OK]
+        for name, value in request.default_headers:  # Date, X-Request-ID: checked values
+            parts += (name, b": ", value, b"\r\n")
+        parts.append(block)
+        if not request.keep_alive:
+            parts.append(_CLOSE)
+        parts.append(b"\r\n")
+        if len(content) < JOIN_LIMIT:
+            parts.append(content)
+            transport.write(b"".join(parts))
+        else:
+            transport.writelines((b"".join(parts), content))
+        if ACCESS.mode != "off":  # the edge's access log counts the writes: tell it this one
+            protocol._out.answered(_OK, len(content))
+        request.response_complete = True
+        if not request.keep_alive:
+            transport.close()
+        protocol.on_response_complete()
 
     async def _answer(self, cycle: Any, route: Any, transport: Any) -> bool:
         """Answer, or say no (False: the application answers, the request's body unread)."""
@@ -152,6 +231,66 @@ class FastAnswer:
             del content, answered
             await large.release()
         return True
+
+
+class Request:
+    """A plain inference request read by the edge without uvicorn's request cycle
+    (app/servekit/edge.py, ``EdgeProtocol.on_headers_complete``): what its answer needs, and
+    what the edge and uvicorn's connection code ask of a connection's current ``cycle``
+    (``response_complete``, ``disconnected``, ``keep_alive``, ``more_body``, ``scope``,
+    ``message_event``). Its body is whole (Content-Length under ``large.OFF_LOOP_BYTES``, no
+    transfer or content coding), so it is answered once it has arrived, never read in parts.
+
+    If the answer declines or fails, the edge makes the uvicorn cycle it would have made
+    (``EdgeProtocol.asgi_cycle``) and the application answers the ASGI way, as it does for a
+    cycle the answer declines (:meth:`FastAnswer.run`)."""
+
+    __slots__ = (
+        "body",
+        "default_headers",
+        "disconnected",
+        "keep_alive",
+        "limit",
+        "more_body",
+        "raw_path",
+        "response_complete",
+        "scope",
+        "servekit_in",
+    )
+    message_event = _NO_EVENT
+    waiting_for_100_continue = False
+    response_started = False
+
+    def __init__(
+        self, scope: dict[str, Any], raw_path: bytes, limit: float, keep_alive: bool,
+        default_headers: list[tuple[bytes, bytes]],
+    ) -> None:  # fmt: skip
+        self.scope = scope
+        self.raw_path = raw_path
+        self.limit = limit
+        self.keep_alive = keep_alive
+        self.default_headers = default_headers
+        self.body: bytes | bytearray | None = b""
+        """What arrived (a bytearray while it grows over several reads; None once read by
+        :meth:`receive`)."""
+        self.more_body = True
+        self.disconnected = False
+        self.response_complete = False
+        self.servekit_in = 0
+
+    def cancel(self, msg: Any = None) -> bool:
+        """What uvicorn's shutdown calls on what it counts as in flight, past its grace
+        period: a request still waiting for its body has no task to cancel (its connection is
+        closed with the others)."""
+        return False
+
+    async def receive(self) -> dict[str, Any]:
+        """The whole body in one message (the answer asks only when it reads a coded body),
+        then a disconnect, as uvicorn's cycle says once its response is complete."""
+        if self.body is None:
+            return {"type": "http.disconnect"}
+        body, self.body = self.body, None
+        return {"type": "http.request", "body": body, "more_body": False}
 
 
 def _block(headers: Any) -> bytes:

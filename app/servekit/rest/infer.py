@@ -43,7 +43,7 @@ from servekit.errors import ResourceExhausted
 from servekit.request_id import adopt_body_id
 from servekit.rest import compression, large
 from servekit.rest.access import client_of, group_opt
-from servekit.rest.leaving import WAITING, ClientLeft, client_left
+from servekit.rest.leaving import EAGER, WAITING, ClientLeft, client_left
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
@@ -227,11 +227,12 @@ async def respond(
         tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
     # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
-    scope[WAITING] = task = current_task()  # type: ignore[literal-required]
+    # (no task yet when the edge runs the answer eagerly: app/servekit/rest/eager.py)
+    scope[WAITING] = current_task() or EAGER  # type: ignore[literal-required]
     try:
         response = await dataplane.infer(infer_request, arrived=arrived)
     except CancelledError:
-        if client_left(scope, task):
+        if client_left(scope, current_task()):
             raise ClientLeft from None
         raise
     finally:

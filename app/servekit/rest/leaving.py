@@ -28,6 +28,12 @@ WAITING = "servekit.waiting"
 absent, otherwise). Costs the hot path two dictionary stores, no task and no wakeup."""
 
 
+EAGER: Any = object()
+"""The :data:`WAITING` mark of an answer run without a task yet (app/servekit/rest/eager.py):
+the edge replaces it with the task that takes the answer over if the wait does not end at
+once."""
+
+
 class ClientLeft(Exception):
     """The request's client went away while it waited: there is nobody to answer.
 
