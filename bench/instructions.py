@@ -6,6 +6,7 @@
     python bench/instructions.py base=/work/wt/base new=. [--body "REST JSON"] [--requests 300]
     python bench/instructions.py base=... new=. --batching --concurrency 64   # the batched path
     python bench/instructions.py off=. json=. --server json='logging: {format: json, accessLog: on}'
+    python bench/instructions.py ... --threads   # each server thread's share printed too
 
 This machine is shared and its speed varies from minute to minute, so timed A/B runs
 (bench/ab.py) need many rounds to see a 5% change. Counting instructions does not. Each
@@ -141,6 +142,7 @@ def count(
         "valgrind",
         "--tool=callgrind",
         "--instr-atstart=no",
+        *(["--separate-threads=yes"] if THREADS else []),
         "--vgdb=yes",
         prefix,
         f"--callgrind-out-file={out_file}",
@@ -241,18 +243,38 @@ def _gc_steady(proc: subprocess.Popen[bytes], log_path: Path) -> None:
         time.sleep(0.1)
 
 
+THREADS = False
+"""``--threads``: each thread of the server counted apart (``--separate-threads=yes``), its
+share printed; the figure is their sum, as without it."""
+
+
 def _dump_total(out_file: Path, index: int) -> int:
-    """The total of the ``index``-th dump (callgrind names them ``<out-file>.<n>``)."""
+    """The total of the ``index``-th dump (callgrind names them ``<out-file>.<n>``, or
+    ``<out-file>.<n>-<thread>`` with ``--threads``: their sum)."""
     path = out_file.with_name(f"{out_file.name}.{index}")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the dump is written by the server's own thread
-        if path.exists():  # "totals:" (the dump's cost), as "summary:" may read 0
-            lines = path.read_text(errors="replace").splitlines()
-            totals = [int(line.split()[1]) for line in lines if line.startswith("totals:")]
-            if totals:
-                return max(totals)
+        paths = sorted(out_file.parent.glob(f"{out_file.name}.{index}-*")) if THREADS else []
+        if not THREADS and path.exists():
+            paths = [path]
+        counted = [_totals(each) for each in paths]
+        if paths and all(total is not None for total in counted):
+            if THREADS:
+                shares = ", ".join(
+                    f"thread {each.name.rsplit('-', 1)[1]}: {total:,}"
+                    for each, total in zip(paths, counted, strict=True)
+                )
+                print(f"    dump {index}: {shares}", flush=True)
+            return sum(total or 0 for total in counted)
         time.sleep(0.2)
     raise RuntimeError(f"callgrind wrote no dump {path.name}")
+
+
+def _totals(path: Path) -> int | None:
+    """A dump's cost ("totals:", as "summary:" may read 0), None while it is being written."""
+    lines = path.read_text(errors="replace").splitlines()
+    totals = [int(line.split()[1]) for line in lines if line.startswith("totals:")]
+    return max(totals) if totals else None
 
 
 def _control(prefix: str, pid: int, *command: str) -> None:
@@ -501,6 +523,12 @@ def main() -> int:
     )
     parser.add_argument("--keep", type=Path, help="keep the callgrind dumps in this folder")
     parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="count each server thread apart (callgrind --separate-threads) and print each "
+        "one's share of a window (the request's own thread, the log's writer, grpc's poller)",
+    )
+    parser.add_argument(
         "--server",
         action="append",
         default=[],
@@ -533,6 +561,9 @@ def main() -> int:
         help=f"measure this checkout and write {BASELINE.name}",
     )
     args = parser.parse_args()
+    if args.threads:
+        global THREADS
+        THREADS = True
     if args.check:
         return check(args.requests, args.warmup)
     requests = args.requests or CHECK_REQUESTS

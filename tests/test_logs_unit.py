@@ -311,3 +311,32 @@ def test_access_lines_without_a_record_read_as_the_formatters_write_them(
                 assert a == b
             else:  # the same line after the time (the milliseconds may differ)
                 assert mine.split(" ", 2)[2] == expected.split(" ", 2)[2]
+
+
+def test_an_access_line_escapes_a_sent_id_in_json_and_follows_the_level() -> None:
+    """A client's ID may hold ``"`` and ``\\`` (printable ASCII): the JSON line stays valid and
+    names it; the access logger's level (read with the time's text, once a second) leaves
+    lines out when above INFO, as a record's level check did."""
+    import io
+
+    stream = io.StringIO()
+    handler = logs.LineHandler(stream)
+    writer = logs.AccessLines(handler, "json", None)
+    logger = logging.getLogger("servekit.access")
+    sent = accepted('q"u\\ote')
+    assert sent is not None
+    info = RequestInfo(sent, True)
+    try:
+        logger.setLevel(logging.INFO)
+        writer("HTTP", "GET", "/v2", 200, 0.0015, 0, 3, "127.0.0.1:9", info)
+        handler.flush()
+        row = json.loads(stream.getvalue())
+        assert row["request_id"] == 'q"u\\ote' and row["client"] == "127.0.0.1:9"
+        assert row["duration_ms"] == 1.5 and row["status"] == 200
+        logger.setLevel(logging.WARNING)
+        writer._stamp = (-1, "")  # (the next second)
+        writer("HTTP", "GET", "/v2", 200, 0.0, 0, 0, None, info)
+        handler.flush()
+        assert len(stream.getvalue().splitlines()) == 1
+    finally:
+        logger.setLevel(logging.NOTSET)

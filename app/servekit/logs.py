@@ -40,7 +40,7 @@ from typing import Any, Literal
 import orjson
 
 from servekit import request_id
-from servekit.request_id import CURRENT, RequestInfo, model_words, printable
+from servekit.request_id import CURRENT, RequestInfo, model_words_of, printable
 
 Format = Literal["text", "json"]
 
@@ -160,39 +160,61 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
         if len(self._held) >= self.HELD_LINES:
             self._write_held()
         elif self._flusher is None:
-            self._flusher = threading.Thread(
-                target=self._flush_held, name="servekit-log-flush", daemon=True
-            )
-            self._flusher.start()
+            self._start_flusher()
 
     def hold(self, line: str) -> None:
-        """Hold one access line made without a record (:class:`AccessLines`): as :meth:`emit`
-        holds a formatted access record."""
-        with self.lock:  # type: ignore[union-attr]
-            held = self._held
-            held.append(line)
-            if len(held) >= self.HELD_LINES:
+        """Hold one access line made without a record: as :meth:`emit` holds a formatted
+        access record (:class:`AccessLines` does the same inline).
+
+        Without the handler's lock: ``list.append`` is atomic, and the held list is one list
+        for the handler's life (:meth:`_write_held` takes lines off its front), so a line
+        appended while the lines before it are written stays for the next write."""
+        held = self._held
+        held.append(line)
+        if len(held) >= self.HELD_LINES:
+            with self.lock:  # type: ignore[union-attr]
                 self._write_held()
         if self._flusher is None:
-            self._flusher = threading.Thread(
-                target=self._flush_held, name="servekit-log-flush", daemon=True
-            )
-            self._flusher.start()
+            self._start_flusher()
+
+    def hold_more(self) -> None:
+        """What :meth:`hold` does after the append (for :class:`AccessLines`, which appends
+        itself): the full group written, the flusher started."""
+        if len(self._held) >= self.HELD_LINES:
+            with self.lock:  # type: ignore[union-attr]
+                self._write_held()
+        if self._flusher is None:
+            self._start_flusher()
+
+    def _start_flusher(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_held, name="servekit-log-flush", daemon=True
+                )
+                self._flusher.start()
 
     def _write_held(self) -> None:
-        """Write the held lines (the caller holds the handler's lock)."""
-        lines, self._held = self._held, []
+        """Write the held lines (the caller holds the handler's lock): taken off the list's
+        front, as many as it holds now (a line appended meanwhile stays, for the next write)."""
+        held = self._held
+        count = len(held)
+        if not count:
+            return
+        lines = held[:count]
+        del held[:count]
+        lines.append("")  # the last line's terminator, with no copy of the joined text
         try:
-            self.stream.write(self.terminator.join(lines) + self.terminator)
+            self.stream.write(self.terminator.join(lines))
             self.stream.flush()
         except Exception:  # a closed or broken stderr: as logging treats a failed emit
             with contextlib.suppress(Exception):
                 print("servekit: could not write the access log", file=sys.__stderr__)
 
     def _flush_held(self) -> None:
-        wait = threading.Event().wait
+        sleep = time.sleep  # (not an Event's wait: that is a Condition's, in Python, each time)
         while True:
-            wait(self.HELD_SECONDS)
+            sleep(self.HELD_SECONDS)
             if self._held:
                 with self.lock:  # type: ignore[union-attr]
                     if self._held:
@@ -209,27 +231,44 @@ class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
 _ACCESS_LOGGER = logging.getLogger("servekit.access")
 
 
+_MILLIS = tuple(f"{n:03d}" for n in range(1000))
+"""``000`` to ``999``: a line's milliseconds (of its time and of its duration) by index, with no
+format specification parsed per line."""
+
+
 class AccessLines:
     """The access log's lines, made straight from their values and held by the one handler.
 
     An access line is written for every request, so it is made without what a record costs
     and it does not need (bench/instructions.py counted it): no ``logging.LogRecord`` and no
-    trip through ``Logger.handle`` and the formatter (which walks the record's attributes);
-    the time's text is made once a second (the milliseconds appended), and a JSON line is
-    one ``orjson.dumps`` of a dict built in the formatter's own order of fields (time, level,
-    logger, message, request_id, model, version, worker, then the access fields). The line
-    reads as :class:`TextFormatter` / :class:`JsonFormatter` would write it; a JSON line's
-    ``message`` is the short ``protocol method path status`` (its fields carry the rest).
-    The write stays off the request's path: the handler holds the line (:meth:`LineHandler.hold`).
+    trip through ``Logger.handle`` and the formatter (which walks the record's attributes).
+    What a line shares with the lines before it is made once: the time's text once a second
+    (the milliseconds taken from a table), and the part a route repeats (protocol, method,
+    path, status, model, version: in JSON each of them encoded, with the fixed keys around
+    them) once per such combination (:meth:`_pieces_of`, at most :data:`MAX_PIECES` kept). A
+    line is then one f-string of ready strings and the values that change (time, duration,
+    bytes, client, ID): no ``%`` template, no dict, no ``orjson.dumps`` per line.
+
+    The line reads as :class:`TextFormatter` / :class:`JsonFormatter` would write it; a JSON
+    line's ``message`` is the short ``protocol method path status`` (its fields carry the
+    rest); the duration is written to the microsecond (``12.345``) in both. The write stays
+    off the request's path: the line is held by the handler (:class:`LineHandler`).
     """
 
+    MAX_PIECES = 4096
+    """Combinations of route, status and model kept (a scan of random paths cannot grow it)."""
+
     def __init__(self, handler: LineHandler, fmt: Format, worker: int | None) -> None:
-        self.hold = handler.hold
+        self.handler = handler
+        self._held = handler._held  # (one list for the handler's life)
         self.json = fmt == "json"
         self.worker = worker
         self.name = f"servekit.access[w{worker}]" if worker is not None else "servekit.access"
         self._stamp = (-1, "")
         """The second and its text, one tuple: a thread never pairs one with the other's."""
+        self._pieces: dict[tuple[Any, ...], tuple[str, str]] = {}
+        self._clients: dict[str, str] = {}
+        """A JSON line's client, encoded (clients are few, and their text is made once)."""
 
     def __call__(
         self,
@@ -243,47 +282,93 @@ class AccessLines:
         client: str | None,
         info: RequestInfo,
     ) -> None:
-        if not _ACCESS_LOGGER.isEnabledFor(logging.INFO):
-            return
         now = time.time()
         second = int(now)
         done, stamp = self._stamp
-        if second != done:  # the time's text, once a second
-            if self.json:
-                stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            else:
-                stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-            self._stamp = (second, stamp)
-        millis = int((now - second) * 1000)
-        if not self.json:
-            self.hold(
-                f"{stamp},{millis:03d} INFO {self.name}: {protocol} {method} {printable(path)} "
-                f"{status} {duration_s * 1000.0:.3f}ms in={bytes_in} out={bytes_out}"
-                f"{model_words(info)} client={client or '-'} id={info.id}"
-            )
+        if second != done:  # the time's text (and the level's check), once a second
+            stamp = self._stamp_of(second)
+        if not stamp:  # the level leaves access lines out (--log-level warning)
             return
-        out: dict[str, Any] = {
-            "time": f"{stamp}.{millis:03d}Z",
-            "level": "INFO",
-            "logger": "servekit.access",
-            "message": f"{protocol} {method} {path} {status}",
-            "request_id": info.id,
-        }
-        if info.model is not None:
-            out["model"] = info.model
-        if info.version is not None:
-            out["version"] = info.version
-        if self.worker is not None:
-            out["worker"] = self.worker
-        out["protocol"] = protocol
-        out["method"] = method
-        out["path"] = path
-        out["status"] = status
-        out["duration_ms"] = round(duration_s * 1000.0, 3)
-        out["bytes_in"] = bytes_in
-        out["bytes_out"] = bytes_out
-        out["client"] = client
-        self.hold(orjson.dumps(out).decode())
+        key = (protocol, method, path, status, info.model, info.version)
+        pieces = self._pieces.get(key)
+        if pieces is None:
+            pieces = self._pieces_of(key)
+        head, tail = pieces
+        micros = int(duration_s * 1000000.0 + 0.5)
+        if self.json:
+            request_id = info.id
+            if info.sent and ('"' in request_id or "\\" in request_id):
+                request_id = orjson.dumps(request_id).decode()[1:-1]  # (printable ASCII)
+            peer = "null"
+            if client is not None:
+                peer = self._clients.get(client) or self._client_of(client)
+            line = (
+                f"{stamp}{_MILLIS[int((now - second) * 1000.0)]}{head}{request_id}{tail}"
+                f'{micros // 1000}.{_MILLIS[micros % 1000]},"bytes_in":{bytes_in},'
+                f'"bytes_out":{bytes_out},"client":{peer}}}'
+            )
+        else:
+            line = (
+                f"{stamp}{_MILLIS[int((now - second) * 1000.0)]}{head}{micros // 1000}."
+                f"{_MILLIS[micros % 1000]}ms in={bytes_in} out={bytes_out}{tail}"
+                f"{client or '-'} id={info.id}"
+            )
+        held = self._held  # LineHandler.hold, inlined (a call less per line)
+        held.append(line)
+        if len(held) >= LineHandler.HELD_LINES or self.handler._flusher is None:
+            self.handler.hold_more()
+
+    def _stamp_of(self, second: int) -> str:
+        """The text of a line's time up to its milliseconds (kept for the second), or ""
+        when the access logger's level leaves its lines out: the level is read here, once a
+        second, not per line (a change of level shows within the second)."""
+        if not _ACCESS_LOGGER.isEnabledFor(logging.INFO):
+            stamp = ""
+        elif self.json:
+            stamp = f'{{"time":"{time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))}.'
+        else:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S,", time.localtime(second))
+        self._stamp = (second, stamp)
+        return stamp
+
+    def _pieces_of(self, key: tuple[Any, ...]) -> tuple[str, str]:
+        """What a line of ``key`` (protocol, method, path, status, model, version) writes
+        around its changing values: the part after the time and the part after the ID (JSON)
+        or the duration and bytes (text)."""
+        protocol, method, path, status, model, version = key
+        if self.json:
+            dumps = orjson.dumps
+            head = (
+                'Z","level":"INFO","logger":"servekit.access","message":'
+                + dumps(f"{protocol} {method} {path} {status}").decode()
+                + ',"request_id":"'
+            )
+            tail = '"'
+            if model is not None:
+                tail += ',"model":' + dumps(model).decode()
+            if version is not None:
+                tail += ',"version":' + dumps(version).decode()
+            if self.worker is not None:
+                tail += f',"worker":{self.worker}'
+            tail += (
+                f',"protocol":{dumps(protocol).decode()},"method":{dumps(method).decode()},'
+                f'"path":{dumps(path).decode()},"status":{dumps(status).decode()},'
+                '"duration_ms":'
+            )
+        else:
+            head = f" INFO {self.name}: {protocol} {method} {printable(path)} {status} "
+            tail = model_words_of(model, version) + " client="
+        if len(self._pieces) >= self.MAX_PIECES:
+            self._pieces.clear()
+        self._pieces[key] = pieces = (head, tail)
+        return pieces
+
+    def _client_of(self, client: str) -> str:
+        text = orjson.dumps(client).decode()
+        if len(self._clients) >= self.MAX_PIECES:
+            self._clients.clear()
+        self._clients[client] = text
+        return text
 
 
 def setup(

@@ -201,9 +201,14 @@ def printable(text: str) -> str:
 
 def model_words(info: RequestInfo) -> str:
     """`` model=NAME version=V`` of a text access line (empty when no model is known)."""
-    if not info.model:
+    return model_words_of(info.model, info.version)
+
+
+def model_words_of(model: str | None, version: str | None) -> str:
+    """:func:`model_words` of a model and version."""
+    if not model:
         return ""
-    words = f" model={info.model}" + (f" version={info.version}" if info.version else "")
+    words = f" model={model}" + (f" version={version}" if version else "")
     return printable(words)  # a name taken from a path may hold anything
 
 

@@ -94,49 +94,69 @@ def _unary(behaviour: Any) -> Any:
 
 
 def _model_of(info: RequestInfo, request: Any) -> None:
+    """The model and version a request names: ``model_name``/``model_version`` (ModelInfer
+    and its kin), else ``name``/``version``. The second pair is read only when the first is
+    not there: a missing attribute of a protobuf message costs an exception inside upb (two,
+    with the class's own lookup), several times what a line costs otherwise."""
     if info.model is not None:
         return
-    model = getattr(request, "model_name", None) or getattr(request, "name", None)
+    model = getattr(request, "model_name", None)
+    if model:
+        version = getattr(request, "model_version", None)
+    else:
+        model = getattr(request, "name", None)
+        version = getattr(request, "version", None) if model else None
     if model and isinstance(model, str):
         info.model = model
-        version = getattr(request, "model_version", None) or getattr(request, "version", None)
         info.version = version if version and isinstance(version, str) else None
 
 
 def _size(message: Any) -> int:
-    size = getattr(message, "ByteSize", None)
-    return int(size()) if size is not None else 0
+    try:
+        size: int = message.ByteSize()
+    except AttributeError:  # not a protobuf message (an undecodable request's marker)
+        return 0
+    return size
+
+
+_OK = grpc.StatusCode.OK
 
 
 def _write(
     method: str,
+    short: str,
     context: grpc.aio.ServicerContext,
     info: RequestInfo,
     started: float,
-    sizes: list[int],
+    bytes_in: int,
+    bytes_out: int,
     error: BaseException | None,
 ) -> None:
+    """The call's access line (``short``: the RPC's name, ``method`` its path)."""
     code = context.code()
-    if code is None:
-        if error is None or isinstance(error, grpc.aio.AbortError):
-            code = grpc.StatusCode.OK
-        elif isinstance(error, BaseException) and not isinstance(error, Exception):
-            code = grpc.StatusCode.CANCELLED  # the client left (the call's task cancelled)
+    if code is None or code is _OK:
+        if code is None and error is not None and not isinstance(error, grpc.aio.AbortError):
+            # the client left (the call's task cancelled), else the handler failed
+            code = grpc.StatusCode.UNKNOWN if isinstance(error, Exception) else _CANCELLED
         else:
-            code = grpc.StatusCode.UNKNOWN
-    name = code.name if isinstance(code, grpc.StatusCode) else str(code)
-    record_access(
-        protocol="gRPC",
-        method=method.rsplit("/", 1)[-1],
-        path=method,
-        status=name,
-        failed=code != grpc.StatusCode.OK,
-        duration_s=time.monotonic() - started,
-        bytes_in=sizes[0],
-        bytes_out=sizes[1],
-        client=context.peer(),
-        info=info,
-    )
+            code = _OK
+    failed = code is not _OK
+    if ACCESS.mode == "errors" and not failed:
+        return
+    name = "OK" if code is _OK else code.name if isinstance(code, grpc.StatusCode) else str(code)
+    write = ACCESS.write
+    if write is None:  # a notebook's own logging: a record
+        record_access(
+            protocol="gRPC", method=short, path=method, status=name, failed=failed,
+            duration_s=time.monotonic() - started, bytes_in=bytes_in, bytes_out=bytes_out,
+            client=context.peer(), info=info,
+        )  # fmt: skip
+        return
+    write("gRPC", short, method, name, time.monotonic() - started, bytes_in, bytes_out,
+          context.peer(), info)  # fmt: skip
+
+
+_CANCELLED = grpc.StatusCode.CANCELLED
 
 
 async def _counted(requests: AsyncIterator[Any], info: RequestInfo, sizes: list[int]) -> Any:
@@ -147,27 +167,64 @@ async def _counted(requests: AsyncIterator[Any], info: RequestInfo, sizes: list[
 
 
 def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
+    """A unary answer with its access line. A unary request's call that answers is written
+    here with no further frame (one ``ACCESS.write``: the common case); a failure, an answer
+    with a status set, and a streamed request's call go through :func:`_write`."""
+    short = method.rsplit("/", 1)[-1]
+    if request_streaming:
+
+        async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> Any:
+            started = time.monotonic()
+            info = _info(context, None)
+            context.set_trailing_metadata(((HEADER, info.id),))
+            CURRENT.set(info)
+            sizes = [0, 0]
+            error: BaseException | None = None
+            try:
+                response = await behaviour(_counted(requests, info, sizes), context)
+                sizes[1] = _size(response)
+                return response
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                _write(method, short, context, info, started, sizes[0], sizes[1], error)
+
+        return streamed
+
     async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started = time.monotonic()
-        info = _info(context, None if request_streaming else request)
+        info = _info(context, request)
         context.set_trailing_metadata(((HEADER, info.id),))
         CURRENT.set(info)
-        sizes = [0, 0]
-        if request_streaming:
-            request = _counted(request, info, sizes)
+        try:
+            bytes_in = request.ByteSize()
+        except AttributeError:  # an undecodable request's marker
+            bytes_in = 0
+        model = getattr(request, "model_name", None)
+        if model and type(model) is str:  # ModelInfer's: _model_of, inlined
+            info.model = model
+            version = getattr(request, "model_version", None)
+            if version and type(version) is str:
+                info.version = version
         else:
-            sizes[0] = _size(request)
             _model_of(info, request)
-        error: BaseException | None = None
         try:
             response = await behaviour(request, context)
-            sizes[1] = _size(response)
-            return response
         except BaseException as exc:
-            error = exc
+            _write(method, short, context, info, started, bytes_in, 0, exc)
             raise
-        finally:
-            _write(method, context, info, started, sizes, error)
+        try:
+            bytes_out = response.ByteSize()
+        except AttributeError:
+            bytes_out = 0
+        write = ACCESS.write
+        if context.code() is None and write is not None and ACCESS.mode == "on":
+            write("gRPC", short, method, "OK", time.monotonic() - started, bytes_in,
+                  bytes_out, context.peer(), info)  # fmt: skip
+        else:
+            _write(method, short, context, info, started, bytes_in, bytes_out, None)
+        return response
 
     return unary
 
@@ -196,7 +253,16 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
             raise
         finally:
             if logged:
-                _write(method, context, info, started, sizes, error)
+                _write(
+                    method,
+                    method.rsplit("/", 1)[-1],
+                    context,
+                    info,
+                    started,
+                    sizes[0],
+                    sizes[1],
+                    error,
+                )
 
     return stream
 
@@ -223,6 +289,15 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
             raise
         finally:
             if logged:
-                _write(method, context, info, started, sizes, error)
+                _write(
+                    method,
+                    method.rsplit("/", 1)[-1],
+                    context,
+                    info,
+                    started,
+                    sizes[0],
+                    sizes[1],
+                    error,
+                )
 
     return writer

@@ -104,23 +104,48 @@ def _write(scope: Any, info: RequestInfo, counts: list[int], started: float) -> 
 def write_access(
     scope: Any, info: RequestInfo, status: int, bytes_in: int, bytes_out: int, started: float
 ) -> None:
-    """The access line of a finished request (``status`` 499: its client left first)."""
-    params = scope.get("path_params") or {}
+    """The access line of a finished request (``status`` 499: its client left first).
+
+    Straight to the log's writer when it has one (no :func:`~servekit.request_id.access_line`
+    in between: this runs for every request); the client's ``host:port`` made once per
+    connection (uvicorn's scope shares the connection's tuple)."""
+    if ACCESS.mode == "errors" and status < 400:
+        return
     if info.model is None:
-        model = params.get("model") or params.get("name")
-        info.model = None if model is None else str(model)
-        version = params.get("version")
-        info.version = None if version is None else str(version)
-    client = scope.get("client")
-    access_line(
-        "HTTP",
-        scope.get("method", "-"),
-        scope.get("path", "-"),
-        status,
-        status >= 400,
-        time.monotonic() - started,
-        bytes_in,
-        bytes_out,
-        None if not client else f"{client[0]}:{client[1]}",
-        info,
-    )
+        params = scope.get("path_params")
+        if params:
+            model = params.get("model") or params.get("name")
+            if model is not None:
+                info.model = str(model)
+                version = params.get("version")
+                if version is not None:
+                    info.version = str(version)
+    client = scope["client"]
+    try:
+        peer = _CLIENTS.get(client)
+    except TypeError:  # (a list: not uvicorn's)
+        peer = None
+    if peer is None and client:
+        peer = _client_of(client)
+    write = ACCESS.write
+    if write is None:  # a notebook's own logging: a record
+        access_line("HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
+                    status >= 400, time.monotonic() - started, bytes_in, bytes_out, peer,
+                    info)  # fmt: skip
+        return
+    write("HTTP", scope["method"], scope["path"], status, time.monotonic() - started,
+          bytes_in, bytes_out, peer, info)  # fmt: skip
+
+
+_CLIENTS: dict[Any, str] = {}
+"""``(host, port)`` -> ``host:port``, for the connections seen lately (bounded)."""
+_MAX_CLIENTS = 4096
+
+
+def _client_of(client: Any) -> str:
+    text = f"{client[0]}:{client[1]}"
+    if type(client) is tuple:
+        if len(_CLIENTS) >= _MAX_CLIENTS:
+            _CLIENTS.clear()
+        _CLIENTS[client] = text
+    return text
