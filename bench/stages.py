@@ -179,11 +179,26 @@ async def _child(loops: int, out_prefix: str) -> None:
             session = runtime._sessions[0]  # type: ignore[attr-defined]
             feed = {"input": request.inputs[0].data}
             response_arrays = runtime.predict(feed, ["output"])
+            import numpy as np
+
             from servekit.codecs import v2_proto
+            from servekit.codecs.raw import tensor_from_bytes
+            from servekit.datatypes import DATATYPES
             from servekit.grpc.servicer import InferenceServicer
             from servekit.protos import grpc_service_pb2 as pb
             from servekit.services.execution.inputs import check_request
+            from servekit.types import InferRequest, Tensor
 
+            FP32 = DATATYPES["FP32"]
+            data_list = v2_json.loads(json_body)["inputs"][0]["data"]
+            # The route's JSON decode (a tree before decode_body: loads + decode_request).
+            decode_body = getattr(
+                v2_json,
+                "decode_body",
+                lambda body, model, version: v2_json.decode_request(
+                    v2_json.loads(body), model, version
+                ),
+            )
             grpc_request = pb.ModelInferRequest(model_name="mlp")  # as tritonclient sends it
             grpc_request.inputs.add(name="input", datatype="FP32", shape=feed["input"].shape)
             grpc_request.raw_input_contents.append(feed["input"].tobytes())
@@ -209,9 +224,22 @@ async def _child(loops: int, out_prefix: str) -> None:
                  lambda: dataplane.infer(request)),
                 ("JSON decode: loads + decode_request",
                  lambda: v2_json.decode_request(v2_json.loads(json_body), "mlp", None)),
+                ("JSON decode as the route does it (decode_body)",
+                 lambda: decode_body(json_body, "mlp", None)),
+                ("  JSON: orjson.loads alone", lambda: v2_json.loads(json_body)),
+                ("  JSON: data list to numpy (np.array)",
+                 lambda: np.array(data_list, dtype=np.float32)),
+                ("  Tensor construction",
+                 lambda: Tensor("input", "FP32", (1, 16), feed["input"], {})),
+                ("  InferRequest construction",
+                 lambda: InferRequest("mlp", request.inputs, None, None, None, {})),
                 ("JSON encode_response", lambda: v2_binary.encode_response(request, response)),
                 ("binary decode_request",
                  lambda: v2_binary.decode_request(binary_body, header_length, "mlp", None)),
+                ("  binary: header parse (loads of the JSON header)",
+                 lambda: v2_json.loads(binary_body[:header_length])),
+                ("  binary: raw.tensor_from_bytes", lambda: tensor_from_bytes(
+                    "input", FP32, (1, 16), binary_body, header_length, 64)),
                 ("binary encode_response",
                  lambda: v2_binary.encode_response(binary_request, binary_response)),
                 ("repository.resolve", lambda: kit.repository.resolve("mlp", None)),

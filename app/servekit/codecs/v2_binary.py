@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from servekit.codecs import v2_json
-from servekit.codecs.raw import Buffer, tensor_from_bytes, tensor_to_buffer
-from servekit.datatypes import DataType, element_count, lookup
+from servekit.codecs.raw import MAX_DIMS, Buffer, tensor_from_bytes, tensor_to_buffer
+from servekit.datatypes import DATATYPES, DataType, element_count, lookup
 from servekit.errors import InvalidArgument
-from servekit.types import InferRequest, InferResponse, Tensor, TensorSpec
+from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor, TensorSpec
 
 HEADER_LENGTH = "inference-header-content-length"
 
@@ -41,8 +41,11 @@ def decode_request(
     body: bytes | bytearray, header_length: int, model_name: str, model_version: str | None
 ) -> InferRequest:
     """Decode a JSON header plus binary tensor data; inputs become views over ``body``."""
-    view = memoryview(body)
-    obj = v2_json.loads(view[:header_length])
+    obj = v2_json.loads(body[:header_length])  # (a slice of a small header: one copy, no view)
+    if type(obj) is dict:
+        request = _plain_request(obj, body, header_length, model_name, model_version)
+        if request is not None:
+            return request
     cursor = header_length
 
     def take(name: str, datatype: DataType, shape: tuple[int, ...], size: int) -> np.ndarray:
@@ -61,6 +64,94 @@ def decode_request(
             f"{len(body) - cursor} bytes of binary data follow the inputs but no input claims them"
         )
     return request
+
+
+def _plain_request(
+    obj: dict[str, Any],
+    body: bytes | bytearray,
+    header_length: int,
+    model_name: str,
+    model_version: str | None,
+) -> InferRequest | None:
+    """The usual binary request (what ``tritonclient.http`` sends with ``binary_data=True``):
+    ``inputs`` of fixed-size datatypes, each with ``name``, ``datatype``, ``shape`` and
+    ``parameters`` holding ``binary_data_size`` alone, and ``outputs`` naming the outputs
+    without shared memory; or None, and :func:`decode_request` takes the general way (which
+    words every refusal).
+
+    The same InferRequest the general way builds, in fewer steps: no closure, no per-input
+    walk through :func:`v2_json._decode_input`'s every case, each tensor one numpy view over
+    ``body`` made in one call (``np.ndarray`` over the buffer, no ``frombuffer`` + reshape).
+    """
+    raw_inputs = obj.get("inputs")
+    raw_outputs = obj.get("outputs")
+    if type(raw_inputs) is not list or len(obj) != (1 if raw_outputs is None else 2):
+        return None
+    cursor = header_length
+    inputs: list[Tensor] = []
+    for item in raw_inputs:
+        if type(item) is not dict or len(item) != 4:
+            return None
+        name = item.get("name")
+        raw_type = item.get("datatype")
+        dims = item.get("shape")
+        parameters = item.get("parameters")
+        datatype = _FIXED_SIZE.get(raw_type) if type(raw_type) is str else None
+        if (
+            type(name) is not str
+            or datatype is None
+            or type(dims) is not list
+            or type(parameters) is not dict
+            or len(parameters) != 1
+            or len(dims) > MAX_DIMS
+        ):
+            return None
+        size = parameters.get("binary_data_size")
+        if type(size) is not int:
+            return None
+        count = 1
+        for dim in dims:
+            if type(dim) is not int or dim < 0:
+                return None
+            count *= dim
+        end = cursor + size
+        if size != count * datatype.itemsize or end > len(body):
+            return None
+        shape = tuple(dims)
+        array = np.ndarray(shape, datatype.dtype, body, cursor)
+        inputs.append(Tensor(name, datatype.name, shape, array, parameters))
+        cursor = end
+    if cursor != len(body):
+        return None
+    outputs = None
+    if raw_outputs is not None:
+        if type(raw_outputs) is not list:
+            return None
+        outputs = []
+        for item in raw_outputs:
+            if type(item) is not dict:
+                return None
+            name = item.get("name")
+            parameters = item.get("parameters", _ABSENT)
+            if parameters is _ABSENT:
+                parameters = {}
+                if len(item) != 1:
+                    return None
+            elif type(parameters) is not dict or len(item) != 2:
+                return None
+            if type(name) is not str or v2_json.SHARED_MEMORY_REGION in parameters:
+                return None
+            outputs.append(RequestedOutput(name, parameters))
+    # (positional: InferRequest's field order)
+    return InferRequest(model_name, inputs, model_version, None, outputs, {}, False)
+
+
+_FIXED_SIZE: dict[str, DataType] = {
+    name: datatype for name, datatype in DATATYPES.items() if not datatype.is_bytes
+}
+"""The datatypes whose tensors are views over the body (BYTES elements are split one by
+one: the general way)."""
+_ABSENT = object()
 
 
 def decode_raw_request(
@@ -140,6 +231,16 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
             entry["data"] = v2_json.output_json_data(tensor)
             entries.append(entry)
         return v2_json.dumps(v2_json.response_header(response, entries)), None
+    if (
+        request.outputs
+        and not request.parameters
+        and not request.shared_memory
+        and response.id is None
+        and not response.parameters
+    ):
+        plain = _plain_binary(request, response)
+        if plain is not None:
+            return plain
     buffers: list[Buffer] = []
     in_shm = request.outputs_in_shared_memory() if request.shared_memory else None
     for tensor in response.outputs:
@@ -157,3 +258,63 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
     if not buffers:
         return header, None
     return b"".join([header, *buffers]), len(header)
+
+
+def _plain_binary(request: InferRequest, response: InferResponse) -> tuple[bytes, int] | None:
+    """The answer to the usual binary request (every output asked for with ``binary_data:
+    true`` alone, none with parameters, each a C-contiguous array of its datatype's dtype), or
+    None: the general way of :func:`encode_response` then builds it.
+
+    Byte for byte the general way's answer, but its JSON header, the same on every answer of a
+    model version with the same output shapes, is encoded once (:data:`_BINARY_HEADERS`), and
+    each array is joined to it as it is (its buffer), with no contiguous copy, flat view or
+    memoryview of its own."""
+    requested = request.outputs
+    assert requested is not None
+    for output in requested:
+        if output.parameters != _BINARY_ONLY:
+            return None
+    key: tuple[Any, ...] = (response.model_name, response.model_version)
+    for tensor in response.outputs:
+        datatype = _FIXED_SIZE.get(tensor.datatype)
+        if datatype is None or tensor.parameters or tensor.data.dtype != datatype.dtype:
+            return None
+        if len(requested) == 1:
+            if tensor.name != requested[0].name:
+                return None
+        elif tensor.name not in {output.name for output in requested}:
+            return None
+        key += (tensor.name, tensor.datatype, tensor.shape)
+    try:
+        header = _BINARY_HEADERS.get(key)
+    except TypeError:  # a shape given as a list by a runtime: the general way
+        return None
+    if header is None:
+        header = _binary_header(key, response)
+    try:
+        parts: list[Any] = [header]
+        parts += [tensor.data for tensor in response.outputs]  # ndarrays are buffers
+        return b"".join(parts), len(header)
+    except (BufferError, ValueError, TypeError):  # an array numpy gives no plain buffer of
+        return None
+
+
+def _binary_header(key: tuple[Any, ...], response: InferResponse) -> bytes:
+    """The JSON header of a binary answer (see :func:`_plain_binary`), kept under ``key``."""
+    entries = []
+    for tensor in response.outputs:
+        entry = v2_json.output_entry(tensor)
+        entry["parameters"] = {"binary_data_size": tensor.data.nbytes}
+        entries.append(entry)
+    header = v2_json.dumps(v2_json.response_header(response, entries))
+    if len(_BINARY_HEADERS) >= _MAX_BINARY_HEADERS:
+        _BINARY_HEADERS.clear()
+    _BINARY_HEADERS[key] = header
+    return header
+
+
+_BINARY_ONLY = {"binary_data": True}
+_BINARY_HEADERS: dict[tuple[Any, ...], bytes] = {}
+"""JSON headers of binary answers by (model, version, then name, datatype and shape of each
+output)."""
+_MAX_BINARY_HEADERS = 4096

@@ -210,7 +210,7 @@ async def respond(
     traced = tracing.now() if TRACING.on else 0  # tracing: the decode span (else 0: no hook)
     if raw_length is None:
         if len(body) < large.OFF_LOOP_BYTES:
-            infer_request = v2_json.decode_request(v2_json.loads(body), model, version)
+            infer_request = v2_json.decode_body(body, model, version)
         else:
             infer_request = await large.decode_json(body, model, version)
     else:

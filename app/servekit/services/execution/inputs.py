@@ -36,6 +36,7 @@ class CompiledInputs:
         "_count",
         "_default_names",
         "_defaults",
+        "_only",
         "_rules",
         "_shared",
         "_signature",
@@ -60,18 +61,46 @@ class CompiledInputs:
                 for s in signature.inputs
             }
         self._count = len(signature.inputs)
+        self._only: tuple[str, str, int, tuple[tuple[int, int], ...]] | None = None
+        """A model with one input: its name and rule (the usual model: no loop, no lookup)."""
+        if self._rules is not None and self._count == 1:
+            ((name, (datatype, rank, fixed)),) = self._rules.items()
+            self._only = (name, datatype, rank, fixed)
         self._batch_bound = max_batch_size
         self._defaults = list(signature.defaults)
         self._default_names = [s.name for s in signature.defaults]
 
     def check(self, request: InferRequest) -> Checked | None:
         """The checked request, or None: take the general way (:func:`check_request`)."""
-        rules = self._rules
         inputs = request.inputs
+        only = self._only
+        if only is not None:  # the loop below, for one input
+            if len(inputs) != 1:
+                return None
+            tensor = inputs[0]
+            shape = tensor.shape
+            if tensor.name != only[0] or tensor.datatype != only[1] or len(shape) != only[2]:
+                return None
+            for index, size in only[3]:
+                if shape[index] != size:
+                    return None
+            rows = 1
+            if self._batch_bound > 0 and shape:
+                rows = shape[0]
+                if rows > self._batch_bound:
+                    return None
+            feed: dict[str, Any] = {tensor.name: tensor.data}
+            if not request.outputs:
+                if self._shared:
+                    return feed, self._defaults, None, rows, self._default_names
+                return feed, list(self._defaults), None, rows, list(self._default_names)
+            wanted, classes = requested_outputs(request, self._signature)
+            return feed, wanted, classes, rows, [s.name for s in wanted]
+        rules = self._rules
         if rules is None or len(inputs) != self._count:
             return None
         bound = self._batch_bound
-        feed: dict[str, Any] = {}
+        feed = {}
         for tensor in inputs:
             rule = rules.get(tensor.name)
             if rule is None or tensor.datatype != rule[0]:
