@@ -128,7 +128,7 @@ class FastAnswer:
         body: Any = request.body  # (bytes: made whole at the request's end, by the edge)
         try:
             answered = await respond(
-                self.app.fast_path, request.limit, scope, receive, True, body, True
+                self.app.fast_path, request.limit, scope, receive, True, body, True, True
             )
         except Exception as exc:  # answered by Litestar's exception handling
             scope[PENDING] = exc
