@@ -43,7 +43,12 @@ def main() -> int:
         servers: dict[str, Server] = {}
         try:
             for name, tree in trees.items():
-                os.environ["PYTHONPATH"] = str(Path(tree).resolve())
+                # the source root: app/ since the package moved to app/servekit/ (without
+                # it, every tree would run whichever servekit is installed)
+                root = (
+                    Path(tree) / "app" if (Path(tree) / "app" / "servekit").is_dir() else Path(tree)
+                )
+                os.environ["PYTHONPATH"] = str(root.resolve())
                 argv = [sys.executable, "-m", "servekit", "serve", str(workload.config),
                         "--http-port", "0", "--no-grpc", "--host", "127.0.0.1",
                         "--log-level", "warning"]  # fmt: skip
