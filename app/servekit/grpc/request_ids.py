@@ -249,16 +249,27 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
     return unary
 
 
+def _stream_begins(
+    context: grpc.aio.ServicerContext, request: Any, request_streaming: bool, logged: bool
+) -> tuple[float, RequestInfo, list[int], Any]:
+    """A streaming call's start: its clock, its request (made :data:`CURRENT`), its byte
+    counts (bytes in counted as the request stream is read, when logged) and the request to
+    hand on (the counting stream, or the message)."""
+    started = time.monotonic()
+    info = _info(context, None if request_streaming else request)
+    CURRENT.set(info)
+    sizes = [0, 0]
+    if request_streaming and logged:
+        request = _counted(request, info, sizes)
+    elif logged:
+        sizes[0] = _size(request)
+    return started, info, sizes, request
+
+
 def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        started = time.monotonic()
-        info = _info(context, None if request_streaming else request)
-        CURRENT.set(info)
-        sizes = [0, 0]
-        if request_streaming and logged:
-            request = _counted(request, info, sizes)
-        elif logged:
-            sizes[0] = _size(request)
+        started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
+        if logged and not request_streaming:
             _model_of(info, request)
         error: BaseException | None = None
         try:
@@ -292,14 +303,7 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
     in the initial metadata first; bytes out are not counted (the writes are not seen)."""
 
     async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        started = time.monotonic()
-        info = _info(context, None if request_streaming else request)
-        CURRENT.set(info)
-        sizes = [0, 0]
-        if request_streaming and logged:
-            request = _counted(request, info, sizes)
-        elif logged:
-            sizes[0] = _size(request)
+        started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
         error: BaseException | None = None
         try:
             await context.send_initial_metadata(((HEADER, info.id),))
