@@ -267,6 +267,8 @@ def _stream_begins(
 
 
 def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
+    short = method.rsplit("/", 1)[-1]  # the RPC's name, as the access line writes it
+
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
         if logged and not request_streaming:
@@ -284,16 +286,7 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
             raise
         finally:
             if logged:
-                _write(
-                    method,
-                    method.rsplit("/", 1)[-1],
-                    context,
-                    info,
-                    started,
-                    sizes[0],
-                    sizes[1],
-                    error,
-                )
+                _write(method, short, context, info, started, sizes[0], sizes[1], error)
 
     return stream
 
@@ -301,6 +294,7 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
 def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
     """A streaming answer written with ``context.write`` (gRPC health's Watch): the ID goes
     in the initial metadata first; bytes out are not counted (the writes are not seen)."""
+    short = method.rsplit("/", 1)[-1]
 
     async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
@@ -313,15 +307,6 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
             raise
         finally:
             if logged:
-                _write(
-                    method,
-                    method.rsplit("/", 1)[-1],
-                    context,
-                    info,
-                    started,
-                    sizes[0],
-                    sizes[1],
-                    error,
-                )
+                _write(method, short, context, info, started, sizes[0], sizes[1], error)
 
     return writer
