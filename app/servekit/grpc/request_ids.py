@@ -75,12 +75,32 @@ def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
             if sent is not None:
                 return RequestInfo(sent, True)
             break
-    body_id = getattr(request, "id", None)
+    has_id = _HAS_ID.get(type(request))
+    if has_id is None:
+        has_id = _has_id(type(request))
+    body_id = request.id if has_id else None
     if body_id and isinstance(body_id, str):
         valid = accepted(body_id)
         if valid is not None:
             return RequestInfo(valid, True)
     return RequestInfo(new_id(), False)
+
+
+_HAS_ID: dict[type, bool] = {}
+"""Whether a request type has an ``id`` field (ModelInfer's does; most do not)."""
+
+
+def _has_id(kind: type) -> bool:
+    """Whether messages of ``kind`` have an ``id`` field, from the protobuf descriptor: asking
+    a message for a field it does not have raises inside upb (twice, with the class's own
+    lookup), about 7,000 instructions, on every call of every other RPC. A stream's request
+    iterator has none."""
+    descriptor = getattr(kind, "DESCRIPTOR", None)
+    fields = getattr(descriptor, "fields_by_name", None)
+    has = fields is not None and "id" in fields
+    if len(_HAS_ID) < 256:  # (message types are few)
+        _HAS_ID[kind] = has
+    return has
 
 
 def _unary(behaviour: Any) -> Any:
@@ -229,16 +249,29 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
     return unary
 
 
+def _stream_begins(
+    context: grpc.aio.ServicerContext, request: Any, request_streaming: bool, logged: bool
+) -> tuple[float, RequestInfo, list[int], Any]:
+    """A streaming call's start: its clock, its request (made :data:`CURRENT`), its byte
+    counts (bytes in counted as the request stream is read, when logged) and the request to
+    hand on (the counting stream, or the message)."""
+    started = time.monotonic()
+    info = _info(context, None if request_streaming else request)
+    CURRENT.set(info)
+    sizes = [0, 0]
+    if request_streaming and logged:
+        request = _counted(request, info, sizes)
+    elif logged:
+        sizes[0] = _size(request)
+    return started, info, sizes, request
+
+
 def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
+    short = method.rsplit("/", 1)[-1]  # the RPC's name, as the access line writes it
+
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        started = time.monotonic()
-        info = _info(context, None if request_streaming else request)
-        CURRENT.set(info)
-        sizes = [0, 0]
-        if request_streaming and logged:
-            request = _counted(request, info, sizes)
-        elif logged:
-            sizes[0] = _size(request)
+        started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
+        if logged and not request_streaming:
             _model_of(info, request)
         error: BaseException | None = None
         try:
@@ -253,16 +286,7 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
             raise
         finally:
             if logged:
-                _write(
-                    method,
-                    method.rsplit("/", 1)[-1],
-                    context,
-                    info,
-                    started,
-                    sizes[0],
-                    sizes[1],
-                    error,
-                )
+                _write(method, short, context, info, started, sizes[0], sizes[1], error)
 
     return stream
 
@@ -270,16 +294,10 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
 def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
     """A streaming answer written with ``context.write`` (gRPC health's Watch): the ID goes
     in the initial metadata first; bytes out are not counted (the writes are not seen)."""
+    short = method.rsplit("/", 1)[-1]
 
     async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        started = time.monotonic()
-        info = _info(context, None if request_streaming else request)
-        CURRENT.set(info)
-        sizes = [0, 0]
-        if request_streaming and logged:
-            request = _counted(request, info, sizes)
-        elif logged:
-            sizes[0] = _size(request)
+        started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
         error: BaseException | None = None
         try:
             await context.send_initial_metadata(((HEADER, info.id),))
@@ -289,15 +307,6 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
             raise
         finally:
             if logged:
-                _write(
-                    method,
-                    method.rsplit("/", 1)[-1],
-                    context,
-                    info,
-                    started,
-                    sizes[0],
-                    sizes[1],
-                    error,
-                )
+                _write(method, short, context, info, started, sizes[0], sizes[1], error)
 
     return writer

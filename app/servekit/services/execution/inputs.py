@@ -90,37 +90,32 @@ class CompiledInputs:
                 if rows > self._batch_bound:
                     return None
             feed: dict[str, Any] = {tensor.name: tensor.data}
-            if not request.outputs:
-                if self._shared:
-                    return feed, self._defaults, None, rows, self._default_names
-                return feed, list(self._defaults), None, rows, list(self._default_names)
-            wanted, classes = requested_outputs(request, self._signature)
-            return feed, wanted, classes, rows, [s.name for s in wanted]
-        rules = self._rules
-        if rules is None or len(inputs) != self._count:
-            return None
-        bound = self._batch_bound
-        feed = {}
-        for tensor in inputs:
-            rule = rules.get(tensor.name)
-            if rule is None or tensor.datatype != rule[0]:
+        else:
+            rules = self._rules
+            if rules is None or len(inputs) != self._count:
                 return None
-            shape = tensor.shape
-            if len(shape) != rule[1]:
-                return None
-            for index, size in rule[2]:
-                if shape[index] != size:
+            bound = self._batch_bound
+            feed = {}
+            for tensor in inputs:
+                rule = rules.get(tensor.name)
+                if rule is None or tensor.datatype != rule[0]:
                     return None
-            if bound > 0 and shape and shape[0] > bound:
+                shape = tensor.shape
+                if len(shape) != rule[1]:
+                    return None
+                for index, size in rule[2]:
+                    if shape[index] != size:
+                        return None
+                if bound > 0 and shape and shape[0] > bound:
+                    return None
+                feed[tensor.name] = tensor.data
+            if len(feed) != self._count:  # a name given twice
                 return None
-            feed[tensor.name] = tensor.data
-        if len(feed) != self._count:  # a name given twice
-            return None
-        rows = 1
-        if bound > 0:
-            shape = inputs[0].shape if inputs else ()
-            if shape:
-                rows = shape[0]
+            rows = 1
+            if bound > 0:
+                shape = inputs[0].shape if inputs else ()
+                if shape:
+                    rows = shape[0]
         if not request.outputs:
             if self._shared:
                 return feed, self._defaults, None, rows, self._default_names
