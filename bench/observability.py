@@ -70,9 +70,12 @@ json='logging: {format: json, accessLog: on}' --body "REST JSON" --body gRPC --r
 
 | access log | REST JSON instructions/request | cost | gRPC instructions/request | cost |
 |---|---:|---:|---:|---:|
-| off | 228,897 | baseline | 414,358 | baseline |
-| text, on | 252,516 | +10.3% | 440,251 | +6.2% |
-| json, on | 253,118 | +10.6% | 441,095 | +6.5% |
+| off | 228,542 | baseline | 414,358 | baseline |
+| text, on | 249,467 | +9.2% | 440,251 | +6.2% |
+| json, on | 249,456 | +9.2% | 441,095 | +6.5% |
+| *before the line was written from the edge (REST off: 228,897)* | | | | |
+| text, on | 252,516 | +10.3% | | |
+| json, on | 253,118 | +10.6% | | |
 | *before issue 28's round 6 made the request cheaper (off: 252,125 / 416,504)* | | | | |
 | text, on | 273,405 | +8.4% | 448,397 | +7.7% |
 | json, on | 275,513 | +9.3% | 442,405 | +6.2% |
@@ -83,12 +86,15 @@ json='logging: {format: json, accessLog: on}' --body "REST JSON" --body gRPC --r
 | text, on | 481,317 | +30.1% | 578,200 | +22.0% |
 | json, on | 499,849 | +35.1% | 598,171 | +26.2% |
 
-A REST line costs about 23,600 instructions and a gRPC line about 26,000; the goal (at most
-10% with the access log on) holds for gRPC, and REST is at the line: the line got cheaper by
+A REST line costs about 21,000 instructions and a gRPC line about 26,000; the goal (at most
+10% with the access log on) holds for all four, with REST closest: the line got cheaper by
 about a third this session, but the request it is compared with got cheaper faster (issue 28:
-252 k to 229 k in the same days). Runs of the same tree differ by about a percent here (more
-than the 0.5% of the default `--log-level warning` runs: the log's writer thread wakes on a
-timer, and some of the server's own work, uvicorn's tick and the statistics' time slots,
+252 k to 229 k in the same days), and a line answered at the connection is now written
+straight from the edge (the route's model and version, the client's text made once per
+connection). (REST rows: the same command on the final main; gRPC rows: the run before,
+whose gRPC path this change does not touch.) Runs of the same tree differ by about a percent
+here (more than the 0.5% of the default `--log-level warning` runs: the log's writer thread
+wakes on a timer, and some of the server's own work, uvicorn's tick and the statistics' time slots,
 follows the wall time valgrind takes). Split by thread (`--threads`), a REST line costs about
 20,000-22,000 instructions on the request's thread and 1,200 on the writer's; a gRPC call about
 25,000-30,000 and 2,000. Where it goes: the edge's counting (bytes in, the request's start,

@@ -324,6 +324,8 @@ class EdgeProtocol(HttpToolsProtocol):
         ``on_body``, status and bytes out by the coalescer), with no wrapper around the
         application's ``receive`` and ``send``."""
         self._out = _CountingCoalescer(self.loop) if self._counting else _Coalescer(self.loop)
+        self._peer: str | None = None
+        """The client's ``host:port`` as the access log writes it (made once)."""
         self._access: tuple[Any, RequestInfo, float] | None = None
         """The running request's cycle, request and start, while the edge counts it."""
         self._pending: tuple[Any, contextvars.Context, Any] | None = None
@@ -653,11 +655,14 @@ class EdgeProtocol(HttpToolsProtocol):
         if access is not None:  # its access-log line, before a pipelined request starts
             self._access = None
             cycle, info, started = access
-            if type(cycle) is Request:  # answered at the connection: it counted its own
-                status, sent = 200, cycle.sent
+            write = ACCESS.write
+            if type(cycle) is Request and write is not None:  # answered at the connection
+                if ACCESS.mode == "on":  # (a 200: not an error)
+                    self._write_answered(write, cycle, info, started)
             else:
                 status, sent = out.taken()  # type: ignore[attr-defined]
-            request_ids.write_access(cycle.scope, info, status, cycle.servekit_in, sent, started)
+                scope = cycle.scope
+                request_ids.write_access(scope, info, status, cycle.servekit_in, sent, started)
         # uvicorn's, with its keep-alive timeout on the edge's lazy timer
         self.server_state.total_requests += 1
         if self.transport.is_closing():
@@ -675,6 +680,23 @@ class EdgeProtocol(HttpToolsProtocol):
             if self._timer is None:
                 self._timer = self.loop.call_at(self._deadline, self._on_deadline)
         self.edge.waiting[self] = None  # idle until the next request: displaceable
+
+    def _write_answered(
+        self, write: Any, request: Request, info: RequestInfo, started: float
+    ) -> None:
+        """The access line of a request answered at the connection: what
+        ``request_ids.write_access`` writes, from what the request and the connection know
+        (its route's model and version, the client's text made once per connection)."""
+        if info.model is None:
+            params = request.scope["path_params"]
+            info.model = params["model"]
+            info.version = params.get("version")
+        peer = self._peer
+        if peer is None and self.client:
+            client = self.client
+            peer = self._peer = f"{client[0]}:{client[1]}"
+        write("HTTP", "POST", request.scope["path"], 200, time.monotonic() - started,
+              request.servekit_in, request.sent, peer, info)  # fmt: skip
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """The request's task starts knowing its request (ID on the answer, access log:
