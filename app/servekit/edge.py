@@ -693,8 +693,7 @@ class EdgeProtocol(HttpToolsProtocol):
             info.version = params.get("version")
         peer = self._peer
         if peer is None and self.client:
-            client = self.client
-            peer = self._peer = f"{client[0]}:{client[1]}"
+            peer = self._peer = request_ids.client_text(self.client)
         write("HTTP", "POST", request.scope["path"], 200, time.monotonic() - started,
               request.servekit_in, request.sent, peer, info)  # fmt: skip
 

@@ -274,15 +274,16 @@ def _plain_binary(request: InferRequest, response: InferResponse) -> tuple[bytes
     for output in requested:
         if output.parameters != _BINARY_ONLY:
             return None
+    names = {output.name for output in requested} if len(requested) > 1 else None
     key: tuple[Any, ...] = (response.model_name, response.model_version)
     for tensor in response.outputs:
         datatype = _FIXED_SIZE.get(tensor.datatype)
         if datatype is None or tensor.parameters or tensor.data.dtype != datatype.dtype:
             return None
-        if len(requested) == 1:
+        if names is None:
             if tensor.name != requested[0].name:
                 return None
-        elif tensor.name not in {output.name for output in requested}:
+        elif tensor.name not in names:
             return None
         key += (tensor.name, tensor.datatype, tensor.shape)
     try:

@@ -126,7 +126,7 @@ def write_access(
     except TypeError:  # (a list: not uvicorn's)
         peer = None
     if peer is None and client:
-        peer = _client_of(client)
+        peer = client_text(client)
     write = ACCESS.write
     if write is None:  # a notebook's own logging: a record
         access_line("HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
@@ -142,7 +142,9 @@ _CLIENTS: dict[Any, str] = {}
 _MAX_CLIENTS = 4096
 
 
-def _client_of(client: Any) -> str:
+def client_text(client: Any) -> str:
+    """A client's ``host:port`` as the access log writes it (kept for the connections seen
+    lately)."""
     text = f"{client[0]}:{client[1]}"
     if type(client) is tuple:
         if len(_CLIENTS) >= _MAX_CLIENTS:

@@ -166,25 +166,7 @@ class ModelExecutor:
             or (self.settings.batch_rows and in_progress() != 1)
         ):
             return None
-        # _call_here's body, written out: a frame fewer on every request on the loop.
-        traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
-        try:
-            results = self._runtime.predict(feed, outputs)
-        except (Exception, KeyboardInterrupt):  # the model's own error, or the user's interrupt
-            raise
-        except BaseException as exc:  # exit() in model code and the like: on the loop it
-            raise _raised(exc) from None  # would stop the server; here it fails this request
-        finally:
-            if traced is not None:
-                traced.end(sys.exc_info()[1])
-        ended = time.perf_counter_ns()
-        placement = self.placement
-        spent = ended - started
-        if spent > placement.threshold_ns or placement.strikes:
-            placement.timed_inline(spent)
-        elif rows > self._fast_rows:  # else nothing to note
-            self._fast_rows = rows
-        return results, ended
+        return self._call_here(feed, outputs, rows, started, self.placement)
 
     def run_inline(
         self, feed: Arrays, outputs: list[str], rows: int, step: bool = False
@@ -200,8 +182,7 @@ class ModelExecutor:
         self, feed: Arrays, outputs: list[str], rows: int, started: int, placement: Placement
     ) -> tuple[Arrays, int]:
         """The model call on the loop thread, timed from ``started``: its results and the
-        clock at its end; the time teaches ``placement`` (and ``_fast_rows``). ``run_now``
-        has the same body written out (keep the two alike)."""
+        clock at its end; the time teaches ``placement`` (and ``_fast_rows``)."""
         traced = self._traced_here(CURRENT.get(), None, rows) if TRACING.on else None
         try:
             results = self._runtime.predict(feed, outputs)
