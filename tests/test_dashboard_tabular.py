@@ -71,6 +71,8 @@ def fill(page: Page, column: str, values: list[Any]) -> None:
 
 def test_a_dataframe_model_gets_a_table_with_a_column_per_input(page: Page, tmp_path: Path) -> None:
     page.goto("/models/people/try")
+    # the table is drawn once the model's metadata arrives: wait for it (bounded), then read
+    expect(page.locator("table.tabular-input th").first).to_be_visible()
     headers = page.locator("table.tabular-input th").all_text_contents()
     assert [h.split()[0] for h in headers] == ["age", "visits", "city"]
     page.get_by_role("button", name="Add row").click()
@@ -96,6 +98,8 @@ def test_a_dataframe_model_gets_a_table_with_a_column_per_input(page: Page, tmp_
 
 def test_a_matrix_model_gets_a_column_per_feature(page: Page) -> None:
     page.goto("/models/forest/try")
+    # the table is drawn once the model's metadata arrives: wait for it (bounded), then read
+    expect(page.locator("table.tabular-input th").first).to_be_visible()
     headers = page.locator("table.tabular-input th").all_text_contents()
     assert [h.split()[0] for h in headers] == ["input-0[0]", "input-0[1]", "input-0[2]"]
     page.get_by_role("button", name="Remove row").click()  # 3 rows -> 2
