@@ -1,5 +1,5 @@
 """A server process of its own collects its young generation less often
-(app/servekit/collector.py); the process the server was started from keeps Python's setting.
+(app/servekit/gc_tuning.py); the process the server was started from keeps Python's setting.
 
 Asked of the server itself: a Python model reports the threshold of the process it runs in,
 answered over HTTP by ``servekit serve`` (one process, and each of ``--workers 2``)."""
@@ -13,7 +13,7 @@ import httpx
 import pytest
 from servers import running_server
 
-from servekit import collector
+from servekit import gc_tuning
 
 THRESHOLD_MODEL = """
 import gc
@@ -47,17 +47,17 @@ def _served_threshold(folder: Path, *extra: str) -> set[int]:
 def test_tune_sets_the_young_threshold_alone() -> None:
     before = gc.get_threshold()
     try:
-        collector.tune()
-        assert gc.get_threshold() == (collector.YOUNG_THRESHOLD, *before[1:])
+        gc_tuning.tune()
+        assert gc.get_threshold() == (gc_tuning.YOUNG_THRESHOLD, *before[1:])
     finally:
         gc.set_threshold(*before)
 
 
 @pytest.mark.slow
-def test_servekit_serve_runs_its_models_with_the_tuned_collector(tmp_path: Path) -> None:
-    assert _served_threshold(tmp_path) == {collector.YOUNG_THRESHOLD}
+def test_servekit_serve_runs_its_models_with_the_tuned_garbage_collector(tmp_path: Path) -> None:
+    assert _served_threshold(tmp_path) == {gc_tuning.YOUNG_THRESHOLD}
 
 
 @pytest.mark.slow
-def test_each_worker_process_runs_with_the_tuned_collector(tmp_path: Path) -> None:
-    assert _served_threshold(tmp_path, "--workers", "2") == {collector.YOUNG_THRESHOLD}
+def test_each_worker_process_runs_with_the_tuned_garbage_collector(tmp_path: Path) -> None:
+    assert _served_threshold(tmp_path, "--workers", "2") == {gc_tuning.YOUNG_THRESHOLD}
