@@ -217,6 +217,41 @@ def test_a_batching_models_lone_request_runs_at_once_only_when_the_server_holds_
     run(scenario)
 
 
+def test_a_batching_models_lone_request_keeps_off_the_loop_while_others_are_in_progress(
+    tmp_path: Path,
+) -> None:
+    """Found alone in the queue a loop pass later, it runs in the model's thread, not on the
+    loop: requests in progress elsewhere (a gRPC call being read, an HTTP body still coming)
+    reach the executor while the loop is free, and join the next batch. On the loop, its call
+    would hold them back, and at 64 in flight most batches were of one row."""
+    threads: list[str] = []
+
+    def fast(x: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return x + 1
+
+    async def scenario() -> None:
+        dataplane = await serve(tmp_path, model("fast", fast, BATCHING), server=ROOMY)
+        kit = _KITS[id(dataplane)]
+        for _ in range(placement.LEARN_FAST + 1):
+            await dataplane.infer(request("fast", 1.0))
+        loop_thread = threading.current_thread().name
+        assert threads[-1] == loop_thread and executor_of(dataplane, "fast").mode is Mode.INLINE
+        kit.state.requests_in_progress = lambda: 3
+        threads.clear()
+        for _ in range(3):
+            assert (await dataplane.infer(request("fast", 1.0))).outputs[0].data.tolist() == [2.0]
+        assert threads and loop_thread not in threads
+        assert executor_of(dataplane, "fast").mode is Mode.INLINE  # still placed on the loop
+        kit.state.requests_in_progress = lambda: 1
+        threads.clear()
+        await dataplane.infer(request("fast", 1.0))
+        assert threads == [loop_thread]  # alone again: on the loop at once
+        await stop(dataplane)
+
+    run(scenario)
+
+
 @pytest.mark.parametrize("extra", ["", BATCHING], ids=["unbatched", "batching"])
 def test_a_model_that_exits_on_the_loop_fails_only_its_request(tmp_path: Path, extra: str) -> None:
     def exits(x: Any) -> Any:

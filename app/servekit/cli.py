@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from servekit import gc_tuning
 from servekit.config.compiler import ServePlan
 from servekit.config.loader import ConfigError, ConfigIssue, ConfigMissing, line_in_file
 from servekit.config.overrides import Overrides
@@ -330,6 +331,7 @@ def _serve(args: argparse.Namespace) -> int:
         except OSError as exc:
             logging.getLogger("servekit").error("servekit: %s", exc)
             return 1
+    gc_tuning.tune()  # a process of its own: see app/servekit/gc_tuning.py
     try:
         import uvloop
 

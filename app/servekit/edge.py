@@ -303,6 +303,9 @@ PROBES = frozenset(
 and says so, rather than failing the orchestrator's liveness probe and being restarted."""
 
 
+_PERCENT, _QUERY = ord("%"), ord("?")
+
+
 class EdgeProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with deadlines, header limits and connection caps."""
 
@@ -495,7 +498,9 @@ class EdgeProtocol(HttpToolsProtocol):
         if cycle is not None and not cycle.response_complete:
             return False  # pipelined behind an unfinished response: uvicorn queues it
         url = self.url
-        if b"%" in url or b"?" in url or parser.should_upgrade():
+        # (ints, not b"%": bytes' ``in`` tries its operand as an int first, and a TypeError
+        # raised and cleared costs more than the search)
+        if _PERCENT in url or _QUERY in url or parser.should_upgrade():
             return False
         try:
             path = url.decode("ascii")
@@ -622,15 +627,15 @@ class EdgeProtocol(HttpToolsProtocol):
             tasks.add(cycle)  # in progress meanwhile, as its task would be (a lone request's
             # batching decision counts them: ModelExecutor.run_now)
             try:
-                task = eager.run(self.loop, coroutine, context)
+                resumed = eager.run(self.loop, coroutine, context)
             finally:
                 tasks.discard(cycle)
-            if task is not None:  # it waits (the model's thread, a write to drain)
-                task.add_done_callback(tasks.discard)
-                tasks.add(task)
+            if resumed is not None:  # it waits (a batch, the model's thread, a write to drain)
+                resumed.add_done_callback(tasks.discard)
+                tasks.add(resumed)  # type: ignore[arg-type]  # cancelled as a task would be
                 scope = cycle.scope
                 if scope.get(WAITING) is EAGER:  # waiting for the model: the edge's to cancel
-                    scope[WAITING] = task
+                    scope[WAITING] = resumed
 
     def _drop_pending(self) -> None:
         """Forget an answer that will not run (the request turned out malformed)."""

@@ -42,6 +42,7 @@ from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
 from servekit.request_id import adopt_body_id
 from servekit.rest import compression, large
+from servekit.rest import eager as resumed
 from servekit.rest.access import client_of, group_opt
 from servekit.rest.leaving import EAGER, WAITING, ClientLeft, client_left
 from servekit.rest.openapi import (
@@ -228,15 +229,16 @@ async def respond(
         tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
     # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
-    # ``eager``: the edge runs this answer before any task exists (app/servekit/rest/eager.py;
-    # it puts the task in the mark's place if one takes over). Not asking ``current_task()``
+    # ``eager``: the edge runs this answer with no task (app/servekit/rest/eager.py; it puts
+    # the driver that resumes it in the mark's place if it waits). Not asking ``current_task()``
     # then spares a system call: Python 3.11 checks the process ID on every lookup of the
     # running loop (one ``getpid()`` per request, seen with ``strace -c``).
     scope[WAITING] = EAGER if eager else current_task()  # type: ignore[literal-required]
     try:
         response = await dataplane.infer(infer_request, arrived=arrived)
     except CancelledError:
-        if client_left(scope, current_task()):
+        # (eager: the driver that resumed it, not a task)
+        if client_left(scope, resumed.RUNNING if eager else current_task()):
             raise ClientLeft from None
         raise
     finally:

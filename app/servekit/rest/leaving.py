@@ -15,9 +15,9 @@ the edge, which cannot import the handlers' modules without importing half the R
 
 from __future__ import annotations
 
-from asyncio import CancelledError, Task, current_task
+from asyncio import CancelledError, current_task
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from litestar.types import Scope
 
@@ -59,7 +59,13 @@ async def unless_client_leaves(scope: Scope, awaitable: Awaitable[T]) -> T:
         scope[WAITING] = None  # type: ignore[literal-required]
 
 
-def client_left(scope: Scope, task: Task[Any] | None) -> bool:
+class Uncancels(Protocol):
+    """A task, or what drives an answer in a task's place (app/servekit/rest/eager.py)."""
+
+    def uncancel(self) -> int: ...
+
+
+def client_left(scope: Scope, task: Uncancels | None) -> bool:
     """Whether a cancel that ended a wait marked with ``task`` was the edge's alone: the edge
     cleared the mark, and ``uncancel()`` says whether it was the only cancel (a stopping server
     may have cancelled the task as well). For a handler that marks its scope inline (the V2

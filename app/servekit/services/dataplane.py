@@ -527,7 +527,10 @@ class DataPlane:
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
         with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
             self._calls.loop = asyncio.get_running_loop()
-        return ModelExecutor(plan.name, version, version.runtime, stats, settings)
+        executor = ModelExecutor(plan.name, version, version.runtime, stats, settings)
+        state = self._state
+        executor.in_progress = lambda: state.requests_in_progress()  # (set after start)
+        return executor
 
     def _retune(self) -> None:
         """A new plan is in force: executors learnt against another inline bound start over."""

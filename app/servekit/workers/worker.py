@@ -24,7 +24,7 @@ from litestar import Litestar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from servekit import custom_metrics, logs
+from servekit import custom_metrics, gc_tuning, logs
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides, load_plan
 from servekit.models.repository import ModelRepository
@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     # serve.yaml's format; the level the command line resolved (passed in the spec)
     plan = load_plan(spec.config, spec.overrides())
     logs.setup(plan.server.logging.format, spec.log_level, worker=spec.index)
+    gc_tuning.tune()  # a process of its own: see app/servekit/gc_tuning.py
     try:
         import uvloop
 

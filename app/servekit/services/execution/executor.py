@@ -25,10 +25,11 @@ With dynamic batching, a batch leaves as soon as an instance is free
 says which requests go together), one loop pass after its first request arrived so that the
 requests decoded in the same pass join it. A batch of several requests always runs in the
 version's threads, where the requests arriving meanwhile queue up for the next one. A request that
-is the only one the listeners hold, or a batch of one request with nothing else queued (low
-load), runs on the loop when the version's single-request calls are measured fast, as an
-unbatched version's would: at one request in flight a batching model then costs what an
-unbatched one costs, not a loop pass and a thread hop.
+is the only one the listeners hold (low load) runs on the loop when the version's
+single-request calls are measured fast, as an unbatched version's would: at one request in
+flight a batching model then costs what an unbatched one costs, not a loop pass and a thread
+hop. A batch of one request with others in progress elsewhere in the server runs in the
+threads: on the loop it would hold back the requests that could join the next batch.
 """
 
 from __future__ import annotations
@@ -103,6 +104,10 @@ class ModelExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._soon: asyncio.Handle | None = None
         self._probing = False
+        self.in_progress: Callable[[], int] = _one
+        """How many requests the server's listeners hold (app/servekit/services/state.py; the
+        DataPlane sets it): a batching version's lone request runs on the loop only when it is
+        the only one (``run_now``, ``_lone_call``)."""
         self._fast_rows = 0
         """The most rows of a call of one request timed within the inline bound: a request
         with more never runs on the loop (a model measured fast on one row may take far longer
@@ -337,12 +342,17 @@ class ModelExecutor:
         return True
 
     def _lone_call(self, job: Job) -> bool:
-        """A batching version's request that found nobody to batch with, an empty queue and
-        every instance idle: run it on the loop if measured fast, or start it in a thread as a
-        learning version's timed call (the probe); True if either was done, False to let the
-        caller start it in a thread as usual."""
-        if self._idle != self.settings.instances:
-            return False
+        """A batching version's request that found nobody to batch with, an empty queue, every
+        instance idle and no other request in progress in the server: run it on the loop if
+        measured fast, or start it in a thread as a learning version's timed call (the probe);
+        True if either was done, False to let the caller start it in a thread as usual.
+
+        With others in progress (``in_progress() > 1``), it goes to a thread: a call on the
+        loop, or the probe's wait, holds the loop while requests that could join the next
+        batch are being read (medium model, REST binary at 64 in flight: half the model runs
+        were of one row, each costing 3.5 times a batched row's compute)."""
+        if self._idle != self.settings.instances or self.in_progress() > 1:
+            return False  # others in progress may join the next batch: the loop stays free
         mode = self.placement.mode
         if mode is Mode.INLINE and job.rows <= self._fast_rows:
             self._run_here(job)
@@ -546,6 +556,10 @@ class ModelExecutor:
         rows = sum(job.rows for job in work.jobs)
         requests = [(job.request, job.enqueued_ns) for job in work.jobs]
         return tracing.call_started(requests, rows, index, self.name)
+
+
+def _one() -> int:
+    return 1
 
 
 def _raised(exc: BaseException) -> Internal:
