@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sized
 from typing import Any, Protocol
 
 import uvicorn
@@ -40,7 +40,7 @@ from servekit.rest.fast import fast_answer
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.model_control import ModelControl
 from servekit.services.shared_memory import SharedMemoryRegions
-from servekit.services.state import Listening, ServerState
+from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics
 
 log = logging.getLogger("servekit")
@@ -158,6 +158,16 @@ class ServeKit:
         self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
         network = server.network
         app: Any = self.http_app()
+        protocol = edge.protocol_class(
+            network,
+            host_policy(server.host, hosts, server.allowed_hosts),
+            reserved=self.dataplane.shared_memory.max_regions,
+            tls=None if tls is None else tls.server_context(),
+            # V2 inference requests answered at the connection (app/servekit/rest/fast.py); a
+            # worker's wrapper (totals_first) acts on statistics paths only, which are never
+            # inference routes.
+            fast=fast_answer(app),
+        )
         config = uvicorn.Config(
             app if worker is None else worker.wrap_http(app),
             lifespan="off",
@@ -176,24 +186,14 @@ class ServeKit:
             # read: uvicorn's file options would prompt on the terminal for an encrypted key's
             # password), handshaken by the edge itself so the handshake counts against the
             # connection cap and the header timeout; uvicorn is given no SSL context.
-            http=edge.protocol_class(
-                network,
-                host_policy(server.host, hosts, server.allowed_hosts),
-                reserved=self.dataplane.shared_memory.max_regions,
-                tls=None if tls is None else tls.server_context(),
-                # V2 inference requests answered at the connection (app/servekit/rest/fast.py);
-                # a worker's wrapper (totals_first) acts on statistics paths only, which are
-                # never inference routes.
-                fast=fast_answer(app),
-            ),
+            http=protocol,
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
             backlog=edge.ACCEPT_BACKLOG,
         )
         self._http = _EmbeddedUvicorn(config)
-        # uvicorn keeps one task per HTTP request in progress: with the gRPC calls, what a
-        # batching model's lone request needs to run at once (ModelExecutor.inline)
-        tasks, grpc_calls = self._http.server_state.tasks, self.state.grpc_calls
-        self.state.requests_in_progress = lambda: len(tasks) + grpc_calls.n
+        self.state.requests_in_progress = requests_in_progress(
+            self._http.server_state.tasks, self.state.grpc_calls, protocol.edge.arrivals
+        )
         self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         self._publish(self.addresses)
@@ -316,3 +316,15 @@ def tracing_settings(config: TracingConfig) -> tracing.Settings:
         service_name=config.service_name,
         headers={name: value.get_secret_value() for name, value in config.headers.items()},
     )
+
+
+def requests_in_progress(
+    tasks: Sized, grpc_calls: CallCount, arrivals: edge.Arrivals
+) -> Callable[[], int]:
+    """``ServerState.requests_in_progress`` of a listening server: uvicorn's one task per HTTP
+    request in progress (the edge counts its own answers there too), the unary gRPC calls, and
+    one more while the HTTP listener reads several requests a loop pass (``edge.Arrivals``).
+    What a batching model's lone request needs to know to run at once
+    (``ModelExecutor.run_now``)."""
+    crowded = arrivals.crowded
+    return lambda: len(tasks) + grpc_calls.n + crowded()

@@ -80,7 +80,9 @@ class ServerState:
         app/servekit/grpc/servicer.py)."""
         self.requests_in_progress: Callable[[], int] = _none
         """How many requests the listeners hold right now (the one asking included): uvicorn's
-        HTTP tasks plus ``grpc_calls``, set by the server once it listens. A batching model runs
+        HTTP tasks plus ``grpc_calls``, plus one while the HTTP listener reads several requests
+        a loop pass (app/servekit/edge.py ``Arrivals``: the rest are still in their sockets'
+        buffers), set by the server once it listens. A batching model runs
         a request at once when it is the only one, and otherwise lets the others in progress
         catch up with it (app/servekit/services/execution/executor.py). Calls grpcio has not
         handed over yet, gRPC streams and grps' gRPC calls are not counted; with no listener

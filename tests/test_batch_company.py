@@ -1,0 +1,167 @@
+"""A batching model's requests read in one loop pass are batched, not each run on the loop.
+
+The HTTP listener answers the requests it reads in one loop pass one after the other, each at
+once (app/servekit/rest/eager.py). When the model is placed on the loop, each of them used to be
+the only request in progress when it reached the model (the one before it already answered,
+the next still unread in its socket's buffer), so each ran alone: at 64 in flight, 1.6 rows per
+model run. The edge now counts what it reads per pass (``edge.Arrivals``), and the server adds
+it to the requests in progress (``servekit.server.requests_in_progress``).
+
+In process: a batching ONNX model placed on the loop, behind the edge's protocol over
+transports that record what is sent, fed raw HTTP/1.1 as sockets would feed it. Several
+connections read in one pass (no turn of the loop between them) must share model runs, and a
+connection read alone must still run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_builders
+import onnxruntime as ort
+import pytest
+import uvicorn
+from inprocess import Serve
+from uvicorn.server import ServerState
+from waits import async_wait_until
+
+from servekit.config.schema import NetworkLimits
+from servekit.edge import EdgeProtocol, EdgeState
+from servekit.rest.fast import FastAnswer
+from servekit.server import requests_in_progress
+from servekit.services.execution import placement
+from servekit.services.execution.placement import Mode
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = (
+    "server: {inlineBelowMicroseconds: 100000}\n"  # no preemption makes the model look slow
+    "models:\n  - name: mlp\n    modelFormat: {name: onnx}\n    storageUri: ./mlp.onnx\n"
+    "    maxBatchSize: 8\n    dynamicBatching: {}\n"
+)
+
+
+class _Wire(asyncio.Transport):
+    """A socket's transport: records what is written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent = bytearray()
+        self.closed = False
+
+    def write(self, data: Any) -> None:
+        self.sent += data
+
+    def writelines(self, list_of_data: Any) -> None:
+        for data in list_of_data:
+            self.write(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
+            name, default
+        )
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _post(row: list[float]) -> bytes:
+    body = json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 16], "datatype": "FP32", "data": row}]}
+    ).encode()
+    head = f"POST /v2/models/mlp/infer HTTP/1.1\r\nhost: servekit\r\ncontent-length: {len(body)}"
+    return head.encode() + b"\r\n\r\n" + body
+
+
+def _answer(sent: bytes) -> list[float]:
+    body = json.loads(bytes(sent).split(b"\r\n\r\n", 1)[1])
+    return [float(v) for v in body["outputs"][0]["data"]]
+
+
+async def test_requests_read_in_one_loop_pass_share_model_runs(
+    serve: Serve, tmp_path: Path
+) -> None:
+    model = onnx_builders.mlp()
+    onnx.save(model, str(tmp_path / "mlp.onnx"))
+    services = await serve(CONFIG)
+    kit = services.kit
+    config = uvicorn.Config(kit.http_app(), lifespan="off", log_config=None, access_log=False)
+    config.load()
+
+    class Protocol(EdgeProtocol):
+        edge = EdgeState(NetworkLimits(), 100)
+        fast_answer = FastAnswer(kit.http_app())
+
+    state = ServerState()
+    state.default_headers = []
+    kit.state.requests_in_progress = requests_in_progress(
+        state.tasks, kit.state.grpc_calls, Protocol.edge.arrivals
+    )
+
+    def connection() -> tuple[EdgeProtocol, _Wire]:
+        protocol = Protocol(config=config, server_state=state, app_state={})
+        wire = _Wire()
+        protocol.connection_made(wire)
+        return protocol, wire
+
+    rng = np.random.default_rng(1)
+    rows = rng.standard_normal((6, 16)).astype(np.float32)
+    session = ort.InferenceSession(model.SerializeToString())
+    expected = session.run(None, {"input": rows})[0]
+
+    async def one_by_one(row: int) -> None:
+        protocol, wire = connection()
+        protocol.data_received(_post(rows[row].tolist()))
+        await async_wait_until(lambda: b"\r\n\r\n" in wire.sent, what="the answer")
+        np.testing.assert_allclose(_answer(wire.sent), expected[row], rtol=1e-5)
+        protocol.connection_lost(None)
+        await asyncio.sleep(0)  # the next request comes in a pass of its own
+
+    for _ in range(placement.LEARN_FAST + 1):  # measured fast: placed on the loop
+        await one_by_one(0)
+    version = kit.repository.resolve("mlp", None)[1]
+    assert version.executor is not None and version.executor.mode is Mode.INLINE
+    stats = kit.dataplane.statistics.of("mlp", 1)
+    await asyncio.sleep(0)  # the warm-up's pass is behind
+
+    def queued() -> int:  # model runs of requests that went through the queue
+        return sum(stats.batch_reasons.values())
+
+    runs, before = stats.execution_count, queued()
+    await one_by_one(0)  # alone: it runs at once (on the loop), one run of its own
+    assert (stats.execution_count, queued()) == (runs + 1, before)
+    await asyncio.sleep(0)  # a pass that read nothing: the last pass that read any read one
+
+    runs, done = stats.execution_count, stats.inference_count
+    opened = [connection() for _ in range(5)]
+    for row, (protocol, _) in enumerate(opened, start=1):  # five sockets ready in one pass
+        protocol.data_received(_post(rows[row].tolist()))
+    await async_wait_until(lambda: stats.inference_count == done + 5, what="five answers")
+    for row, (_, wire) in enumerate(opened, start=1):
+        np.testing.assert_allclose(_answer(wire.sent), expected[row], rtol=1e-5)
+    # the first ran at once, alone when it was read; the four after it waited for company
+    assert stats.execution_count == runs + 2, "requests read in one pass each ran alone"
+    assert stats.batch_reasons.get("queue_drained") or stats.batch_reasons.get("max_size")
+
+    runs, before = stats.execution_count, queued()
+    await one_by_one(0)  # the first read after a crowded pass: it waits a pass for company
+    assert (stats.execution_count, queued()) == (runs + 1, before + 1)
+    runs, before = stats.execution_count, queued()
+    await one_by_one(0)  # the pass before read one: at once again
+    assert (stats.execution_count, queued()) == (runs + 1, before)
+    for protocol, _ in opened:
+        protocol.connection_lost(None)
