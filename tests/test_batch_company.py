@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
@@ -29,6 +28,7 @@ import uvicorn
 from inprocess import Serve
 from uvicorn.server import ServerState
 from waits import async_wait_until
+from wires import Wire
 
 from servekit.config.schema import NetworkLimits
 from servekit.edge import EdgeProtocol, EdgeState
@@ -44,39 +44,6 @@ CONFIG = (
     "models:\n  - name: mlp\n    modelFormat: {name: onnx}\n    storageUri: ./mlp.onnx\n"
     "    maxBatchSize: 8\n    dynamicBatching: {}\n"
 )
-
-
-class _Wire(asyncio.Transport):
-    """A socket's transport: records what is written."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent = bytearray()
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        self.sent += data
-
-    def writelines(self, list_of_data: Any) -> None:
-        for data in list_of_data:
-            self.write(data)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def _post(row: list[float]) -> bytes:
@@ -112,9 +79,9 @@ async def test_requests_read_in_one_loop_pass_share_model_runs(
         state.tasks, kit.state.grpc_calls, Protocol.edge.arrivals
     )
 
-    def connection() -> tuple[EdgeProtocol, _Wire]:
+    def connection() -> tuple[EdgeProtocol, Wire]:
         protocol = Protocol(config=config, server_state=state, app_state={})
-        wire = _Wire()
+        wire = Wire()
         protocol.connection_made(wire)
         return protocol, wire
 

@@ -27,6 +27,7 @@ from inprocess import Serve
 from litestar import Litestar
 from uvicorn.server import ServerState
 from waits import async_wait_until
+from wires import Wire
 
 from servekit.codecs import v2_json
 from servekit.config.schema import NetworkLimits
@@ -197,40 +198,6 @@ REQUEST_ID = re.compile(rb"\r\nx-request-id: (?!client-id\r\n)[^\r]*")
 DATE = re.compile(rb"\r\ndate: [^\r]*")
 
 
-class _Wire(asyncio.Transport):
-    """A transport recording what is written (and whether it was closed)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent = bytearray()
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        assert not self.closing, "written after close"
-        self.sent += data
-
-    def writelines(self, list_of_data: Any) -> None:
-        for data in list_of_data:
-            self.write(data)
-
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8000), "peername": ("127.0.0.1", 50000)}.get(
-            name, default
-        )
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 async def _over_connection(
     app: InferenceApp, chunks: list[bytes], answers: int, fast: bool
 ) -> tuple[bytes, int]:
@@ -250,7 +217,7 @@ async def _over_connection(
         edge = EdgeState(NetworkLimits(), 100)
         fast_answer = FastAnswer(app) if fast else None
 
-    wire = _Wire()
+    wire = Wire()
     state = ServerState()
     state.default_headers = [(b"date", b"Thu, 26 Nov 2026 00:00:00 GMT")]  # as uvicorn's tick
     protocol = Protocol(config=config, server_state=state, app_state={})
