@@ -55,7 +55,7 @@ def _post(row: list[float]) -> bytes:
 
 
 def _answer(sent: bytes) -> list[float]:
-    body = json.loads(bytes(sent).split(b"\r\n\r\n", 1)[1])
+    body = json.loads(sent.split(b"\r\n\r\n", 1)[1])
     return [float(v) for v in body["outputs"][0]["data"]]
 
 
@@ -66,12 +66,13 @@ async def test_requests_read_in_one_loop_pass_share_model_runs(
     onnx.save(model, str(tmp_path / "mlp.onnx"))
     services = await serve(CONFIG)
     kit = services.kit
-    config = uvicorn.Config(kit.http_app(), lifespan="off", log_config=None, access_log=False)
+    app = kit.http_app()  # one application behind both ways, as the server has
+    config = uvicorn.Config(app, lifespan="off", log_config=None, access_log=False)
     config.load()
 
     class Protocol(EdgeProtocol):
         edge = EdgeState(NetworkLimits(), 100)
-        fast_answer = FastAnswer(kit.http_app())
+        fast_answer = FastAnswer(app)
 
     state = ServerState()
     state.default_headers = []
