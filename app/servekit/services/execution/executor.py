@@ -183,15 +183,21 @@ class ModelExecutor:
         if self.settings.batch_rows:
             if self._queue or in_progress() != 1:
                 return None
-        elif (self._queue or self.read_together()) and self._room():
+        elif (self._queue or self.read_together()) and self._room(len(self._queue) + 1):
             return None  # every instance idle: what queued is the pass's, run at its end
         return self._call_here(feed, outputs, rows, started, self.placement)
 
-    def _room(self) -> bool:
-        """Whether one more request may queue (``maxQueueSize``): an unbatched version's
-        request that finds no room runs at once rather than be refused for waiting a pass."""
+    def _room(self, gathered: int) -> bool:
+        """Whether an unbatched version's pass may hold ``gathered`` requests to run back to
+        back: within ``maxQueueSize`` (one that finds no room runs at once rather than be
+        refused for waiting a pass), and their calls together, at the version's recent time
+        per call, within the inline bound, the longest the loop may be held by one model at a
+        time (a longer stretch of calls would also be preempted more often mid-call, and
+        sent the version back to its threads)."""
         limit = self.settings.max_queue_size
-        return not limit or len(self._queue) < limit
+        return (not limit or gathered <= limit) and (
+            gathered * self._avg_ns <= self.placement.threshold_ns
+        )
 
     def run_inline(
         self, feed: Arrays, outputs: list[str], rows: int, step: bool = False
@@ -220,6 +226,7 @@ class ModelExecutor:
                 traced.end(sys.exc_info()[1])
         ended = time.perf_counter_ns()
         spent = ended - started
+        self._avg_ns += 0.2 * (spent - self._avg_ns)  # what a pass may gather (``_room``)
         if spent > placement.threshold_ns or placement.strikes:
             placement.timed_inline(spent)
         elif rows > self._fast_rows:  # else nothing to note
@@ -292,6 +299,7 @@ class ModelExecutor:
             and job.rows <= self._fast_rows
             and job.expiry is None
             and (self._soon is not None or self.read_together() != 0)
+            and self._room(len(self._queue))
         )
 
     def _probe(self, job: Job, queued: bool = True) -> None:
