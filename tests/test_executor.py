@@ -765,3 +765,52 @@ def test_onnx_outputs_are_trusted_unless_overridden(tmp_path: Path) -> None:
         await stop(dataplane)
 
     run(scenario)
+
+
+def test_requests_read_together_run_back_to_back_on_the_loop(tmp_path: Path) -> None:
+    """An unbatched model measured fast: requests the listener read in one loop pass
+    (``read_together``) wait for the pass's end and then run on the loop one after the other,
+    before any of them is answered (the model's code and data stay in the core's caches); one
+    with a timeout does not wait, so it cannot expire for it, nor one that finds the queue full
+    (``maxQueueSize``), so it is not refused; read alone, each runs at once."""
+    order: list[str] = []
+
+    def fast(x: Any) -> Any:
+        order.append(f"call {x.flat[0]:g} on the loop: {threading.current_thread().name}")
+        return x
+
+    async def scenario() -> None:
+        small = "    maxQueueSize: 1\n"
+        dataplane = await serve(tmp_path, model("m", fast), model("q", fast, small), server=ROOMY)
+        for name in ("m", "q"):
+            for _ in range(placement.LEARN_FAST + 2):  # in a thread, then on the loop
+                await dataplane.infer(request(name, 0))
+            assert executor_of(dataplane, name).mode is Mode.INLINE
+        loop_thread = threading.current_thread().name
+
+        async def one(value: float, name: str = "m", **parameters: Any) -> None:
+            answer = await dataplane.infer(request(name, value, **parameters))
+            order.append(f"answer {answer.outputs[0].data.flat[0]:g}")
+
+        state = _KITS[id(dataplane)].state
+        state.read_together = lambda: 1
+        order.clear()
+        await asyncio.gather(one(1), one(2), one(3))
+        calls = [f"call {v} on the loop: {loop_thread}" for v in (1, 2, 3)]
+        assert order == [*calls, "answer 1", "answer 2", "answer 3"]
+
+        order.clear()
+        await asyncio.gather(one(1), one(2, timeout=1))  # 1 us: it must start at once
+        assert order[0] == calls[0] and {"answer 1", "answer 2"} <= set(order), order
+
+        order.clear()
+        await asyncio.gather(one(1, "q"), one(2, "q"), one(3, "q"))  # room for one to wait
+        assert order == [calls[1], "answer 2", calls[2], "answer 3", calls[0], "answer 1"]
+
+        state.read_together = lambda: 0
+        order.clear()
+        await asyncio.gather(one(1), one(2))
+        assert order == [calls[0], "answer 1", calls[1], "answer 2"]
+        await stop(dataplane)
+
+    run(scenario)

@@ -134,9 +134,13 @@ class Arrivals:
     model, REST binary: 1.6 rows per model run). A pass that reads several says the load is
     there, and so does the next pass that reads any: its requests wait one pass for company.
 
-    Counting costs one ``call_soon`` per pass that reads any (about 2% of a tiny request's
+    The same count tells an unbatched model measured fast to run the pass's requests back to
+    back at its end (``ServerState.read_together``, app/servekit/services/execution/executor.py).
+
+    Counting costs one ``call_soon`` per pass that reads any (about 2-3% of a tiny request's
     instructions at one in flight), so it starts only once something asks (``crowded``: a
-    batching model's request, a pipeline's step); a server without such models never pays."""
+    request for a model placed on the loop, a pipeline's step); a server whose models all run
+    in their threads never pays."""
 
     __slots__ = ("last", "now", "watched")
 
@@ -176,7 +180,8 @@ class EdgeState:
     """Connections with no request in progress, oldest first: the ones a new connection may
     displace at the cap."""
     arrivals: Arrivals = field(default_factory=Arrivals)
-    """Plain inference requests read in this loop pass and the last (batching's company)."""
+    """Plain inference requests read in this loop pass and the last (company for a batching
+    model's request, a pass's calls back to back for an unbatched one's)."""
 
 
 def connection_cap(configured: int, reserved: int = 0) -> int:

@@ -194,6 +194,7 @@ class ServeKit:
         self.state.requests_in_progress = requests_in_progress(
             self._http.server_state.tasks, self.state.grpc_calls, protocol.edge.arrivals
         )
+        self.state.read_together = protocol.edge.arrivals.crowded
         self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         self._publish(self.addresses)

@@ -530,6 +530,7 @@ class DataPlane:
         executor = ModelExecutor(plan.name, version, version.runtime, stats, settings)
         state = self._state
         executor.in_progress = lambda: state.requests_in_progress()  # (set after start)
+        executor.read_together = lambda: state.read_together()
         return executor
 
     def _retune(self) -> None:

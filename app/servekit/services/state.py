@@ -48,6 +48,7 @@ class ServerState:
         "listening",
         "online",
         "plan_changed",
+        "read_together",
         "request_timeout_s",
         "requests_in_progress",
         "started_at",
@@ -87,6 +88,12 @@ class ServerState:
         catch up with it (app/servekit/services/execution/executor.py). Calls grpcio has not
         handed over yet, gRPC streams and grps' gRPC calls are not counted; with no listener
         (in process) it is 0: never alone, batching as usual."""
+        self.read_together: Callable[[], int] = _none
+        """1 while the HTTP listener reads several plain inference requests a loop pass, else
+        0 (app/servekit/edge.py ``Arrivals.crowded``), set by the server once it listens. An
+        unbatched model measured fast runs such requests back to back at the pass's end
+        instead of each between the others' reads and writes
+        (app/servekit/services/execution/executor.py ``ModelExecutor.run_now``)."""
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
