@@ -375,7 +375,9 @@ class DataPlane:
             input_done = time.perf_counter_ns()
             # On the loop now if placed there (nothing can expire before it starts): the call
             # is timed from input_done and returns its end, so no clock read of its own.
-            ran = executor.run_now(feed, names, rows, state.requests_in_progress, input_done)
+            ran = executor.run_now(
+                feed, names, rows, state.requests_in_progress, input_done, queue_by is None
+            )
             if ran is not None:
                 inline = True
                 results, infer_done = ran

@@ -154,6 +154,7 @@ class ModelExecutor:
         rows: int,
         in_progress: Callable[[], int],
         started: int,
+        patient: bool = True,
     ) -> tuple[Arrays, int] | None:
         """Run the request on the loop now if it may, in one call (the common request's):
         None when it does not (the caller submits it), else its results and the clock
@@ -173,7 +174,9 @@ class ModelExecutor:
         queues for that pass too, and the pass's calls then run one after the other
         (``_gathers``): a model's call made between other requests' reads, decodes and writes
         finds its code and data gone from the core's caches (the tiny MLP's onnxruntime call:
-        14-19 us there, 4.6 us in a loop; the second of two calls back to back 5.8 us)."""
+        14-19 us there, 4.6 us in a loop; the second of two calls back to back 5.8 us). Not
+        when it must start at once (``patient`` False: a ``timeout`` parameter, or the model's
+        ``queueTimeoutMicroseconds``): it runs now, as it did before."""
         if (
             self.placement.mode is not Mode.INLINE
             or rows > self._fast_rows
@@ -183,7 +186,12 @@ class ModelExecutor:
         if self.settings.batch_rows:
             if self._queue or in_progress() != 1:
                 return None
-        elif (self._queue or self.read_together()) and self._room(len(self._queue) + 1):
+        elif (
+            (self._queue or self.read_together())
+            and patient
+            and not self.settings.queue_timeout_s
+            and self._room(len(self._queue) + 1)
+        ):
             return None  # every instance idle: what queued is the pass's, run at its end
         return self._call_here(feed, outputs, rows, started, self.placement)
 
@@ -291,13 +299,15 @@ class ModelExecutor:
     def _gathers(self, job: Job) -> bool:
         """Whether an unbatched version's request waits for the end of the loop pass, to run
         on the loop right after the others read in that pass (``_dispatch``, ``_catch_up``):
-        measured fast, every instance idle, read with others (``read_together``), and no
-        deadline to meet while it waits (a request that must start at once starts)."""
+        measured fast, every instance idle, read with others (``read_together``), and not one
+        that must start at once (its expiry is its deadline, not a queue timeout: a deadline
+        that passes while it waits fails it, as it would fail it anywhere)."""
         return (
             self.placement.mode is Mode.INLINE
             and self._idle == self.settings.instances
             and job.rows <= self._fast_rows
-            and job.expiry is None
+            and job.expiry == job.deadline
+            and not self.settings.queue_timeout_s
             and (self._soon is not None or self.read_together() != 0)
             and self._room(len(self._queue))
         )
