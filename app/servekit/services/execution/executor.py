@@ -187,9 +187,8 @@ class ModelExecutor:
             if self._queue or in_progress() != 1:
                 return None
         elif (
-            (self._queue or self.read_together())
-            and patient
-            and not self.settings.queue_timeout_s
+            self._may_wait(patient)
+            and (self._queue or self.read_together())
             and self._room(len(self._queue) + 1)
         ):
             return None  # every instance idle: what queued is the pass's, run at its end
@@ -283,7 +282,7 @@ class ModelExecutor:
         if self._idle:
             # Requests decoded in this same loop pass may join (batching), or run right after
             # (an unbatched version on the loop: ``_gathers``).
-            if self.settings.batch_rows or self._gathers(job):
+            if self.settings.batch_rows or self._gathers(job, queue_by is None):
                 if self._soon is None:
                     self._soon = loop.call_soon(self._dispatch)
             elif self.placement.mode is Mode.LEARNING and self._idle == self.settings.instances:
@@ -296,18 +295,23 @@ class ModelExecutor:
             self._abandon(job)
             raise
 
-    def _gathers(self, job: Job) -> bool:
+    def _may_wait(self, patient: bool) -> bool:
+        """Whether a request may wait for the end of the loop pass: not one that must start at
+        once (``patient`` False: a ``timeout`` parameter; or the model's
+        ``queueTimeoutMicroseconds``). A deadline alone does not stop it: one that passes
+        while it waits fails it, as it would anywhere."""
+        return patient and not self.settings.queue_timeout_s
+
+    def _gathers(self, job: Job, patient: bool) -> bool:
         """Whether an unbatched version's request waits for the end of the loop pass, to run
         on the loop right after the others read in that pass (``_dispatch``, ``_catch_up``):
-        measured fast, every instance idle, read with others (``read_together``), and not one
-        that must start at once (its expiry is its deadline, not a queue timeout: a deadline
-        that passes while it waits fails it, as it would fail it anywhere)."""
+        measured fast, every instance idle, read with others (``read_together``), and allowed
+        to wait (``_may_wait``)."""
         return (
             self.placement.mode is Mode.INLINE
             and self._idle == self.settings.instances
             and job.rows <= self._fast_rows
-            and job.expiry == job.deadline
-            and not self.settings.queue_timeout_s
+            and self._may_wait(patient)
             and (self._soon is not None or self.read_together() != 0)
             and self._room(len(self._queue))
         )
