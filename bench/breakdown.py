@@ -21,9 +21,11 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # onnx_builders
 
 from litestar import Litestar, Request, post
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -33,7 +35,6 @@ from servekit.cli import load_plan
 from servekit.codecs import v2_binary, v2_json
 from servekit.grpc.servicer import InferenceServicer
 from servekit.protos import grpc_service_pb2 as pb
-from servekit.rest import create_app
 from servekit.server import ServeKit
 
 PATH = "/v2/models/mlp/infer"
@@ -124,11 +125,11 @@ async def main(profile: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         workload = make_workload(Path(tmp))
         kit = ServeKit(load_plan(str(workload.config)))
-        await kit.repository.start()
+        await kit.control.start()
         try:
             await _stages(kit, workload, profile)
         finally:
-            await kit.repository.close()
+            await kit.control.close()
 
 
 async def _stages(kit: ServeKit, workload: Any, profile: bool) -> None:
@@ -145,11 +146,12 @@ async def _stages(kit: ServeKit, workload: Any, profile: bool) -> None:
     assert runtime is not None
     session = runtime._sessions[0]  # type: ignore[attr-defined]
     feed = {"input": request.inputs[0].data}
-    app = create_app(dataplane)
+    app = kit.http_app()
     grpc_request = pb.ModelInferRequest(model_name="mlp")
     grpc_request.inputs.add(name="input", datatype="FP32", shape=feed["input"].shape)
     grpc_request.raw_input_contents.append(feed["input"].tobytes())
     servicer = InferenceServicer(dataplane)
+    no_deadline = SimpleNamespace(time_remaining=lambda: None)  # all ModelInfer asks of it
     stages: list[tuple[str, Callable[[], Any]]] = [
         ("onnxruntime session.run", lambda: session.run(["output"], feed)),
         ("runtime.predict (servekit's ORT wrapper)", lambda: runtime.predict(feed, ["output"])),
@@ -169,7 +171,7 @@ async def _stages(kit: ServeKit, workload: Any, profile: bool) -> None:
         ),
         (
             "gRPC: ModelInfer handler, raw contents",
-            lambda: servicer.ModelInfer(grpc_request, None),  # type: ignore[arg-type]
+            lambda: servicer.ModelInfer(grpc_request, no_deadline),
         ),
         ("do-nothing ASGI app (in-process)", asgi_call(noop_app, json_body, None)),
         (
