@@ -17,13 +17,14 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from servekit.config.remote_uris import remote_scheme, shown_uri
+from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema import ModelConfig, StorageConfig
 from servekit.errors import InvalidArgument
 from servekit.models.pushed_config import check_sources
 from servekit.models.remote import shown_error as _shown_error
 from servekit.models.remote_cache import MANIFEST, evict, snapshot
 from servekit.models.remote_stores import Listing, Progress, RemoteObject, StoreError
+from servekit.shown_paths import shown_uri
 
 
 class MemoryStore:

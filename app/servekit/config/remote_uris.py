@@ -1,8 +1,10 @@
-"""Remote ``storageUri``s: which are remote, which extra reads each, and how one is shown.
+"""Remote ``storageUri``s: which are remote and which extra reads each.
 
 A storageUri with a scheme is fetched by the server (app/servekit/models/remote.py) into a local
 cache; everything else is a path relative to serve.yaml. This module only classifies: it reads
-nothing over the network, so ``servekit validate`` and the exports can use it anywhere.
+nothing over the network, so ``servekit validate`` and the exports can use it anywhere. How
+one is shown (no user info, no query) is :func:`servekit.shown_paths.shown_uri`, which every
+layer uses.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -66,19 +68,6 @@ def remote_scheme(uri: str) -> Scheme | None:
 def local_path(uri: str) -> str:
     """A ``file://`` URI's path (any other storageUri unchanged)."""
     return urlsplit(uri).path if uri.startswith("file://") else uri
-
-
-def shown_uri(uri: str) -> str:
-    """``uri`` as logs, answers and pages may show it: no user info, query or fragment (a
-    signed URL's signature lives in its query)."""
-    if "://" not in uri:
-        return uri
-    parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    query = "..." if parts.query else ""
-    return urlunsplit((parts.scheme, host, parts.path, query, ""))
 
 
 def is_archive(uri: str) -> bool:
