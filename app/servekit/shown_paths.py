@@ -46,32 +46,31 @@ _URI = re.compile(
     r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*)://(?P<authority>[^\s/?#'\"<>`]*)"
     r"(?P<path>[^\s?#'\"<>`]*)(?P<query>\?[^\s#'\"<>`]*)?(?P<fragment>#[^\s'\"<>`]*)?"
 )
-_SHOWN_QUERY = re.compile(r"\?\.\.\.[.:,;)\]]*")
-"""A query already shown (``?...``, and what followed it in a sentence): left as it is."""
+_TAIL = re.compile(r"[.:,;)\]]*$")
+"""What may follow a URI in a sentence (its period, a colon): kept after the shown URI."""
 
 
 def shown_uri(uri: str) -> str:
     """``uri`` as logs, answers and pages may show it: no user info, query or fragment (a
-    signed URL's signature lives in its query); a path is returned as it is."""
+    signed URL's signature lives in its query; shown as ``?...``); a path is returned as it
+    is."""
     if "://" not in uri:
         return uri
-    found = _URI.fullmatch(uri)
+    tail = _TAIL.search(uri)
+    end = tail.start() if tail is not None and tail.start() > 0 else len(uri)
+    if uri[end - 1] == "?" and uri.startswith("...", end):  # shown already: "?..." stays
+        end += 3
+    found = _URI.fullmatch(uri, 0, end)
     if found is None:  # spaces or quotes in it: no telling its parts apart, show the scheme
         return uri.split("://", 1)[0] + "://..."
-    return _shown(found)
-
-
-def _shown(found: re.Match[str]) -> str:
     host = found["authority"].rpartition("@")[2]
-    query = found["query"] or ""
-    if query and not _SHOWN_QUERY.fullmatch(query):
-        query = "?..."
-    return f"{found['scheme']}://{host}{found['path']}{query}"
+    query = "?..." if found["query"] else ""
+    return f"{found['scheme']}://{host}{found['path']}{query}{uri[end:]}"
 
 
 def hide_uri_secrets(text: str) -> str:
     """``text`` with every URI in it as :func:`shown_uri` shows it."""
-    return _URI.sub(_shown, text) if "://" in text else text
+    return _URI.sub(lambda found: shown_uri(found[0]), text) if "://" in text else text
 
 
 def uri_secrets(uri: str) -> list[str]:

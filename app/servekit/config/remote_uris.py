@@ -43,7 +43,9 @@ def remote_scheme(uri: str) -> Scheme | None:
     """The remote scheme of ``uri``, or None for a local path.
 
     Raises ValueError for a URI servekit does not read (``http://``: model files run code or
-    feed native parsers, so they come over TLS only; ``ftp://`` and the like)."""
+    feed native parsers, so they come over TLS only; ``ftp://`` and the like), and for an
+    ``https://`` URI whose user info would be read as part of its address. The message never
+    quotes the URI (it may hold a password)."""
     if "://" not in uri:
         return None
     parts = urlsplit(uri)
@@ -55,6 +57,13 @@ def remote_scheme(uri: str) -> Scheme | None:
     if scheme in ("az", "abfs", "abfss"):
         return AZURE
     if scheme == "https":
+        try:
+            parts.port  # noqa: B018  # raises on what is no port: user info not encoded
+        except ValueError:
+            raise ValueError(
+                "storageUri: what follows the host's ':' is no port number; in user info, "
+                "percent-encode '/', '?', '#', '@' and ':' (https://user:p%2Fss@host/...)"
+            ) from None
         host = (parts.hostname or "").lower()
         return AZURE if _AZURE_HOST.match(host) else HTTPS
     if scheme == "file":
