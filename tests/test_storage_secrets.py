@@ -52,6 +52,8 @@ class BasicAuthFiles(http.server.BaseHTTPRequestHandler):
     401 with a Basic challenge otherwise. Counts the authorized GETs."""
 
     files: dict[str, bytes] = {}
+    redirects: dict[str, str] = {}
+    """Path -> where an authorized request for it is sent (302)."""
     served = 0
     refused = 0
 
@@ -62,6 +64,12 @@ class BasicAuthFiles(http.server.BaseHTTPRequestHandler):
             type(self).refused += 1
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="models"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if path in self.redirects:
+            self.send_response(302)
+            self.send_header("Location", self.redirects[path])
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
@@ -87,9 +95,39 @@ class BasicAuthFiles(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class Elsewhere(http.server.BaseHTTPRequestHandler):
+    """Another origin a redirect may lead to (a signed URL's store): serves ``files`` to
+    anyone, and keeps every Authorization header it was sent."""
+
+    files: dict[str, bytes] = {}
+    authorizations: list[str] = []
+
+    def _answer(self, body: bool) -> None:
+        if "Authorization" in self.headers:
+            type(self).authorizations.append(self.headers["Authorization"])
+        data = self.files.get(self.path.partition("?")[0])
+        if data is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+    def do_HEAD(self) -> None:
+        self._answer(False)
+
+    def do_GET(self) -> None:
+        self._answer(True)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """``host:port`` of the HTTPS server (its CA trusted through SSL_CERT_FILE)."""
+def tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
+    """A server context for 127.0.0.1 whose throwaway CA servekit trusts (SSL_CERT_FILE)."""
     ca = trustme.CA()
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert("127.0.0.1").configure_cert(context)
@@ -97,18 +135,48 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     ca.cert_pem.write_to_path(str(bundle))
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
-    BasicAuthFiles.files = {"/m.onnx": onnx_builders.mlp(seed=3).SerializeToString()}
-    BasicAuthFiles.served = BasicAuthFiles.refused = 0
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), BasicAuthFiles)
+    return context
+
+
+def _serving(context: ssl.SSLContext, handler: type[http.server.BaseHTTPRequestHandler]) -> Any:
+    """An HTTPS server on 127.0.0.1 serving in a thread; ``.stop()`` ends it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.socket = context.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
+
+    def stop() -> None:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+    server.stop = stop  # type: ignore[attr-defined]
+    return server
+
+
+@pytest.fixture
+def store(tls: ssl.SSLContext) -> Iterator[str]:
+    """``host:port`` of the HTTPS server asking for Basic auth."""
+    BasicAuthFiles.files = {"/m.onnx": onnx_builders.mlp(seed=3).SerializeToString()}
+    BasicAuthFiles.redirects = {}
+    BasicAuthFiles.served = BasicAuthFiles.refused = 0
+    server = _serving(tls, BasicAuthFiles)
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def elsewhere(tls: ssl.SSLContext) -> Iterator[str]:
+    """``host:port`` of the other origin, open to anyone."""
+    Elsewhere.files = {"/signed.onnx": onnx_builders.mlp(seed=4).SerializeToString()}
+    Elsewhere.authorizations = []
+    server = _serving(tls, Elsewhere)
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.stop()
 
 
 def _config(tmp_path: Path, host: str) -> Path:
@@ -308,3 +376,27 @@ def test_a_store_refusing_the_password_is_a_clear_reason_without_it(
     assert BasicAuthFiles.served == 0
     assert answer.status_code >= 400
     assert _leaks({"index": str(index), "infer": answer.text, "log": server.log()}) == []
+
+
+def test_a_redirect_to_another_origin_goes_without_the_user_info(
+    tmp_path: Path, store: str, elsewhere: str
+) -> None:
+    # The store answers an authorized request with a redirect to another host (as a store
+    # hands out a signed URL): the model comes from there, and the password never went there.
+    BasicAuthFiles.redirects = {"/moved.onnx": f"https://{elsewhere}/signed.onnx?sig=1"}
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "server: {strictReadiness: false}\nmodels:\n"
+        f"  - {{name: m, modelFormat: {{name: onnx}}, "
+        f"storageUri: 'https://user:{PASSWORD}@{store}/moved.onnx?{QUERY}'}}\n"
+    )
+    server = start_server(config, grpc=False)
+    try:
+        with server.http_client(timeout=10) as client:
+            wait_until(lambda: _settled(client, "m"), 30, "model m fetched or failed")
+            assert client.get("/v2/models/m/ready").status_code == 200, _row(client, "m")
+            assert client.post("/v2/models/m/infer", json=BODY).status_code == 200
+    finally:
+        assert server.stop() == 0, server.log()
+    assert BasicAuthFiles.refused == 0  # the store did get the password
+    assert Elsewhere.authorizations == []

@@ -120,22 +120,25 @@ class HttpsStore:
     round trip for a challenge) by urllib's own handler, to this origin only."""
 
     def __init__(self, uri: str, timeout: float) -> None:
-        self.uri, user_info = without_user_info(uri)
+        self.uri, self.user_info = without_user_info(uri)
         self.timeout = timeout
         self.context = ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE"))
-        self.passwords = urllib.request.HTTPPasswordMgrWithPriorAuth()
-        if user_info is not None:
-            parts = urlsplit(self.uri)
-            origin = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
-            self.passwords.add_password(None, origin, *user_info, is_authenticated=True)
 
     def _request(self, method: str) -> Any:
         request = urllib.request.Request(self.uri, method=method)
-        opener = urllib.request.build_opener(
+        handlers: list[urllib.request.BaseHandler] = [
             urllib.request.HTTPSHandler(context=self.context),
-            urllib.request.HTTPBasicAuthHandler(self.passwords),
             _NoPlainRedirect(),
-        )
+        ]
+        if self.user_info is not None:
+            # A manager per request: urllib's marks every URL that answered 2xx as
+            # authenticated, and would then send a bogus header to a redirect's target.
+            passwords = urllib.request.HTTPPasswordMgrWithPriorAuth()
+            parts = urlsplit(self.uri)
+            origin = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
+            passwords.add_password(None, origin, *self.user_info, is_authenticated=True)
+            handlers.append(urllib.request.HTTPBasicAuthHandler(passwords))
+        opener = urllib.request.build_opener(*handlers)
         return opener.open(request, timeout=min(self.timeout, 60.0))
 
     def list(self) -> Listing:
