@@ -58,6 +58,7 @@ def test_shown_storage_uri() -> None:
     assert shown_storage_uri(PUSH, BASE) == PUSHED_LABEL
     assert shown_storage_uri("/srv/app/models/mlp", BASE) == "mlp"
     assert shown_storage_uri("/data/mlp", BASE) == "…/mlp"
+    assert shown_storage_uri("file:///srv/app/models/mlp", BASE) == "mlp"
 
 
 SIGNED = "https://user:S3cret%2Fpw@h.example:8443/m.onnx?X-Amz-Signature=SIG1&X-Amz-Credential=C2#f"

@@ -114,6 +114,8 @@ def shown_storage_uri(uri: str | None, base_dir: Path | None) -> str | None:
     """A model's storageUri as a client may see it: a URI as :func:`shown_uri` shows it, a path
     as written in serve.yaml when relative, :data:`PUSHED_LABEL` for a pushed model, else
     relative to serve.yaml's folder at most."""
+    if uri is not None and uri.startswith("file://"):  # a path: shown as paths are
+        uri = urlsplit(uri).path
     if uri is not None and "://" in uri:  # remote: no user info, no signed query
         return shown_uri(uri)
     if uri is None or not Path(uri).is_absolute():
