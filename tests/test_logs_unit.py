@@ -59,6 +59,23 @@ def test_a_json_line_holds_a_traceback_in_one_line() -> None:
     assert "request_id" not in json.loads(line)  # no request: no field
 
 
+def test_no_log_line_shows_a_uri_with_its_user_info_or_query() -> None:
+    """Whoever logs a URI (a library's debug line, an exception's message), both formats show
+    it as servekit shows URIs."""
+    uri = "https://user:S3cretPassw0rd@h.example/m.onnx?X-Amz-Signature=SIGVALUE123"
+    try:
+        raise OSError(f"cannot open {uri}")
+    except OSError:
+        import sys
+
+        record = _record(f"GET {uri} answered 200")
+        record.exc_info = sys.exc_info()
+    for formatter in (logs.JsonFormatter(), logs.TextFormatter()):
+        line = formatter.format(record)
+        assert "S3cretPassw0rd" not in line and "SIGVALUE123" not in line, line
+        assert "https://h.example/m.onnx?..." in line
+
+
 def test_a_text_line_names_its_request() -> None:
     token = CURRENT.set(RequestInfo("r-9", False))
     try:

@@ -17,13 +17,20 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from servekit.config.remote_uris import remote_scheme, shown_uri
+from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema import ModelConfig, StorageConfig
 from servekit.errors import InvalidArgument
 from servekit.models.pushed_config import check_sources
 from servekit.models.remote import shown_error as _shown_error
 from servekit.models.remote_cache import MANIFEST, evict, snapshot
-from servekit.models.remote_stores import Listing, Progress, RemoteObject, StoreError
+from servekit.models.remote_stores import (
+    Listing,
+    Progress,
+    RemoteObject,
+    StoreError,
+    without_user_info,
+)
+from servekit.shown_paths import shown_uri
 
 
 class MemoryStore:
@@ -206,3 +213,29 @@ def test_a_load_request_cannot_name_remote_storage(tmp_path: Path) -> None:
     )
     with pytest.raises(InvalidArgument, match=r"remote storage is declared in serve\.yaml"):
         check_sources(model, None, tmp_path, tmp_path / ".servekit" / "storage")
+
+
+def test_user_info_is_taken_out_of_the_address_and_decoded() -> None:
+    # urllib would read "user:p%2Fw@h" as the host: the fetch sends it as Basic auth instead.
+    url, user_info = without_user_info("https://us%40er:p%2Fw%3A@h.example:8443/m.onnx?s=1")
+    assert url == "https://h.example:8443/m.onnx?s=1"
+    assert user_info == ("us@er", "p/w:")
+    assert without_user_info("https://h/m.onnx") == ("https://h/m.onnx", None)
+    assert without_user_info("https://token@h/m")[1] == ("token", "")
+
+
+def test_a_library_error_quoting_user_info_is_shown_without_it() -> None:
+    # What http.client said of such a URI before its user info went as Basic auth.
+    uri = "https://user:S3cretPassw0rd@127.0.0.1:8443/m.onnx?X-Amz-Signature=SIGVALUE123"
+    error = ValueError("nonnumeric port: 'S3cretPassw0rd@127.0.0.1:8443'; sig SIGVALUE123")
+    shown = _shown_error(error, uri)
+    assert "S3cretPassw0rd" not in shown and "SIGVALUE123" not in shown
+    assert shown.startswith("ValueError: nonnumeric port: '***@127.0.0.1:8443'")
+    assert "S3cret" not in _shown_error(RuntimeError(f"could not open {uri}"))
+
+
+def test_an_https_storage_uri_whose_user_info_reads_as_its_host_is_refused() -> None:
+    with pytest.raises(ValueError, match="percent-encode") as refused:
+        remote_scheme("https://user:pa/ss@h.example/m.onnx")
+    assert "pa/ss" not in str(refused.value)
+    assert remote_scheme("https://user:pa%2Fss@h.example/m.onnx") is not None

@@ -27,11 +27,11 @@ from test_remote_storage import BODY, SECRET, Moto
 from waits import wait_until
 
 from servekit.config.overrides import Overrides, plan_config
-from servekit.config.remote_uris import shown_uri
 from servekit.config.schema import ServeConfig
 from servekit.models.remote_progress import LOG_FROM_BYTES, LOG_GAP_S, Download
 from servekit.models.repository import ModelRepository
 from servekit.services.views import view_of
+from servekit.shown_paths import shown_uri
 
 MB = 1024 * 1024
 

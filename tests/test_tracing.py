@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as otlp
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc as otlp_grpc
+from pydantic import ValidationError
 from servers import running_server, start_server
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
@@ -474,3 +475,21 @@ def test_otel_variables_win_over_server_tracing() -> None:
     theirs = _otlp(env, yaml)
     assert theirs._endpoint != "127.0.0.1:9"
     assert ("k", "s3cret") not in tuple(theirs._headers or ())
+
+
+def test_the_endpoint_is_shown_without_user_info_or_query() -> None:
+    """The start-up line and a refused endpoint's message show an endpoint as every URI is
+    shown (servekit.shown_paths.shown_uri): no password, no token in its query."""
+    from servekit.config.schema import TracingConfig
+    from servekit.tracing import Settings, _where
+
+    endpoint = "https://user:Pa55word@collector:4318/?token=T0kenValue"
+    where = _where({}, Settings(enabled=True, endpoint=endpoint))
+    assert where == "otlp at https://collector:4318/?..."
+    variable = _where({"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+    assert "Pa55word" not in variable and "T0kenValue" not in variable
+    with pytest.raises(ValidationError) as refused:
+        TracingConfig.model_validate({"endpoint": "ftp://user:Pa55word@collector/?token=T0ken"})
+    message = refused.value.errors()[0]["msg"]  # what `servekit validate` and the log say
+    assert "ftp://collector/?..." in message
+    assert "Pa55word" not in message and "T0ken" not in message

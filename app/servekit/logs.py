@@ -20,6 +20,10 @@ python-json-logger: every library above already logs through ``logging``, so rou
 the handler's job, and the JSON line is one ``orjson.dumps`` (already a dependency) of the
 record's fields; a structured-logging library would add a second model of records to bridge.
 
+Both formats show every URI in a message or traceback as servekit shows URIs
+(:func:`servekit.shown_paths.hide_uri_secrets`: no user info, no query), whoever logged it:
+a library's debug line naming a signed URL too.
+
 JSON lines carry ``time`` (UTC, ISO 8601, milliseconds), ``level``, ``logger``, ``message``,
 and when known ``request_id``, ``model``, ``version`` (the request the record was written
 for: app/servekit/request_id.py), ``worker`` (its index under ``server.workers``), ``error``
@@ -41,6 +45,7 @@ import orjson
 
 from servekit import request_id
 from servekit.request_id import CURRENT, RequestInfo, model_words_of, printable
+from servekit.shown_paths import hide_uri_secrets
 
 Format = Literal["text", "json"]
 
@@ -82,7 +87,7 @@ class JsonFormatter(logging.Formatter):
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", created) + f".{millis:03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": hide_uri_secrets(record.getMessage()),
         }
         request_id, model, version = _context(record)
         if request_id is not None:
@@ -97,9 +102,9 @@ class JsonFormatter(logging.Formatter):
             if key not in _STANDARD and key not in out and key not in _CONTEXT:
                 out[key] = value
         if record.exc_info:
-            out["error"] = self.formatException(record.exc_info)
+            out["error"] = hide_uri_secrets(self.formatException(record.exc_info))
         elif record.exc_text:
-            out["error"] = record.exc_text
+            out["error"] = hide_uri_secrets(record.exc_text)
         if record.stack_info:
             out["stack"] = record.stack_info
         return orjson.dumps(out, default=str).decode()
@@ -113,7 +118,7 @@ class TextFormatter(logging.Formatter):
         super().__init__(f"%(asctime)s %(levelname)s %(name)s{where}: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = hide_uri_secrets(super().format(record))
         if record.__dict__.get("access"):
             return text  # the access line names its ID itself
         request_id, _, _ = _context(record)

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from servekit.request_id import CURRENT, RequestInfo
+from servekit.shown_paths import shown_uri
 
 log = logging.getLogger("servekit.tracing")
 T = TypeVar("T")
@@ -208,11 +209,12 @@ def _endpoint_variable(env: Mapping[str, str]) -> str | None:
 
 
 def _where(env: Mapping[str, str], settings: Settings = NO_SETTINGS) -> str:
-    """Where spans go, for the start-up line (never the headers)."""
+    """Where spans go, for the start-up line (never the headers, nor the endpoint's user info
+    or query)."""
     endpoint = _endpoint_variable(env) or settings.endpoint
     exporters = env.get("OTEL_TRACES_EXPORTER", "otlp")
     if endpoint:
-        return f"{exporters} at {endpoint}"
+        return f"{exporters} at {shown_uri(endpoint)}"
     return exporters
 
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from servekit.shown_paths import hide_uri_secrets
+
 NAME_START = r"^[A-Za-z0-9]"
 """What an entry starts with (a distribution name), for editors through the JSON Schema; the
 validator below checks the rest."""
@@ -37,9 +39,10 @@ def check_requirement(text: str) -> str:
         # pip splits a requirements file with str.splitlines(), which also breaks at form
         # feeds, vertical tabs, U+2028 and others: one entry must stay one line.
         raise ValueError("one requirement per entry, in printable ASCII (no line breaks)")
+    shown = hide_uri_secrets(entry)  # messages quote it: a URL in it without its secrets
     if entry.startswith("-"):
         raise ValueError(
-            f"{entry!r} is a pip option: serve.yaml names packages only (options such as "
+            f"{shown!r} is a pip option: serve.yaml names packages only (options such as "
             "--index-url or -e would change where the build fetches code; put them in "
             "requirements.txt if the project needs them)"
         )
@@ -47,12 +50,12 @@ def check_requirement(text: str) -> str:
         requirement = Requirement(entry)
     except InvalidRequirement as exc:
         raise ValueError(
-            f"{entry!r} is not a package requirement (name, extras, version, marker; URLs and "
-            f"paths are refused): {str(exc).splitlines()[0]}"
+            f"{shown!r} is not a package requirement (name, extras, version, marker; URLs and "
+            f"paths are refused): {hide_uri_secrets(str(exc).splitlines()[0])}"
         ) from None
     if requirement.url is not None:
         raise ValueError(
-            f"{entry!r} points at a URL: serve.yaml names packages from the build's package "
+            f"{shown!r} points at a URL: serve.yaml names packages from the build's package "
             "index only (put direct references in requirements.txt if the project needs them)"
         )
     return _one_pip_line(entry, str(requirement))
@@ -69,7 +72,7 @@ def _one_pip_line(entry: str, line: str) -> str:
         or any(token.startswith("-") for token in line.split())
     ):
         raise ValueError(
-            f"{entry!r} reads as more than one requirement (quotes inside a marker value, a "
-            "comment or an option); write the marker without them"
+            f"{hide_uri_secrets(entry)!r} reads as more than one requirement (quotes inside a "
+            "marker value, a comment or an option); write the marker without them"
         )
     return line

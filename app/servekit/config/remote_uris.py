@@ -1,8 +1,10 @@
-"""Remote ``storageUri``s: which are remote, which extra reads each, and how one is shown.
+"""Remote ``storageUri``s: which are remote and which extra reads each.
 
 A storageUri with a scheme is fetched by the server (app/servekit/models/remote.py) into a local
 cache; everything else is a path relative to serve.yaml. This module only classifies: it reads
-nothing over the network, so ``servekit validate`` and the exports can use it anywhere.
+nothing over the network, so ``servekit validate`` and the exports can use it anywhere. How
+one is shown (no user info, no query) is :func:`servekit.shown_paths.shown_uri`, which every
+layer uses.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ def remote_scheme(uri: str) -> Scheme | None:
     """The remote scheme of ``uri``, or None for a local path.
 
     Raises ValueError for a URI servekit does not read (``http://``: model files run code or
-    feed native parsers, so they come over TLS only; ``ftp://`` and the like)."""
+    feed native parsers, so they come over TLS only; ``ftp://`` and the like), and for an
+    ``https://`` URI whose user info would be read as part of its address. The message never
+    quotes the URI (it may hold a password)."""
     if "://" not in uri:
         return None
     parts = urlsplit(uri)
@@ -53,6 +57,13 @@ def remote_scheme(uri: str) -> Scheme | None:
     if scheme in ("az", "abfs", "abfss"):
         return AZURE
     if scheme == "https":
+        try:
+            parts.port  # noqa: B018  # raises on what is no port: user info not encoded
+        except ValueError:
+            raise ValueError(
+                "storageUri: what follows the host's ':' is no port number; in user info, "
+                "percent-encode '/', '?', '#', '@' and ':' (https://user:p%2Fss@host/...)"
+            ) from None
         host = (parts.hostname or "").lower()
         return AZURE if _AZURE_HOST.match(host) else HTTPS
     if scheme == "file":
@@ -66,19 +77,6 @@ def remote_scheme(uri: str) -> Scheme | None:
 def local_path(uri: str) -> str:
     """A ``file://`` URI's path (any other storageUri unchanged)."""
     return urlsplit(uri).path if uri.startswith("file://") else uri
-
-
-def shown_uri(uri: str) -> str:
-    """``uri`` as logs, answers and pages may show it: no user info, query or fragment (a
-    signed URL's signature lives in its query)."""
-    if "://" not in uri:
-        return uri
-    parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    query = "..." if parts.query else ""
-    return urlunsplit((parts.scheme, host, parts.path, query, ""))
 
 
 def is_archive(uri: str) -> bool:

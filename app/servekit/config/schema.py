@@ -31,6 +31,7 @@ from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema_base import Section
 from servekit.config.sequences import SequenceBatching
+from servekit.shown_paths import shown_uri
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -291,7 +292,7 @@ class TracingConfig(Section):
             raise PydanticCustomError(
                 "tracing_endpoint",
                 "expected http://host:port or https://host:port, got '{value}'",
-                {"value": value},
+                {"value": shown_uri(value)},
             )
         return value
 

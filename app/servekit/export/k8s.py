@@ -27,9 +27,9 @@ import yaml
 from servekit.config.compiler import ServePlan, compile_plan
 from servekit.config.loader import load_config
 from servekit.config.names import k8s_label
-from servekit.config.remote_uris import shown_uri
 from servekit.config.schema import AuthConfig
 from servekit.export import secrets as export_secrets
+from servekit.shown_paths import shown_uri
 
 Manifest = dict[str, Any]
 
@@ -110,7 +110,8 @@ def header(target: str, config: str) -> str:
 
 def warnings(plan: ServePlan, target: str) -> list[str]:
     """What the manifests cannot carry: files outside models/ (k8s), code of Python models, the
-    Secret holding the tokens (ops create it: how, but never a token, is said here)."""
+    Secret holding the tokens (ops create it: how, but never a token, is said here); and what
+    they do carry that is secret: a storageUri with credentials (shown here without them)."""
     found = []
     note = export_secrets.secret_note(plan.server.auth, secret_name(plan))
     if note is not None:
@@ -121,6 +122,12 @@ def warnings(plan: ServePlan, target: str) -> list[str]:
             found.append(
                 f"model {model.name}: its Python module must be in the image (the Dockerfile "
                 "copies *.py beside serve.yaml to /srv, which is on the Python path)"
+            )
+        if uri is not None and shown_uri(uri) != uri:
+            found.append(
+                f"model {model.name}: storageUri {shown_uri(uri)} carries credentials (user "
+                "info or a signed query): the manifests carry it as serve.yaml writes it, for "
+                "the cluster to fetch the model; keep them as private as serve.yaml"
             )
         if target == "k8s" and model.remote is not None:
             found.append(

@@ -15,19 +15,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from servekit.config.compiler import ModelPlan, plan_at
-from servekit.config.remote_uris import shown_uri
 from servekit.config.schema import StorageConfig
 from servekit.config.versions import VersionSource
 from servekit.models.remote_cache import cache_dir, snapshot
 from servekit.models.remote_progress import Download
 from servekit.models.remote_stores import StoreError, open_store
+from servekit.shown_paths import hide_uri_secrets, shown_uri, uri_secrets
 
 log = logging.getLogger("servekit.storage")
 
@@ -39,7 +38,6 @@ SECRET_VARIABLES = (
     "AZURE_STORAGE_SAS_TOKEN",
     "GOOGLE_APPLICATION_CREDENTIALS",
 )
-_QUERY = re.compile(r"(https?://[^\s'\"?]*)\?[^\s'\"]*")
 MAX_REASON = 400
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 600.0
@@ -79,7 +77,7 @@ class RemoteModels:
             protected = set(self._in_use.values())
             location = fetch(plan.remote, self.settings, self.root, protected, download)
         except Exception as exc:  # any library's failure is this model's problem
-            reason = f"cannot fetch {shown}: {shown_error(exc)}"
+            reason = f"cannot fetch {shown}: {shown_error(exc, plan.remote)}"
             log.warning("model %s: %s", plan.name, reason)
             count = self._failures.get(plan.name, (0, 0.0))[0] + 1
             wait = min(RETRY_FIRST_S * 2 ** (count - 1), RETRY_MAX_S)
@@ -157,17 +155,19 @@ def fetch(
     return snapshot(uri, store, root, settings, set() if in_use is None else in_use, download)
 
 
-def shown_error(exc: BaseException) -> str:
-    """A library's error as a reason: its type and first line, URLs without their query, and
-    every credential the environment holds blanked out."""
+def shown_error(exc: BaseException, uri: str | None = None) -> str:
+    """A library's error as a reason: its type and first line, URLs as ``shown_uri`` shows
+    them, and every secret part of ``uri`` and every credential the environment holds blanked
+    out."""
     if isinstance(exc, StoreError):
         text = str(exc)
     else:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-    text = _QUERY.sub(r"\1?...", text)
-    for variable in SECRET_VARIABLES:
-        value = os.environ.get(variable)
-        if value and len(value) >= 4:
+    text = hide_uri_secrets(text)
+    secrets = uri_secrets(uri) if uri is not None else []
+    secrets += [os.environ.get(variable) or "" for variable in SECRET_VARIABLES]
+    for value in secrets:
+        if len(value) >= 4:
             text = text.replace(value, "***")
     return text[:MAX_REASON]

@@ -36,10 +36,11 @@ from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
 
-from servekit.config.remote_uris import is_archive, shown_uri
+from servekit.config.remote_uris import is_archive
 from servekit.config.schema import StorageConfig
 from servekit.models.remote_progress import Download
 from servekit.models.remote_stores import RemoteObject, Store, StoreError, copy_file
+from servekit.shown_paths import shown_uri
 
 log = logging.getLogger("servekit.storage")
 

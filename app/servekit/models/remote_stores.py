@@ -7,7 +7,9 @@ environment and files, Google application default credentials or ``STORAGE_EMULA
 Azure connection strings and account keys). Why not KServe's ``kserve-storage``: it downloads
 a whole URI into a folder in one call, with no listing to compare against a cache and no size
 bound, and it brings KServe's dependency pins. ``https://`` (one file or an archive) needs no
-library: the standard library's ``urllib`` with the system's trust store (``SSL_CERT_FILE``).
+library: the standard library's ``urllib`` with the system's trust store (``SSL_CERT_FILE``);
+user info in such a URI (``https://user:password@host/...``) is sent as HTTP Basic auth, never
+as part of the address (and only to that origin: a redirect elsewhere goes without it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from servekit.config.remote_uris import AZURE, GCS, HTTPS, S3, Scheme, remote_scheme
 from servekit.config.schema import StorageConfig
@@ -112,17 +114,31 @@ class FsspecStore:
 
 
 class HttpsStore:
-    """One file or archive over HTTPS (the system's trust store; no redirects to plain HTTP)."""
+    """One file or archive over HTTPS (the system's trust store; no redirects to plain HTTP).
+
+    The URI's user info, if any, becomes HTTP Basic auth sent with the first request (no
+    round trip for a challenge) by urllib's own handler, to this origin only."""
 
     def __init__(self, uri: str, timeout: float) -> None:
-        self.uri = uri
+        self.uri, self.user_info = without_user_info(uri)
         self.timeout = timeout
         self.context = ssl.create_default_context(cafile=os.environ.get("SSL_CERT_FILE"))
 
     def _request(self, method: str) -> Any:
         request = urllib.request.Request(self.uri, method=method)
-        handler = urllib.request.HTTPSHandler(context=self.context)
-        opener = urllib.request.build_opener(handler, _NoPlainRedirect())
+        handlers: list[urllib.request.BaseHandler] = [
+            urllib.request.HTTPSHandler(context=self.context),
+            _NoPlainRedirect(),
+        ]
+        if self.user_info is not None:
+            # A manager per request: urllib's marks every URL that answered 2xx as
+            # authenticated, and would then send a bogus header to a redirect's target.
+            passwords = urllib.request.HTTPPasswordMgrWithPriorAuth()
+            parts = urlsplit(self.uri)
+            origin = urlunsplit((parts.scheme, parts.netloc, "/", "", ""))
+            passwords.add_password(None, origin, *self.user_info, is_authenticated=True)
+            handlers.append(urllib.request.HTTPBasicAuthHandler(passwords))
+        opener = urllib.request.build_opener(*handlers)
         return opener.open(request, timeout=min(self.timeout, 60.0))
 
     def list(self) -> Listing:
@@ -135,6 +151,17 @@ class HttpsStore:
     def download(self, item: RemoteObject, target: str, progress: Progress) -> None:
         with self._request("GET") as answer, open(target, "wb") as out:
             _copy(answer, out, item.size, progress)
+
+
+def without_user_info(uri: str) -> tuple[str, tuple[str, str] | None]:
+    """``uri`` without its user info, and that user info decoded as (user, password), or
+    None when it has none. urllib would read ``user:password@host`` as the host."""
+    parts = urlsplit(uri)
+    user_info, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return uri, None
+    user, _, password = user_info.partition(":")
+    return urlunsplit(parts._replace(netloc=host)), (unquote(user), unquote(password))
 
 
 class _NoPlainRedirect(urllib.request.HTTPRedirectHandler):

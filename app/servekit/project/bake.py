@@ -26,11 +26,12 @@ from pathlib import Path
 
 import yaml
 
-from servekit.config.remote_uris import remote_scheme, shown_uri
+from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema import ServeConfig
 from servekit.models.remote import fetch, shown_error
 from servekit.models.remote_cache import MANIFEST, USED, cache_dir
 from servekit.models.remote_progress import Download
+from servekit.shown_paths import shown_uri
 
 BAKED = "baked-models"
 """The folder under /srv (and the context) that holds baked models."""
@@ -83,7 +84,9 @@ def bake(project: Path, config: ServeConfig, context: Path) -> Baked | None:
         try:
             location = fetch(uri, settings, root, download=Download(name, shown))
         except Exception as exc:  # any store's failure, worded without secrets
-            raise BakeError(f"cannot fetch model {name} from {shown}: {shown_error(exc)}") from None
+            raise BakeError(
+                f"cannot fetch model {name} from {shown}: {shown_error(exc, uri)}"
+            ) from None
         target = context / BAKED / name
         if location.is_dir():
             _copy_tree(location, target)
