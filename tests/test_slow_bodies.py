@@ -252,3 +252,140 @@ def test_slow_bodies_from_one_address_leave_slots_to_another(
             assert crowd.held_seen >= 100, crowd.held_seen  # type: ignore[attr-defined]
             assert 408 not in crowd.statuses, crowd.statuses
         server.assert_healthy()
+
+
+# --- the body's deadlines and the connection cap --------------------------------------------------
+
+
+def _raw(
+    server: ServerProcess, data: bytes, drip: bytes = b"", every: float = 0.0
+) -> tuple[float, bytes]:
+    """Send ``data``, then ``drip`` a byte at a time every ``every`` s, on a new connection;
+    read until the server closes it. Returns the seconds from the first byte, and the answer."""
+    with socket.create_connection(_address(server), timeout=20) as sock:
+        started = time.monotonic()
+        sock.sendall(data)
+        sock.settimeout(every or 20)
+        answer = b""
+        for byte in drip:
+            try:
+                answer = sock.recv(65536)
+            except TimeoutError:
+                with contextlib.suppress(OSError):
+                    sock.sendall(bytes([byte]))
+                continue
+            break
+        sock.settimeout(20)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        return time.monotonic() - started, answer
+
+
+def _status(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def _head(server: ServerProcess, length: int, extra: str = "") -> bytes:
+    host, port = _address(server)
+    return (
+        f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        f"content-type: application/json\r\n{extra}content-length: {length}\r\n\r\n"
+    ).encode()
+
+
+@pytest.fixture(scope="module", params=["fast", "asgi"])
+def timed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server whose body may pause 3 s (the header timeout stays 10 s), on either lane."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "asgi":
+            patch.setenv("SERVEKIT_HTTP_FAST", "0")
+        config = _store(tmp_path_factory.mktemp("timed"), "{network: {bodyTimeoutSeconds: 3}}")
+        with running_server(config, grpc=False) as server:
+            yield server
+
+
+def test_a_stalled_body_is_cut_at_the_body_timeout_not_the_header_timeout(
+    timed: ServerProcess,
+) -> None:
+    """The nearer timer wins: bodyTimeoutSeconds 3 answers 408 at about 3 s, not at 10."""
+    took, answer = _raw(timed, _head(timed, 1000) + b'{"inputs":')
+    assert _status(answer) == 408, answer
+    assert b"request body not received within 3 s" in answer
+    assert 2.5 < took < 6.0, took
+    timed.assert_healthy()
+
+
+@pytest.fixture(scope="module", params=["fast", "asgi"])
+def deadlined(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server that gives a body 3 s, then asks 1,000 bytes/s on average, and takes 24
+    connections at most; one client address may hold every request slot."""
+    network = (
+        "{bodyDeadlineSeconds: 3, bodyMinBytesPerSecond: 1000, maxConnections: 24,"
+        " clientShareOfRequests: 1}"
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "asgi":
+            patch.setenv("SERVEKIT_HTTP_FAST", "0")
+        config = _store(tmp_path_factory.mktemp("deadlined"), f"{{network: {network}}}")
+        with running_server(config, grpc=False) as server:
+            yield server
+
+
+def test_a_dripping_body_is_cut_at_the_whole_body_deadline(deadlined: ServerProcess) -> None:
+    """A byte every 0.5 s never pauses long enough for bodyTimeoutSeconds (30 s), and is cut
+    at bodyDeadlineSeconds: it is far below the minimum rate."""
+    took, answer = _raw(deadlined, _head(deadlined, 1000), drip=b"x" * 40, every=0.5)
+    assert _status(answer) == 408, answer
+    assert b"request body not received within 3 s (nor at 1000 bytes/s)" in answer
+    assert 2.5 < took < 6.0, took
+    deadlined.assert_healthy()
+
+
+def test_a_body_moving_at_the_minimum_rate_outlives_the_deadline(deadlined: ServerProcess) -> None:
+    """A 10,000-byte body sent at about 2,000 bytes/s takes 5 s, past the 3 s deadline, and is
+    answered: the rate keeps a slow but moving upload."""
+    body = BODY[:-1] + b" " * (10_000 - len(BODY)) + BODY[-1:]
+    with socket.create_connection(_address(deadlined), timeout=20) as sock:
+        started = time.monotonic()
+        sock.sendall(_head(deadlined, len(body)))
+        for offset in range(0, len(body), 200):  # 200 bytes every 0.1 s
+            sock.sendall(body[offset : offset + 200])
+            time.sleep(0.1)  # the client's own pace, not a wait for the server
+        took = time.monotonic() - started
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert took > 4.0, took
+    assert _status(answer) == 200, answer
+
+
+def test_a_connection_sending_its_body_is_displaced_at_the_connection_cap(
+    deadlined: ServerProcess,
+) -> None:
+    """24 connections each in the middle of a body fill maxConnections: a 25th connection
+    displaces the oldest of them (closed, no answer) and is answered."""
+    held: list[socket.socket] = []
+    try:
+        for _ in range(24):
+            sock = socket.create_connection(_address(deadlined), timeout=10)
+            sock.sendall(_head(deadlined, 1000) + b"{")
+            held.append(sock)
+        # the 24th is read and in its body: a probe on a 25th connection now must displace one
+        host, port = _address(deadlined)
+        probe = f"GET /v2/health/live HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\n\r\n"
+        _, answer = _raw(deadlined, probe.encode())
+        assert _status(answer) == 200, answer
+        held[0].settimeout(5)
+        assert held[0].recv(65536) == b""  # the oldest: closed without an answer
+    finally:
+        for sock in held:
+            sock.close()
+    deadlined.assert_healthy()

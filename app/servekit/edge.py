@@ -677,8 +677,9 @@ class EdgeProtocol(HttpToolsProtocol):
             return False
         length = None
         for name, value in self.headers:
-            if name == b"content-length":
-                length = value
+            if name == b"content-length":  # (the parser refuses a second one: 400, RFC 9112)
+                if length is None:  # the first, as the answer reads it (app/servekit/rest/infer.py)
+                    length = value
             elif name == b"transfer-encoding" or name == b"content-encoding":
                 return False
         params, limit, normalized = route
