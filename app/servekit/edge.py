@@ -8,25 +8,40 @@ This module's :class:`EdgeProtocol` subclasses uvicorn's httptools protocol and 
 connection, only what those gaps need:
 
 - one lazy deadline per connection (a single ``call_at`` timer that re-arms itself when the
-  deadline moved, so the hot path only assigns a float): the whole header block within
-  ``headerTimeoutSeconds`` of its first byte (or of connecting), and no pause between body
-  reads longer than ``bodyTimeoutSeconds``; past it the client gets 408 and the connection is
-  closed;
+  deadline moved later, so the hot path only assigns a float; a deadline set nearer than the
+  timer re-arms it at once: the nearer timer wins): the whole header block within
+  ``headerTimeoutSeconds`` of its first byte (or of connecting); no pause between body reads
+  longer than ``bodyTimeoutSeconds``; and the whole body within ``bodyDeadlineSeconds`` of the
+  headers' end, or past that at ``bodyMinBytesPerSecond`` on average (a body dripped a byte at
+  a time never pauses long, and is cut here); past one the client gets 408 and the connection
+  is closed;
 - header bytes (request line included; counted per read while a header block is incomplete,
   so httptools never buffers more than one read past the limit, and exactly once it is
   complete unless it came whole in one read under the limit) and header lines: 431 and close;
 - a cap on open connections, lowered to what the open-file limit allows: at the cap a new
   connection displaces the oldest connection with no request in progress (idle, or still
-  sending its headers: a slowloris client), as nginx reuses idle connections; with none to
-  displace, 503 and close at once, never an ``accept()`` failing for lack of descriptors;
-- a cap on requests in flight (all connections): 503 with Retry-After at once;
-- a ``Host`` header the server does not answer to (app/servekit/config/hosts.py, the
-  DNS-rebinding guard): 403 with ``{"error": ...}`` and close, before any routing;
+  sending its headers: a slowloris client), as nginx reuses idle connections, then the oldest
+  one still sending a body past the read that ended its headers; with none to displace, 503
+  and close at once, never an ``accept()`` failing for lack of descriptors;
+- when a request's headers end, before it counts or its body is read, on both lanes: a
+  ``Host`` header the server does not answer to (app/servekit/config/hosts.py, the
+  DNS-rebinding guard): 403 with ``{"error": ...}`` and close, before any routing; then the
+  token its route's group needs (app/servekit/rest/access.py ``EdgeGuard``, only when some
+  group is guarded): a request without it goes to the application at once, which answers its
+  usual 401 (or 403) without reading the body, on a connection then closed;
+- a cap on requests in flight (all connections): 503 with Retry-After at once; and a share of
+  it per client address (``clientShareOfRequests``: connections with a request in progress,
+  counted per address when the headers end and released when its answer completes), so one
+  address dripping bodies cannot take every slot from the others;
 - a client that closes its connection while its inference request waits for the model
   cancels that request (app/servekit/rest/leaving.py ``WAITING``): queued, it never runs. uvicorn
   itself
   only lets the application see the disconnect if it asks ``receive()``, which would cost a
   task per request on the hot path.
+
+A request the parser refuses (400, or the edge's 431) after a whole request on the same
+connection is answered after it: reading stops, and the refusal is written and the connection
+closed once the answers before it (computing, or pipelined behind it) are written.
 
 It also makes a response leave in one ``write()`` instead of two. uvicorn's
 ``RequestResponseCycle.send`` writes the status line and headers on ``http.response.start`` and

@@ -6,7 +6,9 @@ its path, so adding a route means choosing its group; a handler that says nothin
 group has a token, checks the bearer token of protected groups. The V2 inference routes answer
 before Litestar runs guards (app/servekit/rest/infer.py's fast path), so they check the same policy
 themselves: one ``is None`` test per request when inference is open, one header compare when
-it is not.
+it is not. The edge (app/servekit/edge.py) asks :class:`EdgeGuard` the same policy when a
+request's headers end, so a request without its token is refused before its body is read; the
+guard and the fast path's check stay, as a second line.
 
 On a bind beyond loopback, the admin and repository groups without a token are closed
 (app/servekit/config/auth.py ``close_public_groups``): the same guard and fast-path check refuse
