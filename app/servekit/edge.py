@@ -468,8 +468,10 @@ class EdgeProtocol(HttpToolsProtocol):
             if not waiting:
                 return False
         victim = next(iter(waiting))
-        del waiting[victim]
-        victim._reading = False
+        edge.waiting.pop(victim, None)
+        if victim._reading:  # (answered early, its body still coming: in both)
+            victim._reading = False
+            edge.reading.pop(victim, None)
         self.connections.discard(victim)  # counted free now; its descriptor closes this turn
         victim.transport.close()
         return True
