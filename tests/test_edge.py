@@ -63,7 +63,11 @@ def _store(root: Path, server: str) -> Path:
 
 @pytest.fixture(scope="module")
 def short(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    network = "{headerTimeoutSeconds: 1, bodyTimeoutSeconds: 1, maxRequestsInFlight: 8}"
+    # (every client here is 127.0.0.1: it may take all eight slots, to fill the cap itself)
+    network = (
+        "{headerTimeoutSeconds: 1, bodyTimeoutSeconds: 1, maxRequestsInFlight: 8,"
+        " clientShareOfRequests: 1}"
+    )
     config = _store(tmp_path_factory.mktemp("short"), f"{{network: {network}}}")
     with running_server(config) as server:
         yield server

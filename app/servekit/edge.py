@@ -8,25 +8,40 @@ This module's :class:`EdgeProtocol` subclasses uvicorn's httptools protocol and 
 connection, only what those gaps need:
 
 - one lazy deadline per connection (a single ``call_at`` timer that re-arms itself when the
-  deadline moved, so the hot path only assigns a float): the whole header block within
-  ``headerTimeoutSeconds`` of its first byte (or of connecting), and no pause between body
-  reads longer than ``bodyTimeoutSeconds``; past it the client gets 408 and the connection is
-  closed;
+  deadline moved later, so the hot path only assigns a float; a deadline set nearer than the
+  timer re-arms it at once: the nearer timer wins): the whole header block within
+  ``headerTimeoutSeconds`` of its first byte (or of connecting); no pause between body reads
+  longer than ``bodyTimeoutSeconds``; and the whole body within ``bodyDeadlineSeconds`` of the
+  headers' end, or past that at ``bodyMinBytesPerSecond`` on average (a body dripped a byte at
+  a time never pauses long, and is cut here); past one the client gets 408 and the connection
+  is closed;
 - header bytes (request line included; counted per read while a header block is incomplete,
   so httptools never buffers more than one read past the limit, and exactly once it is
   complete unless it came whole in one read under the limit) and header lines: 431 and close;
 - a cap on open connections, lowered to what the open-file limit allows: at the cap a new
   connection displaces the oldest connection with no request in progress (idle, or still
-  sending its headers: a slowloris client), as nginx reuses idle connections; with none to
-  displace, 503 and close at once, never an ``accept()`` failing for lack of descriptors;
-- a cap on requests in flight (all connections): 503 with Retry-After at once;
-- a ``Host`` header the server does not answer to (app/servekit/config/hosts.py, the
-  DNS-rebinding guard): 403 with ``{"error": ...}`` and close, before any routing;
+  sending its headers: a slowloris client), as nginx reuses idle connections, then the oldest
+  one still sending a body past the read that ended its headers; with none to displace, 503
+  and close at once, never an ``accept()`` failing for lack of descriptors;
+- when a request's headers end, before it counts or its body is read, on both lanes: a
+  ``Host`` header the server does not answer to (app/servekit/config/hosts.py, the
+  DNS-rebinding guard): 403 with ``{"error": ...}`` and close, before any routing; then the
+  token its route's group needs (app/servekit/rest/access.py ``EdgeGuard``, only when some
+  group is guarded): a request without it goes to the application at once, which answers its
+  usual 401 (or 403) without reading the body, on a connection then closed;
+- a cap on requests in flight (all connections): 503 with Retry-After at once; and a share of
+  it per client address (``clientShareOfRequests``: connections with a request in progress,
+  counted per address when the headers end and released when its answer completes), so one
+  address dripping bodies cannot take every slot from the others;
 - a client that closes its connection while its inference request waits for the model
   cancels that request (app/servekit/rest/leaving.py ``WAITING``): queued, it never runs. uvicorn
   itself
   only lets the application see the disconnect if it asks ``receive()``, which would cost a
   task per request on the hot path.
+
+A request the parser refuses (400, or the edge's 431) after a whole request on the same
+connection is answered after it: reading stops, and the refusal is written and the connection
+closed once the answers before it (computing, or pipelined behind it) are written.
 
 It also makes a response leave in one ``write()`` instead of two. uvicorn's
 ``RequestResponseCycle.send`` writes the status line and headers on ``http.response.start`` and
@@ -89,6 +104,7 @@ from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
 from servekit.request_id import ACCESS, CURRENT, RequestInfo
 from servekit.rest import eager, large, request_ids, traces
+from servekit.rest.access import EdgeGuard
 from servekit.rest.fast import FastAnswer, Request
 from servekit.rest.leaving import EAGER, WAITING
 from servekit.tracing import TRACING
@@ -176,9 +192,28 @@ class EdgeState:
     max_connections: int
     hosts: HostPolicy | None = None
     """The ``Host`` names answered (None: any, ``server.allowedHosts: ['*']``)."""
+    guard: EdgeGuard | None = None
+    """The routes' token check (None: no group is guarded)."""
     waiting: dict[EdgeProtocol, None] = field(default_factory=dict)
     """Connections with no request in progress, oldest first: the ones a new connection may
     displace at the cap."""
+    reading: dict[EdgeProtocol, None] = field(default_factory=dict)
+    """Connections whose request is still sending its body (past the read that ended its
+    headers), oldest first: displaced at the cap when no connection in ``waiting`` is left."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Connections with a request in progress, by client address (the share of
+    ``maxRequestsInFlight`` one address may hold: ``share``)."""
+    share: int = 0
+    """Requests in progress one client address may hold at once (set from the limits)."""
+    body_first: float = 0.0
+    """Seconds from a body's start to the first moment it can be late (the nearer of the
+    pause and the whole-body deadline)."""
+
+    def __post_init__(self) -> None:
+        limits = self.limits
+        self.share = max(1, int(limits.max_requests_in_flight * limits.client_share_of_requests))
+        self.body_first = min(limits.body_timeout_seconds, limits.body_deadline_seconds)
+
     arrivals: Arrivals = field(default_factory=Arrivals)
     """Plain inference requests read in this loop pass and the last (company for a batching
     model's request, a pass's calls back to back for an unbatched one's)."""
@@ -217,14 +252,17 @@ def protocol_class(
     reserved: int = 0,
     tls: ssl.SSLContext | None = None,
     fast: FastAnswer | None = None,
+    guard: EdgeGuard | None = None,
 ) -> type[EdgeProtocol]:
     """The protocol class uvicorn instantiates per connection, bound to these limits (answering
     only the ``Host`` names of ``hosts``, when given; ``reserved``: descriptors the connection
     cap leaves to something else). With ``tls`` it makes the TLS handshake itself
     (:class:`TlsEdgeProtocol`): give uvicorn no SSL context then, or every connection would be
     wrapped twice. ``fast``: the inference routes' answer at the connection
-    (app/servekit/rest/fast.py), None: every request through uvicorn's ASGI cycle."""
-    state = EdgeState(limits, connection_cap(limits.max_connections, reserved), hosts)
+    (app/servekit/rest/fast.py), None: every request through uvicorn's ASGI cycle. ``guard``:
+    the routes' token check at the end of the headers (app/servekit/rest/access.py), None when
+    no group is guarded."""
+    state = EdgeState(limits, connection_cap(limits.max_connections, reserved), hosts, guard)
     if tls is not None:
         context = tls
 
@@ -366,6 +404,22 @@ class EdgeProtocol(HttpToolsProtocol):
         self._phase = _HEADER
         self._deadline = 0.0
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        """When the timer fires (a deadline set earlier than this re-arms it: the nearer wins)."""
+        self._body_began = 0.0
+        self._body_in = 0
+        """When the current request's headers ended, and its body bytes read since."""
+        self._reading = False
+        """In ``edge.reading``: its body still coming after the read that ended its headers."""
+        self._address = ""
+        """The client's address (its host), for the share of requests in flight."""
+        self._held = False
+        """A request of this connection counts in ``edge.held`` for its address."""
+        self._ignored = False
+        """Input is no longer read: the connection was refused, or a malformed request waits
+        for the answers before it (``_malformed``)."""
+        self._malformed: tuple[int, str] | None = None
+        """The 400 of a malformed request, written once the answers before it are."""
         self._raw_header_bytes = 0
         """Bytes of reads that held only header bytes (what httptools may be buffering)."""
         self._chunk_size = 0
@@ -389,7 +443,7 @@ class EdgeProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         edge = self.edge
         if len(self.connections) >= edge.max_connections and not self._displace_one():
-            self._refused = True
+            self._refused = self._ignored = True
             self.transport = transport
             transport.write(
                 _answer(503, "too many connections; retry later", b"retry-after: 1\r\n")
@@ -398,25 +452,51 @@ class EdgeProtocol(HttpToolsProtocol):
             return
         super().connection_made(transport)
         self._out.transport = transport
+        client = self.client
+        self._address = client[0] if client else ""
         edge.waiting[self] = None
         self._watch(_HEADER, edge.limits.header_timeout_seconds)
 
     def _displace_one(self) -> bool:
-        """Close the connection that has waited longest without a request in progress."""
-        waiting = self.edge.waiting
+        """Close the connection that has waited longest without a request in progress, or, with
+        none, the one that has been sending a request body longest (a slow body holds a
+        connection as a slow header block does)."""
+        edge = self.edge
+        waiting = edge.waiting
         if not waiting:
-            return False
+            waiting = edge.reading
+            if not waiting:
+                return False
         victim = next(iter(waiting))
-        del waiting[victim]
+        edge.waiting.pop(victim, None)
+        if victim._reading:  # (answered early, its body still coming: in both)
+            victim._reading = False
+            edge.reading.pop(victim, None)
         self.connections.discard(victim)  # counted free now; its descriptor closes this turn
         victim.transport.close()
         return True
+
+    def _unhold(self) -> None:
+        """This connection's request no longer holds a share of its address's slots."""
+        self._held = False
+        held = self.edge.held
+        left = held[self._address] - 1
+        if left:
+            held[self._address] = left
+        else:
+            del held[self._address]
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
         self._drop_pending()  # a request whose body never came whole
-        self.edge.waiting.pop(self, None)
+        edge = self.edge
+        edge.waiting.pop(self, None)
+        if self._reading:
+            self._reading = False
+            edge.reading.pop(self, None)
+        if self._held:
+            self._unhold()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -440,7 +520,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     # -- reading ------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        if self._refused:
+        if self._ignored:
             return
         self._began_in_chunk = False
         self._chunk_size = len(data)
@@ -454,26 +534,57 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
             return
         except httptools.HttpParserError as exc:
-            self._drop_pending()
-            refusal = exc.__context__
-            if isinstance(refusal, _Refuse):
-                self._close_with(refusal.status, refusal.message)
-            else:
-                msg = "Invalid HTTP request received."
-                self.logger.warning(msg)
-                self.send_400_response(msg)
+            self._malformed_request(exc)
             return
         pending = self._pending
         if pending is not None and type(pending[2]) is not Request:
             # its body is still coming: the answer reads it in a task
             self._pending = None
             self._start_task(pending[0], pending[1])
+        if self._phase == _BODY and not self._reading and self.cycle.more_body:
+            self._reading = True  # a body beyond this read: displaceable at the cap
+            self.edge.reading[self] = None
         if self._phase == _HEADER and not self._began_in_chunk and self.parser is not None:
             # Still inside a header block that began in an earlier read: all of this read is
             # header bytes, held by httptools until the header line ends.
             self._raw_header_bytes += len(data)
             if self._raw_header_bytes > self.edge.limits.max_header_bytes:
                 self._close_with(431, self._too_large())
+
+    def _malformed_request(self, exc: httptools.HttpParserError) -> None:
+        """Answer what the parser refused: 400 (or the edge's own refusal raised in a callback:
+        431), and close. A whole request read before it on this connection is answered first
+        (its answer may still be computing, or pipelined requests queued behind it): reading
+        stops, and the refusal is written when the last of them is (``on_response_complete``)."""
+        self._drop_pending()  # (a request pending here is the malformed one: its body is not whole)
+        refusal = exc.__context__
+        if isinstance(refusal, _Refuse):
+            status, message = refusal.status, refusal.message
+        else:
+            status, message = 400, "Invalid HTTP request received."
+            self.logger.warning(message)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+            self._ignored = True  # the request before it is whole: its answer goes first
+            self._malformed = (status, message)
+            self._phase = _WAITING
+            if self.flow is not None:
+                self.flow.pause_reading()
+            return
+        if status == 400:
+            self.send_400_response(message)
+        else:
+            self._close_with(status, message)
+
+    def _refuse_malformed(self) -> None:
+        """Write the refusal :meth:`_malformed_request` kept for after the answers before it."""
+        kept, self._malformed = self._malformed, None
+        assert kept is not None
+        status, message = kept
+        if status == 400:
+            self.send_400_response(message)
+        else:
+            self._close_with(status, message)
 
     def on_message_begin(self) -> None:
         # uvicorn's, but its scope is made once the headers say the request needs one
@@ -485,9 +596,9 @@ class EdgeProtocol(HttpToolsProtocol):
         if self._phase != _HEADER:  # a later request on a kept-alive connection
             # _watch inlined: this and on_headers_complete run on every request
             self._phase = _HEADER
-            self._deadline = self.loop.time() + self.edge.limits.header_timeout_seconds
-            if self._timer is None:
-                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+            deadline = self._deadline = self.loop.time() + self.edge.limits.header_timeout_seconds
+            if self._timer is None or deadline < self._timer_at:
+                self._arm(deadline)
 
     def on_headers_complete(self) -> None:
         edge = self.edge
@@ -501,17 +612,38 @@ class EdgeProtocol(HttpToolsProtocol):
                 raise _Refuse(431, self._too_large())
         edge.waiting.pop(self, None)
         self._phase = _BODY
-        self._deadline = self.loop.time() + limits.body_timeout_seconds
-        if self._timer is None:
-            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+        now = self._body_began = self.loop.time()
+        self._body_in = 0
+        self._deadline = now + limits.body_timeout_seconds
+        first = now + edge.body_first  # (the nearer of the pause and whole-body deadlines)
+        if self._timer is None or first < self._timer_at:
+            self._arm(first)
         previous = self.cycle
         refusal: Any = None
-        if len(self.tasks) >= limits.max_requests_in_flight and self.url not in PROBES:
-            refusal = _busy
-        if refusal is None and edge.hosts is not None:
+        # Who may ask, before anything is counted or read: the Host, then the token (the
+        # application's own answer, on a connection that then closes: its body is not read).
+        if edge.hosts is not None:
             refusal = self._check_host(edge.hosts)
+        guard = edge.guard
+        unauthorized = (
+            refusal is None
+            and guard is not None
+            and guard.refuses(self.parser.get_method(), self.url, self.headers)
+        )
+        if refusal is None and not unauthorized and self.url not in PROBES:
+            if len(self.tasks) >= limits.max_requests_in_flight:
+                refusal = _busy
+            elif not self._held:  # (a pipelined request: its connection is counted already)
+                held = edge.held
+                address = self._address
+                count = held.get(address, 0)
+                if count >= edge.share:
+                    refusal = _crowded
+                else:
+                    held[address] = count + 1
+                    self._held = True
         fast = self.fast_answer
-        if refusal is None and fast is not None and self._read_plainly(fast):
+        if refusal is None and fast is not None and not unauthorized and self._read_plainly(fast):
             return
         # the ASGI way: uvicorn's scope (made by its own code, for the headers read), its cycle
         url, headers, expect = self.url, self.headers, self.expect_100_continue
@@ -527,6 +659,8 @@ class EdgeProtocol(HttpToolsProtocol):
         else:
             super().on_headers_complete()
         cycle = self.cycle
+        if unauthorized and cycle is not previous:
+            cycle.keep_alive = False  # answered, then closed: its body is never read
         if cycle is not previous and not self.expect_100_continue:
             # Its task is created, not started: every write of this response coalesces.
             cycle.transport = self._out  # type: ignore[assignment]  # what the cycle calls
@@ -560,8 +694,9 @@ class EdgeProtocol(HttpToolsProtocol):
             return False
         length = None
         for name, value in self.headers:
-            if name == b"content-length":
-                length = value
+            if name == b"content-length":  # (the parser refuses a second one: 400, RFC 9112)
+                if length is None:  # the first, as the answer reads it (app/servekit/rest/infer.py)
+                    length = value
             elif name == b"transfer-encoding" or name == b"content-encoding":
                 return False
         params, limit, normalized = route
@@ -647,6 +782,7 @@ class EdgeProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds
+        self._body_in += len(body)
         cycle: Any = self.cycle
         if self._counting:
             cycle.servekit_in += len(body)
@@ -662,6 +798,9 @@ class EdgeProtocol(HttpToolsProtocol):
         super().on_body(body)
 
     def on_message_complete(self) -> None:
+        if self._reading:  # its body is whole: no longer displaceable
+            self._reading = False
+            self.edge.reading.pop(self, None)
         cycle: Any = self.cycle
         if type(cycle) is Request:
             cycle.more_body = False
@@ -718,12 +857,17 @@ class EdgeProtocol(HttpToolsProtocol):
                 status, sent = out.taken()  # type: ignore[attr-defined]
                 scope = cycle.scope
                 request_ids.write_access(scope, info, status, cycle.servekit_in, sent, started)
+        if self._held and not self.pipeline:  # (a pipelined request keeps the count)
+            self._unhold()
         # uvicorn's, with its keep-alive timeout on the edge's lazy timer
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
+        if self._malformed is not None and not self.pipeline:  # the requests before it are
+            self._refuse_malformed()  # answered: now its 400, and close
+            return
         flow = self.flow
-        if flow.read_paused:
+        if flow.read_paused and self._malformed is None:
             flow.resume_reading()
         if self.pipeline:  # the next request starts now: still busy
             cycle, app = self.pipeline.pop()
@@ -731,9 +875,9 @@ class EdgeProtocol(HttpToolsProtocol):
             return
         if not self.cycle.more_body:  # (else the body deadline goes on: a body nobody read)
             self._phase = _IDLE
-            self._deadline = self.loop.time() + self.timeout_keep_alive
-            if self._timer is None:
-                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+            deadline = self._deadline = self.loop.time() + self.timeout_keep_alive
+            if self._timer is None or deadline < self._timer_at:
+                self._arm(deadline)
         self.edge.waiting[self] = None  # idle until the next request: displaceable
 
     def _write_answered(
@@ -776,9 +920,18 @@ class EdgeProtocol(HttpToolsProtocol):
     def _watch(self, phase: int, seconds: float) -> None:
         """Enter ``phase`` with a deadline ``seconds`` from now (one timer, re-armed lazily)."""
         self._phase = phase
-        self._deadline = self.loop.time() + seconds
-        if self._timer is None:
-            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+        deadline = self._deadline = self.loop.time() + seconds
+        if self._timer is None or deadline < self._timer_at:
+            self._arm(deadline)
+
+    def _arm(self, at: float) -> None:
+        """Make the timer fire at ``at``: the first, or a deadline nearer than the one it was
+        set for (a later one needs nothing: the timer re-arms itself when it fires early)."""
+        timer = self._timer
+        if timer is not None:
+            timer.cancel()
+        self._timer = self.loop.call_at(at, self._on_deadline)
+        self._timer_at = at
 
     def _on_deadline(self) -> None:
         self._timer = None
@@ -789,22 +942,41 @@ class EdgeProtocol(HttpToolsProtocol):
         now = self.loop.time()
         if self._phase == _IDLE:  # uvicorn's keep-alive timeout
             if now < self._deadline:
-                self._timer = self.loop.call_at(self._deadline, self._on_deadline)
+                self._arm(self._deadline)
             else:
                 self.transport.close()
             return
-        if self._phase == _BODY and self.flow is not None and self.flow.read_paused:
-            # The application has not asked for more yet: not the client's delay.
-            self._deadline = now + self.edge.limits.body_timeout_seconds
-        if now < self._deadline:
-            self._timer = self.loop.call_at(self._deadline, self._on_deadline)
-            return
         limits = self.edge.limits
-        if self._phase == _HEADER:
-            seconds, what = limits.header_timeout_seconds, "headers"
-        else:
-            seconds, what = limits.body_timeout_seconds, "body"
-        self._close_with(408, f"request {what} not received within {seconds:g} s")
+        if self._phase == _BODY:
+            if self.flow is not None and self.flow.read_paused:
+                # The application has not asked for more yet: not the client's delay.
+                self._deadline = now + limits.body_timeout_seconds
+                self._body_began = max(self._body_began, now - limits.body_deadline_seconds)
+            elif now >= self._deadline:
+                seconds = limits.body_timeout_seconds
+                self._close_with(408, f"request body not received within {seconds:g} s")
+                return
+            # The whole body: within bodyDeadlineSeconds, or past it at the minimum rate. The
+            # next look is when the average would fall below that rate if nothing more came.
+            rate = limits.body_min_bytes_per_second
+            due = max(
+                self._body_began + limits.body_deadline_seconds,
+                self._body_began + self._body_in / rate,
+            )
+            if now >= due:
+                self._close_with(
+                    408,
+                    f"request body not received within {limits.body_deadline_seconds:g} s "
+                    f"(nor at {rate} bytes/s)",
+                )
+                return
+            self._arm(min(self._deadline, due))
+            return
+        if now < self._deadline:
+            self._arm(self._deadline)
+            return
+        seconds = limits.header_timeout_seconds
+        self._close_with(408, f"request headers not received within {seconds:g} s")
 
     # -- refusing -----------------------------------------------------------------------------
     def _too_large(self) -> str:
@@ -845,22 +1017,27 @@ def _refusing(status: int, message: str) -> Any:
     return refuse
 
 
-async def _busy(scope: Any, receive: Any, send: Any) -> None:
-    """The answer to a request over ``maxRequestsInFlight``."""
-    body = orjson.dumps({"error": "too many requests in progress; retry later"})
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", b"1"),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+def _unavailable(message: str) -> Any:
+    """An application answering 503 with Retry-After and ``{"error": message}``, and closing."""
+    body = orjson.dumps({"error": message})
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", b"1"),
+        (b"connection", b"close"),
+    ]
+
+    async def unavailable(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return unavailable
+
+
+_busy = _unavailable("too many requests in progress; retry later")
+"""The answer to a request over ``maxRequestsInFlight``."""
+_crowded = _unavailable("too many requests in progress from this client address; retry later")
+"""The answer to a request over its address's share of ``maxRequestsInFlight``."""
 
 
 class TlsEdgeProtocol(EdgeProtocol):
@@ -890,7 +1067,7 @@ class TlsEdgeProtocol(EdgeProtocol):
         edge = self.edge
         self.transport = transport
         if len(self.connections) >= edge.max_connections and not self._displace_one():
-            self._refused = True
+            self._refused = self._ignored = True
             transport.abort()  # nothing is encrypted yet: no answer can be read
             return
         self.connections.add(self)
@@ -926,6 +1103,8 @@ class TlsEdgeProtocol(EdgeProtocol):
         early, self._early = self._early, None
         HttpToolsProtocol.connection_made(self, secured)
         self._out.transport = secured
+        client = self.client
+        self._address = client[0] if client else ""
         for data in early or ():
             self.data_received(data)
 

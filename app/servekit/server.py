@@ -36,6 +36,7 @@ from servekit.rest import ports as rest_ports
 from servekit.rest import repository as rest_repository
 from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
+from servekit.rest.access import edge_guard
 from servekit.rest.fast import fast_answer
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.model_control import ModelControl
@@ -167,6 +168,8 @@ class ServeKit:
             # worker's wrapper (totals_first) acts on statistics paths only, which are never
             # inference routes.
             fast=fast_answer(app),
+            # the routes' tokens, checked when a request's headers end (app/servekit/rest/access.py)
+            guard=edge_guard(app, self.dataplane.access),
         )
         config = uvicorn.Config(
             app if worker is None else worker.wrap_http(app),

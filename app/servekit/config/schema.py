@@ -195,20 +195,34 @@ class NetworkLimits(Section):
     connecting); after it the request is answered 408 and the connection closed."""
     body_timeout_seconds: float = Field(30.0, gt=0, le=3600)
     """Longest pause between two reads of a request body (nginx's client_body_timeout): a body
-    announced but not sent gets 408 and the connection closed. A slow but moving upload is
-    not cut."""
+    announced but not sent gets 408 and the connection closed."""
+    body_deadline_seconds: float = Field(60.0, gt=0, le=86_400)
+    """Time a request has for its whole body, from the end of its headers; past it, a body
+    still arriving is cut (408, connection closed) unless it has come at bodyMinBytesPerSecond
+    on average. A client that sends a byte now and then to hold a request slot is cut here,
+    whatever its pauses."""
+    body_min_bytes_per_second: int = Field(10 * 1024, ge=1, le=1 << 40)
+    """The average rate (bytes since the headers ended / seconds since then) a body still
+    arriving after bodyDeadlineSeconds must keep, or 408 and close: 10 KiB/s by default, what
+    an 80 kbit/s link sends, so a large upload over a slow link is not cut."""
     keep_alive_seconds: float = Field(30.0, gt=0, le=3600)
     """How long an idle HTTP keep-alive connection stays open between requests."""
     max_connections: int = Field(1000, ge=1, le=1_000_000)
     """Open HTTP connections at most. At the cap, a new connection first displaces the oldest
-    one that has no request in progress (idle keep-alive, then one still sending headers);
-    when none can be displaced it gets 503 and is closed at once. Lowered at start to what
+    one that has no request in progress (idle keep-alive, or one still sending headers), then
+    the oldest one still sending a request body; when none can be displaced it gets 503 and
+    is closed at once. Lowered at start to what
     the process's open-file limit leaves (minus a reserve for models, gRPC and logs), so the
     server refuses connections instead of running out of file descriptors."""
     max_requests_in_flight: int = Field(256, ge=1, le=1_000_000)
     """HTTP requests being read or answered at once, all connections together; beyond it a
     request gets 503 with Retry-After at once (each in-flight request may hold a body of up to
     maxRequestBytes in memory)."""
+    client_share_of_requests: float = Field(0.5, gt=0, le=1)
+    """The fraction of maxRequestsInFlight one client address may hold at once (at least one
+    request); beyond it that client's next request gets 503 with Retry-After, so one address
+    cannot take every slot from the others. Loopback is an address like any other: behind a
+    proxy on the same machine, raise it to 1."""
     max_header_bytes: int = Field(64 * 1024, ge=1024, le=16 * 1024 * 1024)
     """Request line plus all header lines, in bytes; larger gets 431 (Envoy allows 60 KiB,
     nginx 32 KiB)."""

@@ -6,7 +6,9 @@ its path, so adding a route means choosing its group; a handler that says nothin
 group has a token, checks the bearer token of protected groups. The V2 inference routes answer
 before Litestar runs guards (app/servekit/rest/infer.py's fast path), so they check the same policy
 themselves: one ``is None`` test per request when inference is open, one header compare when
-it is not.
+it is not. The edge (app/servekit/edge.py) asks :class:`EdgeGuard` the same policy when a
+request's headers end, so a request without its token is refused before its body is read; the
+guard and the fast path's check stay, as a second line.
 
 On a bind beyond loopback, the admin and repository groups without a token are closed
 (app/servekit/config/auth.py ``close_public_groups``): the same guard and fast-path check refuse
@@ -29,16 +31,23 @@ browsers send neither header and are unaffected.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import unquote
 
+import httptools
+from litestar import Litestar
+from litestar._asgi.utils import is_valid_host
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Scope
+from litestar.utils.path import normalize_path
 
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import PermissionDenied
 
 API_GROUP = "api_group"
 """Key of a handler's ``opt`` naming its :class:`ApiGroup`."""
+MAX_ROUTES = 4096
+"""(method, path) pairs whose group :class:`EdgeGuard` remembers (it starts over when full)."""
 _FORM_TYPES = (b"text/plain", b"application/x-www-form-urlencoded", b"multipart/form-data")
 _SAME_SITE_OK = (b"same-origin", b"none")
 
@@ -65,6 +74,73 @@ def token_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRou
     authorization = connection.headers.get("authorization")
     if not policy.allows(group, authorization):
         policy.check(group, authorization, client_of(connection.scope))  # raises, logs
+
+
+class EdgeGuard:
+    """The token check of every route, asked by the edge (app/servekit/edge.py) when a request's
+    headers end: before the request counts against the requests in flight and before its body
+    is read, so a client without the token cannot hold a slot by sending its body slowly.
+
+    It decides only what the application would decide the same way: the route's group comes
+    from Litestar's own router (as :func:`token_guard` finds it), and a request is refused only
+    when that group is guarded and no ``Authorization`` value it carries opens it, and nothing
+    the application checks before its guard (a malformed ``Host``: 400) would answer first.
+    The refused request is then answered by the application itself (its guard, or the
+    inference answer's own check), so the 401 or 403 is the one it always was; anything else
+    (an unknown path, 404; a method the route lacks, 405; ``OPTIONS``) goes on unjudged."""
+
+    def __init__(self, app: Litestar, policy: AccessPolicy) -> None:
+        self._app = app
+        self._policy = policy
+        self._groups: dict[tuple[bytes, bytes], ApiGroup | None] = {}
+
+    def refuses(self, method: bytes, url: bytes, headers: list[tuple[bytes, bytes]]) -> bool:
+        """Whether the application refuses this request for its token (or a closed group)."""
+        key = (method, url)
+        groups = self._groups
+        group = groups.get(key)
+        if group is None and key not in groups:
+            if len(groups) >= MAX_ROUTES:
+                groups.clear()
+            group = groups[key] = self._group(method, url)
+        if group is None:
+            return False
+        policy = self._policy
+        host = None
+        opened = False
+        for name, value in headers:
+            if name == b"authorization":
+                opened = opened or policy.allows(group, value)
+            elif name == b"host" and host is None:
+                host = value
+        if opened:
+            return False
+        return host is None or is_valid_host(host)  # (Litestar answers a bad Host first)
+
+    def _group(self, method: bytes, url: bytes) -> ApiGroup | None:
+        """The guarded group Litestar's router sends ``method url`` to, or None: a route
+        nobody guards, or a request Litestar answers before any guard (404, 405)."""
+        if method == b"OPTIONS":
+            return None  # (token_guard lets it through)
+        try:
+            path = httptools.parse_url(url).path.decode("ascii")
+            if "%" in path:
+                path = unquote(path)
+            _, handler, _, _, _ = self._app.asgi_router.handle_routing(
+                normalize_path(path),
+                method.decode("ascii"),
+            )
+        except Exception:  # not a path, 404, 405: the application says so
+            return None
+        group = group_of(handler.opt)
+        return group if self._policy.guards(group) else None
+
+
+def edge_guard(app: Any, policy: AccessPolicy) -> EdgeGuard | None:
+    """The edge's token check for ``app`` (None when no group is guarded: nothing to check)."""
+    if not policy.enabled or not isinstance(app, Litestar):
+        return None
+    return EdgeGuard(app, policy)
 
 
 def cross_site_guard(
