@@ -86,11 +86,15 @@ def _column(values: Any, categorical: bool = False) -> Column:
     array = np.asarray(values)
     known = [v for v in array.tolist() if not _missing(v)]
     if array.dtype.kind in "OSU" or any(isinstance(v, str | bytes) for v in known):
-        text = tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in known)
+        text = tuple(_text(v) for v in known)
         return Column("BYTES", text, categorical)
     if array.dtype.kind in "biuf":
         return Column(from_numpy(array.dtype).name, tuple(known), categorical)
     return Column("BYTES", None, categorical)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _missing(value: Any) -> bool:
@@ -102,8 +106,9 @@ def _xgboost(booster: Any) -> dict[str, Column]:
     types = booster.feature_types or []
     if len(names) != len(types):
         return {}
-    found = {n: Column(_XGBOOST_TYPES[t]) for n, t in zip(names, types, strict=True) if t in _XGBOOST_TYPES}
-    categorical = [n for n, t in zip(names, types, strict=True) if t == "c"]
+    pairs = list(zip(names, types, strict=True))
+    found = {n: Column(_XGBOOST_TYPES[t]) for n, t in pairs if t in _XGBOOST_TYPES}
+    categorical = [n for n, t in pairs if t == "c"]
     known = _xgboost_categories(booster) if categorical else {}
     for name in categorical:
         values = known.get(name)

@@ -9,9 +9,9 @@ names and count, its outputs. This module turns that into the V2 metadata and ru
   (KServe's and MLServer's example name). Each column's datatype is what the fitted model
   records (app/servekit/runtimes/fitted_types.py: BYTES for a text column an encoder saw,
   with its categories), FP64 when it records nothing; a column XGBoost or LightGBM took as a
-  pandas ``category`` is given to it as one again. serve.yaml's ``inputs`` override datatypes and shapes
-  by name, or declare the inputs of a model that carries neither. How a request's tensors map
-  onto them (``pd`` columns, one ``np`` matrix, numbers cast, text decoded) is
+  pandas ``category`` is given to it as one again. serve.yaml's ``inputs`` override datatypes
+  and shapes by name, or declare the inputs of a model that carries neither. How a request's
+  tensors map onto them (``pd`` columns, one ``np`` matrix, numbers cast, text decoded) is
   app/servekit/codecs/content_types.py's job; the DataPlane applies it through ``tabular``.
 * Outputs: ``predict``, and ``predict_proba`` when the model has it; a request that names no
   output gets ``predict`` only, as MLServer's runtimes answer.
