@@ -195,3 +195,40 @@ def test_the_benchmark_sends_a_known_category_and_asks_for_an_example_otherwise(
     (tmp_path / "bad.csv").write_text("plan,age\nbasic,old\n")
     with pytest.raises(InvalidArgument, match="input 'age' takes INT64"):
         request_inputs(_meta("xgboost", None), csv_example(str(tmp_path / "bad.csv")))
+
+
+@pytest.mark.slow  # mlflow.sklearn.save_model runs `uname` (the environment it records)
+async def test_an_mlflow_signature_gives_the_types_and_the_output_shape(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """The churn pipeline saved by MLflow with ``predict_proba`` as its pyfunc method: the
+    signature's string column is BYTES, its [-1, 2] tensor output is predict's shape."""
+    import warnings
+
+    frame = churn_frame()
+    pipe = churn_pipeline(frame)
+    with warnings.catch_warnings():  # MLflow warns on its own imports
+        warnings.simplefilter("ignore")
+        import mlflow.sklearn
+        from mlflow.models import infer_signature
+
+        signature = infer_signature(frame, pipe.predict_proba(frame))
+        mlflow.sklearn.save_model(
+            pipe,
+            str(tmp_path / "churn"),
+            serialization_format=mlflow.sklearn.SERIALIZATION_FORMAT_CLOUDPICKLE,
+            signature=signature,
+            pyfunc_predict_fn="predict_proba",
+        )
+    services = await serve(
+        "models:\n  - {name: churn, modelFormat: {name: mlflow}, storageUri: churn}\n"
+    )
+    assert [s[:2] for s in specs(services, "churn")] == [
+        ("plan", "BYTES"),
+        ("age", "INT64"),
+        ("spend", "FP64"),
+    ]
+    meta = services.dataplane.model_metadata("churn")
+    assert [(t.name, t.datatype, t.shape) for t in meta.outputs] == [("predict", "FP64", (-1, 2))]
+    answer = await infer_json(services, "churn", encode_frame(frame.head(4)))
+    np.testing.assert_allclose(output(answer, "predict"), pipe.predict_proba(frame.head(4)))
