@@ -133,7 +133,9 @@ def test_no_deadline_errors_unless_a_deadline_was_set(server: Any) -> None:
         time.sleep(0.02)
         return {"y": x}
 
-    server.add_model("slow", slow, inputs=[("x", "FP32", [-1, 1])], outputs=[("y", "FP32", [-1, 1])])
+    server.add_model(
+        "slow", slow, inputs=[("x", "FP32", [-1, 1])], outputs=[("y", "FP32", [-1, 1])]
+    )
     table = server.benchmark("slow", concurrency=(4, 4, 4, 4, 4, 4), seconds=0.15)
     assert table.errors == 0, table.text()
     timed = server.benchmark("slow", concurrency=(4,), seconds=0.3, timeout=0.005)
