@@ -167,3 +167,21 @@ def test_chromium_fills_the_try_it_form_with_text_and_gets_predict_proba(server:
         shown = [float(v) for v in cells.evaluate_all("c => c.map(x => x.dataset.value)")]
         np.testing.assert_allclose(shown, PIPE.predict_proba(rows).ravel(), rtol=1e-12)
         assert errors == []
+
+
+def test_an_example_of_other_columns_than_the_inputs_is_not_what_the_benchmark_sends(
+    server: Any,
+) -> None:
+    """A numeric pipeline converted to ONNX takes one matrix ``X``: the DataFrame example given
+    to add_model is no row of it, so the benchmark makes its inputs from the metadata."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    numbers = FRAME[["age", "spend"]]
+    pipe = make_pipeline(StandardScaler(), LogisticRegression()).fit(numbers, churned(FRAME))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        server.add_model("numeric", pipe, example=numbers.head(2))
+    assert [i["name"] for i in server.metadata("numeric")["inputs"]] == ["X"]
+    no_errors(server.benchmark("numeric", concurrency=(1, 4), seconds=0.3))

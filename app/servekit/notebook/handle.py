@@ -315,9 +315,15 @@ class Server:
     ) -> Any:
         """Drive ``model`` over this server's own HTTP and gRPC listeners (see
         :meth:`servekit.client.RemoteServer.benchmark`); without ``example``, the one given
-        to ``add_model`` for it, if any."""
-        if example is None:
-            example = self._examples.get(model)
+        to ``add_model`` for it when its columns are the model's inputs (a DataFrame example
+        of a model converted to ONNX's one matrix ``X`` is not)."""
+        if example is None and model in self._examples:
+            remembered = self._examples[model]
+            names = {spec["name"] for spec in self.metadata(model).get("inputs", [])}
+            columns = {
+                str(c) for c in (remembered.columns if frames.is_frame(remembered) else remembered)
+            }
+            example = remembered if names and names <= columns else None
         return self._client.benchmark(model, concurrency, seconds, protocols, example, timeout)
 
     # -- projects -----------------------------------------------------------------------------
