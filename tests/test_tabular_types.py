@@ -232,3 +232,29 @@ async def test_an_mlflow_signature_gives_the_types_and_the_output_shape(
     assert [(t.name, t.datatype, t.shape) for t in meta.outputs] == [("predict", "FP64", (-1, 2))]
     answer = await infer_json(services, "churn", encode_frame(frame.head(4)))
     np.testing.assert_allclose(output(answer, "predict"), pipe.predict_proba(frame.head(4)))
+
+
+@pytest.mark.slow  # LightGBM's scikit-learn interface asks loky for the cores (a process)
+async def test_an_lgbm_classifier_pickle_with_a_category_column(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """LightGBM's scikit-learn interface (how a notebook hands one over), pickled: its category
+    column is BYTES with its categories, predict_proba [-1, 3], the answers the model's own."""
+    import lightgbm as lgb
+
+    frame = churn_frame(150)
+    typed = frame.astype({"plan": "category"})
+    label = (frame["plan"].map({"basic": 0, "pro": 1, "team": 2}) + (frame["age"] > 60)) % 3
+    model = lgb.LGBMClassifier(n_estimators=5, num_leaves=4, verbose=-1).fit(typed, label)
+    joblib.dump(model, tmp_path / "lgbm.joblib")
+    services = await serve(
+        "models:\n  - {name: lgbm, modelFormat: {name: sklearn}, storageUri: lgbm.joblib}\n"
+    )
+    assert specs(services, "lgbm")[0] == ("plan", "BYTES", (-1, 1), tuple(PLANS))
+    meta = services.dataplane.model_metadata("lgbm")
+    assert ("predict_proba", (-1, 3)) in [(t.name, t.shape) for t in meta.outputs]
+    rows = frame.head(5)
+    answer = await infer_json(services, "lgbm", asking(rows, "predict_proba"))
+    np.testing.assert_allclose(
+        output(answer, "predict_proba"), model.predict_proba(typed.head(5)), rtol=1e-12
+    )
