@@ -95,8 +95,8 @@ async def test_what_cannot_convert_is_served_natively_with_the_reason(
     serve: Serve, tmp_path: Path
 ) -> None:
     """issue 24's DataFrame pipeline (a ColumnTransformer picking columns by name, one of them
-    text): skl2onnx cannot convert it to a model of one matrix. It serves natively, READY,
-    skl2onnx's reason in the index."""
+    text): no ONNX model of one matrix of numbers can take it. It serves natively, READY, the
+    reason in the index (the text column, known from its encoder)."""
     frame = people(40)
     pipe = column_pipeline(frame)
     joblib.dump(pipe, tmp_path / "people.joblib")
@@ -107,7 +107,7 @@ async def test_what_cannot_convert_is_served_natively_with_the_reason(
     assert services.states() == {("p", "1"): "READY"}
     reason = services.reason("p")
     assert reason.startswith("convert: onnx failed, served natively by sklearn: ")
-    assert "Unable to find column name 'age'" in reason
+    assert "input(s) city are text; the converted model takes numbers only" in reason
     assert services.dataplane.model_metadata("p").platform == "sklearn"
     answer = await infer_json(services, "p", encode_frame(frame.head(5)))
     np.testing.assert_array_equal(output(answer, "predict").ravel(), pipe.predict(frame.head(5)))

@@ -49,6 +49,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="where gRPC is reached, when not at the URL's host and the port the server reports "
         "(a port mapping such as -p 9001:8001) (default: the server's reported port)",
     )
+    bench.add_argument(
+        "--example",
+        metavar="ROWS.csv",
+        help="a CSV file with a header of input names; its first row is what each request "
+        "sends (default: inputs made from the model's metadata)",
+    )
+    bench.add_argument(
+        "--timeout", type=float, help="a deadline per request in seconds (default: none)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,7 +121,7 @@ def _requirements(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from servekit.client.bench import run_benchmark
+    from servekit.client.bench import csv_example, run_benchmark
     from servekit.client.remote import connect
 
     try:
@@ -134,7 +143,16 @@ def _bench(args: argparse.Namespace) -> int:
                 "(pass --grpc HOST:PORT if it has one)",
                 file=sys.stderr,
             )
-        table = run_benchmark(server, args.model, concurrency=levels, seconds=args.seconds)
+        example = csv_example(args.example) if args.example else None
+        table = run_benchmark(
+            server,
+            args.model,
+            concurrency=levels,
+            seconds=args.seconds,
+            example=example,
+            timeout=args.timeout,
+            progress_to=sys.stderr,
+        )
     finally:
         server.close()
     print(table.text())

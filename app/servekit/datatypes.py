@@ -86,6 +86,21 @@ def from_numpy(dtype: np.dtype) -> DataType:
         ) from None
 
 
+def of_column(dtype: Any) -> DataType:
+    """The V2 datatype a pandas column of ``dtype`` travels as, the way the notebook's client
+    sends a DataFrame (app/servekit/client/frames.py): numbers and booleans as themselves,
+    everything else (object, ``str``, ``category``, datetimes as ISO 8601 text) as BYTES.
+    Nullable pandas dtypes (``Int64``, ``boolean``) count as their numpy type."""
+    kind = getattr(dtype, "kind", "O")
+    if kind not in "biuf":
+        return DATATYPES["BYTES"]
+    numpy_dtype = getattr(dtype, "numpy_dtype", dtype)
+    try:
+        return from_numpy(np.dtype(numpy_dtype))
+    except (InvalidArgument, TypeError):
+        return DATATYPES["FP64"]
+
+
 def element_count(shape: tuple[int, ...] | list[int]) -> int:
     """Product of ``shape`` in Python integers (no overflow, so absurd shapes are caught)."""
     count = 1

@@ -92,12 +92,19 @@ class TensorSpec:
     ModelInput.optional); the model then receives only the inputs that were sent. Marked
     from serve.yaml after a runtime loads (runtimes.load_runtime), so not compared: a
     restarted isolated process reporting the same tensors reports the same signature."""
+    categories: tuple[str | int | float, ...] | None = field(default=None, compare=False)
+    """Inputs only: the values a fitted model knows for this column (a OneHotEncoder's
+    ``categories_``, a LightGBM or XGBoost categorical feature's categories), shown in
+    metadata as ``parameters.categories`` (MLServer's metadata tensors carry ``parameters``)
+    so that a form can offer them and the benchmark can send one; None when not known."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "datatype": self.datatype}
         out["shape"] = list(self.shape)
         if self.optional:  # only when set: V2 metadata has no such key, clients ignore extras
             out["optional"] = True
+        if self.categories is not None:
+            out["parameters"] = {"categories": list(self.categories)}
         return out
 
 

@@ -2,14 +2,24 @@
 
 The running server is driven the way clients drive it: over HTTP (binary tensor extension) and
 over gRPC, by ``concurrency`` client threads each sending one request after the other, for
-``seconds`` per protocol and concurrency level. Inputs are generated from the model's metadata
-(every free dimension 1, values 1). The result is a table (requests/s, p50/p90/p99 latency in
+``seconds`` per protocol and concurrency level. Each request is one row: the first row of an
+``example`` when one is given (a DataFrame, or input name -> array), else generated from the
+model's metadata (every free dimension 1, numbers 1, a text input the first of the categories
+its metadata lists, ``parameters.categories``). One request is sent first: when the model
+refuses it (HTTP 400) the benchmark stops there and asks for an example, rather than timing
+thousands of refusals. The result is a table (requests/s, p50/p90/p99 latency in
 ms, errors counted by kind: connection refused, timeout, HTTP status, gRPC code) that shows
 itself in a notebook with an inline SVG chart of throughput and p99 latency against
 concurrency, and as text on a terminal. gRPC goes to the handle's ``grpc_target`` (``connect``'s
 argument, ``servekit bench --grpc``), so a server behind a port mapping is measured where it is
 reached. The numbers include this client's own work: run it from another machine for a
 server's true capacity.
+
+Each request carries a deadline only to end its step on time (the time left in the step and
+:data:`ABANDON_GRACE`), so a healthy model never shows DEADLINE_EXCEEDED: deadline errors
+appear only when a deadline was set, ``timeout`` per request or the model's own
+``queueTimeoutMicroseconds``. Progress goes to ``progress_to`` (stdout in a notebook, where
+stderr reads as an error; stderr for ``servekit bench``, whose stdout is the table).
 """
 
 from __future__ import annotations
@@ -18,24 +28,28 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import quote
 
 import numpy as np
 
-from servekit.client import wire
+from servekit.client import frames, wire
+from servekit.client.casting import cast_to
 from servekit.client.transport import Reply, check
 from servekit.codecs.raw import tensor_to_buffer
 from servekit.config.auth import ApiGroup
 from servekit.datatypes import from_numpy, lookup
+from servekit.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from servekit.client.remote import RemoteServer
 
 MAX_SECONDS = 60.0
+TABULAR_PLATFORMS = frozenset({"sklearn", "xgboost", "lightgbm", "mlflow"})
+"""Models whose text inputs are columns of a DataFrame: a made-up value is no real row."""
 MAX_CONCURRENCY = 256
 
 
@@ -244,16 +258,102 @@ def _p99(row: BenchmarkRow) -> float | None:
     return row.percentile(99)
 
 
+@dataclass(frozen=True)
+class RequestInputs:
+    """One request's inputs, and the per-input parameters some need (a DataFrame's datetime
+    columns travel as text with ``content_type: datetime``)."""
+
+    arrays: dict[str, np.ndarray]
+    parameters: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
 def example_inputs(metadata: dict[str, Any]) -> dict[str, np.ndarray]:
-    """One request's inputs from V2 metadata: free dimensions 1, every value 1."""
+    """One request's inputs from V2 metadata: free dimensions 1, numbers 1, a text input the
+    first category its metadata lists (``parameters.categories``), else ``b"1"``; a tabular
+    model's text column without categories cannot be made up (InvalidArgument: give an
+    example)."""
     inputs: dict[str, np.ndarray] = {}
+    tabular = metadata.get("platform") in TABULAR_PLATFORMS
     for spec in metadata.get("inputs", []):
         shape = tuple(1 if int(d) < 0 else int(d) for d in spec.get("shape", []))
         if spec["datatype"] == "BYTES":
-            inputs[spec["name"]] = np.full(shape, b"1", dtype=object)
+            known = (spec.get("parameters") or {}).get("categories")
+            if not known and tabular:
+                raise InvalidArgument(
+                    f"{metadata.get('name', 'the model')}: input {spec['name']!r} is a text "
+                    "column whose values the model does not list, so the benchmark cannot make "
+                    "one up; pass an example of its input, e.g. benchmark(model, "
+                    "example=X.head(1)) or servekit bench --example rows.csv"
+                )
+            text = str(known[0]) if known else "1"
+            inputs[spec["name"]] = np.full(shape, text.encode("utf-8"), dtype=object)
         else:
             inputs[spec["name"]] = np.ones(shape, dtype=lookup(spec["datatype"]).dtype)
     return inputs
+
+
+def request_inputs(metadata: dict[str, Any], example: Any = None) -> RequestInputs:
+    """The benchmark's request: the first row of ``example`` (a DataFrame, or name -> array
+    whose first dimension is rows), numbers cast to the model's datatypes where nothing is
+    lost; without one, :func:`example_inputs`."""
+    if example is None:
+        return RequestInputs(example_inputs(metadata))
+    declared = {spec["name"]: spec["datatype"] for spec in metadata.get("inputs", [])}
+    shapes = {spec["name"]: spec.get("shape", []) for spec in metadata.get("inputs", [])}
+    parameters: dict[str, dict[str, str]] = {}
+    if frames.is_frame(example):
+        if len(example) == 0:
+            raise InvalidArgument("example: the DataFrame has no rows")
+        arrays, parameters = frames.columns(example.head(1))
+    elif isinstance(example, Mapping):
+        arrays = {str(k): np.asarray(v)[:1] for k, v in example.items()}
+    else:
+        raise InvalidArgument(
+            f"example: a pandas DataFrame or a dict of arrays, not {type(example).__name__}"
+        )
+    for name, array in arrays.items():
+        if array.dtype.kind == "U":
+            arrays[name] = _from_text(name, array, declared.get(name, "BYTES"))
+        elif name in declared:
+            try:
+                cast = cast_to(name, array, declared[name])
+            except InvalidArgument:
+                cast = None  # sent as it is: the server says what it takes
+            if cast is not None:
+                arrays[name] = cast
+        if arrays[name].ndim == 1 and list(shapes.get(name, []))[1:] == [1]:
+            arrays[name] = arrays[name].reshape(-1, 1)  # a column of a tabular model
+    return RequestInputs(arrays, parameters)
+
+
+def _from_text(name: str, array: np.ndarray, datatype: str) -> np.ndarray:
+    """Text (a CSV cell, a str array) as the input's datatype: numbers parsed, BYTES kept."""
+    if datatype == "BYTES":
+        return array.astype(object)
+    try:
+        if datatype == "BOOL":
+            lowered = np.char.lower(np.char.strip(array))
+            if not np.isin(lowered, ("true", "false", "1", "0")).all():
+                raise ValueError("not true or false")
+            return np.isin(lowered, ("true", "1"))
+        return array.astype(lookup(datatype).dtype)
+    except ValueError as exc:
+        raise InvalidArgument(f"example: input {name!r} takes {datatype}: {exc}") from None
+
+
+def csv_example(path: str) -> dict[str, np.ndarray]:
+    """The first row of a CSV file with a header of input names (``servekit bench
+    --example``), as text: :func:`request_inputs` parses each cell as its input's datatype."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            row = next(csv.DictReader(handle), None)
+    except OSError as exc:
+        raise InvalidArgument(f"--example: cannot read {path}: {exc.strerror}") from None
+    if not row:
+        raise InvalidArgument(f"--example: {path} has no header and row")
+    return {str(k): np.asarray([v]) for k, v in row.items() if k is not None}
 
 
 class _Senders:
@@ -289,9 +389,9 @@ class _Senders:
 
 
 def _http_sender(
-    server: RemoteServer, model: str, inputs: dict[str, np.ndarray], senders: _Senders
+    server: RemoteServer, model: str, inputs: RequestInputs, senders: _Senders
 ) -> Callable[[float], None]:
-    body, length = wire.encode_request(inputs)
+    body, length = wire.encode_request(inputs.arrays, input_parameters=inputs.parameters)
     path = f"/v2/models/{quote(model, safe='')}/infer"
     headers = {
         "Content-Type": "application/octet-stream",
@@ -322,7 +422,7 @@ def _http_sender(
 
 
 def _grpc_sender(
-    target: str, token: str | None, model: str, inputs: dict[str, np.ndarray], senders: _Senders
+    target: str, token: str | None, model: str, inputs: RequestInputs, senders: _Senders
 ) -> Callable[[float], None]:
     import grpc
 
@@ -330,9 +430,11 @@ def _grpc_sender(
     from servekit.protos import grpc_service_pb2_grpc as pb_grpc
 
     request = pb.ModelInferRequest(model_name=model)
-    for name, array in inputs.items():
+    for name, array in inputs.arrays.items():
         datatype = from_numpy(array.dtype)
-        request.inputs.add(name=name, datatype=datatype.name, shape=list(array.shape))
+        tensor = request.inputs.add(name=name, datatype=datatype.name, shape=list(array.shape))
+        for key, value in inputs.parameters.get(name, {}).items():
+            tensor.parameters[key].string_param = value
         request.raw_input_contents.append(bytes(tensor_to_buffer(datatype, array)))
     channel = grpc.insecure_channel(target)
     stub = pb_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -346,15 +448,17 @@ def _grpc_sender(
 
 
 ABANDON_GRACE = 1.0
-"""Seconds past a step's deadline its client threads get to notice it, after which what they
-still await is cut off (their requests already carry the deadline; this is the backstop)."""
+"""Seconds past a step's end its client threads get to notice it, after which what they still
+await is cut off again (the backstop). A request's own deadline is the step's end plus this:
+the step's end cuts it first, so a deadline never fires on a healthy model."""
 
 
 def _measure(send: Callable[[float], None], concurrency: int, seconds: float, protocol: str,
              senders: _Senders, stop: threading.Event, on_exit: Callable[[], None] | None = None,
-             ) -> BenchmarkRow:  # fmt: skip
+             timeout: float | None = None) -> BenchmarkRow:  # fmt: skip
     """One step: ``concurrency`` threads sending until ``seconds`` from now, a hard deadline
-    (or until ``stop`` is set); what is in flight then is abandoned, not awaited."""
+    (or until ``stop`` is set); what is in flight then is abandoned, not awaited, and not
+    counted. ``timeout``: each request's own deadline, when the caller sets one."""
     row = BenchmarkRow(protocol, concurrency, 0, 0, seconds)
     lock = threading.Lock()
     stop_at = time.perf_counter() + seconds
@@ -368,11 +472,12 @@ def _measure(send: Callable[[float], None], concurrency: int, seconds: float, pr
                 left = stop_at - started
                 if left <= 0:
                     break
+                limit = left + ABANDON_GRACE
                 try:
-                    send(left)
+                    send(limit if timeout is None else min(timeout, limit))
                 except Exception as exc:
                     if stop.is_set() or time.perf_counter() >= stop_at:
-                        break  # cut off by the deadline or the stop: not the server's error
+                        break  # cut off by the step's end or the stop: not the server's error
                     errors.append(error_kind(exc))
                     continue
                 latencies.append((time.perf_counter() - started) * 1000.0)
@@ -390,25 +495,49 @@ def _measure(send: Callable[[float], None], concurrency: int, seconds: float, pr
     for thread in threads:
         thread.start()
     stop.wait(max(0.0, stop_at - time.perf_counter()))  # returns early on a stop
-    if stop.is_set():
-        senders.abandon()
+    senders.abandon()  # the step is over: what is in flight is cut (the server drops it)
     grace = time.perf_counter() + ABANDON_GRACE
     for thread in threads:
         thread.join(max(0.0, grace - time.perf_counter()))
     if any(thread.is_alive() for thread in threads):
-        senders.abandon()  # stuck past the deadline (a connect, a slow network): cut them
+        senders.abandon()  # stuck past the end (a connect, a slow network): cut them again
         for thread in threads:
             thread.join(ABANDON_GRACE)
     row.seconds = min(time.perf_counter(), stop_at) - begun
     return row
 
 
-def _progress(done: int, total: int, label: str) -> None:
-    """A one-line progress bar on stderr (shown under the cell in a notebook)."""
+def _progress(done: int, total: int, label: str, out: TextIO) -> None:
+    """A one-line progress bar on ``out``, redrawn in place."""
     filled = int(30 * done / total) if total else 30
     bar = "#" * filled + "." * (30 - filled)
     end = "\n" if done == total else ""
-    print(f"\r[{bar}] {done}/{total} {label:<24}", end=end, file=sys.stderr, flush=True)
+    print(f"\r[{bar}] {done}/{total} {label:<24}", end=end, file=out, flush=True)
+
+
+def _refused(server: RemoteServer, model: str, inputs: RequestInputs, example: Any) -> None:
+    """One request first: InvalidArgument when the model refuses it (HTTP 400), with the
+    way out, instead of a run of refusals. Anything else (a refused connection, a slow
+    model) is left to the run, which counts it by kind."""
+    senders = _Senders()
+    send = _http_sender(server, model, inputs, senders)
+    try:
+        send(10.0)
+    except Exception as exc:
+        kind, message = error_kind(exc)
+        if kind != "HTTP 400":
+            return
+        if example is None:
+            raise InvalidArgument(
+                f"{model}: the model refuses the inputs the benchmark makes from its metadata "
+                f"({_short(message)}); pass an example of its input, e.g. "
+                f'benchmark("{model}", example=X.head(1)) or servekit bench --example rows.csv'
+            ) from None
+        raise InvalidArgument(
+            f"{model}: the model refuses the example's first row: {_short(message)}"
+        ) from None
+    finally:
+        server._http.close()
 
 
 def run_benchmark(
@@ -419,42 +548,55 @@ def run_benchmark(
     protocols: Sequence[str] = ("http", "grpc"),
     progress: bool = True,
     stop: threading.Event | None = None,
+    example: Any = None,
+    timeout: float | None = None,
+    progress_to: TextIO | None = None,
 ) -> BenchmarkTable:
     """Drive ``model`` of ``server`` (see the module docstring). Each step lasts ``seconds``
     whatever the model's speed (requests still in flight at its end are abandoned); setting
-    ``stop`` ends the run at once with the rows measured so far."""
+    ``stop`` ends the run at once with the rows measured so far. ``example``: rows of real
+    input (the first is sent); ``timeout``: a deadline per request in seconds (its expiries
+    are then errors); ``progress_to``: where the progress bar goes (default stdout)."""
     stop = stop or threading.Event()
     levels = [int(c) for c in concurrency]
     if not levels or any(c < 1 or c > MAX_CONCURRENCY for c in levels):
         raise ValueError(f"concurrency: numbers from 1 to {MAX_CONCURRENCY}")
     if not 0 < seconds <= MAX_SECONDS:
         raise ValueError(f"seconds: more than 0, at most {MAX_SECONDS}")
-    inputs = example_inputs(server.metadata(model))
+    if timeout is not None and not timeout > 0:
+        raise ValueError("timeout: seconds, more than 0")
+    inputs = request_inputs(server.metadata(model), example)
+    _refused(server, model, inputs, example)
     # gRPC is driven in plain text: over TLS (an https:// server) HTTP alone is measured.
     grpc_ok = server.grpc_target is not None and not server.url.startswith("https://")
     plan = [p for p in protocols if p == "http" or (p == "grpc" and grpc_ok)]
     total = len(plan) * len(levels)
+    out = progress_to or sys.stdout
     rows: list[BenchmarkRow] = []
     for protocol in plan:
         for level in levels:
             if stop.is_set():
                 break
             if progress:
-                _progress(len(rows), total, f"{protocol}, {level} in flight")
+                _progress(len(rows), total, f"{protocol}, {level} in flight", out)
             senders = _Senders()
             if protocol == "http":
                 send = _http_sender(server, model, inputs, senders)
                 rows.append(
-                    _measure(send, level, seconds, protocol, senders, stop, server._http.close)
+                    _measure(
+                        send, level, seconds, protocol, senders, stop, server._http.close, timeout
+                    )
                 )
             else:
                 assert server.grpc_target is not None
                 token = server._token_for(ApiGroup.INFERENCE)
                 send = _grpc_sender(server.grpc_target, token, model, inputs, senders)
                 try:
-                    rows.append(_measure(send, level, seconds, protocol, senders, stop))
+                    rows.append(
+                        _measure(send, level, seconds, protocol, senders, stop, None, timeout)
+                    )
                 finally:
                     senders.close()
     if progress:
-        _progress(total, total, "done")
+        _progress(total, total, "done", out)
     return BenchmarkTable(model, rows)

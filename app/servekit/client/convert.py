@@ -60,12 +60,26 @@ def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
             )
         given = np.zeros((0, int(features)), dtype=np.float32)
     else:
+        text = _text_columns(example)
+        if text:
+            raise tabular_onnx.ConversionError(
+                f"column(s) {', '.join(text)} of the example are text; an ONNX model of one "
+                "matrix takes numbers only"
+            )
         given = np.asarray(example, dtype=np.float32).reshape(len(example), -1)
     count = given.shape[1]
     data = tabular_onnx.to_onnx(estimator, count)
     rows = np.concatenate([given, tabular_onnx.sample_rows(estimator, count)])
     check_parity(estimator, data, rows)
     return data
+
+
+def _text_columns(example: Any) -> list[str]:
+    """The columns of a DataFrame example that are not numbers or booleans."""
+    dtypes = getattr(example, "dtypes", None)
+    if dtypes is None or not hasattr(dtypes, "items"):
+        return []
+    return [str(c) for c, d in dtypes.items() if getattr(d, "kind", "O") not in "biuf"]
 
 
 def check_parity(estimator: Any, data: bytes, rows: np.ndarray) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from servekit.datatypes import of_column
 from servekit.errors import InvalidArgument
 
 CONTENT_TYPE = "content_type"
@@ -47,6 +48,18 @@ def columns(frame: Any) -> tuple[dict[str, np.ndarray], dict[str, dict[str, str]
             )
         arrays[name] = values.reshape(-1, 1)
     return arrays, parameters
+
+
+def column_types(frame: Any, names: Any = None) -> list[dict[str, str]]:
+    """Each column's V2 datatype as :func:`columns` sends it (text BYTES, numbers their own),
+    as ``inputs`` declarations by name: ``add_model(..., example=df)`` declares them for a
+    model served natively. ``names``: only these columns (the model's own), when given."""
+    wanted = None if names is None else {str(n) for n in names}
+    return [
+        {"name": str(label), "datatype": of_column(frame[label].dtype).name}
+        for label in frame.columns
+        if wanted is None or str(label) in wanted
+    ]
 
 
 def to_frame(results: dict[str, np.ndarray]) -> Any:

@@ -241,13 +241,19 @@ class RemoteServer:
         concurrency: Sequence[int] = (1, 16, 64),
         seconds: float = 5.0,
         protocols: Sequence[str] = ("http", "grpc"),
+        example: Any = None,
+        timeout: float | None = None,
     ) -> Any:
-        """Drive ``model`` over HTTP and gRPC with generated inputs, ``seconds`` per protocol
-        and concurrency; returns a table (requests/s, p50/p90/p99 ms) that shows a chart in a
-        notebook. Short runs on a shared machine are noisy: compare, do not quote."""
+        """Drive ``model`` over HTTP and gRPC, ``seconds`` per protocol and concurrency, with
+        the first row of ``example`` (a DataFrame or name -> array) or inputs made from its
+        metadata; ``timeout``: a deadline per request in seconds. Returns a table (requests/s,
+        p50/p90/p99 ms) that shows a chart in a notebook; progress is printed on stdout.
+        Short runs on a shared machine are noisy: compare, do not quote."""
         from servekit.client.bench import run_benchmark
 
-        return run_benchmark(self, model, concurrency, seconds, protocols)
+        return run_benchmark(
+            self, model, concurrency, seconds, protocols, example=example, timeout=timeout
+        )
 
     # -- projects -----------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:

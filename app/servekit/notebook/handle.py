@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from servekit.client import RemoteServer, convert, frames, html, sources, wire
 from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
@@ -73,6 +75,9 @@ class Server:
         self._replan = replan
         self._cleanup = cleanup
         self._native_folders: list[Path] = []
+        self._examples: dict[str, Any] = {}
+        """The first row of each model's ``add_model`` example (a DataFrame or name -> array):
+        what ``benchmark`` sends when it is given none."""
         """Joblib files of estimators served natively (removed when the server stops)."""
         self._note = ""
 
@@ -186,6 +191,7 @@ class Server:
             return self._add_pipeline(name, source, pipeline, inputs, outputs, config)
         if source is None:
             raise TypeError("add_model needs a source (or pipeline=[...] steps)")
+        self._remember_example(name, example)
         if convert.is_sklearn(source):
             try:
                 source = convert.sklearn_to_onnx(source, example)
@@ -193,6 +199,9 @@ class Server:
                 raise
             except Exception as exc:  # skl2onnx cannot: serve the estimator itself
                 native.warn(name, exc)
+                if inputs is None and frames.is_frame(example):
+                    known = getattr(source, "feature_names_in_", None)
+                    inputs = frames.column_types(example, known) if known is not None else None
                 return self._add_native(name, source, version, inputs, outputs, config)
         source = convert.to_onnx_source(
             source,
@@ -218,6 +227,14 @@ class Server:
         self._thread.run(control.add(model, python_object=source), timeout=self._load_timeout)
         self._client.forget(name)
         return html.ModelTable(r for r in self.models if r["name"] == name)
+
+    def _remember_example(self, name: str, example: Any) -> None:
+        if frames.is_frame(example) and len(example):
+            self._examples[name] = example.head(1)
+        elif isinstance(example, Mapping) and example:
+            self._examples[name] = {k: np.asarray(v)[:1] for k, v in example.items()}
+        else:
+            self._examples.pop(name, None)
 
     def _add_pipeline(
         self,
@@ -293,10 +310,21 @@ class Server:
         concurrency: Sequence[int] = (1, 16, 64),
         seconds: float = 5.0,
         protocols: Sequence[str] = ("http", "grpc"),
+        example: Any = None,
+        timeout: float | None = None,
     ) -> Any:
         """Drive ``model`` over this server's own HTTP and gRPC listeners (see
-        :meth:`servekit.client.RemoteServer.benchmark`)."""
-        return self._client.benchmark(model, concurrency, seconds, protocols)
+        :meth:`servekit.client.RemoteServer.benchmark`); without ``example``, the one given
+        to ``add_model`` for it when its columns are the model's inputs (a DataFrame example
+        of a model converted to ONNX's one matrix ``X`` is not)."""
+        if example is None and model in self._examples:
+            remembered = self._examples[model]
+            names = {spec["name"] for spec in self.metadata(model).get("inputs", [])}
+            columns = {
+                str(c) for c in (remembered.columns if frames.is_frame(remembered) else remembered)
+            }
+            example = remembered if names and names <= columns else None
+        return self._client.benchmark(model, concurrency, seconds, protocols, example, timeout)
 
     # -- projects -----------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:

@@ -92,6 +92,10 @@ class TensorMetadata(TypedDict):
     name: str
     datatype: str
     shape: list[int]
+    optional: NotRequired[bool]
+    parameters: NotRequired[dict[str, Any]]
+    """``categories``: the values a tabular model knows for the input (MLServer's metadata
+    tensors carry ``parameters`` too)."""
 
 
 class ModelMetadata(TypedDict):

@@ -115,10 +115,13 @@ def apply_overrides(
                 f"{', '.join(by_name) or 'none'}"
             )
         current = by_name[override.name]
+        datatype = override.datatype or current.datatype
         by_name[override.name] = TensorSpec(
             current.name,
-            override.datatype or current.datatype,
+            datatype,
             tuple(override.shape) if override.shape is not None else current.shape,
+            # the categories the model knows stay while the datatype does
+            categories=current.categories if datatype == current.datatype else None,
         )
     return tuple(by_name[s.name] for s in specs)
 

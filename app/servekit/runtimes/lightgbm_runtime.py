@@ -1,9 +1,11 @@
 """LightGBM models (``modelFormat: lightgbm``): a Booster saved with ``save_model`` (``.txt``,
 or ``.bst`` as KServe's lgbserver names it).
 
-``predict`` is the Booster's own: probabilities for a binary or multiclass objective (one row
-per class for multiclass), values for a regression, as MLServer's LightGBM runtime answers.
-Feature names the booster was trained with (a DataFrame) make its inputs one column each;
+``predict`` is the Booster's own: probabilities for a binary or multiclass objective ([-1, K]
+for K classes: one row of K per input row), values for a regression ([-1]), as MLServer's
+LightGBM runtime answers. Feature names the booster was trained with (a DataFrame) make its
+inputs one column each (a pandas ``category`` column a BYTES one with its categories, given to
+the booster as a ``category`` again);
 LightGBM's own defaults (``Column_0``, ...) mean it was trained on a matrix. Threads per call
 follow the model's ``intraOpThreads``. The file is text, not a pickle.
 """
@@ -18,6 +20,7 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.converted import Converted, maybe_convert
+from servekit.runtimes.fitted_types import fitted_columns
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,
@@ -51,7 +54,7 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
         raise LoadError(f"LightGBM could not load {path}: {exc}") from None
     names = [str(n) for n in boosters[0].feature_name()]
     if names and not all(_DEFAULT_NAME.fullmatch(n) for n in names):
-        layout = columns_layout(names)
+        layout = columns_layout(names, fitted=fitted_columns(boosters[0]))
     else:
         layout = matrix_layout(boosters[0].num_feature())
     threads = plan.options.intra_op_threads
@@ -60,8 +63,14 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
     native = TabularModel(
         PLATFORM,
         plan_layout(plan, layout),
-        plan_outputs(plan, (TensorSpec(PREDICT, "FP64", (-1,)),)),
+        plan_outputs(plan, (TensorSpec(PREDICT, "FP64", _predict_shape(boosters[0])),)),
         [Instance({PREDICT: partial(b.predict, num_threads=threads)}) for b in boosters],
         (ValueError, TypeError, KeyError, LightGBMError),
     )
     return maybe_convert(plan, native, boosters[0])
+
+
+def _predict_shape(booster: Any) -> tuple[int, ...]:
+    """[-1, K] when the booster gives K values per row (multiclass: one per class), else [-1]."""
+    per_row = int(booster.num_model_per_iteration())
+    return (-1, per_row) if per_row > 1 else (-1,)

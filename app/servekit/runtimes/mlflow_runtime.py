@@ -5,9 +5,10 @@ custom PythonModel). A pyfunc model is pickled code (a custom PythonModel is clo
 it is declared in serve.yaml only, never pushed. The model's signature gives the metadata: a
 column-based input schema makes one input per column with its datatype (the model is given a
 DataFrame), a tensor-based one a single input; the output schema's type is ``predict``'s
-datatype. Without a signature: one ``input-0`` matrix and FP64 ``predict``, unless serve.yaml
-declares ``inputs``/``outputs``. MLflow checks inputs against the signature itself; a request it
-refuses is a 400 with its message.
+datatype, and a tensor output schema its shape ([-1, 2] for two probabilities per row).
+Without a signature: one ``input-0`` matrix and FP64 ``predict``, unless serve.yaml declares
+``inputs``/``outputs``. MLflow checks inputs against the signature itself; a request it refuses
+is a 400 with its message.
 """
 
 from __future__ import annotations
@@ -95,7 +96,14 @@ def _layout(schema: Any) -> TabularLayout:
 
 
 def _predict_spec(schema: Any) -> TensorSpec:
-    return TensorSpec(PREDICT, _output_type(schema), (-1,))
+    """``predict``: the output schema's type, and its shape when it is a tensor schema (a
+    classifier's probabilities, ``[-1, 2]``), else one value per row."""
+    shape: tuple[int, ...] = (-1,)
+    if schema is not None and schema.is_tensor_spec() and len(schema.inputs) == 1:
+        dims = tuple(int(d) for d in schema.inputs[0].shape)
+        if len(dims) >= 2:
+            shape = (-1, *dims[1:])
+    return TensorSpec(PREDICT, _output_type(schema), shape)
 
 
 def _output_type(schema: Any) -> str:

@@ -4,7 +4,9 @@ estimator or pipeline, as KServe's sklearnserver and MLServer load them.
 Unpickling runs code chosen by whoever wrote the file: such a model is declared in serve.yaml
 only, never pushed through the repository API (app/servekit/models/pushed_config.py). The
 estimator's ``feature_names_in_`` (fitted on a DataFrame) make its inputs one column each and
-it is given a DataFrame; else ``n_features_in_`` sizes its ``input-0`` matrix. ``predict``'s
+it is given a DataFrame, each column of the datatype the fitted estimator records (BYTES for a
+text column its encoder saw, app/servekit/runtimes/fitted_types.py); else ``n_features_in_``
+sizes its ``input-0`` matrix. ``predict``'s
 datatype follows ``classes_`` for a classifier (INT64, BYTES for text labels), FP64 otherwise.
 """
 
@@ -16,6 +18,7 @@ from typing import Any
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.runtimes.converted import Converted, maybe_convert
+from servekit.runtimes.fitted_types import fitted_columns
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,
@@ -73,7 +76,7 @@ def layout_of(estimator: Any) -> TabularLayout:
     """Columns when the estimator knows its feature names, else the sized matrix."""
     names = getattr(estimator, "feature_names_in_", None)
     if names is not None:
-        return columns_layout([str(n) for n in names])
+        return columns_layout([str(n) for n in names], fitted=fitted_columns(estimator))
     count = getattr(estimator, "n_features_in_", None)
     return matrix_layout(int(count) if isinstance(count, int) else None)
 

@@ -6,9 +6,12 @@ names and count, its outputs. This module turns that into the V2 metadata and ru
 
 * Inputs: one column per feature name when the model knows them (it is then given a pandas
   DataFrame with those columns, the way it was fitted), else one ``input-0`` [-1, F] matrix
-  (KServe's and MLServer's example name). serve.yaml's ``inputs`` override datatypes and shapes
-  by name, or declare the inputs of a model that carries neither. How a request's tensors map
-  onto them (``pd`` columns, one ``np`` matrix, numbers cast, text decoded) is
+  (KServe's and MLServer's example name). Each column's datatype is what the fitted model
+  records (app/servekit/runtimes/fitted_types.py: BYTES for a text column an encoder saw,
+  with its categories), FP64 when it records nothing; a column XGBoost or LightGBM took as a
+  pandas ``category`` is given to it as one again. serve.yaml's ``inputs`` override datatypes
+  and shapes by name, or declare the inputs of a model that carries neither. How a request's
+  tensors map onto them (``pd`` columns, one ``np`` matrix, numbers cast, text decoded) is
   app/servekit/codecs/content_types.py's job; the DataPlane applies it through ``tabular``.
 * Outputs: ``predict``, and ``predict_proba`` when the model has it; a request that names no
   output gets ``predict`` only, as MLServer's runtimes answer.
@@ -33,6 +36,7 @@ from servekit.config.schema import TensorOverride
 from servekit.datatypes import DATATYPES, from_numpy
 from servekit.errors import Internal, InvalidArgument
 from servekit.runtimes.base import Arrays, LoadError, Predict, apply_overrides
+from servekit.runtimes.fitted_types import Column
 from servekit.shown_paths import hide_paths
 from servekit.types import ModelSignature, TensorSpec
 
@@ -51,6 +55,8 @@ class TabularLayout(NamedTuple):
 
     inputs: tuple[TensorSpec, ...]
     columns: bool
+    categorical: tuple[str, ...] = ()
+    """Columns given to the model as pandas ``category`` columns (XGBoost, LightGBM)."""
 
 
 Method = Callable[[Any], Any]
@@ -67,12 +73,24 @@ def require(module: str, extra: str, library: str) -> None:
         )
 
 
-def columns_layout(names: Sequence[str], datatypes: Sequence[str] | None = None) -> TabularLayout:
-    """One [-1, 1] input per named feature (FP64 unless the model says otherwise)."""
+def columns_layout(
+    names: Sequence[str],
+    datatypes: Sequence[str] | None = None,
+    fitted: dict[str, Column] | None = None,
+) -> TabularLayout:
+    """One [-1, 1] input per named feature: its datatype what the fitted model records
+    (``fitted``, app/servekit/runtimes/fitted_types.py), else ``datatypes``, else FP64."""
     types = datatypes or ["FP64"] * len(names)
-    return TabularLayout(
-        tuple(TensorSpec(n, t, (-1, 1)) for n, t in zip(names, types, strict=True)), True
-    )
+    known = fitted or {}
+    specs = []
+    for name, datatype in zip(names, types, strict=True):
+        column = known.get(name)
+        if column is None:
+            specs.append(TensorSpec(name, datatype, (-1, 1)))
+        else:
+            specs.append(TensorSpec(name, column.datatype, (-1, 1), categories=column.categories))
+    categorical = tuple(n for n in names if n in known and known[n].categorical)
+    return TabularLayout(tuple(specs), True, categorical)
 
 
 def matrix_layout(features: int | None, datatype: str = "FP64") -> TabularLayout:
@@ -96,9 +114,10 @@ def plan_layout(plan: ModelPlan, found: TabularLayout) -> TabularLayout:
             specs = tuple(TensorSpec(s.name, s.datatype, (-1, 1)) for s in specs)
         return TabularLayout(specs, columns)
     try:
-        return TabularLayout(apply_overrides(found.inputs, declared, "input"), found.columns)
+        inputs = apply_overrides(found.inputs, declared, "input")
     except InvalidArgument as exc:
         raise LoadError(exc.message) from None
+    return TabularLayout(inputs, found.columns, found.categorical)
 
 
 def _declared(tensor: TensorOverride) -> TensorSpec:
@@ -162,7 +181,9 @@ class TabularModel:
         self._instances = instances
         self._next = itertools.cycle(instances).__next__
         self._client_errors = client_errors
-        self._frame: Callable[[Arrays], Any] | None = _frame_builder() if layout.columns else None
+        self._frame: Callable[[Arrays], Any] | None = (
+            _frame_builder(_categories(layout)) if layout.columns else None
+        )
 
     def predict(self, inputs: Arrays, outputs: list[str]) -> Arrays:
         return self._run(self._next(), inputs, outputs)
@@ -191,9 +212,17 @@ class TabularModel:
         self._instances.clear()
 
 
-def _frame_builder() -> Callable[[Arrays], Any]:
+def _categories(layout: TabularLayout) -> dict[str, tuple[Any, ...] | None]:
+    """The categorical columns' known categories (None: unknown), by name."""
+    by_name = {s.name: s for s in layout.inputs}
+    return {n: by_name[n].categories for n in layout.categorical if n in by_name}
+
+
+def _frame_builder(categorical: dict[str, tuple[Any, ...] | None]) -> Callable[[Arrays], Any]:
     """Columns -> a pandas DataFrame in the model's column order (pandas is imported only
-    for models that take one; a model fitted on a DataFrame came with pandas)."""
+    for models that take one; a model fitted on a DataFrame came with pandas). A categorical
+    column becomes a pandas ``category`` with the model's categories (a value it never saw
+    is missing, as XGBoost and LightGBM treat one)."""
     try:
         import pandas as pd
     except ImportError:
@@ -205,7 +234,11 @@ def _frame_builder() -> Callable[[Arrays], Any]:
     def frame(columns: Arrays) -> Any:
         # infer_objects: text and datetimes arrive as object arrays; the model was fitted
         # on the dtypes pandas itself gives such columns.
-        return pd.DataFrame(columns, copy=False).infer_objects()
+        table = pd.DataFrame(columns, copy=False).infer_objects()
+        for name, categories in categorical.items():
+            if name in table:
+                table[name] = pd.Categorical(table[name], categories=categories)
+        return table
 
     return frame
 

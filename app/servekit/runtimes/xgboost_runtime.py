@@ -6,7 +6,10 @@ XGBClassifier when the file says it is one, so ``predict`` gives class labels an
 ``predict_proba`` probabilities for a classifier; a plain Booster trained with ``xgb.train``
 predicts its objective's output (probabilities for ``binary:logistic``). These formats are data,
 not pickles. The booster's feature names (fitted on a DataFrame) make its inputs one column
-each; threads per call follow the model's ``intraOpThreads``.
+each, of the booster's feature types; a categorical feature (``enable_categorical``) is a BYTES
+column, given to the model as a pandas ``category`` (its categories in the metadata when
+XGBoost stores them and pyarrow is installed to read them). Threads per call follow the
+model's ``intraOpThreads``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.converted import Converted, maybe_convert
+from servekit.runtimes.fitted_types import fitted_columns
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,
@@ -32,8 +36,6 @@ from servekit.runtimes.tabular import (
 from servekit.types import TensorSpec
 
 PLATFORM = "xgboost"
-_TYPES = {"int": "INT64", "i": "BOOL", "float": "FP32", "q": "FP32"}
-"""XGBoost feature types -> V2 datatypes (categorical ``c`` features are not offered)."""
 
 
 def read(path: str, threads: int) -> Any:
@@ -62,13 +64,7 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
     booster = first.get_booster()
     names = booster.feature_names
     if names:
-        types = booster.feature_types or ["float"] * len(names)
-        if "c" in types:
-            raise LoadError(
-                f"{path} has categorical features, which servekit does not serve yet; encode "
-                "them before XGBoost (e.g. in a scikit-learn pipeline)"
-            )
-        layout = columns_layout(names, [_TYPES.get(t, "FP32") for t in types])
+        layout = columns_layout(names, ["FP32"] * len(names), fitted_columns(booster))
     else:
         layout = matrix_layout(booster.num_features(), "FP32")
     classifier = hasattr(first, PREDICT_PROBA)

@@ -3,6 +3,9 @@
 // matrix), one row per example row. Sent as MLServer's clients send a DataFrame: request
 // parameters.content_type "pd", one [N, 1] tensor per column; a matrix model gets its one
 // [N, F] tensor. tryit.js asks tableInputs() for the form and readTable() for the request.
+// A text column (BYTES) is a text cell; when the metadata lists the values the fitted model
+// knows (parameters.categories, e.g. a OneHotEncoder's categories) they are offered as
+// choices and the example rows use them.
 import { el } from "./common.js";
 import { example } from "./tensors.js";
 
@@ -13,7 +16,12 @@ function columnsOf(model, meta) {
   if (!model.tabular) return null;
   const columnShaped = (spec) => spec.shape.length <= 2 && spec.shape.slice(1).every((d) => d === 1);
   if (meta.inputs.every(columnShaped)) {
-    return { matrix: null, columns: meta.inputs.map((spec) => ({ name: spec.name, datatype: spec.datatype })) };
+    return {
+      matrix: null,
+      columns: meta.inputs.map((spec) => ({
+        name: spec.name, datatype: spec.datatype, categories: knownValues(spec),
+      })),
+    };
   }
   const [only] = meta.inputs;
   const width = only && only.shape.length === 2 ? only.shape[1] : -1;
@@ -22,18 +30,32 @@ function columnsOf(model, meta) {
   return { matrix: only, columns };
 }
 
-function cell(column, row, value) {
+/** The values the model lists for an input (metadata parameters.categories), or null. */
+function knownValues(spec) {
+  const known = spec.parameters && spec.parameters.categories;
+  return Array.isArray(known) && known.length > 0 ? known.map(String) : null;
+}
+
+const choicesId = (index) => `tabular-choices-${index}`;
+
+function cell(column, index, row, value) {
   return el("td", {}, el("input", {
     name: `${column.name}.${row}`, value: String(value), autocomplete: "off", spellcheck: "false",
     inputmode: NUMBER.test(column.datatype) ? "decimal" : null,
+    list: column.categories ? choicesId(index) : null,
     "aria-label": `${column.name}, row ${row + 1}`,
   }));
 }
 
+function exampleValue(column, row, i) {
+  if (column.categories) return column.categories[row % column.categories.length];
+  return example(column.datatype, row + i + 1)[row + i];
+}
+
 function addRow(body, columns) {
   const row = body.rows.length;
-  const values = columns.map((column, i) => example(column.datatype, row + i + 1)[row + i]);
-  body.append(el("tr", {}, ...columns.map((column, i) => cell(column, row, values[i]))));
+  const values = columns.map((column, i) => exampleValue(column, row, i));
+  body.append(el("tr", {}, ...columns.map((column, i) => cell(column, i, row, values[i]))));
 }
 
 /** The table field replacing the per-input fields, or null when the model is not tabular. */
@@ -50,6 +72,9 @@ export function tableInputs(model, meta) {
     body);
   const remove = el("button", { type: "button", class: "btn small", text: "Remove row",
     onclick: () => { if (body.rows.length > 1) body.lastElementChild.remove(); } });
+  const choices = columns.map((column, i) => (column.categories
+    ? el("datalist", { id: choicesId(i) }, ...column.categories.map((value) => el("option", { value })))
+    : null));
   return el("fieldset", { class: "tensor-field", dataset: { table: "true" } },
     el("legend", {}, layout.matrix ? `${layout.matrix.name} (one column per feature)` : "Rows (one column per input)"),
     el("div", { class: "tabular-scroll" }, table),
@@ -58,6 +83,7 @@ export function tableInputs(model, meta) {
       remove),
     el("p", { class: "field-hint", id: "tabular-hint",
       text: "One row per example. Sent as a DataFrame is by MLServer's clients (content_type pd)." }),
+    ...choices,
     error);
 }
 

@@ -117,7 +117,9 @@ function collect() {
   if (!chosen.length) throw new Error("choose at least one output");
   if (!ok) throw new Error("fix the highlighted input");
   const request = table ? { ...table } : { inputs };
-  if (chosen.length < meta.outputs.length) request.outputs = chosen.map((name) => ({ name }));
+  // A tabular model answers a request naming no output with `predict` alone (as MLServer's
+  // runtimes do): name the ticked outputs for it, so predict_proba comes when ticked.
+  if (chosen.length < meta.outputs.length || model.tabular) request.outputs = chosen.map((name) => ({ name }));
   return request;
 }
 
