@@ -156,7 +156,8 @@ class SequenceBatching(Section):
     """servekit's own: the share of the model's sequence slots (slots per instance times
     instances) one client address may hold, counting its sequences that hold a slot or wait
     for one, and at least one; a new sequence beyond it is answered 429 / RESOURCE_EXHAUSTED,
-    so one client cannot take every slot. Default 0.5 (half); 1: no bound per client."""
+    so one client cannot take every slot. The address is the connection's peer (behind a
+    proxy, the proxy's: set 1 there). Default 0.5 (half); 1: no bound per client."""
     control_inputs: list[ControlInput] = []
     """Inputs the server fills for each request: START, END, READY, CORRID."""
     state: list[SequenceState] = []
