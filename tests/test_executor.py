@@ -456,15 +456,26 @@ def test_expired_requests_never_run(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_a_timeout_bounds_the_queue_not_a_call_that_starts_at_once(tmp_path: Path) -> None:
-    """Triton's ``timeout`` parameter (microseconds; clients often pass 10 meaning seconds)
-    expires a request waiting in the queue; one that reaches a free instance runs."""
+def test_a_timeout_parameter_is_the_whole_requests_deadline(tmp_path: Path) -> None:
+    """Triton's ``timeout`` parameter (microseconds) ends a request still running when it
+    passes, as a gRPC deadline or requestTimeoutSeconds does, and raises the call's cancel
+    flag; one that finishes in time is answered."""
+    seen: list[bool] = []
+
+    def patient(x: Any) -> Any:
+        if x.flat[0] > 0:
+            seen.append(cancel_event().wait(WAIT))  # runs until cancelled (or WAIT)
+        return x
 
     async def scenario() -> None:
-        dataplane = await serve(tmp_path, model("m", lambda x: x))
-        for _ in range(placement.LEARN_FAST + 2):  # in a thread, then on the loop
-            answer = await dataplane.infer(request("m", 1, timeout=1))
-            assert answer.outputs[0].data.tolist() == [1.0]
+        dataplane = await serve(tmp_path, model("m", patient))
+        answer = await dataplane.infer(request("m", 0, timeout=10_000_000))  # 10 s: in time
+        assert answer.outputs[0].data.tolist() == [0.0]
+        started = time.perf_counter()
+        with pytest.raises(DeadlineExceeded, match="'timeout' parameter"):
+            await dataplane.infer(request("m", 1, timeout=50_000))  # 50 ms
+        assert time.perf_counter() - started < WAIT / 2
+        await until(lambda: seen == [True], "the model to see its cancel flag")
         await stop(dataplane)
 
     run(scenario)

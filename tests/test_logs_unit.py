@@ -370,8 +370,12 @@ def test_a_grpc_request_id_is_read_from_the_body_only_of_messages_with_an_id() -
         def invocation_metadata(self) -> tuple[()]:
             return ()
 
+        def peer(self) -> str:
+            return "ipv4:127.0.0.1:40000"
+
     infer = _info(Context(), pb.ModelInferRequest(model_name="m", id="client-7"))  # type: ignore[arg-type]
     assert (infer.id, infer.sent) == ("client-7", True)
+    assert infer.client == "ipv4:127.0.0.1:40000"  # the peer, for a client's share of slots
     ready = _info(Context(), pb.ModelReadyRequest(name="m"))  # type: ignore[arg-type]
     assert not ready.sent and ready.id
     assert _has_id(pb.ModelInferRequest) and not _has_id(pb.ModelReadyRequest)

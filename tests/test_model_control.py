@@ -348,3 +348,37 @@ async def test_apply_plan_with_a_broken_model(serve: Serve, tmp_path: Path) -> N
     assert done["added"] == ["broken"] and done["failed"] == ["broken"]
     assert not services.dataplane.ready()  # startupModels (all) asks for it
     np.testing.assert_array_equal(await add_sub(services), np.full((1, 16), 4))
+
+
+async def test_a_plain_load_restores_the_serve_yaml_model_a_push_replaced(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """A scikit-learn model of serve.yaml replaced by a pushed ONNX model comes back with a
+    load without config, as Triton's load without override goes back to the repository's
+    model; the pushed files are deleted. A model only a push made keeps reloading itself."""
+    import joblib
+    from sklearn.linear_model import LinearRegression
+
+    x = np.random.default_rng(0).normal(size=(20, 16))
+    joblib.dump(LinearRegression().fit(x, x[:, 0]), tmp_path / "reg.joblib")
+    services = await serve(
+        "models:\n  - {name: reg, modelFormat: {name: sklearn}, storageUri: reg.joblib}\n"
+    )
+    platform = services.dataplane.model_metadata("reg").platform
+    await services.control.load("reg", push({"backend": "onnxruntime"}))
+    assert services.dataplane.model_metadata("reg").platform == "onnxruntime_onnx"
+    await services.control.load("reg")
+    assert services.dataplane.model_metadata("reg").platform == platform != "onnxruntime_onnx"
+    assert services.states() == {("reg", "1"): "READY"}
+    assert not any((tmp_path / ".servekit" / "storage").glob("*/*")), "the push was kept"
+    await services.control.load("reg")  # serve.yaml's model reloads as itself
+    assert services.dataplane.model_metadata("reg").platform == platform
+    # A config-only change of a serve.yaml model is undone the same way.
+    await services.control.load("reg", {"config": json.dumps({"max_batch_size": 4})})
+    assert services.control.served_plans()[0].max_batch_size == 4
+    await services.control.load("reg")
+    assert services.control.served_plans()[0].max_batch_size == 0
+    # A model that exists only because it was pushed reloads its push.
+    await services.control.load("pushed", push({"backend": "onnxruntime"}))
+    await services.control.load("pushed")
+    assert services.dataplane.model_metadata("pushed").platform == "onnxruntime_onnx"

@@ -23,8 +23,9 @@ from sequence_models import CONFIG, write_project
 from waits import async_wait_until
 
 from servekit.config.loader import ConfigError, parse_config
-from servekit.errors import InvalidArgument
+from servekit.errors import InvalidArgument, Overloaded
 from servekit.grpc.triton_proto import model_config_message
+from servekit.request_id import CURRENT, RequestInfo, client_address
 from servekit.rest.triton_json import model_config_json
 from servekit.services import make_registry, render_metrics
 from servekit.types import InferRequest, Tensor
@@ -185,6 +186,63 @@ async def test_string_correlation_ids_without_a_corrid_control(
     assert (await send(services, "simple_sequence", -7, "a-uuid", end=True))["OUTPUT"] == -7
 
 
+async def test_a_long_string_correlation_id_is_refused_with_the_bound(
+    serve: Serve, tmp_path: Path
+) -> None:
+    services = await start(serve, tmp_path)
+    for sequence in ("x" * 10_240, "é" * 129):  # 10 KB; 258 bytes in 129 characters
+        with pytest.raises(InvalidArgument, match="at most 256 bytes") as raised:
+            await send(services, "simple_sequence", 1, sequence, start=True)
+        assert f"a string of {len(sequence.encode())} bytes" in str(raised.value)
+    assert (await send(services, "simple_sequence", 1, "y" * 256, start=True))["OUTPUT"] == 2
+    assert services.dataplane.sequence_counts("simple_sequence").started == 1
+
+
+async def from_client(
+    services: Services, address: str, model: str, value: int, sequence: Any, **flags: Any
+) -> dict[str, int]:
+    """``send`` as a request of a client at ``address`` (what an adapter puts in CURRENT)."""
+    info = RequestInfo(f"from-{address}", False)
+    info.client = (address, 40000)
+    token = CURRENT.set(info)
+    try:
+        return await send(services, model, value, sequence, **flags)
+    finally:
+        CURRENT.reset(token)
+
+
+async def test_one_client_address_holds_at_most_its_share_of_the_slots(
+    serve: Serve, tmp_path: Path
+) -> None:
+    """accumulate has 8 slots (maxBatchSize 8, one instance): a client address may have 4
+    sequences in progress (clientSlotShare 0.5); the fifth is busy (429), another address
+    still starts one, and the first may start again once one of its sequences ends."""
+    services = await start(serve, tmp_path)
+    for sequence in range(1, 5):
+        await from_client(services, "10.0.0.1", "accumulate", 1, sequence, start=True)
+    with pytest.raises(Overloaded, match=r"client 10\.0\.0\.1 has 4 sequences in progress"):
+        await from_client(services, "10.0.0.1", "accumulate", 1, 5, start=True)
+    assert (await from_client(services, "10.0.0.2", "accumulate", 7, 6, start=True))["OUTPUT"] == 7
+    await from_client(services, "10.0.0.1", "accumulate", 1, 1, end=True)
+    await async_wait_until(lambda: services.dataplane.sequence_counts("accumulate").ended == 1)
+    await from_client(services, "10.0.0.1", "accumulate", 1, 5, start=True)
+    assert services.dataplane.sequence_counts("accumulate").active == 5
+    await send(services, "accumulate", 1, 9, start=True)  # this process: no share
+    await send(services, "accumulate", 1, 10, start=True)
+
+
+def test_the_client_share_is_checked(tmp_path: Path) -> None:
+    model = "name: m, modelFormat: {name: python}, entrypoint: 'a:b'"
+    text = f"models: [{{{model}, sequenceBatching: {{clientSlotShare: 0.25}}}}]"
+    (parsed,) = parse_config(text).models
+    assert parsed.sequence_batching is not None
+    assert parsed.sequence_batching.per_client(8) == 2
+    for share in (0, 1.5):
+        text = f"models: [{{{model}, sequenceBatching: {{clientSlotShare: {share}}}}}]"
+        with pytest.raises(ConfigError, match="clientSlotShare"):
+            parse_config(text)
+
+
 async def test_config_shows_sequence_batching_and_hides_its_tensors(
     serve: Serve, tmp_path: Path
 ) -> None:
@@ -239,3 +297,17 @@ def test_sequence_batching_needs_one_worker(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="sequenceBatching needs one server process"):
         compile_plan(parse_config(text), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("client", "address"),
+    [
+        (("127.0.0.2", 51234), "127.0.0.2"),  # ASGI's scope["client"]
+        ("ipv4:127.0.0.1:51234", "127.0.0.1"),  # grpcio's peer
+        ("ipv6:%5B::1%5D:51234", "::1"),
+        ("unix:/run/servekit.sock", "unix"),
+        (None, None),  # a request from this process
+    ],
+)
+def test_the_client_address_of_a_request(client: object, address: str | None) -> None:
+    assert client_address(client) == address

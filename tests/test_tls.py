@@ -11,6 +11,7 @@ tritonclient.grpc (``ssl=True``, ``root_certificates``, ``private_key``,
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import subprocess
 import sys
@@ -30,6 +31,7 @@ import trustme
 from cryptography.hazmat.primitives import serialization
 from servers import LISTENING, ServerProcess, start_server
 from tritonclient.utils import InferenceServerException
+from waits import wait_until
 
 import servekit
 
@@ -257,6 +259,42 @@ def test_mutual_tls_refuses_clients_without_an_accepted_certificate(
             grpc_client.is_server_live(client_timeout=5)
         assert denied.value.status() in ("StatusCode.UNAVAILABLE", "StatusCode.DEADLINE_EXCEEDED")
     mtls_server.assert_healthy()
+
+
+def fail_handshakes(server: ServerProcess, count: int) -> None:
+    """``count`` connections to the gRPC port that speak plain HTTP/2 where TLS is expected:
+    each handshake fails, and the server closes the connection."""
+    assert server.grpc_target is not None
+    host, port = server.grpc_target.rsplit(":", 1)
+    for _ in range(count):
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            assert sock.recv(64) == b""  # closed: no TLS, no answer
+
+
+def handshake_lines(server: ServerProcess) -> int:
+    return server.log().count("Handshake failed")
+
+
+def test_failed_grpc_handshakes_write_a_bounded_log(
+    tls_server: ServerProcess, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grpc core writes one line per failed TLS handshake itself (C++, straight to stderr:
+    nothing in Python can throttle it); at the server's default level it writes none, and
+    GRPC_VERBOSITY=INFO, set by an operator debugging TLS, brings them back."""
+    before = len(tls_server.log().splitlines())
+    fail_handshakes(tls_server, 200)
+    assert handshake_lines(tls_server) == 0
+    assert len(tls_server.log().splitlines()) - before <= 2
+    tls_server.assert_healthy()
+    monkeypatch.setenv("GRPC_VERBOSITY", "INFO")
+    config = write_config(pki, "tls-info.yaml", "{certFile: server.pem, keyFile: server.key}")
+    verbose = start_server(config, ssl_context=pki.context())
+    try:
+        fail_handshakes(verbose, 200)
+        wait_until(lambda: handshake_lines(verbose) == 200, what="grpc core's 200 lines")
+    finally:
+        assert verbose.stop() == 0, verbose.log()
 
 
 def test_app_serve_with_tls_talks_to_itself(pki: Pki) -> None:

@@ -12,8 +12,9 @@ loggers, watchfiles' (its per-change INFO lines kept for ``debug``), Python warn
 exceptions (main thread and others). Two sources write from C++ straight to stderr, where no
 formatter reaches: onnxruntime is told to keep quiet below ERROR in text (its telemetry
 warning in a read-only image, its graph notes) and below FATAL in JSON (its errors come back as
-the Python exceptions we log), and grpc core's own logging is turned off in JSON
-(``GRPC_VERBOSITY``; its errors reach us as statuses).
+the Python exceptions we log), and grpc core's own logging is kept to its errors in text and
+turned off in JSON (``GRPC_VERBOSITY``; its errors reach us as statuses): it wrote one line per
+failed TLS handshake, which Python cannot throttle.
 
 Why the standard ``logging`` module with a small formatter rather than structlog or
 python-json-logger: every library above already logs through ``logging``, so routing them is
@@ -382,8 +383,11 @@ def setup(
     """Route every source through one handler on stderr in ``fmt`` at ``level``
     (``onnxruntime``: quieten it too; a supervisor, which loads no model, does not import it)."""
     os.environ[CHILD_FORMAT] = fmt  # child processes (isolated models) format alike
-    if fmt == "json":
-        os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # read when grpc core starts
+    # grpc core logs from C++ (absl) straight to stderr, out of Python's reach: one INFO line
+    # per failed TLS handshake (ssl_transport_security.cc), as many lines as a client makes
+    # failures. Its only bound is the level, read when grpc core starts: errors only in text,
+    # nothing in JSON (its errors reach clients as statuses), unless the variable is set.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE" if fmt == "json" else "ERROR")
     handler = LineHandler(sys.stderr)
     handler.setFormatter(formatter(fmt, worker))
     request_id.ACCESS.write = AccessLines(handler, fmt, worker)

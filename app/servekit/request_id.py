@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -54,6 +55,9 @@ class RequestInfo:
     """The HTTP response's header list that carries the ID (rewritten by :meth:`adopt`)."""
     span: Any = None
     """The request's OpenTelemetry span when tracing is on (app/servekit/tracing.py)."""
+    client: Any = None
+    """Who sent it, as its transport said: ASGI's ``(host, port)``, grpcio's peer text
+    (``ipv4:127.0.0.1:51234``); None in process. :func:`client_address` reads the address."""
 
     def __init__(self, request_id: str, sent: bool) -> None:
         self.id = request_id
@@ -238,3 +242,18 @@ class _AccessRecord(logging.LogRecord):
         self.stack_info = None
         self.created = now = time.time()
         self.msecs = int((now - int(now)) * 1000) + 0.0
+
+
+def client_address(client: object) -> str | None:
+    """The address (no port) of a request's ``client`` (:attr:`RequestInfo.client`): what
+    counts one client for a per-client share, e.g. of a model's sequence slots. None when
+    the request came from this process."""
+    if isinstance(client, tuple | list):
+        return str(client[0]) if client else None
+    if not isinstance(client, str) or not client:
+        return None
+    kind, _, rest = client.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        host = urllib.parse.unquote(rest).rsplit(":", 1)[0]  # grpcio: "ipv6:%5B::1%5D:port"
+        return host.removeprefix("[").removesuffix("]")
+    return kind  # "unix:..." and the like: one local client

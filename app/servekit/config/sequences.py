@@ -28,6 +28,8 @@ CORRID_TYPES = ("TYPE_UINT64", "TYPE_INT64", "TYPE_UINT32", "TYPE_INT32", "TYPE_
 
 DEFAULT_IDLE_MICROSECONDS = 1_000_000
 """Triton's default ``max_sequence_idle_microseconds`` (1 s)."""
+DEFAULT_CLIENT_SLOT_SHARE = 0.5
+"""The share of a model's sequence slots one client address may hold by default (half)."""
 
 
 class SequenceControl(Section):
@@ -150,6 +152,12 @@ class SequenceBatching(Section):
     max_sequence_idle_microseconds: int = Field(DEFAULT_IDLE_MICROSECONDS, ge=1, le=1 << 62)
     """A sequence without a request for this long is ended and frees its slot; its next
     request without START is refused. Default 1000000 (1 s), as Triton."""
+    client_slot_share: float = Field(DEFAULT_CLIENT_SLOT_SHARE, gt=0.0, le=1.0)
+    """servekit's own: the share of the model's sequence slots (slots per instance times
+    instances) one client address may hold, counting its sequences that hold a slot or wait
+    for one, and at least one; a new sequence beyond it is answered 429 / RESOURCE_EXHAUSTED,
+    so one client cannot take every slot. The address is the connection's peer (behind a
+    proxy, the proxy's: set 1 there). Default 0.5 (half); 1: no bound per client."""
     control_inputs: list[ControlInput] = []
     """Inputs the server fills for each request: START, END, READY, CORRID."""
     state: list[SequenceState] = []
@@ -192,3 +200,10 @@ class SequenceBatching(Section):
         if self.oldest is not None:
             return self.oldest.max_candidate_sequences
         return max(1, max_batch_size)
+
+    def per_client(self, slots: int) -> int | None:
+        """Sequences one client address may have in progress, of the model's ``slots`` in all
+        (``clientSlotShare``; None: no bound)."""
+        if self.client_slot_share >= 1.0:
+            return None
+        return max(1, int(slots * self.client_slot_share))

@@ -68,7 +68,14 @@ def _writes(handler: Any, behaviour: Any) -> bool:
 
 
 def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
-    """The call's request: the client's ID, else ModelInfer's ``id``, else a new one."""
+    """The call's request: the client's ID, else ModelInfer's ``id``, else a new one; and
+    the client's peer (a client's share of sequence slots)."""
+    info = _named(context, request)
+    info.client = context.peer()
+    return info
+
+
+def _named(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
     for key, value in context.invocation_metadata() or ():
         if key == HEADER:
             sent = accepted(value)

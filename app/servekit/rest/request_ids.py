@@ -40,7 +40,9 @@ def begin(cycle: Any, counted: bool = False) -> Token[RequestInfo | None]:
 
     Written flat (no helper calls when no ID is sent): it runs for every HTTP request."""
     info = _new(RequestInfo)
-    for name, value in cycle.scope["headers"]:  # lower-case names (uvicorn)
+    scope = cycle.scope
+    info.client = scope["client"]  # (host, port): a client's share of sequence slots
+    for name, value in scope["headers"]:  # lower-case names (uvicorn)
         if name == HEADER_BYTES:
             sent = accepted(value)
             if sent is not None:

@@ -319,8 +319,8 @@ class DataPlane:
         account.
 
         ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
-        ``server.requestTimeoutSeconds`` may make it earlier, and a ``timeout`` request
-        parameter (microseconds, as Triton) bounds its wait in the queue. Past either the
+        a ``timeout`` request parameter (microseconds, as Triton) and
+        ``server.requestTimeoutSeconds`` may make it earlier (``_deadlines``). Past it the
         request is answered DeadlineExceeded and, if it had not started, never runs. How the
         request reaches the model (on the loop, in the model's threads, batched) is its
         version's executor's call (built when the version loaded).
@@ -493,11 +493,14 @@ class DataPlane:
     def _deadlines(
         self, request: InferRequest, deadline: float | None
     ) -> tuple[float | None, float | None]:
-        """When the request expires as a whole (the client's deadline, capped by
-        ``server.requestTimeoutSeconds``) and when it must have started: its ``timeout``
-        parameter, in microseconds from now (0 or absent: none). As in Triton, ``timeout``
-        bounds the wait in the model's queue; a request that starts at once never expires by it.
-        """
+        """When the request expires as a whole and when it must have started.
+
+        It expires at the earliest of the client's deadline (a gRPC deadline), its ``timeout``
+        parameter (microseconds from now, as Triton's clients send it; 0 or absent: none) and
+        ``server.requestTimeoutSeconds``: queued or running, in a model, a sequence or a
+        pipeline's steps, it is then answered DeadlineExceeded, whatever the protocol. The
+        ``timeout`` parameter is also when it must have started (it does not wait a loop pass
+        for company, ``ModelExecutor.run_now``)."""
         now = time.monotonic()
         cap_s = self._state.request_timeout_s
         if cap_s is not None:
@@ -514,7 +517,10 @@ class DataPlane:
             raise InvalidArgument(
                 "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
             )
-        return deadline, (now + timeout / 1e6) if timeout else None
+        if not timeout:
+            return deadline, None
+        by = now + timeout / 1e6
+        return (by if deadline is None or by < deadline else deadline), by
 
     def _build_executor(self, plan: ModelPlan, version: VersionEntry) -> ModelExecutor:
         """The executor of a version that has just loaded (the repository's load hook)."""

@@ -6,9 +6,11 @@ in force (held by :class:`~servekit.services.state.ServerState`), and keeps mode
 in-memory
 Python objects, and turns requests into repository loads:
 
-* ``load`` with no parameters (re)loads a model as it is known; with ``config`` (Triton's
-  ModelConfig JSON or a servekit entry) and ``file:`` parameters it loads that, a new model if
-  the name is new. A failed reload keeps the previous load serving and raises with the reason.
+* ``load`` with no parameters (re)loads a model as it is known, and a serve.yaml model a
+  client's ``config`` replaced as serve.yaml declares it (as Triton's load without override
+  goes back to the repository's model); with ``config`` (Triton's ModelConfig JSON or a
+  servekit entry) and ``file:`` parameters it loads that, a new model if the name is new. A
+  failed reload keeps the previous load serving and raises with the reason.
 * ``unload`` unloads. For a pushed model it also deletes the pushed files, as Triton deletes
   the files of a model loaded with file overrides: a model that exists only because it was
   pushed leaves the index (a later load without config answers NOT_FOUND, as Triton does for a
@@ -87,6 +89,9 @@ class ModelControl:
         self._plan_lock = asyncio.Lock()
         self._staged: dict[str, Path] = {}  # pushed folders written, their load not yet done
         self._pushed: dict[str, Path] = {}  # model -> its push folder in storage
+        self._overridden: set[str] = set()
+        """serve.yaml's models a client's load with ``config`` replaced (a plain load restores
+        them)."""
         plan = state.plan
         self._fingerprints = {m.name: fingerprint(m) for m in plan.models}
         self.remote = RemoteModels(plan.server.storage, plan.base_dir, repository.downloads)
@@ -245,6 +250,13 @@ class ModelControl:
                         f"{POLL_FAILED}: serve.yaml has no model of that name; push it with a "
                         "config parameter"
                     )
+                declared = self.plan.model(name)
+                if declared is not None and name in self._overridden:
+                    # As in Triton, a load without config goes back to the repository's model
+                    # (serve.yaml's entry); the pushed files are deleted once it serves.
+                    await self._load(self._recompile(declared), None)
+                    self._overridden.discard(name)
+                    return
                 await self._load(self._recompile(current), None)
                 return
             base = current.config if current is not None else None
@@ -268,13 +280,15 @@ class ModelControl:
             folder = storage.stage(self.storage_dir, name, pushed_files) if pushed_files else None
             if folder is None:
                 await self._load(self.compile_model(model), None)
-                return
-            model = model.model_copy(update={"storage_uri": str(folder)})
-            self._staged[name] = folder  # counted by _check_room while it loads
-            try:
-                await self._load(self.compile_model(model), folder)
-            finally:
-                self._staged.pop(name, None)
+            else:
+                model = model.model_copy(update={"storage_uri": str(folder)})
+                self._staged[name] = folder  # counted by _check_room while it loads
+                try:
+                    await self._load(self.compile_model(model), folder)
+                finally:
+                    self._staged.pop(name, None)
+            if self.plan.model(name) is not None:
+                self._overridden.add(name)
 
     def _check_room(self, name: str, files: list[tuple[PurePosixPath, bytes]]) -> None:
         """``server.limits.maxPushedModels`` and ``maxPushedBytes``, counted on disk; a push
@@ -313,6 +327,7 @@ class ModelControl:
             await self._repository.unload(name)
             self._release_push(name, declared)
             self._repository.register(declared, "unloaded")
+            self._overridden.discard(name)
             self._fingerprints[name] = fingerprint(declared)
 
     async def remove(self, name: str) -> None:
@@ -330,6 +345,7 @@ class ModelControl:
         try:
             async with self._lock(model.name):
                 await self._load(self.compile_model(model), None)
+                self._overridden.discard(model.name)
         except BaseException:
             if python_object is not None:
                 forget_object(model.entrypoint)
@@ -380,9 +396,11 @@ class ModelControl:
             self._release_push(plan.name, plan)
             self._repository.register(plan)
             self._fingerprints[plan.name] = fingerprint(plan)
+            self._overridden.discard(plan.name)
             return
         try:
             await self._load(plan, None)
+            self._overridden.discard(plan.name)
         except InvalidArgument:
             done["failed"].append(plan.name)  # the repository recorded why
             # Tried as it stands: an unrelated edit must not retry it (and report it
@@ -489,6 +507,7 @@ class ModelControl:
         await self._repository.remove(name)
         storage.discard(self.storage_dir, self._pushed.pop(name, None))
         self._fingerprints.pop(name, None)
+        self._overridden.discard(name)
         if plan is not None and plan.config is not None:
             forget_object(plan.config.entrypoint)
 

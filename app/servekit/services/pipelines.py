@@ -7,7 +7,8 @@ worked out once per model version; a step that is not a plain model goes through
 statistics, and the arrays pass from one step to the next as they are (the same numpy objects:
 no copy, no serialisation). Steps start as soon
 as their inputs exist, so independent steps run at the same time; the pipeline's deadline
-(the client's, capped by ``server.requestTimeoutSeconds``) is every step's. A failing step
+(the first of the client's, its ``timeout`` parameter and ``server.requestTimeoutSeconds``)
+is every step's. A failing step
 fails the request with the step and its model named, and the other running steps are
 cancelled (queued, they leave their queue unrun).
 """

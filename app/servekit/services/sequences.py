@@ -52,6 +52,7 @@ from servekit.errors import (
     internal_error,
 )
 from servekit.models.repository import ModelEntry, VersionEntry
+from servekit.request_id import CURRENT, client_address
 from servekit.runtimes.base import Arrays, ModelRuntime, Predict
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
@@ -62,6 +63,8 @@ log = logging.getLogger("servekit.sequences")
 
 CorrelationId = int | str
 UINT64_MAX = (1 << 64) - 1
+MAX_CORRELATION_ID_BYTES = 256
+"""Longest string correlation ID (UTF-8 bytes): IDs are kept, logged and given to the model."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,13 @@ def sequence_flags(request: InferRequest) -> SequenceFlags:
         raise InvalidArgument("parameter 'sequence_id' must be an unsigned integer or a string")
     if isinstance(raw, int) and not 0 <= raw <= UINT64_MAX:
         raise InvalidArgument("parameter 'sequence_id' must be an unsigned 64-bit integer")
+    if isinstance(raw, str) and len(raw) > MAX_CORRELATION_ID_BYTES // 4:
+        size = len(raw.encode("utf-8", "surrogatepass"))
+        if size > MAX_CORRELATION_ID_BYTES:
+            raise InvalidArgument(
+                f"parameter 'sequence_id' is a string of {size} bytes; a string correlation "
+                f"ID is at most {MAX_CORRELATION_ID_BYTES} bytes (UTF-8)"
+            )
     if raw is None or raw == 0 or raw == "":
         raise InvalidArgument(
             f"inference request to model '{request.model_name}' must specify a non-zero or "
@@ -114,6 +124,8 @@ class _Sequence:
     """A sequence in progress: its slot, its waiting requests, its state."""
 
     correlation_id: CorrelationId
+    client: str | None = None
+    """The address of the client that started it (None: this process), for its share."""
     pending: deque[_Step] = field(default_factory=deque)
     instance: _Instance | None = None
     running: bool = False
@@ -185,6 +197,8 @@ class SequenceBatcher:
         self._batch = max_batch_size
         self._max_queue = max_queue_size
         self._slots = config.slots(max_batch_size)
+        self._per_client = config.per_client(self._slots * instances)
+        self._clients: dict[str, int] = {}  # address -> its sequences in progress
         self._instances = [_Instance(i) for i in range(instances)]
         self._by_id: dict[CorrelationId, _Sequence] = {}
         self._backlog: deque[_Sequence] = deque()
@@ -200,10 +214,17 @@ class SequenceBatcher:
 
     # -- on the loop ----------------------------------------------------------------------------
     def enqueue(
-        self, flags: SequenceFlags, feed: Arrays, outputs: list[str], deadline: float | None
+        self,
+        flags: SequenceFlags,
+        feed: Arrays,
+        outputs: list[str],
+        deadline: float | None,
+        client: str | None = None,
     ) -> asyncio.Future[tuple[Arrays, int, int]]:
         """Queue one request on its sequence (synchronously, so requests of a sequence keep
-        the order in which they arrived) and return the future of its results."""
+        the order in which they arrived) and return the future of its results. ``client``:
+        the address of the client (None: this process), whose new sequences are bounded by
+        its share of the slots."""
         if self._closed:
             raise Unavailable(f"model {self.name!r}: this version is unloading")
         self._check_corrid(flags.correlation_id)
@@ -221,7 +242,10 @@ class SequenceBatcher:
                     f"'{self.name}' must specify the START flag on the first request of the "
                     "sequence"
                 )
-            sequence = _Sequence(flags.correlation_id)
+            self._check_share(client)
+            sequence = _Sequence(flags.correlation_id, client)
+            if client is not None:
+                self._clients[client] = self._clients.get(client, 0) + 1
             self._by_id[flags.correlation_id] = sequence
             self.counts.started += 1
             self._place(sequence)
@@ -273,6 +297,23 @@ class SequenceBatcher:
         held = [s for i in self._instances for s in i.sequences]
         return held + list(self._backlog)
 
+    def _check_share(self, client: str | None) -> None:
+        """A client address may have ``clientSlotShare`` of the model's slots in progress
+        (holding one or waiting for one): beyond it, busy (429), so that one client cannot
+        hold every slot while others wait."""
+        limit = self._per_client
+        if client is None or limit is None:
+            return
+        held = self._clients.get(client, 0)
+        if held >= limit:
+            total = self._slots * len(self._instances)
+            raise Overloaded(
+                f"model {self.name!r}: client {client} has {held} sequences in progress, its "
+                f"share of the model's {total} sequence slots (sequenceBatching.clientSlotShare "
+                f"{self.config.client_slot_share}); end one, or retry later",
+                1,
+            )
+
     def _check_corrid(self, correlation_id: CorrelationId) -> None:
         """A CORRID control of type string takes string IDs only, of an integer type integers
         only (Triton's words)."""
@@ -308,6 +349,11 @@ class SequenceBatcher:
             sequence.idle_timer = None
         if self._by_id.get(sequence.correlation_id) is sequence:
             del self._by_id[sequence.correlation_id]
+        client = sequence.client
+        if client is not None:
+            left = self._clients.pop(client) - 1
+            if left:
+                self._clients[client] = left
         if expired:
             self.counts.expired += 1
         else:
@@ -588,7 +634,9 @@ class Sequences:
             if request.parameters or deadline is not None:
                 deadline, _ = self._deadlines(request, deadline)
             input_done = time.perf_counter_ns()
-            future = batcher.enqueue(flags, feed, [s.name for s in wanted], deadline)
+            info = CURRENT.get()  # the adapter's: who sent it (no transport code here)
+            client = client_address(info.client) if info is not None else None
+            future = batcher.enqueue(flags, feed, [s.name for s in wanted], deadline, client)
             try:
                 results, queue_ns, spent = await future
             except asyncio.CancelledError:

@@ -11,8 +11,9 @@ the model's compute.
   (the loop's default executor) and the loop itself are not affected.
 
 Requests wait in a queue bounded by ``maxQueueSize`` (one more: Overloaded, HTTP 429). Each may
-carry a deadline (the client's, capped by ``server.requestTimeoutSeconds``) and bounds on its
-wait (its ``timeout`` parameter, the model's ``queueTimeoutMicroseconds``): a request expired
+carry a deadline (the client's, its ``timeout`` parameter, ``server.requestTimeoutSeconds``:
+the first) and bounds on its wait (``timeout`` again, the model's
+``queueTimeoutMicroseconds``): a request expired
 while queued is answered DeadlineExceeded and never starts; one whose deadline passes while it
 runs is answered DeadlineExceeded at once. A request whose awaiting coroutine is cancelled
 (client gone) leaves the queue; if it is already running, its call's cancel flag
@@ -57,6 +58,13 @@ from servekit.services.execution.outputs import OutputCheck
 from servekit.services.execution.placement import Mode, Placement
 from servekit.services.stats import VersionStats
 from servekit.tracing import TRACING
+
+DEADLINE_SOURCES = (
+    "the client's deadline, its 'timeout' parameter or server.requestTimeoutSeconds, whichever "
+    "is first"
+)
+"""What a deadline in an answer may have come from (app/servekit/services/dataplane.py
+``_deadlines``)."""
 
 log = logging.getLogger("servekit.executor")
 
@@ -516,7 +524,7 @@ class ModelExecutor:
                 job.future.set_exception(
                     DeadlineExceeded(
                         f"model {self.name!r}: the request's deadline passed while the model "
-                        "was computing it; its result is dropped"
+                        f"was computing it ({DEADLINE_SOURCES}); its result is dropped"
                     )
                 )
             self._maybe_cancel(job.work)
@@ -526,7 +534,7 @@ class ModelExecutor:
         if job.future.done():
             return
         if job.deadline is not None and now >= job.deadline:
-            why = "the request's deadline passed while it waited in the queue"
+            why = f"the request's deadline passed while it waited in the queue ({DEADLINE_SOURCES})"
         else:
             timeout = round(self.settings.queue_timeout_s * 1e6)
             why = (
