@@ -37,10 +37,10 @@ install would otherwise bring torch's CUDA build; this is CI's command, with the
 
 
 def torch_absent() -> str:
-    """What of the torch tier's libraries (torch, onnxscript: the test-torch extra) is not
-    installed, as "torch and onnxscript"; empty when both are."""
+    """The torch tier's libraries (torch, onnxscript) that are not installed, said as what is
+    missing ("the test-torch extra (torch and onnxscript)"); empty when both are."""
     absent = [name for name in ("torch", "onnxscript") if importlib.util.find_spec(name) is None]
-    return " and ".join(absent)
+    return f"the test-torch extra ({' and '.join(absent)})" if absent else ""
 
 
 def need_torch() -> None:

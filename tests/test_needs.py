@@ -46,7 +46,9 @@ def test_the_torch_tier_names_its_install(monkeypatch: pytest.MonkeyPatch) -> No
     torch tier fails under CI and skips elsewhere, naming the test-torch extra's install."""
     monkeypatch.setitem(sys.modules, "torch", None)
     monkeypatch.setenv("CI", "true")
-    with pytest.raises(pytest.fail.Exception, match=r"torch is missing: .*\[test-torch\]"):
+    with pytest.raises(
+        pytest.fail.Exception, match=r"extra \(torch\) is missing: .*\[test-torch\]"
+    ):
         need_torch()
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception, match=re.escape(TORCH_INSTALL)):
