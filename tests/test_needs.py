@@ -42,13 +42,14 @@ def test_no_test_module_skips_but_through_needs() -> None:
 
 
 def test_the_torch_tier_names_its_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without torch (a None entry in sys.modules is how Python says "not importable"), the
-    torch tier fails under CI and skips elsewhere, naming the test-torch extra's install."""
+    """Without torch and onnxscript (a None entry in sys.modules is how Python says "not
+    importable"), the torch tier fails under CI and skips elsewhere, naming the test-torch
+    extra's install."""
     monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
     monkeypatch.setenv("CI", "true")
-    with pytest.raises(
-        pytest.fail.Exception, match=r"extra \(torch\) is missing: .*\[test-torch\]"
-    ):
+    missing = r"extra \(torch and onnxscript\) is missing: .*\[test-torch\]"
+    with pytest.raises(pytest.fail.Exception, match=missing):
         need_torch()
     monkeypatch.setenv("CI", "")
     with pytest.raises(pytest.skip.Exception, match=re.escape(TORCH_INSTALL)):
