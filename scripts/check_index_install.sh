@@ -10,8 +10,9 @@
 #                                            extra and the user extras on this Python; the
 #                                            wheels for Python 3.12 and 3.13 (test extra: 3.12)
 #   scripts/check_index_install.sh --full    also install ".[test]" into a fresh venv and run
-#                                            the fast tier there (several GB: the index's torch
-#                                            is the CUDA build)
+#                                            the fast tier there (no torch: the torch tier has an
+#                                            extra of its own, test-torch, whose torch from the
+#                                            index alone is the CUDA build, several GB)
 #
 # Prints one line per check; exits non-zero when one fails. Reports are kept in $OUT
 # (default: a new temporary folder).
@@ -39,13 +40,15 @@ resolve() {  # resolve NAME ARGS...: a dry-run install, summarised from its repo
   shift
   if "${pip[@]}" install -q --dry-run --ignore-installed --report "$out/$name.json" "$@" \
     >"$out/$name.log" 2>&1; then
-    "$venv/bin/python" - "$out/$name.json" "$name" <<'EOF'
+    "$venv/bin/python" - "$out/$name.json" "$name" <<'EOF' || status=1
 import json, sys
 report = json.load(open(sys.argv[1]))
 names = {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in report["install"]}
 nvidia = sorted(n for n in names if n.startswith("nvidia-"))
 torch = names.get("torch")
 extra = f", torch {torch}" + (f" with {len(nvidia)} nvidia-* packages" if nvidia else "") if torch else ""
+if sys.argv[2].startswith("test") and torch:
+    sys.exit(f"FAIL {sys.argv[2]}: the test extra brings torch{extra} (test-torch's job)")
 print(f"ok   {sys.argv[2]}: {len(names)} packages resolve{extra}")
 EOF
   else

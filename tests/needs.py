@@ -7,6 +7,7 @@ it; elsewhere it skips with that command, so a developer without the tool still 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from typing import NoReturn
 
@@ -25,3 +26,26 @@ def missing(what: str, install: str, *, module: bool = False) -> NoReturn:
     if in_ci():
         pytest.fail(f"{message} (CI must install it)", pytrace=False)
     pytest.skip(message, allow_module_level=module)
+
+
+TORCH_INSTALL = (
+    "pip install -c .ci/constraints.txt --extra-index-url https://download.pytorch.org/whl/cpu "
+    '-e ".[test-torch]"'
+)
+"""The PyTorch tier's install (docs/development.md): torch is not in the test extra, whose
+install would otherwise bring torch's CUDA build; this is CI's command, with the CPU build."""
+
+
+def torch_absent() -> str:
+    """The torch tier's libraries (torch, onnxscript) that are not installed, said as what is
+    missing ("the test-torch extra (torch and onnxscript)"); empty when both are."""
+    absent = [name for name in ("torch", "onnxscript") if importlib.util.find_spec(name) is None]
+    return f"the test-torch extra ({' and '.join(absent)})" if absent else ""
+
+
+def need_torch() -> None:
+    """In a test of the ``torch`` tier: without its libraries, ``missing`` names the install
+    (fails under CI, skips elsewhere). A module checks ``torch_absent()`` before importing
+    torch and calls ``missing(..., module=True)``."""
+    if absent := torch_absent():
+        missing(absent, TORCH_INSTALL)

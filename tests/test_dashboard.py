@@ -9,11 +9,14 @@ temporary folder. In CI these tests always run; elsewhere they skip only without
 
 from __future__ import annotations
 
+import base64
+import itertools
 import json
 import os
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +39,8 @@ from playwright.sync_api import Browser, Page, Route, ViewportSize, expect
 from prometheus_client.parser import text_string_to_metric_families
 from servers import ServerProcess, grpc_available, running_server, start_server
 from waits import wait_until
+
+from servekit.services import WINDOW_SLOT_S, WINDOW_SLOTS
 
 pytestmark = pytest.mark.slow
 
@@ -231,7 +236,7 @@ def test_model_page_statistics_update_live(
     assert all(0 < p["p50_ms"] <= p["p90_ms"] <= p["p99_ms"] for p in busy)
     chart = page.locator('figure[data-latency="1"] svg.chart.latency')
     for line in ("p50", "p90", "p99"):
-        expect(chart.locator(f'polyline[data-line="{line}"]')).to_have_count(1)
+        expect(chart.locator(f'path.line[data-line="{line}"]')).to_have_count(1)
         expect(chart.locator(f"circle.dot.{line}").first).to_be_visible()
     expect(chart.locator("rect.bar:not(.zero)").first).to_be_visible()
     expect(page.locator('figure[data-latency="1"] table')).to_be_hidden()  # the chart says it
@@ -628,3 +633,123 @@ def test_model_page_charts_batch_sizes_their_reasons_and_queue_times(
             expect(drained.locator("td.num")).to_have_text(str(dispatched.get("queue_drained", 0)))
         finally:
             plain.close()
+
+
+SLEEPY_MODEL = """\
+import time
+
+
+def sleepy(x):
+    time.sleep(float(x.flat[0]) / 1000)  # the first value is the milliseconds to take
+    return x
+"""
+# Counts the pixels of one colour in a PNG, decoded by the browser itself.
+COUNT_COLOUR = """async ([png, rgb, tolerance]) => {
+  const image = new Image();
+  image.src = `data:image/png;base64,${png}`;
+  await image.decode();
+  const canvas = document.createElement("canvas");
+  canvas.width = image.width;
+  canvas.height = image.height;
+  const context = canvas.getContext("2d");
+  context.drawImage(image, 0, 0);
+  const { data } = context.getImageData(0, 0, image.width, image.height);
+  let count = 0;
+  for (let i = 0; i < data.length; i += 4) {
+    if (Math.abs(data[i] - rgb[0]) <= tolerance && Math.abs(data[i + 1] - rgb[1]) <= tolerance
+        && Math.abs(data[i + 2] - rgb[2]) <= tolerance) count += 1;
+  }
+  return count;
+}"""
+
+
+def test_latency_chart_draws_lines_over_a_time_axis(
+    browser: Browser, tmp_path: Path, shots: Path
+) -> None:
+    """Three 10 s slots of real traffic at 2, 40 and 10 ms: the latency chart draws p99 as a
+    line in its colour (counted in Chromium's own pixels: a line has about two pixels per unit
+    of length, a filled shape far more), over a time axis from -5 min to now, with its y scale
+    spread over the plot."""
+    (tmp_path / "sleepy_model.py").write_text(SLEEPY_MODEL)
+    config = tmp_path / "serve.yaml"
+    config.write_text(
+        "models:\n"
+        "  - {name: sleepy, modelFormat: {name: python}, entrypoint: sleepy_model:sleepy,\n"
+        f"     {BATCH_IO}}}\n"
+    )
+
+    def slot() -> int:
+        return int(time.time() // WINDOW_SLOT_S)
+
+    with running_server(config, grpc=False) as sleepy_server, sleepy_server.http_client() as http:
+        for delay in (2, 40, 10):  # each fills the rest of one slot of the server's window
+            started = slot()
+            for _ in range(2000):  # bounded; a slot is 10 s, the slowest request 40 ms
+                if slot() != started:
+                    break
+                body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 4],
+                                    "data": [delay, 0, 0, 0]}]}  # fmt: skip
+                assert http.post("/v2/models/sleepy/infer", json=body).status_code == 200
+        context = browser.new_context(
+            base_url=sleepy_server.http_url, viewport=LAPTOP, device_scale_factor=1
+        )
+        try:
+            page = context.new_page()
+            errors = collect_errors(page)
+            page.goto("/models/sleepy")
+            chart = page.locator('figure[data-latency="1"] svg.chart.latency')
+            expect(chart.locator("rect.bar:not(.zero)").nth(2)).to_be_visible()  # 3 slots
+            p99 = chart.locator('[data-line="p99"]')
+            expect(p99).to_have_count(1)
+            # The line's own style: stroked in its colour, never filled.
+            style = p99.evaluate("l => [getComputedStyle(l).stroke, getComputedStyle(l).fill]")
+            rgb = [int(c) for c in style[0].removeprefix("rgb(").rstrip(")").split(",")]
+            length = float(p99.evaluate("l => l.getTotalLength()"))
+            dots = chart.locator("circle.dot.p99").count()
+            png = base64.b64encode(chart.screenshot()).decode()
+            blank = context.new_page()
+            counted = int(blank.evaluate(COUNT_COLOUR, [png, rgb, 48]))
+            blank.close()
+            assert counted >= 0.5 * length, (counted, length)  # the line is drawn, in its colour
+            # At most its 2 px stroke, its dots and the key's "p99": no filled area.
+            assert counted <= 2.5 * length + 40 * dots + 150, (counted, length, dots)
+            assert style[1] == "none", style
+            # The time axis: labels from the window's start to now.
+            labels = chart.locator("text").all_text_contents()
+            for label in ("-5 min", "-1 min", "now"):
+                assert label in labels, labels
+            # The scales use the plot: the lines span most of its height, and the last busy
+            # slot sits a slot or two left of "now" (x is the window's time).
+            box = chart.evaluate(
+                """svg => {
+                  const frame = svg.querySelector("rect.frame").getBBox();
+                  const lines = [...svg.querySelectorAll("[data-line]")].map((l) => l.getBBox());
+                  const top = Math.min(...lines.map((b) => b.y));
+                  const bottom = Math.max(...lines.map((b) => b.y + b.height));
+                  const texts = [...svg.querySelectorAll("text")];
+                  const now = texts.find((t) => t.textContent === "now");
+                  const last = Math.max(...lines.map((b) => b.x + b.width));
+                  return { frame: [frame.y, frame.height], lines: [top, bottom],
+                           now: now.getBBox().x + now.getBBox().width, last,
+                           width: frame.width };
+                }"""
+            )
+            frame_top, frame_height = box["frame"]
+            assert frame_top <= box["lines"][0] and box["lines"][1] <= frame_top + frame_height
+            assert box["lines"][1] - box["lines"][0] >= 0.6 * frame_height, box
+            slot_width = box["width"] / WINDOW_SLOTS
+            assert 0.4 * slot_width <= box["now"] - box["last"] <= 4 * slot_width, box
+            # Each p99 dot is the server's figure: a larger p99 is drawn higher.
+            recent = http.get("/dashboard/api/models/sleepy").json()["versions"][0]["stats"]
+            figures = [p["p99_ms"] for p in recent["recent"] if p["requests"]]
+            heights = chart.locator("circle.dot.p99").evaluate_all(
+                "dots => dots.map((d) => -Number(d.getAttribute('cy')))"
+            )
+            assert len(heights) == len(figures) >= 3, (heights, figures)
+            for (a, ha), (b, hb) in itertools.combinations(zip(figures, heights, strict=True), 2):
+                assert (a > b) == (ha > hb) or a == b, (figures, heights)
+            page.evaluate("window.scrollTo(0, 0)")  # the element screenshot scrolled the page
+            snap(page, shots, "model-latency")
+            assert errors == []
+        finally:
+            context.close()

@@ -4,10 +4,11 @@ tests/needs.py, which fails under CI and skips elsewhere, naming the install com
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
-from needs import missing
+from needs import TORCH_INSTALL, missing, need_torch
 
 TESTS = Path(__file__).parent
 BARE_SKIP = re.compile(r"pytest\.skip\(|importorskip\(|mark\.skip(if)?\b")
@@ -38,3 +39,18 @@ def test_no_test_module_skips_but_through_needs() -> None:
                 if allowed is None or allowed not in line:
                     found.append(f"{path.relative_to(TESTS)}:{number}: {line.strip()}")
     assert found == [], "skip through tests/needs.py's missing(what, install command)"
+
+
+def test_the_torch_tier_names_its_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without torch and onnxscript (a None entry in sys.modules is how Python says "not
+    importable"), the torch tier fails under CI and skips elsewhere, naming the test-torch
+    extra's install."""
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    monkeypatch.setenv("CI", "true")
+    missing = r"extra \(torch and onnxscript\) is missing: .*\[test-torch\]"
+    with pytest.raises(pytest.fail.Exception, match=missing):
+        need_torch()
+    monkeypatch.setenv("CI", "")
+    with pytest.raises(pytest.skip.Exception, match=re.escape(TORCH_INSTALL)):
+        need_torch()

@@ -2,11 +2,13 @@
 ``# NBVAL_CHECK_OUTPUT`` must print what the saved notebook shows (ports and timings sanitized
 by ``notebooks/sanitize.cfg``).
 
-nbval runs in a subprocess, exactly as documented for running it by hand::
+nbval runs in a subprocess, with the command documented for running them by hand
+(docs/notebook.md; notebooks/pytest.ini and notebooks/conftest.py hold nbval's options)::
 
-    pytest --nbval-lax --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg notebooks/
+    pytest notebooks/
 
-so the kernels it starts, and the servers they start, never share this process.
+so the kernels it starts, and the servers they start, never share this process. Notebook 05
+(PyTorch) is in the torch tier (tests/needs.py's ``need_torch``).
 """
 
 from __future__ import annotations
@@ -16,20 +18,26 @@ import sys
 from pathlib import Path
 
 import pytest
+from needs import need_torch
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+TORCH_NOTEBOOK = "05-pytorch.ipynb"
 
 
 def nbval_command(*paths: Path) -> list[str]:
-    return [
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-        "--nbval-lax", "--nbval-current-env",
-        "--nbval-sanitize-with", str(NOTEBOOKS / "sanitize.cfg"),
-        *map(str, paths),
-    ]  # fmt: skip
+    """``pytest notebooks/...``: nbval's options come from notebooks/pytest.ini."""
+    return [sys.executable, "-m", "pytest", "-q", *map(str, paths)]
+
+
+def run_nbval(*paths: Path) -> None:
+    done = subprocess.run(
+        nbval_command(*paths), cwd=ROOT, capture_output=True, text=True, timeout=840
+    )
+    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
+    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
 
 
 def test_every_notebook_is_listed() -> None:
@@ -42,13 +50,13 @@ def test_every_notebook_is_listed() -> None:
 
 @pytest.mark.timeout(900)
 def test_notebooks_run_under_nbval() -> None:
-    """One nbval run over all notebooks (a kernel per notebook, about 20 s in all)."""
-    done = subprocess.run(
-        nbval_command(*sorted(NOTEBOOKS.glob("*.ipynb"))),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=840,
-    )
-    assert done.returncode == 0, done.stdout[-20000:] + done.stderr[-5000:]
-    assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
+    """One nbval run over the notebooks that need no torch (a kernel per notebook, about 20 s
+    in all)."""
+    run_nbval(*sorted(p for p in NOTEBOOKS.glob("*.ipynb") if p.name != TORCH_NOTEBOOK))
+
+
+@pytest.mark.torch
+@pytest.mark.timeout(900)
+def test_the_pytorch_notebook_runs_under_nbval() -> None:
+    need_torch()
+    run_nbval(NOTEBOOKS / TORCH_NOTEBOOK)

@@ -1,7 +1,7 @@
 """PyTorch modules served through ``add_model`` (issue 16): exported to ONNX in memory by
 ``torch.onnx.export`` (the torch.export-based exporter, app/servekit/client/torch_onnx.py), then
 served
-by onnxruntime like any ONNX model. Real torch (the CPU build, from the test extra), a real
+by onnxruntime like any ONNX model. Real torch (the CPU build, from the test-torch extra), a real
 server in this process, tritonclient over HTTP, and the saved project served by a fresh
 ``servekit serve`` process. Outputs are compared with what torch itself computes."""
 
@@ -11,6 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from needs import TORCH_INSTALL, missing, torch_absent
+
+if absent := torch_absent():  # the torch tier: the test-torch extra
+    missing(absent, TORCH_INSTALL, module=True)
+
 import torch
 import tritonclient.http as httpclient
 import yaml
@@ -19,7 +24,7 @@ from servers import running_server
 import servekit
 from servekit.errors import InvalidArgument
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 TIGHT = {"rtol": 1e-5, "atol": 1e-6}
 """onnxruntime and torch run the same float32 matmuls in different orders: a few ulps apart."""

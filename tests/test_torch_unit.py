@@ -8,13 +8,18 @@ import sys
 
 import onnx_builders
 import pytest
+from needs import TORCH_INSTALL, missing, torch_absent
+
+if absent := torch_absent():  # the torch tier: the test-torch extra
+    missing(absent, TORCH_INSTALL, module=True)
+
 import torch
 
 from servekit.client import convert, torch_onnx
 
 # In process, but importing torch alone takes seconds (5 s on a busy 2-core machine): the
 # developer loop leaves these to the full run (tests/tiers.py).
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 EXTRA = 'pip install "servekit[torch]"'
 
