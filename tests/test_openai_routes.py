@@ -193,6 +193,13 @@ def test_completion_stream(client: openai.OpenAI, usage: bool) -> None:
     text = "".join(c.choices[0].text for c in chunks if c.choices)
     assert text == whole.choices[0].text and len(chunks) > 3
     assert (chunks[-1].usage is not None) == usage
+    echoed = client.completions.create(model="chargen", prompt="the river", seed=2, echo=True)
+    assert echoed.choices[0].text == "the river" + text
+    assert echoed.usage is not None and echoed.usage.completion_tokens == len(text.split())
+    streamed = client.completions.create(
+        model="chargen", prompt="the river", seed=2, echo=True, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed) == "the river" + text
 
 
 def test_stream_ends_with_done(http: httpx.Client) -> None:

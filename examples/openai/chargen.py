@@ -48,7 +48,8 @@ class CharChain:
         """Characters that follow ``prompt``, one at a time."""
         seed = settings.get("seed")
         rng = np.random.default_rng(None if seed is None else int(seed) + choice)
-        temperature = max(float(settings.get("temperature") or 1.0), 1e-3)
+        temperature = settings.get("temperature")
+        temperature = 1.0 if temperature is None else float(temperature)
         limit = settings.get("max_tokens") or settings.get("max_completion_tokens") or 48
         stops = settings.get("stop") or []
         stops = [stops] if isinstance(stops, str) else list(stops)
@@ -57,8 +58,12 @@ class CharChain:
         for _ in range(int(limit)):
             counts = self._counts(context)
             letters = list(counts)
-            weights = np.array([counts[c] for c in letters], dtype=np.float64) ** (1 / temperature)
-            letter = letters[int(rng.choice(len(letters), p=weights / weights.sum()))]
+            weights = np.array([counts[c] for c in letters], dtype=np.float64)
+            if temperature < 0.01:  # greedy: the most frequent next letter
+                letter = letters[int(np.argmax(weights))]
+            else:
+                weights = weights ** (1 / temperature)
+                letter = letters[int(rng.choice(len(letters), p=weights / weights.sum()))]
             made += letter
             if any(stop and made.endswith(stop) for stop in stops):
                 return

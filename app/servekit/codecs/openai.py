@@ -41,13 +41,10 @@ MAX_PROMPTS = 128
 """Prompts one completion request may hold (each is its own model call)."""
 MAX_EMBEDDING_INPUTS = 2048
 """OpenAI's bound on the items of one embeddings request."""
-ALWAYS_FINE = frozenset({"model", "stream", "stream_options", "user", "n"})
-"""Fields any model takes (``n`` only as 1): how the answer is sent, or who asked."""
-NOT_CARRIED = {
-    "logprobs": "log probabilities",
-    "top_logprobs": "log probabilities",
-    "echo": "the prompt echoed back",
-}
+ALWAYS_FINE = frozenset({"model", "stream", "stream_options", "user", "n", "echo"})
+"""Fields any model takes (``n`` only as 1): how the answer is sent, or who asked; servekit
+honours ``echo`` itself (the prompt before the completion)."""
+NOT_CARRIED = {"logprobs": "log probabilities", "top_logprobs": "log probabilities"}
 """Fields asking for something the answer tensors cannot carry: refused when set."""
 
 
@@ -75,6 +72,8 @@ class TextRequest:
     n: int
     prompt_words: list[int]
     """Words of each text's human-readable part (the messages' contents, a prompt)."""
+    echo: bool = False
+    """Completions: each choice starts with its prompt."""
 
 
 @dataclass(slots=True)
@@ -123,8 +122,8 @@ def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
     include_usage = False
     if options is not None:
         if not stream:
-            raise OpenAIInvalid(
-                "'stream_options' is only allowed when 'stream' is true", "stream_options"
+            raise OpenAIInvalid(  # Triton's frontend's words
+                "`stream_options` can only be used when `stream` is True", "stream_options"
             )
         if not isinstance(options, dict):
             raise OpenAIInvalid("'stream_options' must be an object", "stream_options")
@@ -235,6 +234,9 @@ def decode_completion(obj: object) -> TextRequest:
     stream, include_usage = _stream(body)
     n = _n(body)
     _not_carried(body)
+    echo = body.get("echo")
+    if echo is not None and not isinstance(echo, bool):
+        raise OpenAIInvalid("'echo' must be a boolean", "echo")
     return TextRequest(
         "completion",
         model,
@@ -244,6 +246,7 @@ def decode_completion(obj: object) -> TextRequest:
         include_usage,
         n,
         [len(p.split()) for p in prompts],
+        bool(echo),
     )
 
 
@@ -396,8 +399,14 @@ def words(texts: Iterable[str]) -> int:
     return sum(len(t.split()) for t in texts)
 
 
-def answer(reply: Reply, texts: list[str], prompt_words: int) -> dict[str, Any]:
-    """The whole (non-streamed) answer: one choice per text, in order."""
+def answer(
+    reply: Reply, texts: list[str], prompt_words: int, echoed: list[str] | None = None
+) -> dict[str, Any]:
+    """The whole (non-streamed) answer: one choice per text, in order (each after its
+    ``echoed`` prompt, which usage does not count as completion)."""
+    completion_words = words(texts)
+    if echoed is not None:
+        texts = [prompt + text for prompt, text in zip(echoed, texts, strict=True)]
     if reply.kind == "chat":
         choices: list[dict[str, Any]] = [
             {
@@ -421,7 +430,7 @@ def answer(reply: Reply, texts: list[str], prompt_words: int) -> dict[str, Any]:
         "created": reply.created,
         "model": reply.model,
         "choices": choices,
-        "usage": usage(prompt_words, words(texts)),
+        "usage": usage(prompt_words, completion_words),
         "system_fingerprint": None,
     }
 

@@ -199,7 +199,9 @@ async def _texts(request: AnyRequest, dataplane: DataPlane, kind: str) -> Respon
     texts = await unless_client_leaves(
         request.scope, _all_choices(dataplane, calls, decoded.n, arrived)
     )
-    return _json(codec.answer(reply, texts, sum(decoded.prompt_words)))
+    n = decoded.n
+    echoed = [decoded.texts[i // n] for i in range(len(texts))] if decoded.echo else None
+    return _json(codec.answer(reply, texts, sum(decoded.prompt_words), echoed))
 
 
 async def _all_choices(
@@ -265,6 +267,10 @@ async def _events(
                 if reply.kind == "chat":
                     for index in range(n):
                         yield _event(codec.chunk(reply, base + index, "", None, True, usage))
+                elif decoded.echo:  # the prompt first, as OpenAI streams it
+                    for index in range(n):
+                        prompt = decoded.texts[number]
+                        yield _event(codec.chunk(reply, base + index, prompt, None, False, usage))
                 pending = [first] if first is not None else []
                 while True:
                     if pending:
@@ -355,7 +361,7 @@ _POST: dict[str, Any] = {
 }
 
 
-@get("/models", opt=_GROUP, responses=failures(ApiGroup.INFERENCE, 401))
+@get("/models", opt=_GROUP, responses=failures(ApiGroup.INFERENCE, 401, s401=OpenAIErrorBody))
 async def list_models(dataplane: Dataplane) -> OpenAIModelList:
     """The models served on these routes (serve.yaml ``openai:``)."""
     return {"object": "list", "data": _entries(dataplane)}
