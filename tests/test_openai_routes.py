@@ -415,3 +415,23 @@ def test_requests_are_counted(http: httpx.Client, client: openai.OpenAI) -> None
     client.chat.completions.create(model="bare-chat", messages=HELLO)
     assert count() == before + 1
     assert json.loads(http.get("/v2/models/bare-chat/config").content)["name"] == "bare-chat"
+
+
+# -- LangChain ----------------------------------------------------------------------------------
+def test_langchain_chat_and_embeddings(server: ServerProcess, folder: Path) -> None:
+    """LangChain's OpenAI classes, as RAG code uses them (no tokenizer download: embeddings
+    skip tiktoken's context-length check)."""
+    from langchain_openai import ChatOpenAI, OpenAIEmbeddings
+
+    base = f"{server.http_url}/openai/v1"
+    chat = ChatOpenAI(model="chargen-chat", base_url=base, api_key=TOKEN, max_retries=0, seed=3)
+    answer = chat.invoke("tell me about the cat")
+    assert isinstance(answer.content, str) and answer.content
+    streamed = "".join(str(chunk.content) for chunk in chat.stream("tell me about the cat"))
+    assert streamed == answer.content  # the same seed, streamed
+    embeddings = OpenAIEmbeddings(
+        model="embedder", base_url=base, api_key=TOKEN, check_embedding_ctx_length=False
+    )
+    vectors = embeddings.embed_documents(TEXTS)
+    np.testing.assert_allclose(np.array(vectors), _reference(folder, TEXTS), rtol=1e-5, atol=1e-6)
+    assert len(embeddings.embed_query("a cat")) == 64
