@@ -26,6 +26,7 @@ import openai
 import pytest
 from loops import run_in_own_loop
 from servers import ServerProcess, start_server
+from waits import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -33,8 +34,22 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "openai"
 TOKEN = "openai-test-token"
 EXTRA_MODULE = """
 import json
+import time
+from pathlib import Path
 
 import numpy as np
+
+CLOSED = Path(__file__).with_name("closed.log")
+
+
+def endless_chat(messages: np.ndarray, parameters: np.ndarray | None = None):
+    try:
+        while True:
+            time.sleep(0.01)
+            yield {"text_output": ["x"]}
+    finally:
+        with CLOSED.open("a") as log:
+            log.write("closed\\n")
 
 
 def echo(x: np.ndarray) -> np.ndarray:
@@ -51,6 +66,14 @@ EXTRA_MODELS = """
     entrypoint: "extra_models:echo"
     inputs: [{name: x, datatype: FP32, shape: [-1]}]
     outputs: [{name: x, datatype: FP32, shape: [-1]}]
+  - name: endless-chat
+    modelFormat: {name: python}
+    entrypoint: "extra_models:endless_chat"
+    openai: chat
+    inputs:
+      - {name: messages, datatype: BYTES, shape: [1]}
+      - {name: parameters, datatype: BYTES, shape: [1], optional: true}
+    outputs: [{name: text_output, datatype: BYTES, shape: [-1]}]
   - name: bare-chat
     modelFormat: {name: python}
     entrypoint: "extra_models:bare_chat"
@@ -58,7 +81,7 @@ EXTRA_MODELS = """
     inputs: [{name: messages, datatype: BYTES, shape: [1]}]
     outputs: [{name: text_output, datatype: BYTES, shape: [-1]}]
 """
-OPENAI_MODELS = ["bare-chat", "chargen", "chargen-chat", "embedder"]
+OPENAI_MODELS = ["bare-chat", "chargen", "chargen-chat", "embedder", "endless-chat"]
 
 
 def _builder() -> Any:
@@ -210,6 +233,27 @@ def test_stream_ends_with_done(http: httpx.Client) -> None:
         events = [line for line in answer.iter_lines() if line]
     assert events[-1] == "data: [DONE]"
     assert all(e.startswith("data: {") for e in events[:-1])
+
+
+def test_a_client_that_leaves_stops_the_model(server: ServerProcess, folder: Path) -> None:
+    """Its only instance serves the next stream once the first client has gone."""
+    log = folder / "closed.log"
+
+    def closed() -> int:
+        return log.read_text().count("closed") if log.exists() else 0
+
+    body = {"model": "endless-chat", "messages": HELLO, "stream": True}
+    headers = {"authorization": f"Bearer {TOKEN}"}
+    for round_ in (1, 2):
+        with (
+            server.http_client(timeout=10, headers=headers) as c,
+            c.stream("POST", "/openai/v1/chat/completions", json=body) as answer,
+        ):
+            assert answer.status_code == 200
+            lines = answer.iter_lines()
+            pieces = [next(lines) for _ in range(6)]
+            assert any('"content":"x"' in p for p in pieces)
+        wait_until(lambda n=round_: closed() == n, what=f"the model's generator closed ({round_})")
 
 
 # -- embeddings ---------------------------------------------------------------------------------
