@@ -56,6 +56,11 @@ def echo(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def slow_echo(text_input: np.ndarray) -> dict[str, list[bytes]]:
+    time.sleep(0.05)
+    return {"text_output": [text_input.reshape(-1)[0]]}
+
+
 def bare_chat(messages: np.ndarray) -> dict[str, list[str]]:
     history = json.loads(messages.reshape(-1)[0])
     return {"text_output": [history[-1]["content"].upper()]}
@@ -74,6 +79,13 @@ EXTRA_MODELS = """
       - {name: messages, datatype: BYTES, shape: [1]}
       - {name: parameters, datatype: BYTES, shape: [1], optional: true}
     outputs: [{name: text_output, datatype: BYTES, shape: [-1]}]
+  - name: slow-echo
+    modelFormat: {name: python}
+    entrypoint: "extra_models:slow_echo"
+    openai: completion
+    maxQueueSize: 1
+    inputs: [{name: text_input, datatype: BYTES, shape: [1]}]
+    outputs: [{name: text_output, datatype: BYTES, shape: [-1]}]
   - name: bare-chat
     modelFormat: {name: python}
     entrypoint: "extra_models:bare_chat"
@@ -81,7 +93,7 @@ EXTRA_MODELS = """
     inputs: [{name: messages, datatype: BYTES, shape: [1]}]
     outputs: [{name: text_output, datatype: BYTES, shape: [-1]}]
 """
-OPENAI_MODELS = ["bare-chat", "chargen", "chargen-chat", "embedder", "endless-chat"]
+OPENAI_MODELS = ["bare-chat", "chargen", "chargen-chat", "embedder", "endless-chat", "slow-echo"]
 
 
 def _builder() -> Any:
@@ -254,6 +266,23 @@ def test_a_client_that_leaves_stops_the_model(server: ServerProcess, folder: Pat
             pieces = [next(lines) for _ in range(6)]
             assert any('"content":"x"' in p for p in pieces)
         wait_until(lambda n=round_: closed() == n, what=f"the model's generator closed ({round_})")
+
+
+def test_a_full_queue_is_a_429(http: httpx.Client, client: openai.OpenAI) -> None:
+    """Eight prompts at once to a model that queues one request: the executor refuses the
+    others, and the answer is OpenAI's rate-limit error with Retry-After, not a 500."""
+    answer = http.post(
+        "/openai/v1/completions", json={"model": "slow-echo", "prompt": [f"p{i}" for i in range(8)]}
+    )
+    assert answer.status_code == 429, answer.text
+    assert answer.json()["error"]["type"] == "rate_limit_error"
+    assert int(answer.headers["retry-after"]) >= 1
+    # once what was accepted has run (one instance, in order: a probe answered is behind it),
+    # two prompts fit: one runs, one waits
+    probe = {"model": "slow-echo", "prompt": "probe"}
+    wait_until(lambda: http.post("/openai/v1/completions", json=probe).status_code == 200)
+    two = client.completions.create(model="slow-echo", prompt=["a", "b"])
+    assert [c.text for c in two.choices] == ["a", "b"]
 
 
 # -- embeddings ---------------------------------------------------------------------------------

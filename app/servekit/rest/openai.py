@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from contextlib import aclosing
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict, TypeVar, cast
 
 import numpy as np
 import orjson
@@ -62,6 +62,7 @@ EVENT_STREAM = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 AnyRequest = Request[Any, Any, Any]
 Answer = Response[dict[str, Any]]
+T = TypeVar("T")
 
 
 class OpenAIError(TypedDict):
@@ -210,9 +211,20 @@ async def _all_choices(
     """Every prompt's choices, in order (the prompts run at once: the executor may batch)."""
     if len(calls) == 1:
         return await _choices(dataplane, calls[0], n, arrived)
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(_choices(dataplane, c, n, arrived)) for c in calls]
-    return [text for task in tasks for text in task.result()]
+    done = await _together([_choices(dataplane, c, n, arrived) for c in calls])
+    return [text for texts in done for text in texts]
+
+
+async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every call's result, in order; the first failure is raised as it is (not wrapped in
+    an ExceptionGroup, so it keeps its status) and the other calls are cancelled."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
 
 
 async def _choices(dataplane: DataPlane, call: InferRequest, n: int, arrived: float) -> list[str]:
@@ -338,9 +350,7 @@ async def _run_all(
 ) -> list[InferResponse]:
     if len(calls) == 1:
         return [await dataplane.infer(calls[0], arrived=arrived)]
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(dataplane.infer(c, arrived=arrived)) for c in calls]
-    return [task.result() for task in tasks]
+    return await _together([dataplane.infer(c, arrived=arrived) for c in calls])
 
 
 # -- routes -----------------------------------------------------------------------------------
