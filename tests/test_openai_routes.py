@@ -110,7 +110,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(EXAMPLE / "chargen.py", root / "chargen.py")
     (root / "extra_models.py").write_text(EXTRA_MODULE)
     _builder().main(root / "models")
-    config = (EXAMPLE / "serve.yaml").read_text()
+    config = (EXAMPLE / "serve.yaml").read_text().replace(
+        "server:\n", "server:\n  logging: {accessLog: on}\n", 1
+    )
     (root / "serve.yaml").write_text(config + EXTRA_MODELS)
     return root
 
@@ -488,6 +490,17 @@ def test_requests_are_counted(http: httpx.Client, client: openai.OpenAI) -> None
     client.chat.completions.create(model="bare-chat", messages=HELLO)
     assert count() == before + 1
     assert json.loads(http.get("/v2/models/bare-chat/config").content)["name"] == "bare-chat"
+
+
+def test_access_log_names_the_model(server: ServerProcess, client: openai.OpenAI) -> None:
+    client.embeddings.create(model="embedder", input="a line for the access log")
+    wait_until(
+        lambda: any(
+            "POST /openai/v1/embeddings 200" in line and "model=embedder" in line
+            for line in server.log().splitlines()
+        ),
+        what="the access line of the embeddings request",
+    )
 
 
 # -- LangChain ----------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from servekit.errors import (
     ServeError,
     internal_error,
 )
+from servekit.request_id import CURRENT
 from servekit.rest.access import group_opt
 from servekit.rest.errors import CHALLENGE, client_left_handler
 from servekit.rest.infer import read_body
@@ -135,6 +136,9 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
 # -- the model a request names ----------------------------------------------------------------
 def _model(dataplane: DataPlane, name: str, kind: str) -> tuple[OpenAISettings, ModelSignature]:
     """The model's ``openai:`` settings and signature, checked against the route's kind."""
+    info = CURRENT.get()
+    if info is not None:  # the access log and traces name the model the body names
+        info.model = name
     settings = _settings(dataplane, name)
     if settings.kind != kind:
         route = {"chat": "chat/completions", "completion": "completions"}.get(
@@ -378,14 +382,14 @@ async def list_models(dataplane: Dataplane) -> OpenAIModelList:
 
 
 @get(
-    "/models/{model_id:str}",
+    "/models/{model:str}",
     opt=_GROUP,
     responses=failures(ApiGroup.INFERENCE, 401, 404, s401=OpenAIErrorBody, s404=OpenAIErrorBody),
 )
-async def retrieve_model(dataplane: Dataplane, model_id: FromPath[str]) -> OpenAIModel:
+async def retrieve_model(dataplane: Dataplane, model: FromPath[str]) -> OpenAIModel:
     """One model of ``/models``."""
-    _settings(dataplane, model_id)
-    found = [entry for entry in _entries(dataplane) if entry["id"] == model_id]
+    _settings(dataplane, model)
+    found = [entry for entry in _entries(dataplane) if entry["id"] == model]
     return found[0]
 
 
