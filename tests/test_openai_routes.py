@@ -110,8 +110,10 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copy(EXAMPLE / "chargen.py", root / "chargen.py")
     (root / "extra_models.py").write_text(EXTRA_MODULE)
     _builder().main(root / "models")
-    config = (EXAMPLE / "serve.yaml").read_text().replace(
-        "server:\n", "server:\n  logging: {accessLog: on}\n", 1
+    config = (
+        (EXAMPLE / "serve.yaml")
+        .read_text()
+        .replace("server:\n", "server:\n  logging: {accessLog: on}\n", 1)
     )
     (root / "serve.yaml").write_text(config + EXTRA_MODELS)
     return root
