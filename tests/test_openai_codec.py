@@ -161,3 +161,16 @@ def test_loaded_signature_is_checked() -> None:
     codec.check_model("embedding", "e", inputs, (TensorSpec("embedding", "FP32", (-1, 4)),))
     with pytest.raises(codec.OpenAIInvalid, match="needs an output 'embedding'"):
         codec.check_model("embedding", "e", inputs, (TensorSpec("out", "FP32", (-1, 4)),))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("temperature", 2.1), ("temperature", -0.1), ("top_p", 1.1), ("frequency_penalty", 3),
+     ("presence_penalty", -2.1), ("max_tokens", 0), ("max_tokens", 1.5), ("seed", "x"),
+     ("stop", ["a", "b", "c", "d", "e"]), ("stop", 3), ("temperature", True)],
+)  # fmt: skip
+def test_sampling_fields_are_bounded(field: str, value: object) -> None:
+    body = {"model": "m", "prompt": "p", field: value}
+    assert _param(codec.decode_completion, body) == field
+    chat = {"model": "m", "messages": HELLO, field: value}
+    assert _param(codec.decode_chat, chat) == field

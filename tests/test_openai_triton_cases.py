@@ -30,6 +30,18 @@ Cases that cannot apply, and why:
 - ``test_openai_client_function_calling``: marked "Not Implemented Yet" in Triton.
 - ``test_embeddings_defaults`` with token IDs as input: servekit hands the model text and
   refuses token IDs with 400 (there is no tokenizer on the server).
+
+From ``test_completions.py`` (Triton runs it in process with FastAPI's TestClient; here over
+HTTP): ``test_completions_temperature_vllm`` and ``_tensorrtllm`` compare an LLM's outputs at
+two temperatures through its backend and cannot apply; the ``min_tokens`` and ``ignore_eos``
+cases of ``test_completions_invalid_sampling_parameters`` check extensions of Triton's schema,
+which servekit hands to the model unchecked; ``test_completions_empty_prompt`` expects 400 for
+``prompt: ""``, which OpenAI's API and servekit accept; ``test_completions_multiple_choices``
+expects 400 for ``n: 2`` (Triton answers one choice), servekit answers two (its ``best_of``
+cases are refused as in Triton); ``test_completions_logprobs*``: see above; ``test_lora`` and
+``test_multi_lora`` are skipped in Triton ("Not Implemented Yet"). ``test_chat_completions.py``
+is not ported: its cases need an LLM with a tokenizer's chat template (Llama 3.1 from a hub)
+and check Triton's own FastAPI schema answers (422) and tool-call parsers.
 """
 
 from __future__ import annotations
@@ -334,6 +346,107 @@ def test_completion_logprobs(server: ServerProcess, logprobs: int) -> None:
         assert "log probabilities" in str(exc_info.value)
 
     run_async(server, body)
+
+
+# -- TestCompletions (test_completions.py) ------------------------------------------------------
+@pytest.fixture
+def raw(server: ServerProcess) -> Iterator[httpx.Client]:
+    with server.http_client(timeout=30) as made:
+        yield made
+
+
+def _complete(raw: httpx.Client, **fields: Any) -> httpx.Response:
+    return raw.post("/openai/v1/completions", json={"model": COMPLETION_MODEL, **fields})
+
+
+def test_completions_defaults(raw: httpx.Client) -> None:
+    answer = _complete(raw, prompt=PROMPT)
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["text"].strip()
+    assert answer.json().get("usage") is not None
+
+
+@pytest.mark.parametrize(
+    ("sampling_parameter", "value"),
+    [("temperature", 0.7), ("max_tokens", 10), ("top_p", 0.9), ("frequency_penalty", 0.5),
+     ("presence_penalty", 0.2), ("n", 1), ("logit_bias", {"0": 0}), ("min_tokens", 16),
+     ("ignore_eos", True)],
+)  # fmt: skip
+def test_completions_sampling_parameters(
+    raw: httpx.Client, sampling_parameter: str, value: object
+) -> None:
+    """Passed to the model in ``parameters`` (Triton refuses logit_bias; servekit hands it on,
+    as it does every field, and the model takes what it can)."""
+    answer = _complete(raw, prompt=PROMPT, **{sampling_parameter: value})
+    assert answer.status_code == 200
+    assert answer.json()["choices"][0]["text"].strip()
+
+
+def test_completions_max_tokens(raw: httpx.Client) -> None:
+    texts = [_complete(raw, prompt=PROMPT, max_tokens=m).json() for m in (1, 1, 100)]
+    words = [t["choices"][0]["text"].strip().split() for t in texts]
+    assert len(words[0]) == len(words[1]) == 1
+    assert len(words[2]) > len(words[0])
+
+
+def test_completions_seed(raw: httpx.Client) -> None:
+    texts = [
+        _complete(raw, prompt=PROMPT, seed=seed).json()["choices"][0]["text"].strip().split()
+        for seed in (1, 1, 2)
+    ]
+    assert texts[0] == texts[1]
+    assert texts[0] != texts[2]
+
+
+@pytest.mark.parametrize(
+    ("sampling_parameter", "value"),
+    [("temperature", 2.1), ("temperature", -0.1), ("max_tokens", -1), ("top_p", 1.1),
+     ("frequency_penalty", 3), ("frequency_penalty", -3), ("presence_penalty", 2.1),
+     ("presence_penalty", -2.1)],
+)  # fmt: skip
+def test_completions_invalid_sampling_parameters(
+    raw: httpx.Client, sampling_parameter: str, value: object
+) -> None:
+    answer = _complete(raw, prompt=PROMPT, **{sampling_parameter: value})
+    assert _refused(answer)["param"] == sampling_parameter
+
+
+def test_completions_empty_request_no_model_no_prompt(raw: httpx.Client) -> None:
+    assert _refused(raw.post("/openai/v1/completions", json={}))["param"] == "model"
+    assert _refused(raw.post("/openai/v1/completions", json={"prompt": PROMPT}))["param"] == (
+        "model"
+    )
+    assert _refused(_complete(raw))["param"] == "prompt"
+
+
+@pytest.mark.parametrize("fields", [{"best_of": 2}, {"n": 2, "best_of": 2}])
+def test_completions_best_of(raw: httpx.Client, fields: dict[str, int]) -> None:
+    assert _refused(_complete(raw, prompt=PROMPT, **fields))["param"] == "best_of"
+
+
+def test_completions_multiple_choices(raw: httpx.Client) -> None:
+    """Triton answers only one choice (400 for n = 2); a servekit model with a parameters
+    input is asked for n texts."""
+    answer = _complete(raw, prompt=PROMPT, n=2, seed=5)
+    assert answer.status_code == 200
+    assert [c["index"] for c in answer.json()["choices"]] == [0, 1]
+
+
+@pytest.mark.parametrize("echo", [False, True])
+def test_echo(raw: httpx.Client, echo: bool) -> None:
+    text = _complete(raw, prompt=PROMPT, echo=echo).json()["choices"][0]["text"].strip()
+    if echo:
+        assert text.startswith(PROMPT)
+    else:
+        assert PROMPT not in text
+
+
+def test_usage_response(raw: httpx.Client) -> None:
+    answer = _complete(raw, prompt=PROMPT)
+    assert answer.status_code == 200
+    usage = answer.json()["usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
 
 
 # -- TestEmbeddings -----------------------------------------------------------------------------

@@ -145,6 +145,52 @@ def _n(body: dict[str, Any]) -> int:
     return n
 
 
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+}
+"""OpenAI's bounds on the sampling fields (checked whichever model gets them)."""
+MAX_STOPS = 4
+
+
+def _sampling(body: dict[str, Any]) -> None:
+    """OpenAI's own checks of the sampling fields: what a model gets is in its bounds."""
+    for name, (low, high) in RANGES.items():
+        value = body.get(name)
+        if value is None:
+            continue
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
+            raise OpenAIInvalid(f"'{name}' must be a number from {low:g} to {high:g}", name)
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise OpenAIInvalid(f"'{name}' must be a whole number of at least 1", name)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise OpenAIInvalid("'seed' must be a whole number", "seed")
+    stop = body.get("stop")
+    if (
+        stop is not None
+        and not isinstance(stop, str)
+        and (
+            not isinstance(stop, list)
+            or len(stop) > MAX_STOPS
+            or not all(isinstance(s, str) for s in stop)
+        )
+    ):
+        raise OpenAIInvalid(
+            f"'stop' must be a string or a list of at most {MAX_STOPS} strings", "stop"
+        )
+
+
 def _not_carried(body: dict[str, Any]) -> None:
     for name, what in NOT_CARRIED.items():
         value = body.get(name)
@@ -186,6 +232,7 @@ def decode_chat(obj: object) -> TextRequest:
     stream, include_usage = _stream(body)
     n = _n(body)
     _not_carried(body)
+    _sampling(body)
     text = orjson.dumps(messages).decode()
     return TextRequest(
         "chat", model, [text], _parameters(body, MESSAGES), stream, include_usage, n, [words]
@@ -234,6 +281,7 @@ def decode_completion(obj: object) -> TextRequest:
     stream, include_usage = _stream(body)
     n = _n(body)
     _not_carried(body)
+    _sampling(body)
     echo = body.get("echo")
     if echo is not None and not isinstance(echo, bool):
         raise OpenAIInvalid("'echo' must be a boolean", "echo")
