@@ -12,7 +12,8 @@ routes (grps offline, repository unload) that schemathesis calls, and the sessio
 server must not go offline under other tests. After a control call the models are loaded
 again and the server put back online, so every case starts from a ready server.
 
-``positive_data_acceptance`` is not applied to the inference operations, a repository load and a
+``positive_data_acceptance`` is not applied to the inference operations (the OpenAI-compatible
+ones too), a repository load and a
 shared memory registration (its key must name an existing object on the host): a body valid
 against the document (any tensors; any model configuration text) is still
 refused with 400 when its tensors do not match the model's signature or its configuration is
@@ -69,6 +70,10 @@ NOT_BY_SCHEMA = {
     "/v2/models/{model}/versions/{version}/generate",
     "/v2/models/{model}/generate_stream",
     "/v2/models/{model}/versions/{version}/generate_stream",
+    # OpenAI's bodies name a served model of the route's kind and its text
+    "/openai/v1/chat/completions",
+    "/openai/v1/completions",
+    "/openai/v1/embeddings",
 }
 CONTROL = ("/grps/v1/health/offline", "/v2/repository/models/{model}/unload")
 """Operations after which the server is put back as it was."""

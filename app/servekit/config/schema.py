@@ -27,6 +27,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from servekit.config.hosts import check_entry
+from servekit.config.openai import Declared, OpenAISettings, check_fits
 from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema_base import Section
@@ -796,6 +797,10 @@ class ModelConfig(Section):
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
+    openai: OpenAISettings | None = None
+    """Serve this model on the OpenAI-compatible routes (`/openai/v1/`) as `{kind: chat}`,
+    `completion` or `embedding` (`openai: chat` for short); its declared inputs and outputs
+    must be the ones that kind hands it (docs/protocols.md, "OpenAI-compatible routes")."""
 
     @field_validator("version_labels")
     @classmethod
@@ -847,6 +852,10 @@ class ModelConfig(Section):
                 raise ValueError(f"output {tensor.name!r}: format belongs to inputs")
             if tensor.optional:
                 raise ValueError(f"output {tensor.name!r}: optional belongs to inputs")
+        if self.openai is not None and self.model_format.name == "python":
+            # A Python model's lists are its whole signature (other formats' are overrides,
+            # checked against the loaded model when a request comes).
+            check_fits(self.openai.kind, _declared(self.inputs), _declared(self.outputs))
         if self.isolation != "process" and (
             self.timeout_seconds is not None or self.memory_limit_bytes is not None
         ):
@@ -887,6 +896,13 @@ class ModelConfig(Section):
                 if tensor.datatype is None or tensor.shape is None:
                     raise ValueError(f"pipeline {kind} {tensor.name!r}: give datatype and shape")
         return self
+
+
+def _declared(tensors: list[TensorOverride] | None) -> list[Declared] | None:
+    """serve.yaml's tensor list as the openai kind check reads it (None: not declared)."""
+    if tensors is None:
+        return None
+    return [Declared(t.name, t.datatype, t.optional) for t in tensors]
 
 
 class ServeConfig(BaseSettings):

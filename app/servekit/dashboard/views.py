@@ -319,6 +319,7 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "serve_yaml_text": _yaml_entry(config),
         "warmup": warmup(model),
         "pipeline": pipeline_steps(dataplane, plan.pipeline),
+        "openai": config.openai.kind if config is not None and config.openai else None,
     }
 
 

@@ -168,6 +168,7 @@ class Server:
         input_names: Sequence[str] | None = None,
         output_names: Sequence[str] | None = None,
         dynamic_batch: bool | None = None,
+        openai: str | Mapping[str, Any] | None = None,
         **config: Any,
     ) -> html.ModelTable:
         """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto``, a fitted
@@ -186,7 +187,12 @@ class Server:
         ``pipeline=[{"model": ..., "inputs": {...}, "outputs": {...}}, ...]`` (no ``source``)
         serves a pipeline of models served already, as serve.yaml's ``pipeline:``; it declares
         its own ``inputs`` and ``outputs``.
+
+        ``openai="chat"`` (``"completion"``, ``"embedding"``, or serve.yaml's mapping) also
+        serves the model on the OpenAI-compatible routes (:meth:`openai_client`).
         """
+        if openai is not None:
+            config["openai"] = openai
         if pipeline is not None:
             return self._add_pipeline(name, source, pipeline, inputs, outputs, config)
         if source is None:
@@ -325,6 +331,25 @@ class Server:
             }
             example = remembered if names and names <= columns else None
         return self._client.benchmark(model, concurrency, seconds, protocols, example, timeout)
+
+    def openai_client(self, **options: Any) -> Any:
+        """An ``openai.OpenAI`` client of this server's OpenAI-compatible routes
+        (``/openai/v1``), sending the inference token when there is one; ``options`` go to
+        ``openai.OpenAI`` (``max_retries``, ``timeout``, ...). Needs ``servekit[openai]``."""
+        try:
+            import openai
+        except ImportError:
+            raise ImportError(
+                "server.openai_client() needs the openai package: pip install 'servekit[openai]'"
+            ) from None
+        token = self._tokens.get(ApiGroup.INFERENCE)
+        tls = self._thread.plan.tls
+        if tls is not None and "http_client" not in options:
+            options["http_client"] = openai.DefaultHttpxClient(verify=tls.pinned_client_context())
+        # The client insists on a key; with no token the server ignores it.
+        return openai.OpenAI(
+            base_url=f"{self.url}/openai/v1", api_key=token or "servekit", **options
+        )
 
     # -- projects -----------------------------------------------------------------------------
     def save(self, folder: str | os.PathLike[str]) -> Path:

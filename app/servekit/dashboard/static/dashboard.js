@@ -110,6 +110,7 @@ async function start() {
   initBenchmark();
   initPipeline();
   if (document.getElementById("try-form")) (await import("./tryit.js")).initTry();
+  if (document.getElementById("openai-try")) (await import("./tryit-openai.js")).initOpenAI();
 }
 
 start();
