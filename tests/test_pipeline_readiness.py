@@ -13,6 +13,7 @@ import onnx
 import onnx_builders
 import pytest
 from servers import start_server
+from waits import wait_until
 
 from servekit.cli import main
 
@@ -56,7 +57,9 @@ def write_pipeline(folder: Path) -> Path:
     policy (the latest one) loads only version 2."""
     for version in (1, 2):
         (folder / "mlp" / str(version)).mkdir(parents=True)
-        onnx.save(onnx_builders.mlp(seed=version), str(folder / "mlp" / str(version) / "model.onnx"))
+        onnx.save(
+            onnx_builders.mlp(seed=version), str(folder / "mlp" / str(version) / "model.onnx")
+        )
     (folder / "features.py").write_text(FEATURES)
     config = folder / "serve.yaml"
     config.write_text(PIPELINE)
@@ -138,8 +141,6 @@ def test_a_pipeline_waiting_on_a_step_version_is_ready_nowhere(tmp_path: Path) -
                 rows = http.post("/v2/repository/index", json={}).json()
                 return {f"{r['name']}/{r.get('version', '')}": r for r in rows}
 
-            from waits import wait_until
-
             wait_until(lambda: index().get("mlp/2", {}).get("state") == "READY", 60, "mlp 2")
             wait_until(lambda: index().get("featurise/1", {}).get("state") == "READY", 60, "x")
             rows = index()
@@ -148,7 +149,9 @@ def test_a_pipeline_waiting_on_a_step_version_is_ready_nowhere(tmp_path: Path) -
             assert "step 1 (model 'mlp' version 1) is not ready" in why, why
             assert http.get("/v2/models/classify/ready").status_code != 200
             assert http.get("/v2/models/mlp/ready").status_code == 200
-            listed = {(r["name"], r["version"]): r for r in http.get("/dashboard/api/models").json()}
+            listed = {
+                (r["name"], r["version"]): r for r in http.get("/dashboard/api/models").json()
+            }
             assert listed[("classify", "1")]["state"] == "UNAVAILABLE", listed
             assert listed[("classify", "1")]["model_state"] == "UNAVAILABLE"
             assert "step 1 (model 'mlp' version 1)" in listed[("classify", "1")]["reason"]
