@@ -41,6 +41,7 @@ MARKERS = {
     "setup": "setup NAME: Python run before the block in its namespace (SETUPS in "
     "tests/test_docs_blocks.py)",
     "slow": "a Python block that starts a server itself: run in the slow tier",
+    "git": "the page's folder is a git repository with its files committed (a clone)",
 }
 _MARKER = re.compile(r"^[ \t]*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->[ \t]*$")
 
@@ -66,7 +67,9 @@ class Block:
         """Runs in the slow tier: a shell (a process), or a block that needs a server."""
         if self.language in ("bash", "sh"):
             return True
-        return bool({"server", "serve", "setup", "slow"} & self.markers.keys())
+        if self.language == "yaml":  # validated in process; serving it is test_served's
+            return False
+        return bool({"server", "setup", "slow"} & self.markers.keys())
 
 
 def blocks_of(path: Path) -> list[Block]:
