@@ -41,6 +41,7 @@ MARKERS = {
     "setup": "setup NAME: Python run before the block in its namespace (SETUPS in "
     "tests/test_docs_blocks.py)",
     "slow": "a Python block that starts a server itself: run in the slow tier",
+    "exit": "exit N: a shell block that must exit with status N (a command documented to fail)",
     "git": "the page's folder is a git repository with its files committed (a clone)",
 }
 _MARKER = re.compile(r"^[ \t]*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->[ \t]*$")
@@ -212,7 +213,9 @@ def write_stand_ins(folder: Path) -> Path:
 
 def addresses(text: str, http_port: int, grpc_port: int) -> str:
     """The block's server addresses (8000 for HTTP, 8001 for gRPC, on localhost, 127.0.0.1 or
-    the placeholder ``host``) made the test's own ports on 127.0.0.1."""
+    the placeholder ``host``) made the test's own ports on 127.0.0.1, and the examples'
+    ``otel-collector`` host 127.0.0.1 (traffic stays on this machine)."""
+    text = re.sub(r"\botel-collector:", "127.0.0.1:", text)  # the examples' collector: here
     text = re.sub(r"\b(?:localhost|127\.0\.0\.1|host):8000\b", f"127.0.0.1:{http_port}", text)
     return re.sub(r"\b(?:localhost|127\.0\.0\.1|host):8001\b", f"127.0.0.1:{grpc_port}", text)
 

@@ -2,7 +2,8 @@
 the code.
 
 ```python blocks are executed, ```bash / ```sh blocks run in bash (``-e``: every command must
-succeed), ```yaml blocks are serve.yaml files or fragments checked with ``servekit validate``;
+succeed; a pipeline is judged by its last command, as in a reader's shell), ```yaml blocks are
+serve.yaml files or fragments checked with ``servekit validate``;
 ```text, ```console, ```json and unlabelled fences are output or illustrations and do not run.
 Each test is named by the block's page and line (``docs/models.md:467``), and a failure says
 that place first. The blocks of a page run, in order, in the page's own folder: a copy of the
@@ -252,15 +253,17 @@ def _run_shell(block: Block, folder: Path, ports: tuple[int, int], scratch: Path
     script.write_text(addresses(block.source, *ports))
     try:
         done = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", str(script)],
+            ["bash", "-e", str(script)],
             cwd=folder, env=env, capture_output=True, text=True, timeout=900,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
     finally:
         _stop_background(pids)
     shown = log.read_text(errors="replace")[-4000:] if log.exists() else ""
-    assert done.returncode == 0, (
-        f"{block.where}: the ```{block.language} block exited {done.returncode}\n"
+    expected = int(block.markers.get("exit") or 0)
+    assert done.returncode == expected, (
+        f"{block.where}: the ```{block.language} block exited {done.returncode}"
+        f" (expected {expected})\n"
         f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}\n"
         f"--- what it started in the background\n{shown}"
     )
