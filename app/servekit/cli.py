@@ -175,13 +175,24 @@ def config_error_text(exc: ConfigError) -> str:
 def _validate(path: str) -> int:
     """Check serve.yaml as ``servekit serve`` would, and more strictly: a storageUri that does
     not exist is an error here (serve starts anyway and serves that model as UNAVAILABLE), and
-    tokens written in clear are warned about (exit code unaffected)."""
+    tokens written in clear are warned about (exit code unaffected). Any problem it finds
+    (a model or version serve would leave UNAVAILABLE, a pipeline step naming a version that
+    is not loaded, a warm-up sample that does not fit the model) exits 1."""
     plan = load_plan(path)
     for warning in _clear_token_warnings(plan, path) + _tracing_warnings(plan, path):
         print(warning, file=sys.stderr)
-    missing = _missing_storage(plan) + _python_issues(plan) + _tracing_issues(plan)
-    if missing:
-        raise ConfigError(path, missing)
+    missing = _missing_storage(plan)
+    reported = {issue.path for issue in missing}
+    problems = (
+        missing
+        + _model_problems(plan, reported)
+        + _python_issues(plan)
+        + _step_version_issues(plan)
+        + _warmup_issues(plan)
+        + _tracing_issues(plan)
+    )
+    if problems:
+        raise ConfigError(path, problems)
     print(f"{path}: OK, {len(plan.models)} model(s)")
     for model in plan.models:
         versions = ",".join(str(v.version) for v in model.versions) or "-"
@@ -211,6 +222,47 @@ def _missing_storage(plan: ServePlan) -> list[ConfigIssue]:
         where = ["models", index, "storageUri"]
         line = line_in_file(plan.config_path, where)
         issues.append(ConfigIssue(f"models[{index}].storageUri", line, message))
+    return issues
+
+
+def _model_problems(plan: ServePlan, reported: set[str]) -> list[ConfigIssue]:
+    """A ConfigIssue, at its storageUri's line, for each model or version that serve would
+    leave UNAVAILABLE for what its files say (no MLmodel file, a version the policy names that
+    is not there, ...), unless its storageUri was reported missing already."""
+    issues = []
+    for index, model in enumerate(plan.models):
+        where = f"models[{index}].storageUri"
+        if where in reported or model.remote is not None:  # remote: _missing_storage's
+            continue
+        found = [model.problem] if model.problem else []
+        found += [f"version {v.version}: {v.problem}" for v in model.versions if v.problem]
+        line = line_in_file(plan.config_path, ["models", index, "storageUri"])
+        for problem in dict.fromkeys(found):
+            issues.append(ConfigIssue(where, line, f"{model.name}: {problem}"))
+    return issues
+
+
+def _step_version_issues(plan: ServePlan) -> list[ConfigIssue]:
+    """A pipeline step naming a version its model's policy does not load."""
+    from servekit.config.pipelines import step_version_issues
+
+    configs = [m.config for m in plan.models if m.config is not None]
+    loaded: dict[str, set[int] | None] = {
+        m.name: None if m.remote is not None else {v.version for v in m.versions if v.path}
+        for m in plan.models
+    }
+    return step_version_issues(configs, loaded, plan.config_path)
+
+
+def _warmup_issues(plan: ServePlan) -> list[ConfigIssue]:
+    """A warm-up sample that does not fit its model's inputs (where the file tells)."""
+    from servekit.services import warmup_problems
+
+    issues = []
+    for index, model in enumerate(plan.models):
+        line = line_in_file(plan.config_path, ["models", index, "warmup"])
+        for problem in warmup_problems(model):
+            issues.append(ConfigIssue(f"models[{index}].warmup", line, f"{model.name}: {problem}"))
     return issues
 
 

@@ -11,7 +11,7 @@ checked when the step runs: the step's error names it (app/servekit/services/pip
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,32 @@ def pipeline_issues(models: Sequence[ModelConfig], path: Path | None) -> list[Co
         if model.pipeline is not None:
             issues.extend(_Checker(index, model, by_name, path).issues())
     issues.extend(_cycles(models, path))
+    return issues
+
+
+def step_version_issues(
+    models: Sequence[ModelConfig], loaded: Mapping[str, set[int] | None], path: Path | None
+) -> list[ConfigIssue]:
+    """A step naming a version its model's version policy does not load: the pipeline would
+    never be READY (``servekit validate``). ``loaded``: each model's versions the policy loads
+    (None: not known before serving, as for remote storage)."""
+    issues = []
+    for index, model in enumerate(models):
+        for j, step in enumerate(model.pipeline or ()):
+            versions = loaded.get(step.model)
+            if step.version is None or versions is None or step.version in versions:
+                continue
+            where = ["models", index, "pipeline", j, "version"]
+            shown = ", ".join(str(v) for v in sorted(versions)) or "none"
+            issues.append(
+                ConfigIssue(
+                    f"models[{index}].pipeline[{j}].version",
+                    line_in_file(path, where),
+                    f"step {j} runs model {step.model!r} version {step.version}, which its "
+                    f"version policy does not load (it loads: {shown}); the pipeline would "
+                    "never be ready",
+                )
+            )
     return issues
 
 

@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.schema import WarmupInput, WarmupSample
 from servekit.datatypes import DataType, element_count, from_config_name
 from servekit.errors import ServeError
+from servekit.onnx_files import parse_file
 from servekit.runtimes.base import Arrays, ModelRuntime, Predict, predict_stream
 
 MAX_ELEMENTS = 1 << 26
@@ -150,3 +152,63 @@ def _from_file(
     out = np.empty(count, dtype=object)
     out[:] = items
     return out.reshape(shape)
+
+
+def warmup_problems(plan: ModelPlan) -> list[str]:
+    """Why ``plan``'s warm-up samples would fail the load, where the model file tells without
+    loading it (``servekit validate``): an ONNX model's graph inputs give their names and
+    shapes, so a sample naming another input, or whose dims (with ``batchSize`` rows when the
+    model batches) do not fit the input's shape, is reported. Other formats say their shapes
+    only once loaded: nothing is checked for them here."""
+    samples = plan.config.warmup if plan.config is not None else []
+    if not samples or plan.implementation != "onnxruntime":
+        return []
+    problems: list[str] = []
+    for source in plan.versions:
+        if source.path is None or not source.path.is_file():
+            continue
+        model = parse_file(source.path)
+        if model is None:
+            continue
+        shapes = _graph_input_shapes(model)
+        for sample in samples:
+            rows = (sample.batch_size,) if plan.max_batch_size > 0 else ()
+            for name, spec in sample.inputs.items():
+                where = f"version {source.version}: warm-up sample {sample.name!r}, input {name!r}"
+                if name not in shapes:
+                    known = ", ".join(shapes) or "none"
+                    problems.append(f"{where}: the model has no such input (its inputs: {known})")
+                    continue
+                shape = (*rows, *spec.dims)
+                want = shapes[name]
+                if want is not None and not _fits(shape, want):
+                    shown = [d if d >= 0 else -1 for d in want]
+                    problems.append(
+                        f"{where}: shape {list(shape)} does not fit the model's input shape "
+                        f"{shown}" + (" (batchSize rows, then dims)" if rows else "")
+                    )
+    return problems
+
+
+def _graph_input_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...] | None]:
+    """Each graph input that is not an initializer, with its shape (-1 for a symbolic or
+    unknown dimension; None when the file gives no shape)."""
+    initializers = {t.name for t in model.graph.initializer}
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        if not tensor.HasField("shape"):
+            shapes[value.name] = None
+            continue
+        shapes[value.name] = tuple(
+            d.dim_value if d.HasField("dim_value") else -1 for d in tensor.shape.dim
+        )
+    return shapes
+
+
+def _fits(shape: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    return len(shape) == len(want) and all(
+        w < 0 or s == w for s, w in zip(shape, want, strict=True)
+    )

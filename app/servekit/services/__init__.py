@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.models.storage import FILE_PREFIX
+from servekit.models.warmup import warmup_problems
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.python_check import python_problems
 from servekit.services import grps as grps_calls
@@ -97,6 +98,7 @@ __all__ = [
     "python_problems",
     "render_metrics",
     "server_extensions",
+    "warmup_problems",
     "watch_config",
     "window",
 ]

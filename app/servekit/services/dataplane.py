@@ -31,7 +31,7 @@ from servekit.errors import (
     internal_error,
 )
 from servekit.models.calls import install as install_calls
-from servekit.models.repository import ModelRepository, State, VersionEntry
+from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.base import predict_stream
 from servekit.services.classification import classify
@@ -41,7 +41,7 @@ from servekit.services.execution.jobs import ExecutorSettings
 from servekit.services.model_calls import ModelCalls
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
-from servekit.services.pipelines import Pipelines
+from servekit.services.pipelines import Pipelines, steps_waiting, with_steps_waiting
 from servekit.services.prepared import PreparedVersion
 from servekit.services.sequences import SequenceCounts, Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
@@ -230,16 +230,21 @@ class DataPlane:
         """Every model with its versions, states and reasons, sorted by name (frozen views)."""
         repository = self._repository
         entries = sorted(repository.entries(), key=lambda e: e.plan.name)
-        return [view_of(entry, repository.downloading(entry.plan.name)) for entry in entries]
+        return [self._view(entry) for entry in entries]
 
     def model(self, name: str) -> ModelView:
         """One model with its versions (NotFound for an unknown name; a frozen view)."""
-        return view_of(self._repository.get(name), self._repository.downloading(name))
+        return self._view(self._repository.get(name))
+
+    def _view(self, entry: ModelEntry) -> ModelView:
+        plan = entry.plan
+        waiting = steps_waiting(self._repository, plan) if plan.pipeline else None
+        return view_of(entry, self._repository.downloading(plan.name), waiting)
 
     def index(self, ready_only: bool = False) -> list[IndexRow]:
         """Triton's repository index: one row per model version (name, version, state,
-        reason), ready ones only if asked."""
-        rows = self._repository.index()
+        reason), ready ones only if asked; a pipeline whose steps cannot run is not READY."""
+        rows = with_steps_waiting(self._repository, self._repository.index())
         return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
     def recent_errors(self) -> list[LoggedError]:
@@ -288,7 +293,8 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str | None = None) -> bool:
         entry = self._repository.get(name)
-        steps_ready = not entry.plan.pipeline or self._pipelines.steps_ready(entry.plan)
+        plan = entry.plan
+        steps_ready = not plan.pipeline or steps_waiting(self._repository, plan) is None
         if version is None or version == "":
             return bool(entry.ready_versions()) and steps_ready
         try:

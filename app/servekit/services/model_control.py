@@ -68,6 +68,7 @@ from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
 from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
+from servekit.services.pipelines import with_steps_waiting
 from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
@@ -126,8 +127,9 @@ class ModelControl:
         self._repository.record_error(source, message)
 
     def index(self, ready_only: bool = False) -> list[IndexRow]:
-        """One row per model version: name, version, state, reason (ready ones only if asked)."""
-        rows = self._repository.index()
+        """One row per model version: name, version, state, reason (ready ones only if asked;
+        a pipeline whose steps cannot run is not READY)."""
+        rows = with_steps_waiting(self._repository, self._repository.index())
         return [r for r in rows if r.state == State.READY.value] if ready_only else rows
 
     def downloads(self) -> list[DownloadStatus]:

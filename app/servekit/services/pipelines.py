@@ -19,12 +19,14 @@ import asyncio
 import copy
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.schema import PipelineStep
 from servekit.errors import Internal, InvalidArgument, NotFound, ServeError, Unavailable
-from servekit.models.repository import ModelEntry, ModelRepository, VersionEntry
+from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
+from servekit.results import IndexRow
 from servekit.services.execution.inputs import requested_outputs, validate_inputs
 from servekit.services.pipeline_steps import StepCall, step_call
 from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -33,10 +35,50 @@ if TYPE_CHECKING:
     from servekit.services.dataplane import DataPlane
     from servekit.services.state import ServerState
 
+READY = State.READY.value
+UNAVAILABLE = State.UNAVAILABLE.value
+
+
+def steps_waiting(repository: ModelRepository, plan: ModelPlan) -> str | None:
+    """Why the pipeline ``plan`` cannot run: the first step whose model version is not READY,
+    named with its reason (None: every step can run, so the pipeline may be READY). The one
+    rule for a pipeline's readiness: ``/ready``, the repository index and the dashboard all ask
+    it, so none of them calls a pipeline READY that fails every request."""
+    for j, step in enumerate(plan.pipeline):
+        version = None if step.version is None else str(step.version)
+        named = f"model {step.model!r}" + ("" if version is None else f" version {version}")
+        try:
+            repository.resolve(step.model, version)
+        except ServeError as exc:
+            return f"step {j} ({named}) is not ready: {exc.message}"
+        entry = repository.get(step.model)
+        if entry.plan.pipeline:  # the compiler refused cycles, so this ends
+            inner = steps_waiting(repository, entry.plan)
+            if inner is not None:
+                return f"step {j} ({named}) is not ready: {inner}"
+    return None
+
+
+def with_steps_waiting(repository: ModelRepository, rows: list[IndexRow]) -> list[IndexRow]:
+    """The repository's index ``rows`` with a pipeline whose steps cannot run shown as
+    UNAVAILABLE, its reason the step that waits (see ``steps_waiting``)."""
+    waiting: dict[str, str | None] = {}
+    out = []
+    for row in rows:
+        if row.state == READY:
+            if row.name not in waiting:
+                plan = repository.get(row.name).plan
+                waiting[row.name] = steps_waiting(repository, plan) if plan.pipeline else None
+            why = waiting[row.name]
+            if why is not None:
+                row = replace(row, state=UNAVAILABLE, reason=why)
+        out.append(row)
+    return out
+
 
 class Pipelines:
-    """Runs pipeline requests over the DataPlane's own inference, and says whether a
-    pipeline's steps are ready."""
+    """Runs pipeline requests over the DataPlane's own inference (whether a pipeline's
+    steps can run is ``steps_waiting``'s to say)."""
 
     def __init__(
         self,
@@ -52,19 +94,6 @@ class Pipelines:
         """Models that have called another (ModelCalls.callers): never on the loop as a step."""
         self._plans: dict[str, _Plan] = {}
         """Each pipeline's steps as worked out for its plan in force (see ``_Plan``)."""
-
-    def steps_ready(self, plan: ModelPlan) -> bool:
-        """Whether every step's model version is READY (a pipeline is ready only then)."""
-        for step in plan.pipeline:
-            version = None if step.version is None else str(step.version)
-            try:
-                self._repository.resolve(step.model, version)
-            except ServeError:
-                return False
-            entry = self._repository.get(step.model)
-            if entry.plan.pipeline and not self.steps_ready(entry.plan):
-                return False  # the compiler refused cycles, so this ends
-        return True
 
     async def infer(
         self,

@@ -8,7 +8,7 @@ the repository's (``ModelEntry.serving_version``), never a copy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servekit.config.compiler import ModelPlan
 from servekit.models.repository import ModelEntry, State
@@ -52,9 +52,13 @@ class ModelView:
         return [v.number for v in self.versions if v.state == READY]
 
 
-def view_of(entry: ModelEntry, download: DownloadStatus | None = None) -> ModelView:
+def view_of(
+    entry: ModelEntry, download: DownloadStatus | None = None, waiting: str | None = None
+) -> ModelView:
     """The view of ``entry``; while ``download`` brings the files of a model with no version
-    serving, its versions show as LOADING with the progress as their reason (as the index)."""
+    serving, its versions show as LOADING with the progress as their reason (as the index).
+    ``waiting``: why a pipeline's steps cannot run (services/pipelines.py ``steps_waiting``):
+    its READY versions show as UNAVAILABLE with that reason, as ``/ready`` answers false."""
     fetching = download if download is not None and not entry.ready_versions() else None
     versions = tuple(
         VersionView(
@@ -67,5 +71,11 @@ def view_of(entry: ModelEntry, download: DownloadStatus | None = None) -> ModelV
         for number, version in sorted(entry.versions.items())
     )
     reason = fetching.text() if fetching is not None else entry.reason()
-    return ModelView(entry.plan.name, entry.plan, versions, reason, entry.serving_version(),
-                     download)  # fmt: skip
+    serving = entry.serving_version()
+    if waiting is not None:
+        versions = tuple(
+            replace(v, state=UNAVAILABLE, reason=waiting) if v.state == READY else v
+            for v in versions
+        )
+        reason, serving = waiting, None
+    return ModelView(entry.plan.name, entry.plan, versions, reason, serving, download)

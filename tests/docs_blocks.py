@@ -1,0 +1,223 @@
+"""The code blocks of README.md and docs/*.md, as tests/test_docs_blocks.py runs them.
+
+Sybil (a well-kept library for testing the examples in documentation) lexes the Markdown: its
+fenced-block lexer finds every block with its info string, also inside lists and quotes, and
+strips the indentation a list item gives it. What a block needs besides its text is said by a
+marker, an HTML comment on the line just above the fence (invisible on GitHub and in the site):
+
+    <!-- docs-test: server -->
+
+The markers (docs/development.md lists them for writers) are in ``MARKERS``; several may share
+one comment, separated by ``;``. A marker names what the test provides; none of them skips.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sybil import Document
+from sybil.parsers.markdown.lexers import FencedCodeBlockLexer
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+RUN = {"python", "bash", "sh", "yaml"}
+"""Fences whose blocks are code and run."""
+NOT_CODE = {"text", "console", "json", "output", ""}
+"""Fences that show output, illustrations or data: never run (an unlabelled fence included)."""
+
+MARKERS = {
+    "file": "file NAME: the block is the file NAME, written into the page's folder before any "
+    "block of the page runs (a Python file is compiled too)",
+    "server": "a real `servekit serve` of the repository's serve.yaml runs while the block does; "
+    "the block's localhost:8000 / 127.0.0.1:8000 / host:8000 (and 8001) name it",
+    "serve": "a serve.yaml block that is also served, in the page's folder: every model READY",
+    "loader": "a serve.yaml block naming files the reader brings (their own model, a remote "
+    "store): checked by the loader `servekit validate` runs first, not for its files",
+    "setup": "setup NAME: Python run before the block in its namespace (SETUPS in "
+    "tests/test_docs_blocks.py)",
+    "slow": "a Python block that starts a server itself: run in the slow tier",
+    "exit": "exit N: a shell block that must exit with status N (a command documented to fail)",
+    "git": "the page's folder is a git repository with its files committed (a clone)",
+}
+_MARKER = re.compile(r"^[ \t]*<!--\s*docs-test:\s*(?P<body>.*?)\s*-->[ \t]*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: where it is (page and the fence's line), its language, its text (as
+    Sybil hands it: dedented), the line its text starts on, and its markers."""
+
+    page: str
+    line: int
+    language: str
+    source: str
+    source_line: int
+    markers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+    @property
+    def slow(self) -> bool:
+        """Runs in the slow tier: a shell (a process), or a block that needs a server."""
+        if self.language in ("bash", "sh"):
+            return True
+        if self.language == "yaml":  # validated in process; serving it is test_served's
+            return False
+        return bool({"server", "setup", "slow"} & self.markers.keys())
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """Every fenced block of the Markdown page ``path``, in order."""
+    text = path.read_text(encoding="utf-8")
+    document = Document(text, str(path))
+    lexer = FencedCodeBlockLexer(language=r"[^\n]*")
+    lines = text.split("\n")
+    page = str(path.relative_to(ROOT))
+    found = []
+    for region in lexer(document):
+        line = text.count("\n", 0, region.start) + 1
+        source = region.lexemes["source"]
+        first = text.count("\n", 0, region.start + source.offset) + 1
+        info = region.lexemes["language"].strip()
+        found.append(
+            Block(
+                page,
+                line,
+                info.split()[0] if info else "",
+                str(source),
+                first,
+                _markers(lines, line - 1, f"{page}:{line}"),
+            )
+        )
+    return sorted(found, key=lambda b: b.line)
+
+
+def _markers(lines: list[str], fence: int, where: str) -> dict[str, str]:
+    """The markers of the comment just above the fence at index ``fence`` (one blank line
+    between them allowed); an unknown marker fails with its place."""
+    above = fence - 1
+    if above >= 0 and not lines[above].strip():
+        above -= 1
+    match = _MARKER.match(lines[above]) if above >= 0 else None
+    if match is None:
+        return {}
+    found = {}
+    for item in match.group("body").split(";"):
+        name, _, argument = item.strip().partition(" ")
+        if name not in MARKERS:
+            raise ValueError(
+                f"{where}: unknown docs-test marker {name!r} (known: {sorted(MARKERS)})"
+            )
+        found[name] = argument.strip()
+    return found
+
+
+def all_blocks() -> list[Block]:
+    return [block for page in PAGES for block in blocks_of(page)]
+
+
+IGNORED = shutil.ignore_patterns(
+    ".git", "venvs", "__pycache__", "*.egg-info", ".mypy_cache", ".ruff_cache", "site", "build"
+)
+"""What a checkout holds that is not the repository's (caches, venvs, build output)."""
+
+
+def copy_checkout(target: Path) -> Path:
+    """The repository's files copied to ``target`` (what a reader's clone holds): the folder a
+    page's blocks run in, so that what they write lands there."""
+    shutil.copytree(ROOT, target, dirs_exist_ok=True, ignore=IGNORED, symlinks=True)
+    return target
+
+
+def compile_python(block: Block) -> object:
+    """The block compiled so that a traceback names the page and the block's own lines."""
+    padded = "\n" * (block.source_line - 1) + block.source
+    return compile(padded, str(ROOT / block.page), "exec", dont_inherit=True)
+
+
+STAND_INS = {
+    # `servekit serve` (which runs until stopped) starts the real server in the background on
+    # the test's ports and returns once it answers; every other command is servekit's own.
+    "servekit": """#!/bin/bash
+if [ "$1" = serve ]; then
+  shift
+  "$DOCS_PYTHON" -m servekit serve "$@" --http-port "$DOCS_HTTP_PORT" \\
+    --grpc-port "$DOCS_GRPC_PORT" --host 127.0.0.1 >>"$DOCS_LOG" 2>&1 &
+  echo $! >>"$DOCS_PIDS"
+  exec "$DOCS_PYTHON" "$DOCS_WAIT" "http://127.0.0.1:$DOCS_HTTP_PORT/v2/health/ready" $!
+fi
+exec "$DOCS_PYTHON" -m servekit "$@"
+""",
+    # `mkdocs serve` likewise (its live preview), on the test's port.
+    "mkdocs": """#!/bin/bash
+if [ "$1" = serve ]; then
+  shift
+  "$DOCS_PYTHON" -m mkdocs serve "$@" --dev-addr "127.0.0.1:$DOCS_HTTP_PORT" >>"$DOCS_LOG" 2>&1 &
+  echo $! >>"$DOCS_PIDS"
+  exec "$DOCS_PYTHON" "$DOCS_WAIT" "http://127.0.0.1:$DOCS_HTTP_PORT/" $!
+fi
+exec "$DOCS_PYTHON" -m mkdocs "$@"
+""",
+    # `pip install` resolves what it is given against this environment and changes nothing
+    # (the test environment has every extra installed; nothing downloads).
+    "pip": """#!/bin/bash
+if [ "$1" = install ]; then
+  shift
+  exec "$DOCS_PYTHON" -m pip install --dry-run --no-index --no-deps --no-build-isolation "$@"
+fi
+exec "$DOCS_PYTHON" -m pip "$@"
+""",
+    # `pytest` collects the suite it names (running it would run this test inside itself).
+    "pytest": """#!/bin/bash
+exec "$DOCS_PYTHON" -m pytest --collect-only -q "$@"
+""",
+}
+"""Commands a shell block runs through a stand-in (first on its PATH), each for a reason said
+above it; docs/development.md lists them."""
+
+WAIT = """import os, sys, time, urllib.request
+url, pid = sys.argv[1], int(sys.argv[2])  # pid: this process's child (the stand-in exec'd us)
+deadline = time.monotonic() + 90
+while time.monotonic() < deadline:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        sys.exit(f"the background command exited ({status}) before {url} answered")
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            if answer.status == 200:
+                sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.2)
+sys.exit(f"{url} did not answer within 90 s")
+"""
+
+
+def write_stand_ins(folder: Path) -> Path:
+    """The stand-ins as executables in ``folder`` (put first on PATH), and the waiter."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, script in STAND_INS.items():
+        path = folder / name
+        path.write_text(script)
+        path.chmod(0o755)
+    (folder / "wait_url.py").write_text(WAIT)
+    return folder
+
+
+def addresses(text: str, http_port: int, grpc_port: int) -> str:
+    """The block's server addresses (8000 for HTTP, 8001 for gRPC, on localhost, 127.0.0.1 or
+    the placeholder ``host``) made the test's own ports on 127.0.0.1, and the examples'
+    ``otel-collector`` host 127.0.0.1 (traffic stays on this machine)."""
+    text = re.sub(r"\botel-collector:", "127.0.0.1:", text)  # the examples' collector: here
+    text = re.sub(r"\b(?:localhost|127\.0\.0\.1|host):8000\b", f"127.0.0.1:{http_port}", text)
+    return re.sub(r"\b(?:localhost|127\.0\.0\.1|host):8001\b", f"127.0.0.1:{grpc_port}", text)
+
+
+PYTHON = sys.executable
