@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -396,12 +395,9 @@ def _warn_public_without_token(plan: ServePlan) -> None:
 
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
     from servekit import logs
-    from servekit.server import ServeKit
+    from servekit.server import ServeKit, StopSignals
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    signals = StopSignals(asyncio.get_running_loop())
     server = ServeKit(plan)
     addresses = await server.start()
     fmt = plan.server.logging.format
@@ -414,15 +410,21 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
         from servekit.services import watch_config
 
         watcher = asyncio.create_task(watch_config(server, overrides))
-    await stop.wait()
+    await signals.received.wait()
+    delay = signals.withdraw_seconds(server.plan)
+    withdrawn = (
+        f"not ready, still serving for server.drainDelaySeconds ({delay:g} s), then "
+        if delay > 0
+        else "not ready, "
+    )
     logs.announce(
-        "servekit: stopping: not ready, new requests refused, accepted ones finish first "
+        f"servekit: stopping: {withdrawn}new requests refused, accepted ones finish first "
         f"(up to server.drainSeconds: {server.plan.server.drain_seconds:g} s)",
         fmt,
     )
     if watcher is not None:
         watcher.cancel()
-    await server.stop()
+    await signals.stop(server)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -181,6 +181,11 @@ class DataPlane:
         not which: readiness is open to unauthenticated probes, model names are not."""
         if self._state.draining:
             return "the server is stopping (requests already accepted finish first)"
+        if self._state.withdrawn:
+            return (
+                "the server is stopping: it serves what still arrives for "
+                "server.drainDelaySeconds, then refuses new requests"
+            )
         if not self._state.online:
             return "the server is offline (draining); Online brings it back"
         if not self._state.startup_done:
