@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -91,6 +90,10 @@ def _status(folder: Path) -> dict[str, str]:
             data += chunk
     rows = [line.split(",") for line in data.decode().splitlines() if line.startswith("replicas,")]
     return {row[1]: row[17].split(" ")[0] for row in rows if row[1] != "BACKEND"}
+
+
+def _all_up(folder: Path) -> bool:
+    return (folder / "admin.sock").exists() and set(_status(folder).values()) == {"UP"}
 
 
 @pytest.fixture
@@ -167,11 +170,7 @@ def test_rolling_restart_behind_haproxy_fails_no_request(
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(CLIENTS)]
     try:
-        wait_until(
-            lambda: (tmp_path / "admin.sock").exists() and set(_status(tmp_path).values()) == {"UP"},
-            WAIT,
-            "HAProxy to see both replicas UP",
-        )
+        wait_until(lambda: _all_up(tmp_path), WAIT, "HAProxy to see both replicas UP")
         for thread in threads:
             thread.start()
         wait_until(lambda: outcomes["ok"] >= 200, WAIT, "load through HAProxy")
@@ -183,8 +182,8 @@ def test_rolling_restart_behind_haproxy_fails_no_request(
             servers[i] = start_server(
                 config, grpc=False, extra=[*workers, "--http-port", str(ports[i])], timeout=WAIT
             )
-            wait_until(lambda n=name: _status(tmp_path)[n] == "UP", WAIT, f"{name} back UP")  # type: ignore[misc]
-            wait_until(lambda b=before: outcomes["ok"] >= b + 200, WAIT, "load after the restart")  # type: ignore[misc]
+            wait_until(lambda: _status(tmp_path)[name] == "UP", WAIT, f"{name} back UP")  # noqa: B023
+            wait_until(lambda: outcomes["ok"] >= before + 200, WAIT, "load after it")  # noqa: B023
     finally:
         done.set()
         for thread in threads:
