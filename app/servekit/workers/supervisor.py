@@ -105,6 +105,9 @@ class _Slot:
     last_snapshot: Snapshot | None = None
     """Its current process's statistics as last read."""
     retired: Snapshot = field(default_factory=list)
+    last_load: list[list[Any]] | None = None
+    """Its current process's pending and in-flight requests as last read:
+    ``[[model, version, pending, inflight], ...]`` (gone with the process)."""
     last_metrics: custom_metrics.Snapshot | None = None
     """Its current process's custom metrics (app/servekit/custom_metrics.py) as last read."""
     retired_metrics: custom_metrics.Snapshot = field(default_factory=list)
@@ -130,6 +133,7 @@ class _Slot:
             "restarts": self.restarts,
             "retired": self.retired,
             "current": self.last_snapshot,
+            "load": self.last_load if process is not None else None,
             "metrics": self.last_metrics,
             "retired_metrics": self.retired_metrics,
             "heartbeat_age": None if self.beat is None else round(max(0.0, now - self.beat), 3),
@@ -243,6 +247,7 @@ class Supervisor:
             slot.channel = None
             slot.joined = False
             slot.beat = None
+            slot.last_load = None  # what it held died with it
             if slot.last_snapshot is not None:  # its counts up to the last read stay
                 slot.retired = merge([slot.retired, slot.last_snapshot])
                 slot.last_snapshot = None
@@ -446,6 +451,7 @@ class Supervisor:
             # A process that died meanwhile was retired with its last read counts already.
             if not isinstance(result, BaseException) and slot.channel is channel:
                 slot.last_snapshot = result["stats"]
+                slot.last_load = result.get("load")
                 slot.last_metrics = result["metrics"]
         now = asyncio.get_running_loop().time()
         slots = [slot.report(now) for slot in self.slots]

@@ -67,6 +67,9 @@ class Worker:
         self.channel: Channel | None = None
         self.workers = 1
         self.restarts = 0
+        self.load: Callable[[], dict[tuple[str, int], tuple[int, int]]] = dict
+        """This process's requests per model version now (``DataPlane.load_here``, set once
+        the ServeKit exists), sent with each statistics snapshot."""
 
     # -- WorkerRole (app/servekit/server.py)
     # -----------------------------------------------------------
@@ -125,7 +128,11 @@ class Worker:
             assert self.control is not None
             return await self.control.apply(message)
         if op == "snapshot":
-            return {"stats": self.statistics.local_snapshot(), "metrics": custom_metrics.snapshot()}
+            return {
+                "stats": self.statistics.local_snapshot(),
+                "metrics": custom_metrics.snapshot(),
+                "load": [[m, v, p, i] for (m, v), (p, i) in self.load().items()],
+            }
         if op == "summary":
             return self.summary()
         raise ValueError(f"unknown request {str(op)[:40]!r}")
@@ -221,6 +228,7 @@ async def _run(spec: WorkerSpec, plan: ServePlan) -> None:
     await worker.connect()
     assert worker.channel is not None
     kit = ServeKit(plan, worker.statistics, worker=worker)
+    worker.load = kit.dataplane.load_here
     await kit.start()
     await worker.request({"op": "listening", "worker": spec.index})
     watcher = None
