@@ -17,8 +17,10 @@ import pytest
 from servekit.config.compiler import compile_plan
 from servekit.config.loader import parse_config
 from servekit.errors import Unavailable
+from servekit.grpc.health import NOT_SERVING, HealthServicer
 from servekit.runtimes.python import register_object
 from servekit.server import ServeKit, StopSignals
+from servekit.services import grps_calls
 from servekit.types import InferRequest, Tensor
 
 WAIT = 10.0
@@ -110,6 +112,9 @@ def test_sigterm_withdraws_first_unready_but_serving(tmp_path: Path) -> None:
         await asyncio.sleep(0)
         assert not dataplane.ready()
         assert "drainDelaySeconds" in (dataplane.not_ready_reason() or "")
+        # every surface's readiness: gRPC health, grps
+        assert HealthServicer(dataplane).status("") == NOT_SERVING
+        assert "drainDelaySeconds" in str(grps_calls.readiness(dataplane))
         response = await dataplane.infer(request)  # still served while withdrawn
         assert response.outputs[0].data.tolist() == [1.0, 1.0]
         assert not stopping.done()

@@ -176,8 +176,11 @@ def test_rolling_restart_behind_haproxy_fails_no_request(
         wait_until(lambda: outcomes["ok"] >= 200, WAIT, "load through HAProxy")
         for i in range(len(servers)):
             name = f"r{i}"
-            assert servers[i].stop(signal.SIGTERM, timeout=WAIT) == 0, servers[i].log()
-            assert _status(tmp_path)[name] != "UP"  # HAProxy saw it leave before it closed
+            servers[i].process.send_signal(signal.SIGTERM)
+            wait_until(lambda: _status(tmp_path)[name] != "UP", WAIT, f"HAProxy to drop {name}")  # noqa: B023
+            assert servers[i].alive()  # unready, still serving: HAProxy left it first
+            assert servers[i].process.wait(WAIT) == 0, servers[i].log()
+            servers[i].stop()  # exited: collects its output
             before = outcomes["ok"]
             servers[i] = start_server(
                 config, grpc=False, extra=[*workers, "--http-port", str(ports[i])], timeout=WAIT
