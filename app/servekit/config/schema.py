@@ -341,6 +341,15 @@ class StorageConfig(Section):
     poll_seconds: float = Field(30.0, ge=1, le=86_400)
     """How often `--watch` looks at remote models for new versions and changed objects, and
     how soon a model whose download failed is tried again (doubling up to 10 minutes)."""
+    when_unreachable: Literal["serveCached", "unavailable"] = "serveCached"
+    """What a model does when its store cannot be listed or read (down, timing out, refusing
+    the credentials) at start or reload: `serveCached` serves the last complete copy in the
+    cache, with a warning in its reason, on the dashboard and in
+    `servekit_model_cached_copy`, and looks at the store again in the background (every
+    `pollSeconds`, doubling up to 10 minutes) until it answers; `unavailable` leaves the model
+    UNAVAILABLE with the reason, retried likewise. A model never fetched has no copy: it is
+    UNAVAILABLE either way. A store that answers with nothing there, a model too large or an
+    unsafe archive is never covered by the cache."""
     s3: S3Storage = S3Storage()
     """`s3://` settings."""
 

@@ -101,11 +101,19 @@ class DataPlaneCollector(Collector):
             "yet, over every worker",
             labels=labels,
         )
+        cached = GaugeMetricFamily(
+            "servekit_model_cached_copy",
+            "1 while a remote model serves the copy its cache took earlier because its store "
+            "cannot be reached (server.storage.whenUnreachable), else 0",
+            labels=["model"],
+        )
         for (name, number), (waiting, started) in sorted(self._dataplane.load().items()):
             pending.add_metric([name, str(number)], waiting)
             inflight.add_metric([name, str(number)], started)
         for model in self._dataplane.models():
             name = model.name
+            if model.plan.remote is not None:
+                cached.add_metric([name], float(model.plan.cached_copy is not None))
             for version in model.versions:
                 number = version.number
                 key = [name, str(number)]
@@ -129,7 +137,7 @@ class DataPlaneCollector(Collector):
                     dispatches.add_metric([*key, reason], count)
         yield from (success, failure, rows, executions, seconds, state)
         yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
-        yield from (pending, inflight)
+        yield from (pending, inflight, cached)
 
 
 def _sequence_metrics(
