@@ -86,9 +86,9 @@ class RemoteModels:
             count = self._failures.get(plan.name, (0, 0.0))[0] + 1
             wait = min(RETRY_FIRST_S * 2 ** (count - 1), RETRY_MAX_S)
             self._failures[plan.name] = (count, time.monotonic() + wait)
+            log.warning("model %s: %s", plan.name, reason)
             cached = self._stand_in(plan, exc)
             if cached is None:
-                log.warning("model %s: %s", plan.name, reason)
                 return replace(plan, versions=(VersionSource(1, None),), problem=reason)
             location, when = cached
             taken = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
@@ -96,7 +96,8 @@ class RemoteModels:
                 f"serving the copy cached at {taken}: {reason}; the store is looked at again "
                 "in the background"
             )
-            log.warning("model %s: the store cannot be reached, %s", plan.name, note)
+            log.warning("model %s: the store cannot be reached: serving the copy cached at %s",
+                        plan.name, taken)  # fmt: skip
             return replace(self._at(plan, location), cached_copy=note)
         finally:
             if self.downloads.get(plan.name) is download:
