@@ -1,8 +1,11 @@
-"""The scaling gauges under ``--workers 2`` (issue 41): requests held by a gated model in two
-worker processes add up, whichever worker answers the scrape, to exactly the requests sent:
-each queued (``servekit_pending_requests``) or taken by an instance
-(``servekit_inflight_requests``, at most one per worker here); all return to zero once
-answered."""
+"""The scaling gauges under ``--workers 2`` (issue 41), exact request by request: a gated model
+(one instance per worker) holds every request until the test releases it. Each request that an
+instance has started leaves a marker file named with its worker's pid; so at every step the
+test knows, from its own count and the markers, how many requests are held (sent minus
+released), how many have started (the markers not yet released: one per worker that has
+requests) and how many wait in a queue (the rest). Released one at a time, the gauges read
+through either worker (``servekit_pending_requests``, ``servekit_inflight_requests``) match
+that arithmetic exactly at every step, and return to zero."""
 
 from __future__ import annotations
 
@@ -18,16 +21,22 @@ from waits import wait_until
 pytestmark = pytest.mark.slow  # a real server process with two workers
 
 MODEL = """\
+import os
 import time
+import uuid
 from pathlib import Path
 
-GATE = Path(__file__).with_name("open")
+HERE = Path(__file__).parent
 
 
 def gate(x):
+    me = HERE / f"started-{os.getpid()}-{uuid.uuid4().hex}"
+    me.touch()
+    release = HERE / me.name.replace("started-", "release-")
     deadline = time.monotonic() + 60
-    while not GATE.exists() and time.monotonic() < deadline:
+    while not release.exists() and time.monotonic() < deadline:
         time.sleep(0.01)
+    me.unlink()
     return x
 """
 REQUESTS = 7
@@ -69,12 +78,30 @@ def test_gauges_add_up_over_two_workers(tmp_path: Path) -> None:
         for thread in threads:
             thread.start()
         wait_until(lambda: sum(_gauges(url)) == REQUESTS, WAIT, "every request held")
-        for _ in range(6):  # every scrape, whichever worker answers it, says the same
-            pending, inflight = _gauges(url)
-            assert pending + inflight == REQUESTS
-            assert 1 <= inflight <= 2  # one instance per worker, busy only if it has requests
-        (tmp_path / "open").touch()
+        held, workers_seen = REQUESTS, set()
+
+        def started() -> list[Path]:
+            return sorted(tmp_path.glob("started-*"))
+
+        def settled(held: int) -> bool:
+            # Each worker with requests has one started (a marker appears just after the
+            # instance takes a request: wait for both to agree), the rest wait in queues.
+            running = started()
+            expected = (held - len(running), len(running))
+            return bool(running) and all(_gauges(url) == expected for _ in range(3))
+
+        while held:
+            wait_until(lambda: settled(held), WAIT, f"the gauges at {held} held requests")  # noqa: B023
+            running = started()
+            pids = {p.name.split("-")[1] for p in running}
+            assert len(pids) == len(running) <= 2  # one instance per worker
+            workers_seen |= pids
+            first = running[0]
+            (tmp_path / first.name.replace("started-", "release-")).touch()
+            held -= 1
+            wait_until(lambda: len(answers) == REQUESTS - held, WAIT, "the released answer")  # noqa: B023
         for thread in threads:
             thread.join(WAIT)
         assert answers == [200] * REQUESTS
         wait_until(lambda: _gauges(url) == (0, 0), WAIT, "the gauges back at zero")
+        print(f"exact at each of {REQUESTS} steps; workers that computed: {len(workers_seen)}")
