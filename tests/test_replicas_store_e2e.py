@@ -220,6 +220,7 @@ class Load:
 
 @pytest.fixture
 def cluster(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     haproxy_bin: str,  # noqa: F811  (the fixture imported above)
     monkeypatch: pytest.MonkeyPatch,
@@ -235,7 +236,8 @@ def cluster(
     (tmp_path / "replica_slow.py").write_text(SLOW)
     config = tmp_path / "serve.yaml"
     config.write_text(
-        "server: {drainDelaySeconds: 1.5, inlineBelowMicroseconds: 0, strictReadiness: true}\n"
+        "server: {drainDelaySeconds: 1.5, inlineBelowMicroseconds: 0, strictReadiness: true,"
+        " storage: {pollSeconds: 1}}\n"
         "models:\n"
         "  - {name: adds, modelFormat: {name: onnx}, storageUri: 's3://models/adds'}\n"
         "  - name: slow\n    modelFormat: {name: python}\n"
@@ -254,6 +256,7 @@ def cluster(
     def start(i: int) -> ServerProcess:
         http, grpc_port = ports[i]
         extra = ["--http-port", str(http), "--grpc-port", str(grpc_port)]
+        extra += getattr(request, "param", [])  # e.g. --watch
         server = start_server(config, extra=extra, timeout=WAIT)
         servers[i] = server
         return server
@@ -388,3 +391,37 @@ def test_three_replicas_on_one_store_roll_scale_and_report_pending_without_a_fai
     assert set(load.versions) == {1, 2}, load.versions
     print(f"rolling {rolled:.1f} s, scaling {scaled:.1f} s: {dict(load.outcomes)}, by version "
           f"{dict(load.versions)}; pending over 3 replicas {few:.2f} -> {many:.2f}")  # fmt: skip
+
+
+def _serves(http: int) -> int:
+    """The version a replica answers with (asked directly, not through HAProxy)."""
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}
+    answer = httpx.post(f"http://127.0.0.1:{http}/v2/models/adds/infer", json=body, timeout=10)
+    return int(answer.json()["model_version"]) if answer.status_code == 200 else 0
+
+
+@pytest.mark.parametrize("cluster", [["--watch"]], indirect=True, ids=["watch"])
+def test_a_version_published_in_the_store_reaches_every_watching_replica_under_load(
+    cluster: dict[str, Any],
+) -> None:
+    """Replicas under ``--watch`` look at the store every ``server.storage.pollSeconds``: a
+    version published once reaches all three, and no request fails meanwhile."""
+    folder: Path = cluster["folder"]
+    for i in range(3):
+        _up(folder, i)
+    load = Load(cluster["rest"], cluster["grpc"])
+    load.published.update({1, 2})
+    load.start()
+    try:
+        wait_until(lambda: load.ok() >= 100, WAIT, "load through HAProxy")
+        began = time.monotonic()
+        cluster["moto"].s3.put_object(Bucket="models", Key="adds/2/model.onnx", Body=_adds(2))
+        for http, _ in cluster["ports"]:
+            wait_until(lambda: _serves(http) == 2, WAIT, "every replica on version 2")  # noqa: B023
+        reached = time.monotonic() - began
+        before = load.versions[2]
+        wait_until(lambda: load.versions[2] >= before + 50, WAIT, "answers of version 2")
+    finally:
+        load.stop()
+    assert not load.failures, load.failures[:5]
+    print(f"version 2 on all three replicas {reached:.1f} s after it was published")
