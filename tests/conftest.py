@@ -9,6 +9,7 @@ whenever the gRPC adapter exists (``app/servekit/grpc/server.py``).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def server(model_store: Path) -> Iterator[ServerProcess]:
     """The session's server; stopping it with SIGTERM must be clean (exit code 0)."""
     process = start_server(model_store, grpc=grpc_available())
     yield process
-    code = process.stop()
+    code = process.stop(signal.SIGTERM)  # unready first for server.drainDelaySeconds
     assert code == 0, f"server exited with {code}\n{process.log()}"
 
 

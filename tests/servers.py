@@ -4,7 +4,9 @@ End-to-end tests must exercise the real command line, the real process start-up,
 ``servekit: listening ...`` line and real signal handling, so nothing here imports the server:
 it writes a serve.yaml with small ONNX models (built by :mod:`onnx_builders`), starts
 ``python -m servekit serve``, waits (bounded) for the listening line and for readiness, and always
-stops the process (SIGTERM, then SIGKILL) so no test leaves a server behind.
+stops the process (SIGINT, then SIGKILL) so no test leaves a server behind. SIGINT (Ctrl-C)
+drains at once; SIGTERM first keeps serving while unready for ``server.drainDelaySeconds``
+(5 s by default, for load balancers): tests of that pass SIGTERM themselves.
 """
 
 from __future__ import annotations
@@ -147,8 +149,9 @@ class ServerProcess:
         err = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
         return "".join(self.stdout_lines) + err
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
-        """Send ``sig`` and wait (bounded); SIGKILL if it does not exit. Returns the exit code."""
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 20.0) -> int:
+        """Send ``sig`` and wait (bounded); SIGKILL if it does not exit. Returns the exit code.
+        SIGINT by default: SIGTERM would keep the server up for ``server.drainDelaySeconds``."""
         if self.process.poll() is None:
             self.process.send_signal(sig)
             try:

@@ -248,6 +248,8 @@ def test_signal_lets_in_flight_requests_finish(
     sig: signal.Signals,
     use_console_script: bool,
 ) -> None:
+    # Refused at once, no window serving while unready (tests/test_replicas_e2e.py has that)
+    small_store.write_text("server: {drainDelaySeconds: 0}\n" + small_store.read_text())
     argv = server_command(small_store, grpc=grpc_available())
     if use_console_script:
         argv = [SERVEKIT, *argv[3:]]

@@ -243,6 +243,17 @@ def test_overview_says_model_control_and_protected_groups(
     assert TOKEN not in json.dumps(overview)
 
 
+def test_models_page_says_control_acts_on_this_replica_only(
+    open_server: ServerProcess, no_control: ServerProcess
+) -> None:
+    """Behind a load balancer a load or unload changes the one replica that took the call:
+    the page with the buttons says so (issue 41); without buttons it has nothing to say."""
+    page = httpx.get(f"{open_server.http_url}/models").text
+    assert 'data-bind="replica-note"' in page
+    assert "change this server only" in page and "other replicas keep what they serve" in page
+    assert 'data-bind="replica-note"' not in httpx.get(f"{no_control.http_url}/models").text
+
+
 def test_no_controls_when_model_control_is_none(
     browser: Browser, no_control: ServerProcess
 ) -> None:

@@ -4,6 +4,8 @@ while a request already accepted (running in its model's thread) finishes and is
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -15,8 +17,10 @@ import pytest
 from servekit.config.compiler import compile_plan
 from servekit.config.loader import parse_config
 from servekit.errors import Unavailable
+from servekit.grpc.health import NOT_SERVING, HealthServicer
 from servekit.runtimes.python import register_object
-from servekit.server import ServeKit
+from servekit.server import ServeKit, StopSignals
+from servekit.services import grps_calls
 from servekit.types import InferRequest, Tensor
 
 WAIT = 10.0
@@ -85,5 +89,52 @@ def test_a_request_whose_headers_came_before_the_drain_is_served(tmp_path: Path)
         with pytest.raises(Unavailable):
             await dataplane.infer(request)  # no arrival time: counts as arriving now
         await kit.stop(0)
+
+    asyncio.run(scenario())
+
+
+def test_sigterm_withdraws_first_unready_but_serving(tmp_path: Path) -> None:
+    """SIGTERM: readiness false at once, yet a request that still arrives (a load balancer
+    sends until its next health check) is served for ``server.drainDelaySeconds``; then the
+    drain refuses new ones. A second SIGTERM cuts the withdrawal short."""
+    text, request = _one_model("echo", lambda x: x)
+    text = text.replace("drainSeconds: 30", "drainSeconds: 30, drainDelaySeconds: 60")
+
+    async def scenario() -> None:
+        kit = ServeKit(compile_plan(parse_config(text), tmp_path))
+        await kit.control.start()
+        dataplane = kit.dataplane
+        signals = StopSignals(asyncio.get_running_loop())
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(signals.received.wait(), WAIT)
+        assert signals.withdraw_seconds(kit.plan) == 60
+        stopping = asyncio.create_task(signals.stop(kit))
+        await asyncio.sleep(0)
+        assert not dataplane.ready()
+        assert "drainDelaySeconds" in (dataplane.not_ready_reason() or "")
+        # every surface's readiness: gRPC health, grps
+        assert HealthServicer(dataplane).status("") == NOT_SERVING
+        assert "drainDelaySeconds" in str(grps_calls.readiness(dataplane))
+        response = await dataplane.infer(request)  # still served while withdrawn
+        assert response.outputs[0].data.tolist() == [1.0, 1.0]
+        assert not stopping.done()
+        os.kill(os.getpid(), signal.SIGTERM)  # the second signal: drain now
+        await asyncio.wait_for(stopping, WAIT)
+        with pytest.raises(Unavailable):
+            await dataplane.infer(request)
+
+    asyncio.run(scenario())
+
+
+def test_ctrl_c_skips_the_withdrawal(tmp_path: Path) -> None:
+    text, _ = _one_model("echo", lambda x: x)
+    text = text.replace("drainSeconds: 30", "drainSeconds: 30, drainDelaySeconds: 60")
+
+    async def scenario() -> None:
+        kit = ServeKit(compile_plan(parse_config(text), tmp_path))
+        signals = StopSignals(asyncio.get_running_loop())
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.wait_for(signals.received.wait(), WAIT)
+        assert signals.withdraw_seconds(kit.plan) == 0
 
     asyncio.run(scenario())

@@ -5,6 +5,7 @@ server exits cleanly."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ def test_sigterm_under_load_loses_no_accepted_request(tmp_path: Path) -> None:
     (tmp_path / "drain_models.py").write_text(MODEL)
     config = tmp_path / "serve.yaml"
     config.write_text(
-        "server: {drainSeconds: 20}\nmodels:\n"
+        "server: {drainSeconds: 20, drainDelaySeconds: 0}\nmodels:\n"
         "  - name: slow\n    modelFormat: {name: python}\n"
         "    entrypoint: drain_models:slow\n    instances: 4\n"
         "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
@@ -76,7 +77,7 @@ def test_sigterm_under_load_loses_no_accepted_request(tmp_path: Path) -> None:
         warmed.wait(WAIT)  # every client has had one answer and is calling again
         time.sleep(0.15)  # the calls in flight are accepted (the model takes 0.3 s)
         signalled = time.monotonic()
-        code = server.stop(timeout=WAIT)
+        code = server.stop(signal.SIGTERM, timeout=WAIT)  # refused at once: no delay
         for thread in threads:
             thread.join(WAIT)
         assert not any(t.is_alive() for t in threads)

@@ -56,7 +56,7 @@ def slow(x):
     return x
 """
 CONFIG = (
-    "server: {drainSeconds: 8}\nmodels:\n"
+    "server: {drainSeconds: 8, drainDelaySeconds: 0}\nmodels:\n"
     "  - {name: ticks, modelFormat: {name: python}, entrypoint: 'drain_streams:ticks',"
     " instances: 4}\n"
     "  - name: slow\n    modelFormat: {name: python}\n"

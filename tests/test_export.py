@@ -110,7 +110,7 @@ def test_k8s_manifests_are_valid_kubernetes(project: Path) -> None:
     # Outside models/ means outside the image: ops are told.
     assert "mlp: storageUri s3://bucket/mlp is fetched at start into the pod's cache" in out.stderr
     docs = documents(out.stdout)
-    assert sorted(docs) == ["ConfigMap", "Deployment", "Service"]
+    assert sorted(docs) == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
     for group in docs.values():
         for doc in group:
             kv.validate(doc, K8S_VERSION, strict=True)
@@ -140,6 +140,97 @@ def test_k8s_manifests_are_valid_kubernetes(project: Path) -> None:
     service = docs["Service"][0]
     assert service["spec"]["selector"] == deployment["spec"]["template"]["metadata"]["labels"]
     assert {p["targetPort"] for p in service["spec"]["ports"]} == {"http", "grpc"}
+
+
+SCALED_OBJECT_SPEC = {  # KEDA's ScaledObjectSpec (keda.sh/v1alpha1), kedacore/keda's CRD
+    "scaleTargetRef", "pollingInterval", "cooldownPeriod", "idleReplicaCount",
+    "minReplicaCount", "maxReplicaCount", "advanced", "triggers", "fallback",
+    "initialCooldownPeriod",
+}  # fmt: skip
+SCALE_TARGET_REF = {"apiVersion", "kind", "name", "envSourceContainerName"}
+TRIGGER = {"type", "name", "metadata", "authenticationRef", "metricType", "useCachedMetrics"}
+PROMETHEUS_TRIGGER = {  # KEDA's prometheus scaler's metadata keys this export may use
+    "serverAddress", "query", "threshold", "activationThreshold", "namespace",
+}  # fmt: skip
+SERVICE_MONITOR_SPEC = {  # monitoring.coreos.com/v1 ServiceMonitorSpec fields this export uses
+    "selector", "endpoints", "namespaceSelector", "jobLabel",
+}  # fmt: skip
+ENDPOINT = {"port", "path", "interval", "scheme", "authorization", "scrapeTimeout"}
+
+
+def test_k8s_autoscaling_on_the_pending_gauge(project: Path) -> None:
+    """``--autoscale hpa``: an HPA on servekit_pending_requests (prometheus-adapter's external
+    metric, per replica) valid against Kubernetes' schema, and a ServiceMonitor that scrapes
+    the Service's pods; ``--autoscale keda``: a KEDA ScaledObject instead of the HPA, its
+    Prometheus trigger summing the same gauge. Stop timing matches the drain settings."""
+    config = str(project / "serve.yaml")
+    hpa = documents(export("k8s", config, "--autoscale", "hpa", "--max-replicas", "6").stdout)
+    assert sorted(hpa) == [
+        "ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+        "Service", "ServiceMonitor",
+    ]  # fmt: skip
+    for kind in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"):
+        kv.validate(hpa[kind][0], K8S_VERSION, strict=True)
+    deployment, service = hpa["Deployment"][0], hpa["Service"][0]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (scaler,) = hpa["HorizontalPodAutoscaler"]
+    assert scaler["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"],
+    }  # fmt: skip
+    assert scaler["spec"]["maxReplicas"] == 6
+    (metric,) = scaler["spec"]["metrics"]
+    assert metric["type"] == "External"
+    assert metric["external"]["metric"]["name"] == "servekit_pending_requests"
+    assert metric["external"]["metric"]["selector"] == {
+        "matchLabels": {"service": service["metadata"]["name"]}
+    }
+    assert metric["external"]["target"] == {"type": "AverageValue", "averageValue": "2"}
+    (budget,) = hpa["PodDisruptionBudget"]
+    assert budget["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": pod_labels}}
+    (monitor,) = hpa["ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor["spec"]) <= SERVICE_MONITOR_SPEC
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert set(endpoint) <= ENDPOINT
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+
+    keda = documents(export("k8s", config, "--autoscale", "keda", "--target-pending", "0.5").stdout)
+    assert "HorizontalPodAutoscaler" not in keda and "ServiceMonitor" in keda
+    (scaled,) = keda["ScaledObject"]
+    assert scaled["apiVersion"] == "keda.sh/v1alpha1"
+    assert set(scaled["spec"]) <= SCALED_OBJECT_SPEC
+    assert set(scaled["spec"]["scaleTargetRef"]) <= SCALE_TARGET_REF
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert set(trigger) <= TRIGGER and trigger["type"] == "prometheus"
+    assert set(trigger["metadata"]) <= PROMETHEUS_TRIGGER
+    assert all(isinstance(v, str) for v in trigger["metadata"].values())  # a map of strings
+    assert trigger["metadata"]["query"] == 'sum(servekit_pending_requests{service="servekit"})'
+    assert trigger["metadata"]["threshold"] == "0.5"
+    assert trigger["metadata"]["serverAddress"].startswith("http://")
+
+
+def test_k8s_stop_timing_follows_the_drain_settings(tmp_path: Path) -> None:
+    """terminationGracePeriodSeconds covers drainDelaySeconds + drainSeconds; a delay shorter
+    than the readiness probe needs to see a stopping replica is warned about."""
+    config = tmp_path / "serve.yaml"
+    config.write_text("server: {drainDelaySeconds: 20, drainSeconds: 30}\nmodels: []\n")
+    out = export("k8s", str(config))
+    pod = documents(out.stdout)["Deployment"][0]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 60
+    readiness = pod["containers"][0]["readinessProbe"]
+    noticed = readiness["periodSeconds"] * readiness["failureThreshold"]
+    assert noticed + 1 <= 5  # the default drainDelaySeconds covers the probe
+    assert "drainDelaySeconds" not in out.stderr
+    config.write_text("server: {drainDelaySeconds: 1}\nmodels: []\n")
+    out = export("k8s", str(config))
+    assert "server.drainDelaySeconds is 1 s" in out.stderr
+    pod = documents(out.stdout)["Deployment"][0]["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 30
 
 
 def test_kserve_manifests(project: Path) -> None:

@@ -22,12 +22,13 @@ from servekit.config.schema import ModelConfig, StorageConfig
 from servekit.errors import InvalidArgument
 from servekit.models.pushed_config import check_sources
 from servekit.models.remote import shown_error as _shown_error
-from servekit.models.remote_cache import MANIFEST, evict, snapshot
+from servekit.models.remote_cache import MANIFEST, cached_copy, evict, snapshot
 from servekit.models.remote_stores import (
     Listing,
     Progress,
     RemoteObject,
     StoreError,
+    StoreRefused,
     without_user_info,
 )
 from servekit.shown_paths import shown_uri
@@ -103,6 +104,32 @@ def test_one_file_is_served_as_a_file(tmp_path: Path) -> None:
     store = MemoryStore({"model.onnx": b"x"}, is_file=True)
     path = snapshot("s3://b/m/model.onnx", store, tmp_path, SETTINGS, set())
     assert path.name == "model.onnx" and path.read_bytes() == b"x"
+
+
+def test_the_cached_copy_is_the_snapshot_taken_last_and_a_one_file_uri_stays_a_file(
+    tmp_path: Path,
+) -> None:
+    assert cached_copy("s3://b/m", tmp_path) is None  # never fetched: nothing stands in
+    store = MemoryStore({"1/model.onnx": b"one"})
+    first = snapshot("s3://b/m", store, tmp_path, SETTINGS, set())
+    store.files["2/model.onnx"] = b"two"
+    second = snapshot("s3://b/m", store, tmp_path, SETTINGS, set())
+    found = cached_copy("s3://b/m", tmp_path)
+    assert found is not None and found[0] == second
+    os.utime(first / ".used", (found[1] + 60, found[1] + 60))  # the first taken again since
+    assert cached_copy("s3://b/m", tmp_path) == (first, found[1] + 60)
+    one = MemoryStore({"model.onnx": b"x"}, is_file=True)
+    path = snapshot("s3://b/m/model.onnx", one, tmp_path, SETTINGS, set())
+    stand_in = cached_copy("s3://b/m/model.onnx", tmp_path)
+    assert stand_in is not None and stand_in[0] == path and path.read_bytes() == b"x"
+
+
+def test_what_a_store_that_answered_refuses_is_never_covered_by_the_cache(tmp_path: Path) -> None:
+    with pytest.raises(StoreRefused, match="nothing found there"):
+        snapshot("s3://b/m", MemoryStore({}), tmp_path, SETTINGS, set())
+    tight = StorageConfig(maxDownloadBytes=1024)
+    with pytest.raises(StoreRefused, match="maxDownloadBytes"):
+        snapshot("s3://b/m", MemoryStore({"m.onnx": b"x" * 2048}), tmp_path, tight, set())
 
 
 def _tar(members: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:

@@ -63,8 +63,8 @@ def _model_bytes(seed: int) -> bytes:
 
 
 class Moto:
-    def __init__(self, log_path: Path) -> None:
-        self.port = _free_port()
+    def __init__(self, log_path: Path, port: int | None = None) -> None:
+        self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         with log_path.open("w") as log:
@@ -255,6 +255,73 @@ def test_s3_a_wrong_secret_is_refused_unavailable_and_never_shown(
         assert server.stop() == 0, server.log()
     for text in (str(index), answer.text, server.log()):
         assert wrong not in text and secret not in text and wrong[6:20] not in text
+
+
+def _metric(server: ServerProcess, line_start: str) -> float | None:
+    with server.http_client(timeout=5) as client:
+        text = client.get("/metrics").text
+    found = [ln.split()[-1] for ln in text.splitlines() if ln.startswith(line_start)]
+    return float(found[0]) if found else None
+
+
+def _remote_row(server: ServerProcess) -> dict[str, Any]:
+    with server.http_client(timeout=5) as client:
+        index = client.post("/v2/repository/index", json={}).json()
+    (row,) = [r for r in index if r["name"] == "remote"]
+    return dict(row)
+
+
+def test_s3_a_restart_while_the_store_is_down_serves_the_cached_copy_until_it_is_back(
+    tmp_path: Path, moto: Moto
+) -> None:
+    moto.s3.create_bucket(Bucket="models")
+    moto.s3.put_object(Bucket="models", Key="mlp/1/model.onnx", Body=_model_bytes(1))
+    config = _config(tmp_path, "s3://models/mlp")
+    server = start_server(config, grpc=False)
+    try:
+        first = _infer(server, "remote", 1)
+        assert _metric(server, 'servekit_model_cached_copy{model="remote"}') == 0.0
+    finally:
+        assert server.stop() == 0, server.log()
+    moto.stop()
+
+    server = start_server(config, grpc=False)  # readiness is not strict: wait for the model
+    try:
+        _wait(lambda: _ready(server, "/v2/models/remote/ready"), 60, "the cached copy to serve")
+        assert _infer(server, "remote", 1) == first
+        row = _remote_row(server)
+        assert row["state"] == "READY", row
+        assert "serving the copy cached" in row["reason"], row
+        assert "cannot fetch s3://models/mlp" in row["reason"], row
+        assert SECRET not in row["reason"]
+        assert _metric(server, 'servekit_model_cached_copy{model="remote"}') == 1.0
+        with server.http_client(timeout=5) as client:
+            problems = client.get("/dashboard/api/overview").json()["problems"]
+        assert any("serving the copy cached" in p["message"] for p in problems), problems
+        assert "model remote: the store cannot be reached" in server.log()
+        # The store comes back (same port, same object): the next look clears the warning.
+        back = Moto(tmp_path / "moto-again.log", port=moto.port)
+        try:
+            back.s3.create_bucket(Bucket="models")
+            back.s3.put_object(Bucket="models", Key="mlp/1/model.onnx", Body=_model_bytes(1))
+            _wait(lambda: _remote_row(server)["reason"] == "", 60, "the store to be seen again")
+            assert _metric(server, 'servekit_model_cached_copy{model="remote"}') == 0.0
+            assert _infer(server, "remote", 1) == first
+        finally:
+            back.stop()
+    finally:
+        assert server.stop() == 0, server.log()
+
+    unavailable = "pollSeconds: 1, whenUnreachable: unavailable"
+    config.write_text(config.read_text().replace("pollSeconds: 1", unavailable))
+    server = start_server(config, grpc=False)
+    try:
+        _wait(lambda: "cannot fetch" in _remote_row(server)["reason"], 60, "the fetch to fail")
+        assert _remote_row(server)["state"] == "UNAVAILABLE"
+        assert not _ready(server, "/v2/models/remote/ready")
+        assert _infer(server, "local", 1)
+    finally:
+        assert server.stop() == 0, server.log()
 
 
 def _stopped_mid_download(tmp_path: Path, uri: str, put: Any, proxy: Any, store: Any) -> None:

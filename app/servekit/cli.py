@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import json
 import logging
+import math
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,27 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
+    export.add_argument(
+        "--autoscale",
+        choices=["none", "hpa", "keda"],
+        default="none",
+        help="k8s: also a ServiceMonitor and an autoscaler on servekit_pending_requests: a "
+        "HorizontalPodAutoscaler (through prometheus-adapter) or a KEDA ScaledObject",
+    )
+    export.add_argument(
+        "--max-replicas", type=_positive, default=10, help="k8s --autoscale: most replicas"
+    )
+    export.add_argument(
+        "--target-pending",
+        type=_above_zero,
+        default=2.0,
+        help="k8s --autoscale: pending requests per replica to aim at",
+    )
+    export.add_argument(
+        "--prometheus-url",
+        help="k8s --autoscale keda: where KEDA queries Prometheus (default: the Prometheus "
+        "Operator's prometheus-operated Service in namespace monitoring)",
+    )
     from servekit import cli_project, cli_start
 
     cli_start.register(sub)
@@ -109,6 +130,26 @@ def _parser() -> argparse.ArgumentParser:
     for command in sub.choices.values():
         command.formatter_class = HelpFormatter
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return value
+
+
+def _above_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number above 0")
+    return value
 
 
 def _workers_flag(text: str) -> int | str:
@@ -403,12 +444,21 @@ def _export(args: argparse.Namespace) -> int:
     """Print manifests (``servekit export k8s|kserve``); warnings about the image to stderr."""
     from servekit.export import k8s as export
     from servekit.export import kserve as export_kserve
+    from servekit.export.scaling import PROMETHEUS_URL, Scaling, scrape_warnings
 
     plan = export.load_plan(args.config)
     try:
         text = export.config_text(plan)
         if args.target == "k8s":
-            manifests = export.k8s_manifests(plan, text, args.image)
+            scaling = Scaling(
+                autoscale=args.autoscale,
+                max_replicas=args.max_replicas,
+                target_pending=args.target_pending,
+                prometheus_url=args.prometheus_url or PROMETHEUS_URL,
+            )
+            manifests = export.k8s_manifests(plan, text, args.image, scaling)
+            for warning in scrape_warnings(plan, scaling):
+                print(f"servekit: warning: {warning}", file=sys.stderr)
         else:
             manifests = export_kserve.kserve_manifests(plan, text, args.image, grpc=args.grpc)
     except export.ExportError as exc:
@@ -448,12 +498,9 @@ def _warn_public_without_token(plan: ServePlan) -> None:
 
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
     from servekit import logs
-    from servekit.server import ServeKit
+    from servekit.server import ServeKit, StopSignals
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    signals = StopSignals(asyncio.get_running_loop())
     server = ServeKit(plan)
     addresses = await server.start()
     fmt = plan.server.logging.format
@@ -466,15 +513,21 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
         from servekit.services import watch_config
 
         watcher = asyncio.create_task(watch_config(server, overrides))
-    await stop.wait()
+    await signals.received.wait()
+    delay = signals.withdraw_seconds(server.plan)
+    withdrawn = (
+        f"not ready, still serving for server.drainDelaySeconds ({delay:g} s), then "
+        if delay > 0
+        else "not ready, "
+    )
     logs.announce(
-        "servekit: stopping: not ready, new requests refused, accepted ones finish first "
+        f"servekit: stopping: {withdrawn}new requests refused, accepted ones finish first "
         f"(up to server.drainSeconds: {server.plan.server.drain_seconds:g} s)",
         fmt,
     )
     if watcher is not None:
         watcher.cancel()
-    await server.stop()
+    await signals.stop(server)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import signal
 from collections.abc import Callable, Iterator, Sized
 from typing import Any, Protocol
 
@@ -249,6 +250,20 @@ class ServeKit:
         if self._loading is not None:
             await self._loading
 
+    async def withdraw(self, seconds: float, cut_short: asyncio.Event | None = None) -> None:
+        """The first step of a stop on SIGTERM: readiness turns false on every surface (V2
+        HTTP and gRPC, gRPC health, grps) while requests that still arrive are served, for
+        ``seconds`` (``server.drainDelaySeconds``) or until ``cut_short`` is set. A load
+        balancer sends requests until its next health check sees the server unready (and
+        Kubernetes' endpoints until the change reaches every node); refusing them at once
+        would fail each of them. ``stop`` follows."""
+        self.state.withdrawn = True
+        if seconds <= 0:
+            return
+        waiting = asyncio.Event() if cut_short is None else cut_short
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiting.wait(), seconds)
+
     async def stop(self, grace: float | None = None) -> None:
         """Drain, then stop: readiness turns false and new inference requests are refused
         (503 / UNAVAILABLE) while accepted ones, queued or running, finish for up to ``grace``
@@ -297,6 +312,37 @@ class ServeKit:
         await self.control.close()  # no more looks at remote storage
         await self.repository.close()
         tracing.flush()  # the last requests' spans
+
+
+class StopSignals:
+    """SIGTERM and SIGINT as a server process's stop (``servekit serve`` and each worker of
+    ``--workers``): SIGTERM, what orchestrators send, first withdraws the server
+    (``ServeKit.withdraw``: unready, still serving, ``server.drainDelaySeconds``); Ctrl-C
+    (SIGINT) drains at once; a second signal cuts the withdrawal short."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.first: int | None = None
+        self.received = asyncio.Event()
+        self.again = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on, sig)
+
+    def _on(self, sig: int) -> None:
+        if self.first is None:
+            self.first = sig
+            self.received.set()
+        else:
+            self.again.set()
+
+    def withdraw_seconds(self, plan: ServePlan) -> float:
+        """How long to stay unready but serving before the drain: ``drainDelaySeconds`` after
+        SIGTERM, nothing after Ctrl-C (or when the stop came from elsewhere)."""
+        return plan.server.drain_delay_seconds if self.first == signal.SIGTERM else 0.0
+
+    async def stop(self, kit: ServeKit) -> None:
+        """Withdraw (after SIGTERM), then drain and stop ``kit``."""
+        await kit.withdraw(self.withdraw_seconds(kit.plan), self.again)
+        await kit.stop()
 
 
 async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0) -> None:

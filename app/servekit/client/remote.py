@@ -191,6 +191,9 @@ class RemoteServer:
         ``config`` takes any serve.yaml model field in snake_case
         (``max_batch_size=8``, ``instances=2``, ...). Returns the new model's index rows; a
         model that fails to load raises with the server's reason.
+
+        It changes the one server that answers (every worker of it): behind a load balancer,
+        one replica; the others, and a replica started later, serve their serve.yaml.
         """
         source = convert.to_onnx_source(
             source,
@@ -229,7 +232,8 @@ class RemoteServer:
         return self._rows(name)
 
     def remove_model(self, name: str) -> None:
-        """Unload ``name``: in-flight requests finish, new ones are refused."""
+        """Unload ``name``: in-flight requests finish, new ones are refused (on the one
+        server that answers: behind a load balancer, one replica)."""
         path = _path("v2", "repository", "models", name, "unload")
         self._call(ApiGroup.REPOSITORY, "POST", path, {})
         self.forget(name)

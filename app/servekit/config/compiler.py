@@ -127,6 +127,10 @@ class ModelPlan:
     remote: str | None = None
     """The remote storageUri the versions come from (None: a local path or no files). Until
     the server has fetched it, the plan has one version with no file (see plan_model)."""
+    cached_copy: str | None = None
+    """Set when the remote store could not be reached and the versions are read from the copy
+    the cache took earlier: the warning each READY version's reason and the dashboard show
+    (app/servekit/models/remote.py), cleared by the next fetch that reaches the store."""
     pipeline: tuple[PipelineStep, ...] = ()
     """A pipeline's steps (Triton's ensemble; app/servekit/services/pipelines.py runs them);
     empty for a model of its own."""

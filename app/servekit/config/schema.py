@@ -357,6 +357,15 @@ class StorageConfig(Section):
     poll_seconds: float = Field(30.0, ge=1, le=86_400)
     """How often `--watch` looks at remote models for new versions and changed objects, and
     how soon a model whose download failed is tried again (doubling up to 10 minutes)."""
+    when_unreachable: Literal["serveCached", "unavailable"] = "serveCached"
+    """What a model does when its store cannot be listed or read (down, timing out, refusing
+    the credentials) at start or reload: `serveCached` serves the last complete copy in the
+    cache, with a warning in its reason, on the dashboard and in
+    `servekit_model_cached_copy`, and looks at the store again in the background (every
+    `pollSeconds`, doubling up to 10 minutes) until it answers; `unavailable` leaves the model
+    UNAVAILABLE with the reason, retried likewise. A model never fetched has no copy: it is
+    UNAVAILABLE either way. A store that answers with nothing there, a model too large or an
+    unsafe archive is never covered by the cache."""
     s3: S3Storage = S3Storage()
     """`s3://` settings."""
 
@@ -457,11 +466,20 @@ class ServerConfig(Section):
     slower than this while on the loop goes back to its threads, and after a few such moments
     stays there until it is reloaded. 0 keeps every model off the loop. An edit starts the
     measuring over."""
+    drain_delay_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
+    """On SIGTERM (what Kubernetes, a rolling update or `docker stop` sends) readiness turns
+    false at once on every surface, but new requests are still served for this many seconds,
+    so a load balancer (or Kubernetes' endpoints) that still sends them until its next health
+    check loses none; then the drain of `drainSeconds` begins. Ctrl-C (SIGINT) and a notebook's
+    `server.stop()` skip it; a second SIGTERM cuts it short. Set it to at least the load
+    balancer's health-check interval times its failure count (Kubernetes: the readiness
+    probe's `periodSeconds` x `failureThreshold`) plus a second; 0 refuses new requests at
+    once."""
     drain_seconds: float = Field(5.0, ge=0, le=3600, json_schema_extra=LIVE)
-    """Graceful stop (SIGTERM, Ctrl-C, `server.stop()`): readiness turns false and new
-    inference requests are answered 503 / UNAVAILABLE at once, while queued and running ones
-    finish for up to this many seconds (as Triton's `--exit-timeout-secs`); then keep-alive
-    connections close after their current response and the listeners close."""
+    """Graceful stop (SIGTERM after `drainDelaySeconds`, Ctrl-C, `server.stop()`): readiness is
+    false and new inference requests are answered 503 / UNAVAILABLE, while queued and running
+    ones finish for up to this many seconds (as Triton's `--exit-timeout-secs`); then
+    keep-alive connections close after their current response and the listeners close."""
     request_timeout_seconds: float | None = Field(None, gt=0, json_schema_extra=LIVE)
     """Server-wide cap on how long one inference request may take, queue and compute (a
     client's own deadline or `timeout` parameter may only shorten it); past it the request is

@@ -29,6 +29,7 @@ from servekit.config.loader import load_config
 from servekit.config.names import k8s_label
 from servekit.config.schema import AuthConfig
 from servekit.export import secrets as export_secrets
+from servekit.export.scaling import Scaling, scale_out, stop_timing, timing_warnings
 from servekit.shown_paths import shown_uri
 
 Manifest = dict[str, Any]
@@ -112,7 +113,7 @@ def warnings(plan: ServePlan, target: str) -> list[str]:
     """What the manifests cannot carry: files outside models/ (k8s), code of Python models, the
     Secret holding the tokens (ops create it: how, but never a token, is said here); and what
     they do carry that is secret: a storageUri with credentials (shown here without them)."""
-    found = []
+    found = timing_warnings(plan) if target == "k8s" else []
     note = export_secrets.secret_note(plan.server.auth, secret_name(plan))
     if note is not None:
         found.append(note)
@@ -196,9 +197,14 @@ def workers_for_cpu(request: str) -> int:
     return max(1, int(cores))
 
 
-def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifest]:
-    """ConfigMap + Deployment + Service serving every model of ``plan`` from the image."""
+def k8s_manifests(
+    plan: ServePlan, config_text: str, image: str, scaling: Scaling | None = None
+) -> list[Manifest]:
+    """ConfigMap + Deployment + Service serving every model of ``plan`` from the image, and the
+    scale-out objects ``scaling`` asks for (app/servekit/export/scaling.py: always a
+    PodDisruptionBudget)."""
     name, pod_labels = k8s_name(plan.server.name), labels(plan)
+    timing = stop_timing(plan)
     grpc = plan.server.grpc_port is not None
     ports = [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}]
     cpu = cpu_request(plan)
@@ -225,7 +231,12 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
         "env": [STORAGE_ENV, *([CACHE_ENV] if remote else []), *tokens.env],
         "ports": ports,
         "livenessProbe": probe("/v2/health/live", "http", period=10, failures=3),
-        "readinessProbe": probe("/v2/health/ready", "http", period=5, failures=2),
+        "readinessProbe": probe(
+            "/v2/health/ready",
+            "http",
+            period=timing.readiness_period,
+            failures=timing.readiness_failures,
+        ),
         "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": container_security(),
         "volumeMounts": [*mounts, *tokens.mounts],
@@ -246,7 +257,8 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
                 },
                 "spec": {
                     "securityContext": _pod_security(),
-                    "terminationGracePeriodSeconds": 30,
+                    # the unready window, the drain and a margin (export/scaling.py)
+                    "terminationGracePeriodSeconds": timing.grace_seconds,
                     "containers": [container],
                     "volumes": [*volumes(plan), *tokens.volumes],
                 },
@@ -267,7 +279,8 @@ def k8s_manifests(plan: ServePlan, config_text: str, image: str) -> list[Manifes
         "metadata": {"name": name, "labels": pod_labels},
         "spec": {"type": "ClusterIP", "selector": pod_labels, "ports": service_ports},
     }
-    return [config_map(plan, config_text), deployment, service]
+    extra = scale_out(name, pod_labels, scaling or Scaling())
+    return [config_map(plan, config_text), deployment, service, *extra]
 
 
 def _scrape(port: int) -> dict[str, str]:

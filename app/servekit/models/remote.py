@@ -4,7 +4,10 @@ The compiler leaves a remote model's versions open (it never reads the network);
 a model loads, :meth:`RemoteModels.materialize` lists the remote, brings its cache snapshot up
 to date (app/servekit/models/remote_cache.py) and plans the versions found there. A failure
 (bad credentials, no bucket, a timeout, a store that is down, an unsafe archive) becomes the
-plan's problem: that model is UNAVAILABLE with the reason, every other model serves. Reasons
+plan's problem: that model is UNAVAILABLE with the reason, every other model serves; unless
+the store could not be reached and the cache holds a complete copy taken earlier, which then
+serves with a warning (``server.storage.whenUnreachable``; the plan's ``cached_copy`` says
+why) until the store answers again. Reasons
 never hold a secret or a signed URL: the URI is shown without user info or query, and any
 credential the environment holds is blanked out of a library's message.
 """
@@ -23,9 +26,9 @@ from pathlib import Path
 from servekit.config.compiler import ModelPlan, plan_at
 from servekit.config.schema import StorageConfig
 from servekit.config.versions import VersionSource
-from servekit.models.remote_cache import cache_dir, snapshot
+from servekit.models.remote_cache import cache_dir, cached_copy, snapshot
 from servekit.models.remote_progress import Download
-from servekit.models.remote_stores import StoreError, open_store
+from servekit.models.remote_stores import StoreError, StoreRefused, open_store
 from servekit.shown_paths import hide_uri_secrets, shown_uri, uri_secrets
 
 log = logging.getLogger("servekit.storage")
@@ -78,19 +81,46 @@ class RemoteModels:
             location = fetch(plan.remote, self.settings, self.root, protected, download)
         except Exception as exc:  # any library's failure is this model's problem
             reason = f"cannot fetch {shown}: {shown_error(exc, plan.remote)}"
-            log.warning("model %s: %s", plan.name, reason)
             count = self._failures.get(plan.name, (0, 0.0))[0] + 1
             wait = min(RETRY_FIRST_S * 2 ** (count - 1), RETRY_MAX_S)
             self._failures[plan.name] = (count, time.monotonic() + wait)
-            return replace(plan, versions=(VersionSource(1, None),), problem=reason)
+            log.warning("model %s: %s", plan.name, reason)
+            cached = self._stand_in(plan, exc)
+            if cached is None:
+                return replace(plan, versions=(VersionSource(1, None),), problem=reason)
+            location, when = cached
+            taken = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(when))
+            note = (
+                f"serving the copy cached at {taken}: {reason}; the store is looked at again "
+                "in the background"
+            )
+            log.warning("model %s: the store cannot be reached: serving the copy cached at %s",
+                        plan.name, taken)  # fmt: skip
+            return replace(self._at(plan, location), cached_copy=note)
         finally:
             if self.downloads.get(plan.name) is download:
                 del self.downloads[plan.name]
         self._failures.pop(plan.name, None)
+        log.info("model %s: %s is at hand (%.2f s)", plan.name, shown, time.monotonic() - started)
+        return self._at(plan, location)
+
+    def _at(self, plan: ModelPlan, location: Path) -> ModelPlan:
+        """``plan`` read from ``location`` (a snapshot, or its one file), which this process
+        now uses (eviction leaves it)."""
         folder = location if location.is_dir() else location.parent
         self._in_use[plan.name] = folder if folder.parent.parent == self.root else folder.parent
-        log.info("model %s: %s is at hand (%.2f s)", plan.name, shown, time.monotonic() - started)
-        return plan_at(plan, location, self.base_dir)
+        return replace(plan_at(plan, location, self.base_dir), cached_copy=None)
+
+    def _stand_in(self, plan: ModelPlan, exc: Exception) -> tuple[Path, float] | None:
+        """The cached copy that serves while ``plan``'s store cannot be reached, and when it
+        was last taken; None when ``server.storage.whenUnreachable`` is ``unavailable``, the
+        store answered with a refusal (nothing there, too large, unsafe), the server stops,
+        or nothing was ever cached."""
+        if self.settings.when_unreachable != "serveCached" or self._cancelled:
+            return None
+        if isinstance(exc, StoreRefused) or plan.remote is None:
+            return None
+        return cached_copy(plan.remote, self.root)
 
     async def materialized(self, plan: ModelPlan) -> ModelPlan:
         """:meth:`materialize` in a daemon thread of its own, awaited without blocking the

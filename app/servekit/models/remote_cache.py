@@ -6,6 +6,8 @@ Layout under ``server.storage.cacheDir``::
       uri                 the URI as it may be shown (no query, no user info)
       <digest>/           one complete snapshot: the files the listing named, as they were
         .manifest.json    that listing (paths, sizes, tags), whose hash is <digest>
+        .used             touched each time a model takes the snapshot (least recently used)
+        .file             when the URI names one object: its name (the file served)
       .tmp-<random>/      a download in progress (never served; removed when it fails)
     <key>.lock            held (flock) while a snapshot of that URI is made
 
@@ -16,7 +18,9 @@ nothing; a changed remote makes a new snapshot while the old one keeps serving, 
 that did not change are linked from the old one instead of downloaded again. The lock makes
 two models, or two worker processes, asking for one URI download it once: the second finds
 the first's snapshot. The cache is bounded: beyond ``maxBytes`` the least recently used
-snapshots that no model of this process uses are deleted.
+snapshots that no model of this process uses are deleted. When the store cannot be reached,
+:func:`cached_copy` finds the snapshot a model last took, which it may serve meanwhile
+(``server.storage.whenUnreachable``).
 """
 
 from __future__ import annotations
@@ -39,13 +43,21 @@ from pathlib import Path, PurePosixPath
 from servekit.config.remote_uris import is_archive
 from servekit.config.schema import StorageConfig
 from servekit.models.remote_progress import Download
-from servekit.models.remote_stores import RemoteObject, Store, StoreError, copy_file
+from servekit.models.remote_stores import (
+    RemoteObject,
+    Store,
+    StoreError,
+    StoreRefused,
+    copy_file,
+)
 from servekit.shown_paths import shown_uri
 
 log = logging.getLogger("servekit.storage")
 
 MANIFEST = ".manifest.json"
 USED = ".used"
+ONE_FILE = ".file"
+"""In a snapshot of one object (not an archive): that object's name, the file served."""
 
 
 def default_cache_dir() -> Path:
@@ -86,10 +98,10 @@ def snapshot(
     listing = store.list()
     objects = listing.objects
     if not objects:
-        raise StoreError("nothing found there (no such bucket, container, folder or object)")
+        raise StoreRefused("nothing found there (no such bucket, container, folder or object)")
     total = sum(max(o.size, 0) for o in objects)
     if total > settings.max_download_bytes:
-        raise StoreError(
+        raise StoreRefused(
             f"{total} bytes, beyond server.storage.maxDownloadBytes ({settings.max_download_bytes})"
         )
     digest = _digest(objects)
@@ -101,13 +113,36 @@ def snapshot(
                      download.finished())  # fmt: skip
         else:
             log.info("%s is unchanged: served from the cache", shown_uri(uri))
+        one_file = listing.is_file and not is_archive(uri)
+        if one_file and not (target / ONE_FILE).is_file():  # also a snapshot made before it
+            (target / ONE_FILE).write_text(str(objects[0].path))
         _touch(target)
         in_use.add(target)
         evict(root, settings.max_bytes, in_use)
-    # What the versions are read from: the snapshot folder, or its one file.
-    if listing.is_file and not is_archive(uri):
-        return target / objects[0].path
+    return target / objects[0].path if one_file else target
+
+
+def _served(target: Path) -> Path:
+    """What a snapshot's versions are read from: the snapshot folder, or its one file."""
+    with contextlib.suppress(OSError):
+        return target / (target / ONE_FILE).read_text().strip()
     return target
+
+
+def cached_copy(uri: str, root: Path) -> tuple[Path, float] | None:
+    """The complete snapshot of ``uri`` a model took last (as :func:`snapshot` returns it) and
+    when, or None: what serves while the store cannot be reached. Marked used again, so the
+    cache keeps it."""
+    folder = root / uri_key(uri)
+    if not folder.is_dir():
+        return None
+    complete = [p for p in folder.iterdir() if (p / MANIFEST).is_file()]
+    if not complete:
+        return None
+    last = max(complete, key=lambda p: (_last_used(p), (p / MANIFEST).stat().st_mtime))
+    when = _last_used(last) or (last / MANIFEST).stat().st_mtime
+    _touch(last)
+    return _served(last), when
 
 
 def _digest(objects: list[RemoteObject]) -> str:
@@ -185,7 +220,7 @@ def _md5(path: Path) -> str:
 def _check_path(path: PurePosixPath) -> None:
     """An object name that would land outside the snapshot (``..``, absolute) is refused."""
     if path.is_absolute() or ".." in path.parts or not path.parts:
-        raise StoreError(f"object name {str(path)[:200]!r} leaves the model's folder")
+        raise StoreRefused(f"object name {str(path)[:200]!r} leaves the model's folder")
 
 
 def _unpack(archive: Path, into: Path, limit: int) -> None:
@@ -199,20 +234,20 @@ def _unpack(archive: Path, into: Path, limit: int) -> None:
                 for info in infos:
                     _check_path(PurePosixPath(info.filename))
                     if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                        raise StoreError(f"archive member {info.filename!r} is a link")
+                        raise StoreRefused(f"archive member {info.filename!r} is a link")
                 if sum(i.file_size for i in infos) > limit:
-                    raise StoreError("the archive unpacks beyond server.storage.maxDownloadBytes")
+                    raise StoreRefused("the archive unpacks beyond server.storage.maxDownloadBytes")
                 zipped.extractall(into)
         else:
             with tarfile.open(archive) as tarred:
                 members = tarred.getmembers()
                 if sum(m.size for m in members) > limit:
-                    raise StoreError("the archive unpacks beyond server.storage.maxDownloadBytes")
+                    raise StoreRefused("the archive unpacks beyond server.storage.maxDownloadBytes")
                 for member in members:
                     _check_path(PurePosixPath(member.name))
                 tarred.extractall(into, filter="data")
     except (tarfile.TarError, zipfile.BadZipFile) as exc:
-        raise StoreError(f"the archive cannot be unpacked safely: {exc}") from None
+        raise StoreRefused(f"the archive cannot be unpacked safely: {exc}") from None
     archive.unlink()
 
 

@@ -81,6 +81,12 @@ class StoreError(Exception):
     """A failure whose message can be shown as it is (no secret, no signed URL)."""
 
 
+class StoreRefused(StoreError):
+    """The store answered, and what it holds cannot be served (nothing there, too large, an
+    unsafe archive): a cached copy never stands in for it, unlike a store that cannot be
+    reached (``server.storage.whenUnreachable``)."""
+
+
 class FsspecStore:
     """S3, GCS or Azure Blob through fsspec."""
 

@@ -250,6 +250,8 @@ class ModelRepository:
                 if shown != loaded.reason:
                     log.info("%s version %s: %s", plan.name, source.version, loaded.reason)
                     loaded.reason = shown
+                if plan.cached_copy and loaded.state is State.READY and not loaded.reason:
+                    loaded.reason = plan.cached_copy  # its store could not be reached
                 versions[source.version] = loaded
             entry = ModelEntry(plan, versions)
             for loaded in versions.values():

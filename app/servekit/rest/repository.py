@@ -76,6 +76,12 @@ ModelName = Annotated[
 """The name a load may give a model (push), as the document shows it."""
 CONTROL_FAILURES = failures(ApiGroup.REPOSITORY, *BODY_FAILURES, 403, 404, 409)
 """Load and unload: bad parameters, cross-site refusals, unknown models, conflicts."""
+ONE_REPLICA = (
+    "{what} on this server only (every worker of it). Behind a load balancer that is the one "
+    "replica the call reached: the others keep serving what they serve, and a replica that "
+    "starts later serves its serve.yaml."
+)
+"""What a control call changes, said in the OpenAPI document (docs/ops.md says it too)."""
 
 
 async def _body(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -130,6 +136,7 @@ async def repository_index(request: Request[Any, Any, Any], control: Control) ->
     status_code=200,
     responses=CONTROL_FAILURES,
     operation_class=with_media(body=LOAD_BODY, body_required=False),
+    description=ONE_REPLICA.format(what="Loads, reloads or pushes the model"),
 )
 async def repository_load(
     request: Request[Any, Any, Any], control: Control, model: ModelName
@@ -145,6 +152,7 @@ async def repository_load(
     status_code=200,
     responses=CONTROL_FAILURES,
     operation_class=with_media(body=UNLOAD_BODY, body_required=False),
+    description=ONE_REPLICA.format(what="Unloads the model"),
 )
 async def repository_unload(
     request: Request[Any, Any, Any], control: Control, model: ModelName

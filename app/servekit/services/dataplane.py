@@ -181,6 +181,11 @@ class DataPlane:
         not which: readiness is open to unauthenticated probes, model names are not."""
         if self._state.draining:
             return "the server is stopping (requests already accepted finish first)"
+        if self._state.withdrawn:
+            return (
+                "the server is stopping: it serves what still arrives for "
+                "server.drainDelaySeconds, then refuses new requests"
+            )
         if not self._state.online:
             return "the server is offline (draining); Online brings it back"
         if not self._state.startup_done:
@@ -555,6 +560,26 @@ class DataPlane:
                 executor = version.executor
                 if isinstance(executor, ModelExecutor) and executor.placement.threshold_ns != bound:
                     executor.retune(bound)
+
+    def load_here(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Requests per (model, version) in this process now: (pending: queued, not started;
+        inflight: started, not answered), for every version with an executor."""
+        found: dict[tuple[str, int], tuple[int, int]] = {}
+        for entry in self._repository.entries():
+            for version in entry.versions.values():
+                executor = version.executor
+                if isinstance(executor, ModelExecutor):
+                    found[(entry.plan.name, version.version)] = executor.load()
+        return found
+
+    def load(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """``load_here`` summed with the other workers' (``server.workers``): the gauges an
+        autoscaler reads, whichever worker answers the scrape."""
+        total = self.load_here()
+        for key, (pending, inflight) in self.statistics.others_load().items():
+            mine = total.get(key, (0, 0))
+            total[key] = (mine[0] + pending, mine[1] + inflight)
+        return total
 
     def in_flight(self) -> int:
         """Inference requests accepted and not yet finished, queued or running, over every

@@ -89,8 +89,31 @@ class DataPlaneCollector(Collector):
             "(backlog)",
             labels=[*labels, "where"],
         )
+        pending = GaugeMetricFamily(
+            "servekit_pending_requests",
+            "Inference requests queued for the model version and not started yet, over every "
+            "worker: the signal to scale on",
+            labels=labels,
+        )
+        inflight = GaugeMetricFamily(
+            "servekit_inflight_requests",
+            "Inference requests the model version's instances have started and not answered "
+            "yet, over every worker",
+            labels=labels,
+        )
+        cached = GaugeMetricFamily(
+            "servekit_model_cached_copy",
+            "1 while a remote model serves the copy its cache took earlier because its store "
+            "cannot be reached (server.storage.whenUnreachable), else 0",
+            labels=["model"],
+        )
+        for (name, number), (waiting, started) in sorted(self._dataplane.load().items()):
+            pending.add_metric([name, str(number)], waiting)
+            inflight.add_metric([name, str(number)], started)
         for model in self._dataplane.models():
             name = model.name
+            if model.plan.remote is not None:
+                cached.add_metric([name], float(model.plan.cached_copy is not None))
             for version in model.versions:
                 number = version.number
                 key = [name, str(number)]
@@ -114,6 +137,7 @@ class DataPlaneCollector(Collector):
                     dispatches.add_metric([*key, reason], count)
         yield from (success, failure, rows, executions, seconds, state)
         yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
+        yield from (pending, inflight, cached)
 
 
 def _sequence_metrics(

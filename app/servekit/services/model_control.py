@@ -194,7 +194,10 @@ class ModelControl:
         """Remote models, looked at again every ``server.storage.pollSeconds``: under
         ``--watch`` every remote model served or asked for (a new version folder becomes a new
         version, a changed object a reload, and a failed reload keeps the old load serving);
-        without it, only those whose download failed, with a backoff doubling up to 10 min."""
+        without it, only those whose download failed or that serve a cached copy because
+        their store could not be reached, with a backoff doubling up to 10 min. Once the
+        store answers, a model serving a cached copy loads what it holds (the warning goes,
+        even if the files are the same)."""
         while True:
             await asyncio.sleep(self.plan.server.storage.poll_seconds)
             for plan in self.plan.models:
@@ -202,16 +205,19 @@ class ModelControl:
                     continue
                 entry = self._entry(plan.name)
                 failed = entry is None or not entry.ready_versions()
-                if not self.plan.server.watch and not failed:
+                stale = entry is not None and entry.plan.cached_copy is not None
+                if not self.plan.server.watch and not failed and not stale:
                     continue
-                if failed and not self.remote.due_for_retry(plan.name):
+                if (failed or stale) and not self.remote.due_for_retry(plan.name):
                     continue
                 async with self._lock(plan.name):
                     current = self._current(plan.name)
                     if current is None or current.remote is None:
                         continue  # replaced by a push or removed meanwhile
                     fresh = await self._fetched(current)
-                    if not failed and fingerprint(fresh) == self._fingerprints.get(plan.name):
+                    reached = fresh.cached_copy is None
+                    same = fingerprint(fresh) == self._fingerprints.get(plan.name)
+                    if not failed and same and not (stale and reached):
                         continue
                     with contextlib.suppress(ServeError):  # the repository recorded why
                         await self._load(fresh, None)

@@ -54,6 +54,7 @@ class ServerState:
         "started_at",
         "startup_done",
         "stopping",
+        "withdrawn",
     )
 
     def __init__(self, plan: ServePlan) -> None:
@@ -69,6 +70,10 @@ class ServerState:
         self.drain_started = math.inf
         """When the drain began (``time.monotonic()``; infinity when not draining). A request
         whose headers arrived before it was accepted, even if its body is still uploading."""
+        self.withdrawn = False
+        """True from SIGTERM until the stop ends (``ServeKit.withdraw``): readiness is false so
+        load balancers stop sending, while requests that still arrive are served until the
+        drain (``draining``) begins."""
         self.online = True
         """False after grps Offline: readiness answers false (on every surface) so a load
         balancer drains this server, while requests that still arrive are served."""
@@ -108,6 +113,7 @@ class ServerState:
 
     def end_drain(self) -> None:
         """Accept requests again (a stopped server that starts anew)."""
+        self.withdrawn = False
         self.draining = False
         self.drain_started = math.inf
 

@@ -440,6 +440,11 @@ class Statistics:
         single server (which has no breakdown: it is its one process)."""
         return None
 
+    def others_load(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(pending, inflight) requests per (model, version) in the other worker processes of
+        ``server.workers`` as last fetched; none for a single server."""
+        return {}
+
     def custom_samples(self) -> Iterator[custom_metrics.Sample]:
         """The metrics Python models define (app/servekit/custom_metrics.py): this process's
         (every worker's, in a worker: app/servekit/workers/stats.py)."""

@@ -100,6 +100,7 @@ class ClusterStatistics(Statistics):
         self._slots: list[SlotReport] = []
         self._metrics: list[tuple[str | None, custom_metrics.Snapshot]] = []
         self._retired_metrics: list[custom_metrics.Snapshot] = []
+        self._others_load: dict[tuple[str, int], tuple[int, int]] = {}
 
     def local_snapshot(self) -> Snapshot:
         """This worker's own counts, as the channel carries them."""
@@ -120,6 +121,15 @@ class ClusterStatistics(Statistics):
                     others.setdefault(key, []).append(row["stats"])
         self._others = others
         self._slots = slots
+        load: dict[tuple[str, int], tuple[int, int]] = {}
+        for slot in slots:
+            if int(slot["index"]) == self.index:
+                continue  # this worker's own load is read live
+            for model, version, pending, inflight in slot.get("load") or []:
+                key = (str(model), int(version))
+                had = load.get(key, (0, 0))
+                load[key] = (had[0] + int(pending), had[1] + int(inflight))
+        self._others_load = load
         self._metrics = [
             (str(slot["index"]), slot["metrics"])
             for slot in slots
@@ -134,6 +144,10 @@ class ClusterStatistics(Statistics):
         read, the dead processes' counts (see app/servekit/custom_metrics.py)."""
         live = [(str(self.index), custom_metrics.snapshot()), *self._metrics]
         return custom_metrics.merged(live, self._retired_metrics)
+
+    def others_load(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """The other workers' pending and in-flight requests, as fetched for this read."""
+        return self._others_load
 
     def workers(self) -> list[WorkerStatus] | None:
         """Each worker position with its process and counts (None before the first fetch)."""

@@ -105,6 +105,9 @@ class _Slot:
     last_snapshot: Snapshot | None = None
     """Its current process's statistics as last read."""
     retired: Snapshot = field(default_factory=list)
+    last_load: list[list[Any]] | None = None
+    """Its current process's pending and in-flight requests as last read:
+    ``[[model, version, pending, inflight], ...]`` (gone with the process)."""
     last_metrics: custom_metrics.Snapshot | None = None
     """Its current process's custom metrics (app/servekit/custom_metrics.py) as last read."""
     retired_metrics: custom_metrics.Snapshot = field(default_factory=list)
@@ -130,6 +133,7 @@ class _Slot:
             "restarts": self.restarts,
             "retired": self.retired,
             "current": self.last_snapshot,
+            "load": self.last_load if process is not None else None,
             "metrics": self.last_metrics,
             "retired_metrics": self.retired_metrics,
             "heartbeat_age": None if self.beat is None else round(max(0.0, now - self.beat), 3),
@@ -174,6 +178,10 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(workers)]
         self.journal = Journal()
         self.stopping = False
+        self.stop_signal: int = signal.SIGINT
+        """The signal that stopped the supervisor, passed on to the workers (SIGTERM
+        withdraws first, SIGINT drains at once); SIGINT when it stops for another reason (a
+        worker failed to start: no load balancer sends it anything yet)."""
         self._lock = asyncio.Lock()
         self._folder = Path(tempfile.mkdtemp(prefix="servekit-workers-"))
         os.chmod(self._folder, 0o700)
@@ -239,6 +247,7 @@ class Supervisor:
             slot.channel = None
             slot.joined = False
             slot.beat = None
+            slot.last_load = None  # what it held died with it
             if slot.last_snapshot is not None:  # its counts up to the last read stay
                 slot.retired = merge([slot.retired, slot.last_snapshot])
                 slot.last_snapshot = None
@@ -442,6 +451,7 @@ class Supervisor:
             # A process that died meanwhile was retired with its last read counts already.
             if not isinstance(result, BaseException) and slot.channel is channel:
                 slot.last_snapshot = result["stats"]
+                slot.last_load = result.get("load")
                 slot.last_metrics = result["metrics"]
         now = asyncio.get_running_loop().time()
         slots = [slot.report(now) for slot in self.slots]
@@ -521,12 +531,15 @@ class Supervisor:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
-        def stopping() -> None:
+        def stopping(sig: signal.Signals) -> None:
             self.stopping = True  # at once: a worker the signal reached too is not restarted
+            if stop.is_set():  # a second signal: the workers' withdrawal is cut short
+                self._signal_workers(sig)
+            self.stop_signal = sig
             stop.set()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stopping)
+            loop.add_signal_handler(sig, stopping, sig)
         storage.clean(storage.default_storage_dir(self.plan.base_dir, self.plan.server.storage_dir))
         server = await asyncio.start_unix_server(self.connected, path=self.socket_path)
         watchers: list[asyncio.Task[None]] = []
@@ -568,22 +581,29 @@ class Supervisor:
                 sock.close()
             shutil.rmtree(self._folder, ignore_errors=True)
 
-    async def stop_workers(self) -> None:
-        """SIGTERM every worker (each drains for ``server.drainSeconds``), then wait; kill what
-        outlives the drain and STOP_SECONDS more. An unresponsive worker is killed at once: it
-        would not handle SIGTERM (stopped) or not drain (hung)."""
-        self.stopping = True
+    def _signal_workers(self, sig: int) -> None:
+        """Send ``sig`` to every live worker (SIGKILL to one unresponsive or being killed)."""
         silent = {s.index for s in self.slots if s.state == "unresponsive" or s.killed}
-        for slot in self.slots:
-            slot.state = "stopping"
-        processes = [s.process for s in self.slots if s.process is not None]
         for slot in self.slots:
             process = slot.process
             if process is not None and process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
-                    process.send_signal(signal.SIGKILL if slot.index in silent else signal.SIGTERM)
+                    process.send_signal(signal.SIGKILL if slot.index in silent else sig)
+
+    async def stop_workers(self) -> None:
+        """Send every worker the signal the supervisor got (SIGTERM: each withdraws for
+        ``server.drainDelaySeconds``, unready but serving; both: each drains for
+        ``server.drainSeconds``), then wait; kill what outlives both and STOP_SECONDS more.
+        An unresponsive worker is killed at once: it would not handle the signal (stopped) or
+        not drain (hung)."""
+        self.stopping = True
+        processes = [s.process for s in self.slots if s.process is not None]
+        self._signal_workers(self.stop_signal)
+        for slot in self.slots:
+            slot.state = "stopping"
         try:
-            limit = self.plan.server.drain_seconds + STOP_SECONDS
+            server = self.plan.server
+            limit = server.drain_delay_seconds + server.drain_seconds + STOP_SECONDS
             await asyncio.wait_for(asyncio.gather(*(p.wait() for p in processes)), limit)
         except TimeoutError:
             for process in processes:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -28,7 +27,7 @@ from servekit import custom_metrics, gc_tuning, logs
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides, load_plan
 from servekit.models.repository import ModelRepository
-from servekit.server import ServeKit
+from servekit.server import ServeKit, StopSignals
 from servekit.services.model_control import ModelControl
 from servekit.services.state import ServerState
 from servekit.workers.control import ClusterControl
@@ -68,6 +67,9 @@ class Worker:
         self.channel: Channel | None = None
         self.workers = 1
         self.restarts = 0
+        self.load: Callable[[], dict[tuple[str, int], tuple[int, int]]] = dict
+        """This process's requests per model version now (``DataPlane.load_here``, set once
+        the ServeKit exists), sent with each statistics snapshot."""
 
     # -- WorkerRole (app/servekit/server.py)
     # -----------------------------------------------------------
@@ -126,7 +128,11 @@ class Worker:
             assert self.control is not None
             return await self.control.apply(message)
         if op == "snapshot":
-            return {"stats": self.statistics.local_snapshot(), "metrics": custom_metrics.snapshot()}
+            return {
+                "stats": self.statistics.local_snapshot(),
+                "metrics": custom_metrics.snapshot(),
+                "load": [[m, v, p, i] for (m, v), (p, i) in self.load().items()],
+            }
         if op == "summary":
             return self.summary()
         raise ValueError(f"unknown request {str(op)[:40]!r}")
@@ -217,13 +223,12 @@ class _WorkerCollector(Collector):
 async def _run(spec: WorkerSpec, plan: ServePlan) -> None:
     overrides = spec.overrides()
     worker = Worker(spec, overrides)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    signals = StopSignals(asyncio.get_running_loop())
+    stop = signals.received
     await worker.connect()
     assert worker.channel is not None
     kit = ServeKit(plan, worker.statistics, worker=worker)
+    worker.load = kit.dataplane.load_here
     await kit.start()
     await worker.request({"op": "listening", "worker": spec.index})
     watcher = None
@@ -238,7 +243,7 @@ async def _run(spec: WorkerSpec, plan: ServePlan) -> None:
         log.warning("worker %d: supervisor gone, stopping", spec.index)
     if watcher is not None:
         watcher.cancel()
-    await kit.stop()
+    await signals.stop(kit)
     supervisor_gone.cancel()
     stopping.cancel()
     await worker.channel.close()

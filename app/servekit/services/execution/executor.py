@@ -102,6 +102,8 @@ class ModelExecutor:
         light featurise or post-process step costs no thread hop. A slow call on the loop sends
         it back to learning; too many, and it stays in its threads."""
         self._queue: deque[Job] = deque()
+        self.held = 0
+        """Requests submitted and not yet done (queued or running): ``load`` reads it."""
         self._inbox: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._idle = settings.instances
@@ -154,6 +156,13 @@ class ModelExecutor:
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    def load(self) -> tuple[int, int]:
+        """Requests waiting in the queue (not started) and those taken by the model's
+        instances (started, not answered): the scaling gauges of /metrics. Requests run on the
+        loop never show: they start and end within one step of it."""
+        queued = len(self._queue)
+        return queued, self.held - queued
 
     def run_now(
         self,
@@ -284,6 +293,7 @@ class ModelExecutor:
         job = Job(feed, tuple(outputs), rows, key, deadline, expiry, loop.create_future())
         job.step = step
         self._version.enter()
+        self.held += 1
         self._queue.append(job)
         if expiry is not None:
             job.timer = loop.call_later(max(0.0, expiry - time.monotonic()), self._expire, job)
@@ -564,6 +574,7 @@ class ModelExecutor:
         if job.timer is not None:
             job.timer.cancel()
             job.timer = None
+        self.held -= 1
         self._version.leave()
 
     def _retry_after(self) -> int:
