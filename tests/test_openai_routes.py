@@ -241,6 +241,44 @@ def test_completion_stream(client: openai.OpenAI, usage: bool) -> None:
     assert "".join(c.choices[0].text for c in streamed) == "the river" + text
 
 
+def test_finish_reason_length(client: openai.OpenAI) -> None:
+    """An answer cut by max_tokens says "length", streamed or not, chat and completions (the
+    generator yields one character per step: max_tokens counts them); one that ends on its
+    own, here on a stop sequence, says "stop"."""
+    made = client.completions.create(model="chargen", prompt="the cat", seed=1, max_tokens=6)
+    assert len(made.choices[0].text) == 6 and made.choices[0].finish_reason == "length"
+    chat = client.chat.completions.create(
+        model="chargen-chat", messages=HELLO, seed=1, max_completion_tokens=7
+    )
+    assert chat.choices[0].finish_reason == "length"
+    assert len(chat.choices[0].message.content or "") == 7
+    two = client.completions.create(model="chargen", prompt=["a", "b"], n=2, seed=1, max_tokens=4)
+    assert [c.finish_reason for c in two.choices] == ["length"] * 4
+    stopped = client.completions.create(
+        model="chargen", prompt="the cat", seed=1, max_tokens=200, stop=" "
+    )
+    assert stopped.choices[0].finish_reason == "stop"
+    streamed = list(
+        client.chat.completions.create(
+            model="chargen-chat", messages=HELLO, seed=1, max_tokens=5, stream=True
+        )
+    )
+    assert [c.choices[0].finish_reason for c in streamed if c.choices[0].finish_reason] == [
+        "length"
+    ]
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) != ""
+    pieces = list(
+        client.completions.create(
+            model="chargen", prompt="the sun", seed=1, max_tokens=200, stop=" ", stream=True
+        )
+    )
+    assert [c.choices[0].finish_reason for c in pieces if c.choices[0].finish_reason] == ["stop"]
+    cut = list(
+        client.completions.create(model="chargen", prompt="the sun", max_tokens=3, stream=True)
+    )
+    assert [c.choices[0].finish_reason for c in cut if c.choices[0].finish_reason] == ["length"]
+
+
 def test_stream_ends_with_done(http: httpx.Client) -> None:
     body = {"model": "chargen-chat", "messages": HELLO, "stream": True, "max_tokens": 5}
     with http.stream("POST", "/openai/v1/chat/completions", json=body) as answer:
