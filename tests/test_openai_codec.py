@@ -193,3 +193,15 @@ def test_finish_reason_counts_chunks_or_words() -> None:
     reply = codec.Reply("completion", "m")
     made = codec.answer(reply, ["ab", "c"], 1, None, ["length", "stop"])
     assert [c["finish_reason"] for c in made["choices"]] == ["length", "stop"]
+
+
+def test_routing_errors_under_the_prefix() -> None:
+    assert codec.under_prefix("/openai/v1") and codec.under_prefix("/openai/v1/files")
+    assert not codec.under_prefix("/openai/v10/files") and not codec.under_prefix("/v2/x")
+    missing = codec.routing_error(404, "GET", "/openai/v1/files", None)["error"]
+    assert missing == {"message": "Invalid URL (GET /openai/v1/files)",
+                       "type": "invalid_request_error", "param": None, "code": None}  # fmt: skip
+    long = codec.routing_error(404, "GET", "/openai/v1/" + "x" * 5000, None)["error"]
+    assert len(long["message"]) < 300
+    wrong = codec.routing_error(405, "GET", "/openai/v1/embeddings", "OPTIONS, POST")["error"]
+    assert wrong["message"].endswith("it takes OPTIONS, POST")

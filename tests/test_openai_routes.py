@@ -488,6 +488,31 @@ def test_bad_requests_get_openai_errors(server: ServerProcess, http: httpx.Clien
     _healthy(server)
 
 
+def test_unknown_paths_and_methods_get_openai_errors(
+    client: openai.OpenAI, http: httpx.Client, server: ServerProcess
+) -> None:
+    """A route servekit does not offer under /openai/v1/ (the client's files API), or a wrong
+    method on one it does, is OpenAI's error object with 404 / 405, as the client reads it."""
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.files.list()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "invalid_request_error"
+    assert body["message"] == "Invalid URL (GET /openai/v1/files)"
+    assert set(body) == {"message", "type", "param", "code"}
+    wrong = http.get("/openai/v1/chat/completions")
+    assert wrong.status_code == 405 and "POST" in wrong.headers["allow"]
+    error = wrong.json()["error"]
+    assert error["type"] == "invalid_request_error" and "POST" in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    deleted = http.delete("/openai/v1/models")
+    assert deleted.status_code == 405 and deleted.json()["error"]["message"]
+    nested = http.post("/openai/v1/models/chargen/extra", json={})
+    assert nested.status_code == 404 and nested.json()["error"]["param"] is None
+    # elsewhere the app's own shape stays
+    assert http.get("/v2/nope").json() == {"error": "Not Found"}
+    _healthy(server)
+
+
 def test_official_client_errors(client: openai.OpenAI, server: ServerProcess) -> None:
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="chargen-chat", messages=[])

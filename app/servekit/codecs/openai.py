@@ -34,6 +34,8 @@ from servekit.config.openai import misfits as kind_misfits
 from servekit.errors import Internal, InvalidArgument
 from servekit.types import InferRequest, InferResponse, Tensor, TensorSpec
 
+PREFIX = "/openai/v1"
+"""Where the OpenAI routes live (KServe's prefix: ``/v1/models`` is KServe V1's)."""
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_N = 128
 """OpenAI's own bound on ``n``."""
@@ -631,6 +633,26 @@ ERROR_TYPES = {
     501: "invalid_request_error",
     504: "timeout_error",
 }
+
+
+def under_prefix(path: str) -> bool:
+    """Whether a request path is one of the OpenAI routes' (whose clients read OpenAI's error
+    shape, even for a path or method servekit does not offer there)."""
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+MAX_SHOWN_PATH = 200
+"""Characters of a request's path an error repeats."""
+
+
+def routing_error(status: int, method: str, path: str, allowed: str | None) -> dict[str, Any]:
+    """OpenAI's answer to a path it does not serve (404, OpenAI's words) or a method the path
+    does not take (405, naming the ones it does)."""
+    shown = path if len(path) <= MAX_SHOWN_PATH else path[:MAX_SHOWN_PATH] + "…"
+    if status == 405:
+        takes = f": it takes {allowed}" if allowed else ""
+        return error_body(405, f"Invalid method {method} for URL {shown}{takes}")
+    return error_body(status, f"Invalid URL ({method} {shown})")
 
 
 def error_body(

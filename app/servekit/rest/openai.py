@@ -58,7 +58,7 @@ from servekit.services import DataPlane
 from servekit.types import InferRequest, InferResponse, ModelSignature
 
 log = logging.getLogger("servekit.openai")
-PREFIX = "/openai/v1"
+PREFIX = codec.PREFIX
 EVENT_STREAM = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 AnyRequest = Request[Any, Any, Any]
