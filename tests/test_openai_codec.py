@@ -177,8 +177,8 @@ def test_sampling_fields_are_bounded(field: str, value: object) -> None:
 
 
 def test_finish_reason_counts_chunks_or_words() -> None:
-    """"length" once a choice reaches the request's limit, counted in the model's chunks (a
-    generator's yields) or its words, whichever is more; no limit: "stop"."""
+    """A choice finishes with "length" once it reaches the request's limit, counted in the
+    model's chunks (a generator's yields) or its words, whichever is more; no limit: "stop"."""
     decoded = codec.decode_chat(
         {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
          "max_completion_tokens": 4}
