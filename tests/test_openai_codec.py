@@ -174,3 +174,34 @@ def test_sampling_fields_are_bounded(field: str, value: object) -> None:
     assert _param(codec.decode_completion, body) == field
     chat = {"model": "m", "messages": HELLO, field: value}
     assert _param(codec.decode_chat, chat) == field
+
+
+def test_finish_reason_counts_chunks_or_words() -> None:
+    """A choice finishes with "length" once it reaches the request's limit, counted in the
+    model's chunks (a generator's yields) or its words, whichever is more; no limit: "stop"."""
+    decoded = codec.decode_chat(
+        {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9,
+         "max_completion_tokens": 4}
+    )  # fmt: skip
+    assert decoded.max_tokens == 4  # the smaller of the two
+    assert codec.decode_completion({"model": "m", "prompt": "x"}).max_tokens is None
+    assert codec.finish_reason("abcd", 4, 4) == "length"  # four yields of one letter
+    assert codec.finish_reason("abc", 3, 4) == "stop"
+    assert codec.finish_reason("one two three four", 1, 4) == "length"  # answered once
+    assert codec.finish_reason("one two three", 1, 4) == "stop"
+    assert codec.finish_reason("a b c d e f", 6, None) == "stop"
+    reply = codec.Reply("completion", "m")
+    made = codec.answer(reply, ["ab", "c"], 1, None, ["length", "stop"])
+    assert [c["finish_reason"] for c in made["choices"]] == ["length", "stop"]
+
+
+def test_routing_errors_under_the_prefix() -> None:
+    assert codec.under_prefix("/openai/v1") and codec.under_prefix("/openai/v1/files")
+    assert not codec.under_prefix("/openai/v10/files") and not codec.under_prefix("/v2/x")
+    missing = codec.routing_error(404, "GET", "/openai/v1/files", None)["error"]
+    assert missing == {"message": "Invalid URL (GET /openai/v1/files)",
+                       "type": "invalid_request_error", "param": None, "code": None}  # fmt: skip
+    long = codec.routing_error(404, "GET", "/openai/v1/" + "x" * 5000, None)["error"]
+    assert len(long["message"]) < 300
+    wrong = codec.routing_error(405, "GET", "/openai/v1/embeddings", "OPTIONS, POST")["error"]
+    assert wrong["message"].endswith("it takes OPTIONS, POST")

@@ -1,5 +1,7 @@
 """The dashboard's OpenAI try-it in a real browser (Debian's Chromium via Playwright): a chat
-model's page streams the answer into its transcript; an embedding model's shows the vector."""
+model's page streams the answer into its transcript; an embedding model's shows the vector. A
+generator (decoupled) chat or completion model's page has only the OpenAI box: the V2 form,
+which answers 501 for such a model, is not shown."""
 
 from __future__ import annotations
 
@@ -54,6 +56,7 @@ def test_chat_try_it_streams_the_answer(page: Page) -> None:
     page.goto("/models/chargen-chat/try")
     section = page.locator("#openai-try")
     expect(section.get_by_role("heading", name="Chat on the OpenAI route")).to_be_visible()
+    expect(page.locator("#try-form")).to_have_count(0)  # its predict yields: V2 infer is 501
     page.get_by_label("Message", exact=True).fill("tell me about the cat")
     page.get_by_role("button", name="Send", exact=True).click()
     answer = page.locator('.chat-line[data-role="assistant"][data-done="true"] .chat-text')
@@ -73,10 +76,17 @@ def test_embeddings_try_it_shows_the_vector(page: Page) -> None:
     page.get_by_label("Text", exact=True).fill("the quick brown fox")
     page.get_by_role("button", name="Embed").click()
     expect(page.locator("#openai-dimensions")).to_have_text("64 dimensions, length 1.0000")
+    expect(page.locator("#try-form")).to_be_visible()  # not a generator: the V2 form too
 
 
-def test_a_model_without_openai_has_no_chat(page: Page) -> None:
-    page.goto("/models/embedder")
-    page.goto("/models/chargen/try")  # a completion model: the V2 form only
-    expect(page.locator("#try-form")).to_be_visible()
-    expect(page.locator("#openai-try")).to_have_count(0)
+def test_completion_try_it_streams_instead_of_the_v2_form(page: Page) -> None:
+    page.goto("/models/chargen/try")  # a generator completion model
+    section = page.locator("#openai-try")
+    expect(section.get_by_role("heading", name="Completion on the OpenAI route")).to_be_visible()
+    expect(page.locator("#try-form")).to_have_count(0)
+    page.get_by_label("Prompt", exact=True).fill("the cat")
+    page.get_by_role("button", name="Complete", exact=True).click()
+    answer = page.locator('.chat-line[data-role="assistant"][data-done="true"] .chat-text')
+    expect(answer).to_have_count(1)
+    assert answer.inner_text().strip()
+    expect(page.locator("#openai-error")).to_be_hidden()

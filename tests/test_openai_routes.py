@@ -167,8 +167,8 @@ def test_completion(client: openai.OpenAI) -> None:
     again = client.completions.create(model="chargen", prompt="the quick", seed=3, max_tokens=24)
     assert made.object == "text_completion" and made.model == "chargen"
     text = made.choices[0].text
-    assert 0 < len(text) <= 24 and text == again.choices[0].text
-    assert made.choices[0].finish_reason == "stop"
+    assert len(text) == 24 and text == again.choices[0].text
+    assert made.choices[0].finish_reason == "length"  # all 24 of max_tokens used
     assert made.usage is not None and made.usage.completion_tokens == len(text.split())
     assert made.usage.prompt_tokens == 2
     two = client.completions.create(model="chargen", prompt=["a cat", "the sun"], n=2, seed=1)
@@ -210,7 +210,8 @@ def test_chat_stream(client: openai.OpenAI, usage: bool) -> None:
     assert len([p for p in pieces if p]) > 3  # streamed piece by piece
     assert "".join(pieces) == whole.choices[0].message.content
     finished = [c for c in chunks if c.choices and c.choices[0].finish_reason]
-    assert [c.choices[0].finish_reason for c in finished] == ["stop"]
+    assert [c.choices[0].finish_reason for c in finished] == ["length"]  # 40 letters made
+    assert len("".join(pieces)) == 40
     if usage:
         last = chunks[-1]
         assert last.choices == [] and last.usage is not None
@@ -239,6 +240,44 @@ def test_completion_stream(client: openai.OpenAI, usage: bool) -> None:
         model="chargen", prompt="the river", seed=2, echo=True, stream=True
     )
     assert "".join(c.choices[0].text for c in streamed) == "the river" + text
+
+
+def test_finish_reason_length(client: openai.OpenAI) -> None:
+    """An answer cut by max_tokens says "length", streamed or not, chat and completions (the
+    generator yields one character per step: max_tokens counts them); one that ends on its
+    own, here on a stop sequence, says "stop"."""
+    made = client.completions.create(model="chargen", prompt="the cat", seed=1, max_tokens=6)
+    assert len(made.choices[0].text) == 6 and made.choices[0].finish_reason == "length"
+    chat = client.chat.completions.create(
+        model="chargen-chat", messages=HELLO, seed=1, max_completion_tokens=7
+    )
+    assert chat.choices[0].finish_reason == "length"
+    assert len(chat.choices[0].message.content or "") == 7
+    two = client.completions.create(model="chargen", prompt=["a", "b"], n=2, seed=1, max_tokens=4)
+    assert [c.finish_reason for c in two.choices] == ["length"] * 4
+    stopped = client.completions.create(
+        model="chargen", prompt="the cat", seed=1, max_tokens=200, stop=" "
+    )
+    assert stopped.choices[0].finish_reason == "stop"
+    streamed = list(
+        client.chat.completions.create(
+            model="chargen-chat", messages=HELLO, seed=1, max_tokens=5, stream=True
+        )
+    )
+    assert [c.choices[0].finish_reason for c in streamed if c.choices[0].finish_reason] == [
+        "length"
+    ]
+    assert "".join(c.choices[0].delta.content or "" for c in streamed) != ""
+    pieces = list(
+        client.completions.create(
+            model="chargen", prompt="the sun", seed=1, max_tokens=200, stop=" ", stream=True
+        )
+    )
+    assert [c.choices[0].finish_reason for c in pieces if c.choices[0].finish_reason] == ["stop"]
+    cut = list(
+        client.completions.create(model="chargen", prompt="the sun", max_tokens=3, stream=True)
+    )
+    assert [c.choices[0].finish_reason for c in cut if c.choices[0].finish_reason] == ["length"]
 
 
 def test_stream_ends_with_done(http: httpx.Client) -> None:
@@ -447,6 +486,31 @@ def test_bad_requests_get_openai_errors(server: ServerProcess, http: httpx.Clien
         headers={"content-type": "application/json"},
     )
     assert broken.status_code == 400 and "message" in broken.json()["error"]
+    _healthy(server)
+
+
+def test_unknown_paths_and_methods_get_openai_errors(
+    client: openai.OpenAI, http: httpx.Client, server: ServerProcess
+) -> None:
+    """A route servekit does not offer under /openai/v1/ (the client's files API), or a wrong
+    method on one it does, is OpenAI's error object with 404 / 405, as the client reads it."""
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.files.list()
+    body = caught.value.body
+    assert isinstance(body, dict) and body["type"] == "invalid_request_error"
+    assert body["message"] == "Invalid URL (GET /openai/v1/files)"
+    assert set(body) == {"message", "type", "param", "code"}
+    wrong = http.get("/openai/v1/chat/completions")
+    assert wrong.status_code == 405 and "POST" in wrong.headers["allow"]
+    error = wrong.json()["error"]
+    assert error["type"] == "invalid_request_error" and "POST" in error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+    deleted = http.delete("/openai/v1/models")
+    assert deleted.status_code == 405 and deleted.json()["error"]["message"]
+    nested = http.post("/openai/v1/models/chargen/extra", json={})
+    assert nested.status_code == 404 and nested.json()["error"]["param"] is None
+    # elsewhere the app's own shape stays
+    assert http.get("/v2/nope").json() == {"error": "Not Found"}
     _healthy(server)
 
 

@@ -56,7 +56,7 @@ class CharChain:
         context = " ".join(prompt.lower().split()) + " "
         made = ""
         for _ in range(int(limit)):
-            counts = self._counts(context)
+            counts = self.next_counts(context)
             letters = list(counts)
             weights = np.array([counts[c] for c in letters], dtype=np.float64)
             if temperature < 0.01:  # greedy: the most frequent next letter
@@ -70,7 +70,8 @@ class CharChain:
             context += letter
             yield letter
 
-    def _counts(self, context: str) -> Counter[str]:
+    def next_counts(self, context: str) -> Counter[str]:
+        """How often each letter follows the longest known end of ``context``."""
         for size in range(self.order, -1, -1):
             found = self.counts.get(context[len(context) - size :] if size else "")
             if found:

@@ -34,6 +34,8 @@ from servekit.config.openai import misfits as kind_misfits
 from servekit.errors import Internal, InvalidArgument
 from servekit.types import InferRequest, InferResponse, Tensor, TensorSpec
 
+PREFIX = "/openai/v1"
+"""Where the OpenAI routes live (KServe's prefix: ``/v1/models`` is KServe V1's)."""
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 MAX_N = 128
 """OpenAI's own bound on ``n``."""
@@ -74,6 +76,9 @@ class TextRequest:
     """Words of each text's human-readable part (the messages' contents, a prompt)."""
     echo: bool = False
     """Completions: each choice starts with its prompt."""
+    max_tokens: int | None = None
+    """The request's ``max_tokens`` or ``max_completion_tokens`` (the smaller when both are
+    set): a choice that reaches it finishes with ``"length"`` (:func:`finish_reason`)."""
 
 
 @dataclass(slots=True)
@@ -191,6 +196,13 @@ def _sampling(body: dict[str, Any]) -> None:
         )
 
 
+def _limit(body: dict[str, Any]) -> int | None:
+    """The token limit the request sets (checked by :func:`_sampling`), if any."""
+    limits = [body.get(name) for name in ("max_tokens", "max_completion_tokens")]
+    set_ones = [limit for limit in limits if isinstance(limit, int)]
+    return min(set_ones) if set_ones else None
+
+
 def _not_carried(body: dict[str, Any]) -> None:
     for name, what in NOT_CARRIED.items():
         value = body.get(name)
@@ -235,7 +247,15 @@ def decode_chat(obj: object) -> TextRequest:
     _sampling(body)
     text = orjson.dumps(messages).decode()
     return TextRequest(
-        "chat", model, [text], _parameters(body, MESSAGES), stream, include_usage, n, [words]
+        "chat",
+        model,
+        [text],
+        _parameters(body, MESSAGES),
+        stream,
+        include_usage,
+        n,
+        [words],
+        max_tokens=_limit(body),
     )
 
 
@@ -295,6 +315,7 @@ def decode_completion(obj: object) -> TextRequest:
         n,
         [len(p.split()) for p in prompts],
         bool(echo),
+        _limit(body),
     )
 
 
@@ -435,6 +456,19 @@ def _text(item: object) -> str:
     return str(item)
 
 
+def finish_reason(text: str, chunks: int, limit: int | None) -> str:
+    """``"length"`` when the choice reached the request's token limit, else ``"stop"``.
+
+    With no tokenizer on the server, a choice's tokens are counted as the chunks the model
+    gave it (a generator model yields one per step, as an LLM yields tokens) or its words
+    when there are more of those (a model that answers once): a model that honours
+    ``max_tokens`` in either unit is reported cut when it was. A request without a limit
+    always finishes with ``"stop"``: a model's own limit is its own to say."""
+    if limit is not None and max(chunks, len(text.split())) >= limit:
+        return "length"
+    return "stop"
+
+
 def usage(prompt_words: int, completion_words: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_words,
@@ -448,10 +482,16 @@ def words(texts: Iterable[str]) -> int:
 
 
 def answer(
-    reply: Reply, texts: list[str], prompt_words: int, echoed: list[str] | None = None
+    reply: Reply,
+    texts: list[str],
+    prompt_words: int,
+    echoed: list[str] | None = None,
+    finishes: list[str] | None = None,
 ) -> dict[str, Any]:
     """The whole (non-streamed) answer: one choice per text, in order (each after its
-    ``echoed`` prompt, which usage does not count as completion)."""
+    ``echoed`` prompt, which usage does not count as completion), each with its
+    ``finishes`` reason (default ``"stop"``)."""
+    reasons = finishes if finishes is not None else ["stop"] * len(texts)
     completion_words = words(texts)
     if echoed is not None:
         texts = [prompt + text for prompt, text in zip(echoed, texts, strict=True)]
@@ -461,14 +501,14 @@ def answer(
                 "index": i,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": reasons[i],
             }
             for i, text in enumerate(texts)
         ]
         kind = "chat.completion"
     else:
         choices = [
-            {"index": i, "text": text, "logprobs": None, "finish_reason": "stop"}
+            {"index": i, "text": text, "logprobs": None, "finish_reason": reasons[i]}
             for i, text in enumerate(texts)
         ]
         kind = "text_completion"
@@ -593,6 +633,26 @@ ERROR_TYPES = {
     501: "invalid_request_error",
     504: "timeout_error",
 }
+
+
+def under_prefix(path: str) -> bool:
+    """Whether a request path is one of the OpenAI routes' (whose clients read OpenAI's error
+    shape, even for a path or method servekit does not offer there)."""
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+MAX_SHOWN_PATH = 200
+"""Characters of a request's path an error repeats."""
+
+
+def routing_error(status: int, method: str, path: str, allowed: str | None) -> dict[str, Any]:
+    """OpenAI's answer to a path it does not serve (404, OpenAI's words) or a method the path
+    does not take (405, naming the ones it does)."""
+    shown = path if len(path) <= MAX_SHOWN_PATH else path[:MAX_SHOWN_PATH] + "…"
+    if status == 405:
+        takes = f": it takes {allowed}" if allowed else ""
+        return error_body(405, f"Invalid method {method} for URL {shown}{takes}")
+    return error_body(status, f"Invalid URL ({method} {shown})")
 
 
 def error_body(

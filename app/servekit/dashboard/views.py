@@ -320,6 +320,9 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "warmup": warmup(model),
         "pipeline": pipeline_steps(dataplane, plan.pipeline),
         "openai": config.openai.kind if config is not None and config.openai else None,
+        # its predict yields (the serving version): the V2 infer form would answer 501, so the
+        # try-it page offers the OpenAI box alone for a chat or completion model
+        "decoupled": dataplane.decoupled(name),
     }
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
+from servekit.codecs import openai as openai_codec
 from servekit.errors import HTTP_STATUS, ErrorCode, Overloaded, ServeError, internal_error
 from servekit.rest.leaving import ClientLeft
 
@@ -32,13 +34,23 @@ def serve_error_handler(_: Request, exc: ServeError) -> Response[dict[str, str]]
     return error_response(HTTP_STATUS[exc.code], exc.message, headers)
 
 
-def http_error_handler(_: Request, exc: HTTPException) -> Response[dict[str, str]]:  # type: ignore[type-arg]
+def http_error_handler(request: Request, exc: HTTPException) -> Response[Any]:  # type: ignore[type-arg]
     message = exc.detail
     extra = getattr(exc, "extra", None)
     if extra:
         message = f"{message}: {extra}"
     # Keep the framework's headers: a 405 must carry ``Allow`` (RFC 9110), found by schemathesis.
-    return error_response(exc.status_code, str(message), dict(exc.headers or {}))
+    headers = dict(exc.headers or {})
+    path = request.scope["path"]
+    if exc.status_code in (404, 405) and openai_codec.under_prefix(path):
+        # No route under /openai/v1/ matched: its clients read OpenAI's error object (the
+        # routes' own failures are answered by their Router, app/servekit/rest/openai.py).
+        body = openai_codec.routing_error(
+            exc.status_code, request.method, path, headers.get("allow") or headers.get("Allow")
+        )
+        return Response(body, status_code=exc.status_code, media_type="application/json",
+                        headers=headers)  # fmt: skip
+    return error_response(exc.status_code, str(message), headers)
 
 
 def client_left_handler(_: Request, exc: ClientLeft) -> Response[None]:  # type: ignore[type-arg]

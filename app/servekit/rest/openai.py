@@ -58,7 +58,7 @@ from servekit.services import DataPlane
 from servekit.types import InferRequest, InferResponse, ModelSignature
 
 log = logging.getLogger("servekit.openai")
-PREFIX = "/openai/v1"
+PREFIX = codec.PREFIX
 EVENT_STREAM = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 AnyRequest = Request[Any, Any, Any]
@@ -201,22 +201,25 @@ async def _texts(request: AnyRequest, dataplane: DataPlane, kind: str) -> Respon
     reply = codec.Reply(kind, decoded.model)
     if decoded.stream:
         return await _stream(request.scope, dataplane, decoded, reply, calls, arrived)
-    texts = await unless_client_leaves(
+    made = await unless_client_leaves(
         request.scope, _all_choices(dataplane, calls, decoded.n, arrived)
     )
     n = decoded.n
+    texts = [text for text, _ in made]
+    finishes = [codec.finish_reason(text, chunks, decoded.max_tokens) for text, chunks in made]
     echoed = [decoded.texts[i // n] for i in range(len(texts))] if decoded.echo else None
-    return _json(codec.answer(reply, texts, sum(decoded.prompt_words), echoed))
+    return _json(codec.answer(reply, texts, sum(decoded.prompt_words), echoed, finishes))
 
 
 async def _all_choices(
     dataplane: DataPlane, calls: list[InferRequest], n: int, arrived: float
-) -> list[str]:
-    """Every prompt's choices, in order (the prompts run at once: the executor may batch)."""
+) -> list[tuple[str, int]]:
+    """Every prompt's choices, in order, each as its text and its count of chunks (the
+    prompts run at once: the executor may batch)."""
     if len(calls) == 1:
         return await _choices(dataplane, calls[0], n, arrived)
     done = await _together([_choices(dataplane, c, n, arrived) for c in calls])
-    return [text for texts in done for text in texts]
+    return [choice for choices in done for choice in choices]
 
 
 async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
@@ -231,14 +234,20 @@ async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
         raise
 
 
-async def _choices(dataplane: DataPlane, call: InferRequest, n: int, arrived: float) -> list[str]:
-    """One call's ``n`` texts, a generator model's chunks joined."""
+async def _choices(
+    dataplane: DataPlane, call: InferRequest, n: int, arrived: float
+) -> list[tuple[str, int]]:
+    """One call's ``n`` texts, a generator model's chunks joined, and how many non-empty
+    chunks made each (what :func:`codec.finish_reason` counts)."""
     texts = [""] * n
+    chunks = [0] * n
     async with aclosing(dataplane.infer_stream(call, arrived=arrived)) as responses:
         async for response in responses:
             for index, piece in enumerate(codec.choices_of(response, n)):
-                texts[index] += piece
-    return texts
+                if piece:
+                    texts[index] += piece
+                    chunks[index] += 1
+    return list(zip(texts, chunks, strict=True))
 
 
 async def _stream(
@@ -278,6 +287,7 @@ async def _events(
             if number:
                 responses, first = dataplane.infer_stream(call, arrived=arrived), None
             texts = [""] * n
+            chunks = [0] * n
             base = number * n
             async with aclosing(responses):  # a client that disconnects stops the model
                 if reply.kind == "chat":
@@ -299,11 +309,13 @@ async def _events(
                     for index, piece in enumerate(codec.choices_of(response, n)):
                         if piece:
                             texts[index] += piece
+                            chunks[index] += 1
                             yield _event(
                                 codec.chunk(reply, base + index, piece, None, False, usage)
                             )
             for index in range(n):
-                yield _event(codec.chunk(reply, base + index, None, "stop", False, usage))
+                finish = codec.finish_reason(texts[index], chunks[index], decoded.max_tokens)
+                yield _event(codec.chunk(reply, base + index, None, finish, False, usage))
             written.extend(texts)
         if usage:
             yield _event(codec.usage_chunk(reply, sum(decoded.prompt_words), codec.words(written)))

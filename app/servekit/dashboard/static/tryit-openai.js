@@ -1,6 +1,8 @@
 // Try-it-out on the OpenAI-compatible routes, for models serve.yaml marks `openai:`: a chat
-// (POST /openai/v1/chat/completions with stream: true, the answer shown as its chunks arrive)
-// or embeddings (POST /openai/v1/embeddings). Same origin, the tab's token, as the V2 form.
+// (POST /openai/v1/chat/completions with stream: true, the answer shown as its chunks arrive),
+// a completion (POST /openai/v1/completions, streamed the same way: shown for a generator model,
+// whose V2 infer route answers 501) or embeddings (POST /openai/v1/embeddings). Same origin,
+// the tab's token, as the V2 form.
 import { el, withToken } from "./common.js";
 
 let section;
@@ -51,17 +53,18 @@ async function readEvents(response, onData) {
   }
 }
 
-async function chat(text) {
-  history.push({ role: "user", content: text });
-  bubble("user", text);
+/** Send one streamed request and show its text as it arrives: the text, and the message of
+ * an error the stream ended with ("" if none); throws when the request is refused. */
+async function streamed(path, body, user) {
+  const asked = bubble("user", user);
   const answer = bubble("assistant", "");
-  const response = await fetch("/openai/v1/chat/completions", {
+  const response = await fetch(path, {
     method: "POST", headers: withToken({ "Content-Type": "application/json" }),
-    body: JSON.stringify({ model: section.dataset.model, messages: history, stream: true }),
+    body: JSON.stringify({ model: section.dataset.model, stream: true, ...body }),
     signal: AbortSignal.timeout(120000),
   });
   if (!response.ok) {
-    history.pop();
+    asked.parentElement.remove();
     answer.parentElement.remove();
     throw new Error(`HTTP ${response.status}: ${await failure(response)}`);
   }
@@ -71,12 +74,25 @@ async function chat(text) {
     const chunk = JSON.parse(data);
     if (chunk.error) failed = chunk.error.message;
     for (const choice of chunk.choices || []) {
-      if (choice.delta && choice.delta.content) answer.textContent += choice.delta.content;
+      const piece = choice.delta ? choice.delta.content : choice.text;
+      if (piece) answer.textContent += piece;
     }
   });
-  section.querySelector(".chat-line:last-child").dataset.done = "true";
-  history.push({ role: "assistant", content: answer.textContent });
-  if (failed) throw new Error(failed);
+  answer.parentElement.dataset.done = "true";
+  return { text: answer.textContent, failed };
+}
+
+async function chat(text) {
+  history.push({ role: "user", content: text });
+  let answer;
+  try {
+    answer = await streamed("/openai/v1/chat/completions", { messages: history }, text);
+  } catch (problem) {
+    history.pop();
+    throw problem;
+  }
+  history.push({ role: "assistant", content: answer.text });
+  if (answer.failed) throw new Error(answer.failed);
 }
 
 async function embed(text) {
@@ -111,6 +127,9 @@ export function initOpenAI() {
       if (section.dataset.kind === "chat") {
         input.value = "";
         await chat(text);
+      } else if (section.dataset.kind === "completion") {
+        const { failed } = await streamed("/openai/v1/completions", { prompt: text }, text);
+        if (failed) throw new Error(failed);
       } else {
         await embed(text);
       }
