@@ -193,6 +193,30 @@ fi
 echo "apt-get stand-in: only install is known" >&2
 exit 1
 """,
+    # `docker` is podman (what Debian's podman-docker package makes it; CI has no Docker
+    # daemon). `docker run`, which runs until
+    # stopped, runs in the background with the block's 8000/8001 published on the test's ports
+    # of 127.0.0.1, returns once the server in it is ready, and is removed after the block.
+    "docker": """#!/bin/bash
+if [ "$1" = run ]; then
+  shift
+  args=()
+  for arg in "$@"; do
+    case "$arg" in
+      -d|--detach) continue ;;
+      8000:*|127.0.0.1:8000:*) arg="127.0.0.1:$DOCS_HTTP_PORT:${arg##*:}" ;;
+      8001:*|127.0.0.1:8001:*) arg="127.0.0.1:$DOCS_GRPC_PORT:${arg##*:}" ;;
+    esac
+    args+=("$arg")
+  done
+  name="docs-test-$$-$RANDOM"
+  echo "$name" >>"$DOCS_CONTAINERS"
+  podman run --name "$name" "${args[@]}" >>"$DOCS_LOG" 2>&1 &
+  echo $! >>"$DOCS_PIDS"
+  exec "$DOCS_PYTHON" "$DOCS_WAIT" "http://127.0.0.1:$DOCS_HTTP_PORT/v2/health/ready" $!
+fi
+exec podman "$@"
+""",
     # `kubectl` has no cluster here: it validates what it is given instead (KUBECTL below).
     "kubectl": """#!/bin/bash
 exec "$DOCS_PYTHON" "$DOCS_KUBECTL" "$@"
@@ -307,7 +331,17 @@ def write_stand_ins(folder: Path) -> Path:
         path.chmod(0o755)
     (folder / "wait_url.py").write_text(WAIT)
     (folder / "kubectl.py").write_text(KUBECTL)
+    (folder / "containers.conf").write_text(CONTAINERS_CONF)
     return folder
+
+
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
+[engine]
+runtime = "runc"
+"""
+"""podman's settings for this machine, as docs/ops.md gives them (and tests/test_container.py):
+crun refuses its cgroups, and podman's default ulimits are too high here."""
 
 
 def addresses(text: str, http_port: int, grpc_port: int) -> str:
