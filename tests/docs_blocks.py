@@ -178,6 +178,49 @@ exec "$DOCS_PYTHON" -m pip "$@"
     "pytest": """#!/bin/bash
 exec "$DOCS_PYTHON" -m pytest --collect-only -q "$@"
 """,
+    # `apt-get install` changes no system: CI's .ci/run installs the system packages the docs
+    # name; here each must already be installed.
+    "apt-get": """#!/bin/bash
+if [ "$1" = install ]; then
+  shift
+  for package in "$@"; do
+    case "$package" in -*) continue ;; esac
+    dpkg-query -W -f='${Status}\\n' "$package" 2>/dev/null | grep -q '^install ok installed$' \\
+      || { echo "$package is not installed (add it to .ci/run's apt-get line)" >&2; exit 1; }
+  done
+  exit 0
+fi
+echo "apt-get stand-in: only install is known" >&2
+exit 1
+""",
+    # `docker` is podman (what Debian's podman-docker package makes it; CI has no Docker
+    # daemon). `docker run`, which runs until
+    # stopped, runs in the background with the block's 8000/8001 published on the test's ports
+    # of 127.0.0.1, returns once the server in it is ready, and is removed after the block.
+    "docker": """#!/bin/bash
+if [ "$1" = run ]; then
+  shift
+  args=()
+  for arg in "$@"; do
+    case "$arg" in
+      -d|--detach) continue ;;
+      8000:*|127.0.0.1:8000:*) arg="127.0.0.1:$DOCS_HTTP_PORT:${arg##*:}" ;;
+      8001:*|127.0.0.1:8001:*) arg="127.0.0.1:$DOCS_GRPC_PORT:${arg##*:}" ;;
+    esac
+    args+=("$arg")
+  done
+  name="docs-test-$$-$RANDOM"
+  echo "$name" >>"$DOCS_CONTAINERS"
+  podman run --name "$name" "${args[@]}" >>"$DOCS_LOG" 2>&1 &
+  echo $! >>"$DOCS_PIDS"
+  exec "$DOCS_PYTHON" "$DOCS_WAIT" "http://127.0.0.1:$DOCS_HTTP_PORT/v2/health/ready" $!
+fi
+exec podman "$@"
+""",
+    # `kubectl` has no cluster here: it validates what it is given instead (KUBECTL below).
+    "kubectl": """#!/bin/bash
+exec "$DOCS_PYTHON" "$DOCS_KUBECTL" "$@"
+""",
 }
 """Commands a shell block runs through a stand-in (first on its PATH), each for a reason said
 above it; docs/development.md lists them."""
@@ -200,15 +243,105 @@ sys.exit(f"{url} did not answer within 90 s")
 """
 
 
+KUBECTL = """import base64, os, sys
+from pathlib import Path
+import yaml
+from kubernetes_validate import utils as kv
+
+VERSION = "1.30.0"  # the Kubernetes version tests/test_export.py validates against
+APPLIED = Path(os.environ["DOCS_KUBECTL_APPLIED"])  # what `apply -f` was given in this block
+
+
+def check(doc, where):
+    try:
+        kv.validate(doc, VERSION, strict=True)
+    except kv.SchemaNotFoundError:  # a CRD (KServe, KEDA, the Prometheus Operator): no schema
+        print(f"{where}: {doc['kind']} ({doc['apiVersion']}) not validated: no schema offline")
+    except kv.ValidationError as error:
+        sys.exit(f"{where}: {doc['kind']} {doc['metadata'].get('name')}: {error.message}")
+
+
+def apply(args):
+    if args[:1] != ["-f"] or len(args) != 2:
+        sys.exit(f"kubectl stand-in: apply takes -f FILE, not {args}")
+    docs = [d for d in yaml.safe_load_all(Path(args[1]).read_text()) if d]
+    if not docs:
+        sys.exit(f"{args[1]}: no manifests")
+    for doc in docs:
+        check(doc, args[1])
+    with APPLIED.open("a") as applied:
+        applied.write(args[1] + "\\n")
+    print(f"{args[1]}: {len(docs)} manifests valid (not applied: no cluster)")
+
+
+def create_secret(args):
+    if args[:1] != ["generic"] or len(args) < 3:
+        sys.exit(f"kubectl stand-in: create secret takes generic NAME --from-file=..., not {args}")
+    data = {}
+    for option in args[2:]:
+        if not option.startswith("--from-file="):
+            sys.exit(f"kubectl stand-in: create secret generic: unknown option {option}")
+        key, _, path = option.removeprefix("--from-file=").rpartition("=")
+        data[key or Path(path).name] = base64.b64encode(Path(path).read_bytes()).decode()
+    check({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": args[1]},
+           "type": "Opaque", "data": data}, "secret")
+    print(f"secret/{args[1]} valid (not created: no cluster)")
+
+
+def port_forward(args):
+    kind, _, name = args[0].partition("/")
+    if kind not in ("svc", "service") or len(args) < 2:
+        sys.exit(f"kubectl stand-in: port-forward takes svc/NAME PORT..., not {args}")
+    files = APPLIED.read_text().split() if APPLIED.exists() else []
+    docs = [d for f in files for d in yaml.safe_load_all(Path(f).read_text()) if d]
+    services = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == name]
+    if not services:
+        sys.exit(f"kubectl stand-in: no Service {name!r} was applied")
+    ports = {p["port"] for p in services[0]["spec"]["ports"]}
+    for pair in args[1:]:
+        remote = int(pair.rpartition(":")[2])
+        if remote not in ports:
+            sys.exit(f"Service {name!r} has no port {remote} (it has {sorted(ports)})")
+    print(f"service/{name} has ports {sorted(ports)} (not forwarded: no cluster)")
+
+
+COMMANDS = {("apply",): apply, ("create", "secret"): create_secret,
+            ("port-forward",): port_forward}
+for words, command in COMMANDS.items():
+    if tuple(sys.argv[1 : 1 + len(words)]) == words:
+        command(sys.argv[1 + len(words) :])
+        break
+else:
+    sys.exit(f"kubectl stand-in: {sys.argv[1:]} is not known to it (tests/docs_blocks.py)")
+"""
+"""The ``kubectl`` stand-in: there is no cluster, so ``apply -f FILE`` validates FILE's
+manifests against Kubernetes' OpenAPI schemas (kubernetes-validate, strict: an unknown field
+fails; a custom resource, which has no schema offline, is named as not validated),
+``create secret generic`` validates the Secret it would create from the files it names, and
+``port-forward svc/NAME`` checks that a Service NAME with those ports was applied."""
+
+
 def write_stand_ins(folder: Path) -> Path:
-    """The stand-ins as executables in ``folder`` (put first on PATH), and the waiter."""
+    """The stand-ins as executables in ``folder`` (put first on PATH), the waiter and
+    kubectl's validator."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, script in STAND_INS.items():
         path = folder / name
         path.write_text(script)
         path.chmod(0o755)
     (folder / "wait_url.py").write_text(WAIT)
+    (folder / "kubectl.py").write_text(KUBECTL)
+    (folder / "containers.conf").write_text(CONTAINERS_CONF)
     return folder
+
+
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]
+[engine]
+runtime = "runc"
+"""
+"""podman's settings for this machine, as docs/ops.md gives them (and tests/test_container.py):
+crun refuses its cgroups, and podman's default ulimits are too high here."""
 
 
 def addresses(text: str, http_port: int, grpc_port: int) -> str:
