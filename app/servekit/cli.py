@@ -33,9 +33,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
-CONFIG_HELP = (
-    "the serve.yaml to read: a path, or an object in a store (s3://, gs://, az://, https://) "
-    "read with the environment's credentials, its relative storageUris from its folder"
+CONFIG_HELP = "the serve.yaml to read"
+STORED_CONFIG_HELP = (
+    "the serve.yaml to read, a path or an object in a store: s3://, gs://, az://, https:// "
+    "(the environment's credentials; its relative storageUris from its folder)"
 )
 
 
@@ -49,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"servekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
-    serve.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
+    serve.add_argument("config", nargs="?", default="serve.yaml", help=STORED_CONFIG_HELP)
     serve.add_argument(
         "--http-port",
         type=int,
@@ -101,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate", help="check CONFIG (and import its Python models) and print a summary"
     )
-    validate.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
+    validate.add_argument("config", nargs="?", default="serve.yaml", help=STORED_CONFIG_HELP)
     sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
     export = sub.add_parser("export", help="print Kubernetes manifests that serve CONFIG")
     export.add_argument("target", choices=["k8s", "kserve"], help="plain Deployment, or KServe")
