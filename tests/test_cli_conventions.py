@@ -61,7 +61,8 @@ def test_positionals_have_help(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["serve", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "config the serve.yaml to read (default: serve.yaml)" in out
+    assert "config the serve.yaml to read, a path or an object in a store: s3://" in out
+    assert "from its folder) (default: serve.yaml)" in out
     assert "--http-port HTTP_PORT HTTP port, 0 picks a free one (default: server.httpPort" in out
     with pytest.raises(SystemExit):
         main(["build", "--help"])

@@ -34,6 +34,10 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 CONFIG_HELP = "the serve.yaml to read"
+STORED_CONFIG_HELP = (
+    "the serve.yaml to read, a path or an object in a store: s3://, gs://, az://, https:// "
+    "(the environment's credentials; its relative storageUris from its folder)"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"servekit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
-    serve.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
+    serve.add_argument("config", nargs="?", default="serve.yaml", help=STORED_CONFIG_HELP)
     serve.add_argument(
         "--http-port",
         type=int,
@@ -66,7 +70,12 @@ def _parser() -> argparse.ArgumentParser:
         help="bearer token every API group but health then needs (default: $SERVEKIT_TOKEN; "
         "groups serve.yaml's server.auth names keep their own)",
     )
-    serve.add_argument("--watch", action="store_true", help="apply edits of CONFIG live")
+    serve.add_argument(
+        "--watch",
+        action="store_true",
+        help="apply edits of CONFIG live (a remote CONFIG is read every "
+        "server.storage.pollSeconds)",
+    )
     serve.add_argument(
         "--workers",
         metavar="N",
@@ -93,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser(
         "validate", help="check CONFIG (and import its Python models) and print a summary"
     )
-    validate.add_argument("config", nargs="?", default="serve.yaml", help=CONFIG_HELP)
+    validate.add_argument("config", nargs="?", default="serve.yaml", help=STORED_CONFIG_HELP)
     sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
     export = sub.add_parser("export", help="print Kubernetes manifests that serve CONFIG")
     export.add_argument("target", choices=["k8s", "kserve"], help="plain Deployment, or KServe")
@@ -191,13 +200,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in cli_start.COMMANDS:
         return cli_start.run(args)
     try:
+        config_uri = None
+        if args.command in ("serve", "validate") and "://" in args.config:
+            from servekit.services import is_remote_config, remote_config_copy
+
+            if is_remote_config(args.config):
+                config_uri = args.config
+                args.config = str(remote_config_copy(config_uri))
         if args.command == "validate":
-            return _validate(args.config)
+            return _validate(args.config, config_uri)
         if args.command == "export":
             return _export(args)
-        return _serve(args)
+        return _serve(args, config_uri)
     except ConfigError as exc:
         print(config_error_text(exc), file=sys.stderr)
+        return 1
+    except Exception as exc:
+        from servekit.services import RemoteConfigError, RemoteConfigMissing
+
+        if not isinstance(exc, RemoteConfigError):
+            raise
+        print(f"servekit: {exc}", file=sys.stderr)
+        if isinstance(exc, RemoteConfigMissing):
+            print("  put serve.yaml there first, or name another object", file=sys.stderr)
         return 1
 
 
@@ -213,13 +238,18 @@ def config_error_text(exc: ConfigError) -> str:
     return f"servekit: invalid config\n{exc}"
 
 
-def _validate(path: str) -> int:
+def _validate(path: str, config_uri: str | None = None) -> int:
     """Check serve.yaml as ``servekit serve`` would, and more strictly: a storageUri that does
     not exist is an error here (serve starts anyway and serves that model as UNAVAILABLE), and
     tokens written in clear are warned about (exit code unaffected). Any problem it finds
     (a model or version serve would leave UNAVAILABLE, a pipeline step naming a version that
-    is not loaded, a warm-up sample that does not fit the model) exits 1."""
-    plan = load_plan(path)
+    is not loaded, a warm-up sample that does not fit the model) exits 1. ``config_uri``:
+    the remote serve.yaml ``path`` is a local copy of (named in every message instead)."""
+    plan = load_overridden(path, Overrides(config_uri=config_uri))
+    if config_uri is not None:
+        from servekit.shown_paths import shown_uri
+
+        path = shown_uri(config_uri)
     for warning in _clear_token_warnings(plan, path) + _tracing_warnings(plan, path):
         print(warning, file=sys.stderr)
     missing = _missing_storage(plan)
@@ -372,7 +402,7 @@ def _clear_token_warnings(plan: ServePlan, path: str) -> list[str]:
     return warnings
 
 
-def _overrides(args: argparse.Namespace) -> Overrides:
+def _overrides(args: argparse.Namespace, config_uri: str | None = None) -> Overrides:
     """What ``servekit serve``'s flags change in serve.yaml, at start and on every reload."""
     server: dict[str, Any] = {}
     if args.http_port is not None:
@@ -394,15 +424,15 @@ def _overrides(args: argparse.Namespace) -> Overrides:
     token_env = TOKEN_ENV if args.token or os.environ.get(TOKEN_ENV) else None
     # Absolute now: a reload must read the same folder whatever the working directory is then.
     uri = str(Path(args.storage_uri).absolute()) if args.storage_uri is not None else None
-    return Overrides(server, args.only, uri, token_env)
+    return Overrides(server, args.only, uri, token_env, config_uri)
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
     if args.token:
         from servekit.config.auth import TOKEN_ENV
 
         os.environ[TOKEN_ENV] = args.token  # this process serves until it exits
-    overrides = _overrides(args)
+    overrides = _overrides(args, config_uri)
     plan = load_overridden(args.config, overrides)
     from servekit import logs
     from servekit.workers.spec import worker_count

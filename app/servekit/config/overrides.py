@@ -11,6 +11,11 @@ serving all of them after a ConfigMap update).
 ``servekit serve --token T`` and ``SERVEKIT_TOKEN`` in the server's environment become
 ``server.auth.default`` (read from that variable at start: the token itself is never written into
 the overrides, a worker's command line or a log); groups serve.yaml gives their own token keep it.
+
+``servekit serve s3://bucket/prod/serve.yaml`` reads a local copy of that object
+(:attr:`Overrides.config_uri` says where it came from): its relative ``storageUri``s resolve
+against the object's folder (``models/iris`` is ``s3://bucket/prod/models/iris``), its other
+relative paths against the working directory, and its errors name the URI, never the copy.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from servekit.config.compiler import ServePlan, compile_plan
-from servekit.config.loader import ConfigError, ConfigIssue, load_config
+from servekit.config.loader import ConfigError, ConfigIssue, load_config, parse_config
 from servekit.config.names import find_model
+from servekit.config.remote_uris import beside, is_relative
 from servekit.config.schema import ModelConfig, ServeConfig, TokenSource
+from servekit.shown_paths import shown_uri
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,9 @@ class Overrides:
     """An environment variable holding the token of every API group but health: it replaces
     ``server.auth.default`` (``servekit serve --token`` / ``SERVEKIT_TOKEN``); groups with their
     own token in serve.yaml keep it."""
+    config_uri: str | None = None
+    """The remote serve.yaml (``s3://``, ``gs://``, ``az://``, ``https://``) the file read is a
+    local copy of: relative storageUris resolve against its folder."""
     flags: bool = True
     """Whether ``server`` came from command-line flags (a bad value is a ConfigError naming the
     flag) or from Python keyword arguments (``servekit.serve``: pydantic's ValidationError)."""
@@ -54,7 +64,14 @@ def load_plan(path: str | Path, overrides: Overrides | None = None) -> ServePlan
     A file that cannot be served under the overrides (``--only`` naming a model the file no
     longer has) is a ConfigError like any other mistake in it.
     """
-    return plan_config(load_config(path), Path(path), overrides)
+    if overrides is None or overrides.config_uri is None:
+        return plan_config(load_config(path), Path(path), overrides)
+    shown = shown_uri(overrides.config_uri)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(shown, [ConfigIssue("", None, f"cannot read: {exc.strerror}")]) from None
+    return plan_config(parse_config(text, shown), Path(path), overrides, base_dir=Path.cwd())
 
 
 def plan_config(
@@ -64,14 +81,18 @@ def plan_config(
     *,
     base_dir: Path | None = None,
 ) -> ServePlan:
-    """The plan of a loaded serve.yaml (``path``; None for a config given as data, whose
-    relative paths resolve from ``base_dir``) under ``overrides``: the one way to a plan."""
+    """The plan of a loaded serve.yaml (``path``; None for a config given as data) under
+    ``overrides``: the one way to a plan. Relative paths resolve from ``base_dir``, by default
+    serve.yaml's folder (the working directory for a config given as data)."""
+    overrides = overrides or Overrides()
     shown = str(path) if path is not None else "serve.yaml"
-    config = apply_overrides(config, shown, overrides or Overrides())
+    if overrides.config_uri is not None:
+        shown = shown_uri(overrides.config_uri)
+    config = apply_overrides(config, shown, overrides)
     if path is None:
         return compile_plan(config, base_dir or Path.cwd(), None)
     file = path.resolve()
-    return compile_plan(config, file.parent, file)
+    return compile_plan(config, base_dir or file.parent, file)
 
 
 def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> ServeConfig:
@@ -92,6 +113,8 @@ def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> Ser
         )
         server = config.server.model_copy(update={"auth": auth})
         config = config.model_copy(update={"server": server})
+    if overrides.config_uri is not None:
+        config = _beside_remote_config(config, overrides.config_uri)
     if overrides.only is None and overrides.storage_uri is None:
         return config
 
@@ -117,6 +140,18 @@ def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> Ser
         models = [
             m.model_copy(update={"storage_uri": absolute}) if m.storage_uri else m for m in models
         ]
+    return config.model_copy(update={"models": models})
+
+
+def _beside_remote_config(config: ServeConfig, config_uri: str) -> ServeConfig:
+    """``config`` with its models' relative storageUris resolved against the folder of the
+    remote serve.yaml it was read from (one store holds the config and its models)."""
+    models = [
+        m.model_copy(update={"storage_uri": beside(config_uri, m.storage_uri)})
+        if m.storage_uri is not None and is_relative(m.storage_uri)
+        else m
+        for m in config.models
+    ]
     return config.model_copy(update={"models": models})
 
 

@@ -10,9 +10,10 @@ layer uses.
 from __future__ import annotations
 
 import importlib.util
+import posixpath
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,22 @@ def local_path(uri: str) -> str:
 def is_archive(uri: str) -> bool:
     """Whether ``uri`` names an archive that is unpacked into the model's folder."""
     return urlsplit(uri).path.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def is_relative(uri: str) -> bool:
+    """Whether a storageUri is a relative path (no scheme, not absolute, no ``~``)."""
+    return "://" not in uri and not uri.startswith(("/", "~"))
+
+
+def beside(config_uri: str, path: str) -> str:
+    """The relative ``path`` resolved against the folder of the remote serve.yaml
+    ``config_uri`` (``s3://b/prod/serve.yaml`` and ``models/iris``: ``s3://b/prod/models/iris``).
+
+    User info stays (an ``https://`` store's Basic auth), the query does not: a signed URL
+    signs one object only."""
+    parts = urlsplit(config_uri)
+    folder = posixpath.dirname(parts.path) or "/"
+    joined = posixpath.normpath(posixpath.join(folder, path))
+    if path.endswith("/") and not joined.endswith("/"):
+        joined += "/"
+    return urlunsplit((parts.scheme, parts.netloc, joined, "", ""))

@@ -355,8 +355,9 @@ class StorageConfig(Section):
     timeout_seconds: float = Field(600.0, gt=0, le=86_400)
     """The longest one model's download may take, listing included."""
     poll_seconds: float = Field(30.0, ge=1, le=86_400)
-    """How often `--watch` looks at remote models for new versions and changed objects, and
-    how soon a model whose download failed is tried again (doubling up to 10 minutes)."""
+    """How often `--watch` looks at remote models for new versions and changed objects (and
+    reads a serve.yaml served from a store, `servekit serve s3://.../serve.yaml --watch`),
+    and how soon a model whose download failed is tried again (doubling up to 10 minutes)."""
     when_unreachable: Literal["serveCached", "unavailable"] = "serveCached"
     """What a model does when its store cannot be listed or read (down, timing out, refusing
     the credentials) at start or reload: `serveCached` serves the last complete copy in the

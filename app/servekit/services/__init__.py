@@ -54,7 +54,13 @@ from servekit.services.views import (
     ModelView,
     VersionView,
 )
-from servekit.services.watch import watch_config
+from servekit.services.watch import (
+    RemoteConfigError,
+    RemoteConfigMissing,
+    is_remote_config,
+    remote_config_copy,
+    watch_config,
+)
 
 __all__ = [
     "CUDA_UNSUPPORTED",
@@ -82,6 +88,8 @@ __all__ = [
     "ModelConfiguration",
     "ModelControl",
     "ModelView",
+    "RemoteConfigError",
+    "RemoteConfigMissing",
     "SequenceBatchingConfig",
     "SequenceCounts",
     "ServerMetadata",
@@ -94,8 +102,10 @@ __all__ = [
     "WorkerState",
     "WorkerStatus",
     "grps_calls",
+    "is_remote_config",
     "make_registry",
     "python_problems",
+    "remote_config_copy",
     "render_metrics",
     "server_extensions",
     "warmup_problems",

@@ -24,6 +24,14 @@ template render) once unloaded every model of a busy server. Every re-read goes 
 :class:`~servekit.config.overrides.Overrides`, so
 ``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
 (a setting a flag overrides is not changed by editing it, so no restart is asked for).
+
+A serve.yaml in object storage (``servekit serve s3://bucket/prod/serve.yaml --watch``, every
+replica started from the same object) has no file events: the object is read again every
+``server.storage.pollSeconds`` (app/servekit/models/remote_config.py), and content that differs
+from the last read is written to the local copy the server loaded and applied by the same
+:meth:`_Watcher.check` as a local edit (settled, compiled, refused with the old configuration
+kept, or applied). A store that cannot be read is logged and recorded once per outage and
+the running configuration keeps serving; the next read that succeeds says so.
 """
 
 from __future__ import annotations
@@ -42,8 +50,17 @@ from servekit.config.compiler import ServePlan
 from servekit.config.loader import ConfigError
 from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import ServerConfig
+from servekit.models.remote_config import (
+    RemoteConfigError,
+    RemoteConfigMissing,
+    in_daemon_thread,
+    is_remote_config,
+    local_copy,
+    read_remote_config,
+)
 from servekit.services.model_control import ModelControl
 from servekit.services.state import restart_only_edits
+from servekit.shown_paths import shown_uri
 
 
 class ServeKit(Protocol):
@@ -53,6 +70,15 @@ class ServeKit(Protocol):
     def control(self) -> ModelControl: ...
 
     async def wait_until_loaded(self) -> None: ...
+
+
+__all__ = [
+    "RemoteConfigError",
+    "RemoteConfigMissing",
+    "is_remote_config",
+    "remote_config_copy",
+    "watch_config",
+]
 
 
 log = logging.getLogger("servekit.watch")
@@ -230,6 +256,9 @@ async def watch_config(
         log.warning("--watch: this server has no serve.yaml file to watch")
         return
     watcher = _Watcher(server, path, overrides or Overrides())
+    if watcher.overrides.config_uri is not None:
+        await _poll_remote(watcher, watcher.overrides.config_uri)
+        return
     log.info("watching %s for changes", path)
     await server.wait_until_loaded()  # edits made meanwhile are seen by the first check
     while True:
@@ -254,6 +283,48 @@ async def watch_config(
         except (OSError, RuntimeError) as exc:  # a watched folder vanished under us
             log.warning("watching restarts: %s", exc)
             await asyncio.sleep(1.0)
+
+
+def remote_config_copy(uri: str) -> Path:
+    """The local copy of the remote serve.yaml ``uri`` a server starts from (read now, once;
+    ``--watch`` reads it again). Raises RemoteConfigMissing or RemoteConfigError, whose
+    messages can be shown as they are."""
+    return local_copy(read_remote_config(uri))
+
+
+async def _poll_remote(watcher: _Watcher, uri: str) -> None:
+    """Read the remote serve.yaml every ``server.storage.pollSeconds`` and apply what changed,
+    as a local edit is applied; an outage of the store keeps the running configuration."""
+    shown = shown_uri(uri)
+    log.info("watching %s for changes (read every server.storage.pollSeconds)", shown)
+    await watcher.server.wait_until_loaded()
+    last = _read(watcher.path)  # the copy this server started from
+    failing = False
+    while True:
+        interval = watcher.server.control.plan.server.storage.poll_seconds
+        await asyncio.sleep(interval)
+        try:
+            text = await in_daemon_thread(lambda: read_remote_config(uri))
+        except RemoteConfigError as exc:
+            if not failing:  # once per outage, not at every read
+                watcher.server.control.record_error(
+                    "watch",
+                    f"{exc}; still serving the current configuration, read again every "
+                    f"{interval:g} s",
+                )
+            failing = True
+            continue
+        if failing:
+            log.info("%s can be read again", shown)
+            failing = False
+        if text == last:
+            continue
+        last = text
+        try:
+            await asyncio.to_thread(local_copy, text, watcher.path.parent)
+            await watcher.check(touched=False)
+        except Exception:  # the watcher must outlive any one bad reload
+            log.exception("applying %s failed", shown)
 
 
 def _touches_models(changes: set[tuple[Change, str]], config: Path) -> bool:

@@ -45,6 +45,9 @@ class WorkerSpec:
     storage_uri: str | None = None
     token_env: str | None = None
     """The variable holding ``--token``/``SERVEKIT_TOKEN`` (inherited; never the token itself)."""
+    config_uri: str | None = None
+    """The remote serve.yaml ``config`` is the supervisor's local copy of (worker 0's watch
+    reads it again and rewrites that copy; the others re-read the copy when told)."""
     log_level: str = "info"
 
     def to_json(self) -> str:
@@ -61,7 +64,7 @@ class WorkerSpec:
         server["workers"] = 1
         if self.index != 0:
             server["watch"] = False
-        return Overrides(server, self.only, self.storage_uri, self.token_env)
+        return Overrides(server, self.only, self.storage_uri, self.token_env, self.config_uri)
 
 
 def worker_environment(workers: int) -> dict[str, str]:

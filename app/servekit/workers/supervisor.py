@@ -221,6 +221,7 @@ class Supervisor:
             only=self.overrides.only,
             storage_uri=self.overrides.storage_uri,
             token_env=self.overrides.token_env,
+            config_uri=self.overrides.config_uri,
             log_level=self.log_level,
         )
         slot.joined = slot.listening = False

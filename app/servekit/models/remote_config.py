@@ -1,0 +1,157 @@
+"""A serve.yaml kept in object storage (``servekit serve s3://bucket/prod/serve.yaml``).
+
+Every replica reads its configuration from one object, through the same transports and
+credentials as remote models (app/servekit/models/remote_stores.py): ``s3://``, ``gs://``,
+``az://`` and ``https://``. The object is read into a local copy (a folder of this process
+under the cache, removed at exit) that the config layer loads like any serve.yaml
+(:class:`~servekit.config.overrides.Overrides` ``config_uri`` says where it came from); under
+``--watch`` the watcher reads the object again every ``server.storage.pollSeconds`` and
+rewrites the copy when it changed (app/servekit/services/watch.py).
+
+The object is read with the environment's storage settings (``AWS_ENDPOINT_URL`` and the
+stores' usual credential chains), not with serve.yaml's ``server.storage``: those are not
+known before the file is read. Messages never hold a secret: the URI is shown by
+:func:`~servekit.shown_paths.shown_uri`, a library's error by
+:func:`~servekit.models.remote.shown_error`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from servekit.config.remote_uris import remote_scheme
+from servekit.config.schema import StorageConfig
+from servekit.models.remote import shown_error
+from servekit.models.remote_cache import default_cache_dir
+from servekit.models.remote_stores import open_store
+from servekit.shown_paths import shown_uri
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""A serve.yaml larger than this is refused (it is YAML for a few dozen models, not data)."""
+CONFIG_NAME = "serve.yaml"
+
+T = TypeVar("T")
+
+
+class RemoteConfigError(Exception):
+    """A remote serve.yaml that cannot be read: its message names the URI as shown (no
+    secret) and says why."""
+
+
+class RemoteConfigMissing(RemoteConfigError):
+    """The store answered: there is no such object."""
+
+
+def is_remote_config(location: str) -> bool:
+    """Whether the command line's CONFIG names an object in a store rather than a file.
+
+    Raises RemoteConfigError for a scheme servekit does not read (``http://``, ``ftp://``)."""
+    try:
+        return remote_scheme(location) is not None
+    except ValueError as exc:
+        message = str(exc).replace("storageUri", "the config's URI", 1)
+        raise RemoteConfigError(f"cannot read {shown_uri(location)}: {message}") from None
+
+
+def read_remote_config(uri: str) -> bytes:
+    """The content of the serve.yaml object at ``uri`` (blocking: the store's library is
+    synchronous). Raises RemoteConfigMissing when the store says there is nothing there,
+    RemoteConfigError for anything else (no extra installed, unreachable, refused, a folder,
+    too large)."""
+    shown = shown_uri(uri)
+    try:
+        store = open_store(uri, StorageConfig())
+        listing = store.list()
+        if not listing.objects:
+            raise RemoteConfigMissing(f"no such object: {shown}")
+        if not listing.is_file or len(listing.objects) != 1:
+            raise RemoteConfigError(f"{shown} is a folder: name the serve.yaml object in it")
+        item = listing.objects[0]
+        if item.size > MAX_CONFIG_BYTES:
+            raise RemoteConfigError(
+                f"{shown} is {item.size} bytes: over {MAX_CONFIG_BYTES} for a serve.yaml"
+            )
+        with tempfile.TemporaryDirectory(prefix="servekit-config-") as folder:
+            target = os.path.join(folder, CONFIG_NAME)
+            store.download(item, target, lambda _: None)
+            return Path(target).read_bytes()
+    except RemoteConfigError:
+        raise
+    except Exception as exc:  # any library's failure: said without secrets
+        raise RemoteConfigError(f"cannot read {shown}: {shown_error(exc, uri)}") from None
+
+
+_copies: list[Path] = []
+_copies_lock = threading.Lock()
+
+
+def local_copy(text: bytes, folder: Path | None = None) -> Path:
+    """Write ``text`` as serve.yaml into ``folder`` (by default a new folder of this process
+    under the cache, removed at exit) and return its path. The write is atomic (a temporary
+    file renamed), so a reader never sees half a file."""
+    if folder is None:
+        root = default_cache_dir().parent / "configs"
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+        with _copies_lock:
+            if not _copies:
+                atexit.register(_remove_copies)
+            _copies.append(folder)
+    path = folder / CONFIG_NAME
+    fd, temporary = tempfile.mkstemp(prefix=".serve-", suffix=".yaml", dir=folder)
+    with os.fdopen(fd, "wb") as out:
+        out.write(text)
+    os.replace(temporary, path)
+    return path
+
+
+def _remove_copies() -> None:
+    for folder in _copies:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def in_daemon_thread(work: Callable[[], T]) -> T:
+    """``work()`` in a daemon thread of its own, awaited without blocking the loop.
+
+    Not ``asyncio.to_thread``: a server that stops joins the default executor's threads, and a
+    store that went away can hold a read for minutes in its library's retries."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="servekit-config-read", daemon=True).start()
+    return await answer
+
+
+__all__ = [
+    "RemoteConfigError",
+    "RemoteConfigMissing",
+    "in_daemon_thread",
+    "is_remote_config",
+    "local_copy",
+    "read_remote_config",
+]
