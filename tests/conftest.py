@@ -17,6 +17,7 @@ import grpc
 import httpx
 import pytest
 import tiers
+from haproxy import haproxy_bin  # noqa: F401  (a fixture of the replica tests)
 from inprocess import Serve, services_factory
 from repo_helpers import Repo
 from servers import ServerProcess, grpc_available, start_server, write_model_store

@@ -99,31 +99,10 @@ server.add_model("churn", churn, example=df)
 """What the ``setup NAME`` marker runs before a Python block, in the block's namespace."""
 
 
-NOT_YET: dict[tuple[str, str], str] = {}
-"""Blocks that do not run yet, by page and the start of their first line, each with why. Each
-runs as a strict expected failure: one that passes fails its test until it leaves the list, and
-an entry must name exactly one block (test_not_yet_names_one_block each), so the list cannot
-rot. Empty: every block runs."""
-
-
-def _first_line(block: Block) -> str:
-    return block.source.splitlines()[0] if block.source else ""
-
-
-def _not_yet(block: Block) -> str | None:
-    for (page, start), why in NOT_YET.items():
-        if page == block.page and _first_line(block).startswith(start):
-            return why
-    return None
-
-
 def _param(block: Block) -> Any:
     marks: list[Any] = [pytest.mark.slow] if block.slow else []
     if block.language in ("bash", "sh"):
         marks.append(pytest.mark.timeout(900))  # a benchmark or valgrind's count: minutes
-    why = _not_yet(block)
-    if why is not None:
-        marks.append(pytest.mark.xfail(reason=f"not runnable yet: {why}", strict=True))
     return pytest.param(block, id=f"{block.where}-{block.language}", marks=marks)
 
 
@@ -173,14 +152,6 @@ def test_every_fence_runs_or_is_output() -> None:
     assert not unknown, "fences with no runner (run them here, or make them ```text):\n" + (
         "\n".join(unknown)
     )
-
-
-def test_not_yet_names_one_block_each() -> None:
-    """An entry of NOT_YET whose block was removed or rewritten, or whose start is shared by
-    another block, is stale: it must go or be made exact."""
-    for page, start in NOT_YET:
-        named = [b.where for b in RUNNABLE if b.page == page and _first_line(b).startswith(start)]
-        assert len(named) == 1, f"NOT_YET entry {page}: {start!r} names {named or 'no block'}"
 
 
 @pytest.mark.parametrize("block", [_param(b) for b in RUNNABLE])

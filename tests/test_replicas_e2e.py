@@ -12,7 +12,6 @@ does, failed about 1% of the requests here: the ones HAProxy sent before its nex
 
 from __future__ import annotations
 
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from needs import missing
+from haproxy import statuses
 from servers import ServerProcess, start_server
 from waits import wait_until
 
@@ -80,30 +79,13 @@ backend replicas
 
 
 def _status(folder: Path) -> dict[str, str]:
-    """Each replica's status as HAProxy sees it (UP, DOWN, ...), from its stats socket."""
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(5)
-        sock.connect(str(folder / "admin.sock"))
-        sock.sendall(b"show stat\n")
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    rows = [line.split(",") for line in data.decode().splitlines() if line.startswith("replicas,")]
-    return {row[1]: row[17].split(" ")[0] for row in rows if row[1] != "BACKEND"}
+    """Each replica's status as HAProxy sees it (UP, DOWN, ...)."""
+    return {server: state for (backend, server), state in statuses(folder).items()
+            if backend == "replicas"}  # fmt: skip
 
 
 def _all_up(folder: Path) -> bool:
     return (folder / "admin.sock").exists() and set(_status(folder).values()) == {"UP"}
-
-
-@pytest.fixture
-def haproxy_bin() -> str:
-    found = shutil.which("haproxy") or (
-        "/usr/sbin/haproxy" if Path("/usr/sbin/haproxy").exists() else None
-    )
-    if found is None:
-        missing("HAProxy", "apt-get install haproxy")
-    return found
 
 
 @pytest.fixture(params=[1, 2], ids=["one process", "workers 2"])

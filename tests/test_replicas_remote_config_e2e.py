@@ -28,7 +28,7 @@ import httpx
 import pytest
 from servers import ServerProcess, start_server
 from test_remote_storage import Moto
-from test_replicas_e2e import _free_port, haproxy_bin  # noqa: F401  (a fixture)
+from test_replicas_e2e import _free_port
 from test_replicas_store_e2e import Load, _adds, _haproxy_config, _up
 from waits import wait_until
 
@@ -51,7 +51,7 @@ BROKEN = ADDED + "  - {name: broken, modelFormat: {name: onnx}, maxBatchSize: -3
 @pytest.fixture
 def replicas(
     tmp_path: Path,
-    haproxy_bin: str,  # noqa: F811  (the fixture imported above)
+    haproxy_bin: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[dict[str, Any]]:
     moto = Moto(tmp_path / "moto.log")

@@ -31,10 +31,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from haproxy import statuses
 from onnx import TensorProto, helper, numpy_helper
 from servers import ServerProcess, start_server
 from test_remote_storage import Moto
-from test_replicas_e2e import _free_port, haproxy_bin  # noqa: F401  (a fixture)
+from test_replicas_e2e import _free_port
 from waits import wait_until
 
 pytestmark = pytest.mark.slow  # end to end: servers, moto and HAProxy
@@ -112,22 +113,9 @@ backend grpc
 
 
 def _status(folder: Path) -> dict[str, str]:
-    """(backend, replica) -> status as HAProxy sees it (UP, DOWN, ...)."""
-    import socket
-
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(5)
-        sock.connect(str(folder / "admin.sock"))
-        sock.sendall(b"show stat\n")
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    rows = [line.split(",") for line in data.decode().splitlines()]
-    return {
-        f"{row[0]}/{row[1]}": row[17].split(" ")[0]
-        for row in rows
-        if len(row) > 17 and row[0] in ("replicas", "grpc") and row[1].startswith("r")
-    }
+    """ "backend/replica" -> status as HAProxy sees it (UP, DOWN, ...)."""
+    return {f"{backend}/{server}": state for (backend, server), state in statuses(folder).items()
+            if backend in ("replicas", "grpc") and server.startswith("r")}  # fmt: skip
 
 
 def _states(folder: Path, replica: str) -> set[str]:
@@ -222,7 +210,7 @@ class Load:
 def cluster(
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    haproxy_bin: str,  # noqa: F811  (the fixture imported above)
+    haproxy_bin: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[dict[str, Any]]:
     moto = Moto(tmp_path / "moto.log")

@@ -20,8 +20,10 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 from servekit.config.compiler import ModelPlan, plan_at
 from servekit.config.schema import StorageConfig
@@ -30,6 +32,8 @@ from servekit.models.remote_cache import cache_dir, cached_copy, snapshot
 from servekit.models.remote_progress import Download
 from servekit.models.remote_stores import StoreError, StoreRefused, open_store
 from servekit.shown_paths import hide_uri_secrets, shown_uri, uri_secrets
+
+T = TypeVar("T")
 
 log = logging.getLogger("servekit.storage")
 
@@ -123,33 +127,13 @@ class RemoteModels:
         return cached_copy(plan.remote, self.root)
 
     async def materialized(self, plan: ModelPlan) -> ModelPlan:
-        """:meth:`materialize` in a daemon thread of its own, awaited without blocking the
-        loop. Not ``asyncio.to_thread``: a server that stops joins the default executor's
-        threads, and a store that went away can hold a listing for minutes in its library's
-        own retries (Azure's backoff alone is over a minute), which :meth:`cancel` cannot
-        reach between chunks. A daemon thread is left behind instead; its temporary folder is
-        never served."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[ModelPlan] = loop.create_future()
-
-        def settle(result: ModelPlan | None, error: BaseException | None) -> None:
-            if answer.done():
-                return
-            if error is not None:
-                answer.set_exception(error)
-            else:
-                answer.set_result(result)  # type: ignore[arg-type]
-
-        def run() -> None:
-            try:
-                result, error = self.materialize(plan), None
-            except BaseException as exc:  # handed to the awaiting task
-                result, error = None, exc
-            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-                loop.call_soon_threadsafe(settle, result, error)
-
-        threading.Thread(target=run, name=f"servekit-fetch-{plan.name}", daemon=True).start()
-        return await answer
+        """:meth:`materialize` in a daemon thread of its own (:func:`in_daemon_thread`): a
+        store that went away can hold a listing for minutes in its library's own retries
+        (Azure's backoff alone is over a minute), which :meth:`cancel` cannot reach between
+        chunks. The thread is left behind instead; its temporary folder is never served."""
+        return await in_daemon_thread(
+            lambda: self.materialize(plan), name=f"servekit-fetch-{plan.name}"
+        )
 
     def cancel(self) -> None:
         """The server stops: every download under way fails at its next chunk (so a stop
@@ -201,3 +185,31 @@ def shown_error(exc: BaseException, uri: str | None = None) -> str:
         if len(value) >= 4:
             text = text.replace(value, "***")
     return text[:MAX_REASON]
+
+
+async def in_daemon_thread(work: Callable[[], T], name: str = "servekit-store-read") -> T:
+    """``work()`` in a daemon thread of its own, awaited without blocking the loop.
+
+    Not ``asyncio.to_thread``: a server that stops joins the default executor's threads, and a
+    store that went away can hold a read for minutes in its library's retries."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            result, error = work(), None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await answer

@@ -17,20 +17,16 @@ known before the file is read. Messages never hold a secret: the URI is shown by
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import contextlib
 import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema import StorageConfig
-from servekit.models.remote import shown_error
+from servekit.models.remote import in_daemon_thread, shown_error
 from servekit.models.remote_cache import default_cache_dir
 from servekit.models.remote_stores import open_store
 from servekit.shown_paths import shown_uri
@@ -38,8 +34,6 @@ from servekit.shown_paths import shown_uri
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """A serve.yaml larger than this is refused (it is YAML for a few dozen models, not data)."""
 CONFIG_NAME = "serve.yaml"
-
-T = TypeVar("T")
 
 
 class RemoteConfigError(Exception):
@@ -117,34 +111,6 @@ def local_copy(text: bytes, folder: Path | None = None) -> Path:
 def _remove_copies() -> None:
     for folder in _copies:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-async def in_daemon_thread(work: Callable[[], T]) -> T:
-    """``work()`` in a daemon thread of its own, awaited without blocking the loop.
-
-    Not ``asyncio.to_thread``: a server that stops joins the default executor's threads, and a
-    store that went away can hold a read for minutes in its library's retries."""
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if answer.done():
-            return
-        if error is not None:
-            answer.set_exception(error)
-        else:
-            answer.set_result(result)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            result, error = work(), None
-        except BaseException as exc:  # handed to the awaiting task
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=run, name="servekit-config-read", daemon=True).start()
-    return await answer
 
 
 __all__ = [
