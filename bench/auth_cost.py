@@ -219,7 +219,7 @@ def section(
         "wrapper and the metadata read); against the server CPU per request above, "
         f"{100 * check['rest'] / rest_cpu:.1f}% and {100 * check['grpc'] / grpc_cpu:.1f}%.",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join([START, *lines, END]) + "\n"
 
 
 if __name__ == "__main__":

@@ -271,7 +271,7 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 class TracingConfig(Section):
-    """OpenTelemetry traces (docs/ops.md, "Traces"): off unless `enabled` or the standard
+    """OpenTelemetry traces (docs/observability.md, "Traces"): off unless `enabled` or the standard
     `OTEL_*` variables ask. Where both set the same thing, the `OTEL_*` variable wins (the
     deployment's environment over the project's file), as OpenTelemetry's SDKs read them."""
 
@@ -414,7 +414,7 @@ class ServerConfig(Section):
     auth: AuthConfig = Field(AuthConfig(), json_schema_extra=RESTART)
     """Access tokens by API group (inference, metadata, repository, admin). On an address
     beyond loopback, a group without a token is open only if harmless to expose: the admin and
-    repository groups are then closed (403) until they get one (docs/ops.md)."""
+    repository groups are then closed (403) until they get one (docs/security.md)."""
     allowed_hosts: list[AllowedHost] = Field([], json_schema_extra=RESTART)
     """Host names HTTP clients may reach the server by, besides `localhost`, loopback and the
     bound addresses (a DNS-rebinding guard: any other `Host` header is answered 403). A name,
@@ -495,10 +495,10 @@ class ServerConfig(Section):
     repository state and one set of statistics across them. `auto`: one per core this process
     may use. The onnxruntime threads are shared out so the workers never oversubscribe."""
     logging: LoggingConfig = Field(LoggingConfig(), json_schema_extra=RESTART)
-    """Log format (text or JSON lines), level and the access log (docs/ops.md, "Logs")."""
+    """Log format (text or JSON lines), level and the access log (docs/observability.md, "Logs")."""
     tracing: TracingConfig = Field(TracingConfig(), json_schema_extra=RESTART)
-    """OpenTelemetry traces sent to an OTLP collector (docs/ops.md, "Traces"); the standard
-    `OTEL_*` variables win where both set the same thing."""
+    """OpenTelemetry traces sent to an OTLP collector (docs/observability.md, "Traces"); the
+    standard `OTEL_*` variables win where both set the same thing."""
     shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
     """Triton's system shared memory extension (clients on this host register POSIX shared
     memory objects and name them in inference requests instead of sending tensors): `off`
@@ -506,7 +506,7 @@ class ServerConfig(Section):
     403 / PERMISSION_DENIED saying so) or `system`. `system` needs a loopback `host` or a
     `server.auth.repository` token, and one server process (`workers: 1`); registration is
     accepted from clients on this host only, for objects owned by the server's user and
-    closed to group and others (mode 0600). docs/ops.md, "Shared memory"."""
+    closed to group and others (mode 0600). docs/shared-memory.md."""
     requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
     """Python packages the project's image installs (`servekit build`), one PEP 508
     requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,
@@ -819,7 +819,7 @@ class ModelConfig(Section):
     openai: OpenAISettings | None = None
     """Serve this model on the OpenAI-compatible routes (`/openai/v1/`) as `{kind: chat}`,
     `completion` or `embedding` (`openai: chat` for short); its declared inputs and outputs
-    must be the ones that kind hands it (docs/protocols.md, "OpenAI-compatible routes")."""
+    must be the ones that kind hands it (docs/openai.md, "OpenAI-compatible routes")."""
 
     @field_validator("version_labels")
     @classmethod

@@ -134,7 +134,7 @@ def warnings(plan: ServePlan, target: str) -> list[str]:
             found.append(
                 f"model {model.name}: storageUri {shown_uri(model.remote)} is fetched at start "
                 f"into the pod's cache volume ({CACHE_DIR}); give the pod the store's "
-                "credentials in its environment (docs/ops.md, 'Models in remote storage')"
+                "credentials in its environment (docs/ops.md, 'Plain Kubernetes')"
             )
         elif target == "k8s" and uri is not None:
             location = (plan.base_dir / uri).resolve()

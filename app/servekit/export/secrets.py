@@ -60,7 +60,8 @@ def token_keys(auth: AuthConfig) -> list[TokenKey]:
             raise SecretError(
                 f"{where} is a token written in clear: the manifests would carry it in the "
                 "ConfigMap for anyone who can read it. Give it as {env: VAR} or {file: PATH} "
-                "and keep it in a Kubernetes Secret (docs/ops.md, Security)"
+                "and keep it in a Kubernetes Secret (docs/security.md, 'In a container and on "
+                "Kubernetes')"
             )
         if spec.env is not None:
             found = TokenKey(_key(spec.env.lower().replace("_", "-")), where, env=spec.env)

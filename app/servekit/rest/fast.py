@@ -4,7 +4,7 @@ Every HTTP request reaches the application through uvicorn's ``RequestResponseCy
 proxy-headers middleware, ``run_asgi``, a ``receive()`` coroutine that waits on an event and
 builds a message dict, and two ``send()`` calls that build message dicts and check every
 response header with two regular expressions. For a tiny model that was about a tenth of a
-request's instructions (docs/performance.md, "After round 3"). The edge
+request's instructions (callgrind, issue 28's third round). The edge
 (app/servekit/edge.py) therefore offers each request's cycle to :meth:`FastAnswer.take` before
 it starts the request's task: a ``POST`` that the front (app/servekit/rest/front.py) would
 answer runs :meth:`FastAnswer.run` instead of ``cycle.run_asgi(app)``, which calls the same

@@ -4,7 +4,7 @@ Litestar keeps every route, the OpenAPI document, 405 and OPTIONS, and the excep
 What it costs per request before a route's own code runs (its router: path normalisation,
 the routing cache, the scope state, the route's exception handlers; its exception middleware,
 which wraps ``send``) was about a sixth of the instructions of a tiny-model inference
-(docs/performance.md, "REST hot path: per-stage cost"), so :class:`InferenceApp` answers
+(callgrind, issue 28's first round), so :class:`InferenceApp` answers
 ``POST /v2/models/{model}[/versions/{version}]/infer`` itself, with the same code Litestar's
 route runs (:func:`servekit.rest.infer.answer`), and hands every other request to Litestar.
 

@@ -9,7 +9,7 @@ for the statistics extension). A single server answers one entry, its own proces
 Every position is listed whatever its state (``starting``, ``serving``, ``unresponsive`` -- it
 stopped answering the supervisor's heartbeats --, ``restarting``, ``stopping``), with how long
 ago it last answered one, so a stopped or hung worker shows up here before it is restarted
-(docs/ops.md, "Workers: heartbeats and restarts").
+(docs/server.md, "Workers: heartbeats and restarts").
 
 Answer: ``{"workers": [{"index": 0, "pid": 4242, "state": "serving", "upSince":
 "2026-11-24T10:00:00Z", "restarts": 0, "inferenceSuccess": 10, "inferenceFailure": 1,

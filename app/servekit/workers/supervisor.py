@@ -14,7 +14,7 @@ SIGTERM/SIGINT drains every worker.
 It also pings every worker over its channel (heartbeats): a worker that stops answering (stopped
 with SIGSTOP, its event loop hung) is shown ``unresponsive``, no repository operation waits for it
 longer than ``UNRESPONSIVE_SECONDS``, and past ``KILL_SECONDS`` it is killed and restarted like a
-worker that died (docs/ops.md, "Workers: heartbeats and restarts").
+worker that died (docs/server.md, "Workers: heartbeats and restarts").
 """
 
 from __future__ import annotations
