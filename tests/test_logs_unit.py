@@ -14,7 +14,7 @@ import pytest
 from onnx_builders import mlp
 
 from servekit import logs, request_id
-from servekit.cli import _warn_public_without_token
+from servekit.cli.serve import _warn_public_without_token
 from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import LoggingConfig, WarmupSample
 from servekit.models.warmup import WarmupError, build_inputs

@@ -1,4 +1,4 @@
-"""app/servekit/onnx_files.py: every tensor that can name external data is found, and
+"""app/servekit/formats/onnx_files.py: every tensor that can name external data is found, and
 every location
 that would leave the model's folder is refused (before onnxruntime sees the model)."""
 
@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import set_external_data
 from repo_helpers import external_data_model
 
-from servekit import onnx_files
 from servekit.errors import InvalidArgument
+from servekit.formats import onnx_files
 
 
 def _external(name: str, location: str) -> TensorProto:

@@ -14,9 +14,9 @@ import onnxruntime as ort
 import pytest
 from numpy.typing import NDArray
 
-from servekit.client import convert
 from servekit.client.casting import cast_to
 from servekit.errors import InvalidArgument
+from servekit.formats import convert
 from servekit.project import dockerfile, requirements
 from servekit.project.source import ModuleSource, SourceError
 from servekit.runtimes.base import LoadError

@@ -155,7 +155,7 @@ def offset_of(repo: Repo) -> list[float]:
         (
             {
                 "modelFormat": {"name": "python"},
-                "entrypoint": "servekit.client.torch_onnx:to_onnx",
+                "entrypoint": "servekit.formats.torch_onnx:to_onnx",
             },
             "entrypoint",
         ),
@@ -202,7 +202,7 @@ def test_no_load_request_makes_a_python_model(repo: Repo) -> None:
 
 
 def test_no_load_request_brings_torch_into_the_server(repo: Repo, server: ServerProcess) -> None:
-    """The PyTorch path converts in the notebook's process (app/servekit/client/torch_onnx.py): a
+    """The PyTorch path converts in the notebook's process (app/servekit/formats/torch_onnx.py): a
     load
     request naming a PyTorch model, as a Triton config or with a TorchScript file, is refused,
     and the server process never maps torch's libraries."""

@@ -16,8 +16,8 @@ from mlserver_codecs import NumpyRequestCodec, RequestOutput
 from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
 from test_tabular_runtimes import column_pipeline, encode_frame, infer_json, output, people
 
-from servekit import tabular_onnx
 from servekit.config.loader import ConfigError
+from servekit.formats import tabular_onnx
 
 pytestmark = pytest.mark.anyio
 
@@ -174,11 +174,10 @@ def test_the_parity_rule() -> None:
 def test_add_model_conversion_is_checked_against_the_estimator(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """add_model's conversion (servekit.client.convert): a forest converts and agrees on the
+    """add_model's conversion (servekit.formats.convert): a forest converts and agrees on the
     example and sample rows; an ONNX model with other answers is refused with a ParityError,
     which the notebook turns into the native fallback with the tolerance in its warning."""
-    from servekit.client import convert
-    from servekit.notebook import native
+    from servekit.formats import convert, native
 
     forest = RandomForestClassifier(n_estimators=10, random_state=0).fit(X, Y)
     assert convert.sklearn_to_onnx(forest, X[:5])[:2]  # ONNX bytes, parity held

@@ -67,7 +67,7 @@ def test_add_model_serves_natively_what_skl2onnx_cannot_convert(tmp_path: Path) 
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import FunctionTransformer
 
-    from servekit.notebook.native import NativeFallback
+    from servekit.formats.native import NativeFallback
 
     frame = people(50)
     pipe = column_pipeline(frame)

@@ -1,5 +1,5 @@
 """PyTorch modules served through ``add_model`` (issue 16): exported to ONNX in memory by
-``torch.onnx.export`` (the torch.export-based exporter, app/servekit/client/torch_onnx.py), then
+``torch.onnx.export`` (the torch.export-based exporter, app/servekit/formats/torch_onnx.py), then
 served
 by onnxruntime like any ONNX model. Real torch (the CPU build, from the test-torch extra), a real
 server in this process, tritonclient over HTTP, and the saved project served by a fresh

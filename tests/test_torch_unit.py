@@ -15,7 +15,7 @@ if absent := torch_absent():  # the torch tier: the test-torch extra
 
 import torch
 
-from servekit.client import convert, torch_onnx
+from servekit.formats import convert, torch_onnx
 
 # In process, but importing torch alone takes seconds (5 s on a busy 2-core machine): the
 # developer loop leaves these to the full run (tests/tiers.py).

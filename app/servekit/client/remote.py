@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from servekit.client import convert, frames, html, sources, wire
+from servekit.client import frames, html, sources, wire
 from servekit.client.transport import Reply, Transport, check
 from servekit.config.auth import ApiGroup
 from servekit.errors import Unauthenticated
+from servekit.formats import convert
 from servekit.project import files as saving
 
 TOKEN_ENV = "SERVEKIT_TOKEN"

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from servekit import onnx_files
 from servekit.config.schema import ModelConfig, TensorOverride
+from servekit.formats import onnx_files
 
 TensorsSpec = Iterable[Mapping[str, Any] | tuple[str, str, list[int]] | TensorOverride]
 

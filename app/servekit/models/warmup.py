@@ -24,7 +24,7 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.schema import WarmupInput, WarmupSample
 from servekit.datatypes import DataType, element_count, from_config_name
 from servekit.errors import ServeError
-from servekit.onnx_files import parse_file
+from servekit.formats.onnx_files import parse_file
 from servekit.runtimes.base import Arrays, ModelRuntime, Predict, predict_stream
 
 MAX_ELEMENTS = 1 << 26

@@ -25,12 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from servekit.client import RemoteServer, convert, frames, html, sources, wire
+from servekit.client import RemoteServer, frames, html, sources, wire
 from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
 from servekit.datatypes import from_numpy
 from servekit.errors import ServeError
-from servekit.notebook import native, registry
+from servekit.formats import convert, native
+from servekit.notebook import registry
 from servekit.notebook.launcher import ServerThread
 from servekit.project import save as saving
 from servekit.server import ServeKit
@@ -175,7 +176,7 @@ class Server:
         scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
         an ``example`` input (exported by ``torch.onnx.export``; ``input_names``,
         ``output_names`` and ``dynamic_batch`` shape that export, see
-        app/servekit/client/torch_onnx.py) -- all sent through the repository load API -- or a
+        app/servekit/formats/torch_onnx.py) -- all sent through the repository load API -- or a
         Python
         function or class (served from memory).
 
@@ -276,7 +277,7 @@ class Server:
         config: dict[str, Any],
     ) -> html.ModelTable:
         """Serve a scikit-learn estimator with the sklearn runtime, from a joblib file in a
-        folder of this server's own (app/servekit/notebook/native.py)."""
+        folder of this server's own (app/servekit/formats/native.py)."""
         folder = Path(tempfile.mkdtemp(prefix="servekit-native-"))
         self._native_folders.append(folder)
         path = native.write(estimator, folder / name / str(version))

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servekit import onnx_files
 from servekit.config.compiler import BUILTIN_RUNTIMES, ModelPlan
 from servekit.config.schema import RuntimeConfig
+from servekit.formats import onnx_files
 from servekit.project import requirements
 from servekit.project.files import NAME_RULE, Project, SaveError, check_names
 from servekit.project.source import MODULE, SourceError

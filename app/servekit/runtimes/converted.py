@@ -1,14 +1,13 @@
 """``convert: onnx``: a native scikit-learn, XGBoost or LightGBM model served by ONNX Runtime.
 
 The native model loads first (app/servekit/runtimes/sklearn.py, ...). Then it is converted
-(skl2onnx; onnxmltools for XGBoost and LightGBM), both models run the same sample rows, and
-the ONNX model serves only when every output the native one has agrees within
-``servekit.tabular_onnx.TOLERANCE`` (app/servekit/tabular_onnx.py says how rows are drawn).
-The served model keeps the native model's metadata (inputs, ``predict``, ``predict_proba``),
-so clients see no difference but the speed; its platform becomes ``onnxruntime_onnx`` and its
-READY reason says it was converted. When the conversion fails or disagrees, the native model
-serves, and the reason (a warning in the log, the version's reason in the index and on the
-dashboard) says why.
+(skl2onnx; onnxmltools for XGBoost and LightGBM), both models run the same sample rows, and the ONNX
+model serves only when every output the native one has agrees within
+``servekit.formats.tabular_onnx.TOLERANCE`` (app/servekit/formats/tabular_onnx.py says how rows are
+drawn). The served model keeps the native model's metadata (inputs, ``predict``, ``predict_proba``),
+so clients see no difference but the speed; its platform becomes ``onnxruntime_onnx`` and its READY
+reason says it was converted. When the conversion fails or disagrees, the native model serves, and
+the reason (a warning in the log, the version's reason in the index and on the dashboard) says why.
 """
 
 from __future__ import annotations
@@ -20,14 +19,14 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from servekit import tabular_onnx
 from servekit.config.compiler import ModelPlan
 from servekit.errors import Internal, InvalidArgument
+from servekit.formats import tabular_onnx
+from servekit.formats.tabular_onnx import ConversionError, Match
 from servekit.runtimes.base import Arrays, Predict
 from servekit.runtimes.onnx import session_options
 from servekit.runtimes.tabular import PREDICT_PROBA, TabularModel, as_output
 from servekit.shown_paths import hide_paths
-from servekit.tabular_onnx import ConversionError, Match
 
 log = logging.getLogger("servekit.runtimes")
 

@@ -3,7 +3,7 @@
 Metadata comes from the session (names, element types, shapes with -1 for symbolic dims), with
 serve.yaml overrides applied. Load failures are turned into reasons a user can act on: a missing
 file, a Git-LFS pointer instead of the model, a file that is not ONNX, a bad option, external data
-outside the model's folder (checked by app/servekit/onnx_files.py before any session
+outside the model's folder (checked by app/servekit/formats/onnx_files.py before any session
 exists, so such
 a file is never read). Reasons may name absolute paths: the repository rewrites them before a client
 sees them (app/servekit/shown_paths.py).
@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from servekit import onnx_files
 from servekit.config.compiler import ModelPlan, ResolvedOptions
 from servekit.config.versions import VersionSource
 from servekit.errors import Internal, InvalidArgument
+from servekit.formats import onnx_files
 from servekit.runtimes.base import Arrays, LoadError, Predict, apply_overrides
 from servekit.shown_paths import hide_paths
 from servekit.types import ModelSignature, TensorSpec

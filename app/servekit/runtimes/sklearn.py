@@ -5,7 +5,7 @@ Unpickling runs code chosen by whoever wrote the file: such a model is declared 
 only, never pushed through the repository API (app/servekit/models/pushed_config.py). The
 estimator's ``feature_names_in_`` (fitted on a DataFrame) make its inputs one column each and
 it is given a DataFrame, each column of the datatype the fitted estimator records (BYTES for a
-text column its encoder saw, app/servekit/runtimes/fitted_types.py); else ``n_features_in_``
+text column its encoder saw, app/servekit/formats/fitted_types.py); else ``n_features_in_``
 sizes its ``input-0`` matrix. ``predict``'s
 datatype follows ``classes_`` for a classifier (INT64, BYTES for text labels), FP64 otherwise.
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
+from servekit.formats.fitted_types import fitted_columns
 from servekit.runtimes.converted import Converted, maybe_convert
-from servekit.runtimes.fitted_types import fitted_columns
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,

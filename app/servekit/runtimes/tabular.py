@@ -7,7 +7,7 @@ names and count, its outputs. This module turns that into the V2 metadata and ru
 * Inputs: one column per feature name when the model knows them (it is then given a pandas
   DataFrame with those columns, the way it was fitted), else one ``input-0`` [-1, F] matrix
   (KServe's and MLServer's example name). Each column's datatype is what the fitted model
-  records (app/servekit/runtimes/fitted_types.py: BYTES for a text column an encoder saw,
+  records (app/servekit/formats/fitted_types.py: BYTES for a text column an encoder saw,
   with its categories), FP64 when it records nothing; a column XGBoost or LightGBM took as a
   pandas ``category`` is given to it as one again. serve.yaml's ``inputs`` override datatypes
   and shapes by name, or declare the inputs of a model that carries neither. How a request's
@@ -35,8 +35,8 @@ from servekit.config.compiler import ModelPlan
 from servekit.config.schema import TensorOverride
 from servekit.datatypes import DATATYPES, from_numpy
 from servekit.errors import Internal, InvalidArgument
+from servekit.formats.fitted_types import Column
 from servekit.runtimes.base import Arrays, LoadError, Predict, apply_overrides
-from servekit.runtimes.fitted_types import Column
 from servekit.shown_paths import hide_paths
 from servekit.types import ModelSignature, TensorSpec
 
@@ -79,7 +79,7 @@ def columns_layout(
     fitted: dict[str, Column] | None = None,
 ) -> TabularLayout:
     """One [-1, 1] input per named feature: its datatype what the fitted model records
-    (``fitted``, app/servekit/runtimes/fitted_types.py), else ``datatypes``, else FP64."""
+    (``fitted``, app/servekit/formats/fitted_types.py), else ``datatypes``, else FP64."""
     types = datatypes or ["FP64"] * len(names)
     known = fitted or {}
     specs = []

@@ -18,9 +18,9 @@ from typing import Any
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
+from servekit.formats.fitted_types import fitted_columns
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.converted import Converted, maybe_convert
-from servekit.runtimes.fitted_types import fitted_columns
 from servekit.runtimes.onnx import check_model_file
 from servekit.runtimes.tabular import (
     PREDICT,

@@ -28,7 +28,7 @@ the auth settings: its config cannot choose code (a Python model's entrypoint, p
 and options come from serve.yaml only; see app/servekit/models/pushed_config.py), its storageUri
 stays inside
 serve.yaml's folder, its files are only an ONNX model and the external data that model references
-(app/servekit/onnx_files.py), checked before anything is written, and it is bounded by
+(app/servekit/formats/onnx_files.py), checked before anything is written, and it is bounded by
 ``server.limits`` (instances, threads, versions, how many pushed models and bytes). Nothing answered
 to a client names where pushed files live (app/servekit/shown_paths.py).
 """
@@ -41,7 +41,6 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from servekit import onnx_files
 from servekit.config.compiler import (
     ModelPlan,
     ServePlan,
@@ -62,6 +61,7 @@ from servekit.errors import (
     ServeError,
     load_failed,
 )
+from servekit.formats import onnx_files
 from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from servekit.models.remote import RemoteModels

@@ -2,8 +2,8 @@
 whether the ONNX model may answer for them.
 
 Two callers, on two sides of the layer table, share it: serve.yaml's ``convert: onnx``
-(app/servekit/runtimes/converted.py, in the server) and ``add_model(name, estimator)`` in a
-notebook (app/servekit/client/convert.py, in the client). Both convert, run the ONNX model on
+(app/servekit/runtimes/converted.py, in the server) and ``add_model(name, estimator)`` in a notebook
+(app/servekit/formats/convert.py, which the client calls). Both convert, run the ONNX model on
 sample rows next to the native model, and use it only when every output agrees within
 :data:`TOLERANCE`; otherwise the native model serves and the reason is said.
 

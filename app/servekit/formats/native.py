@@ -2,13 +2,14 @@
 
 ``add_model(name, estimator)`` converts to ONNX when it can (the fast path) and the ONNX model
 gives the estimator's answers on the example and sample rows (the parity check of
-app/servekit/tabular_onnx.py). When skl2onnx refuses (a ColumnTransformer over a DataFrame's
-named columns, a FunctionTransformer, an estimator it does not know) or its model disagrees, the
-estimator is written as a joblib file in a folder this server owns and served by the ``sklearn``
-runtime (app/servekit/runtimes/sklearn.py), with one warning saying why and what it costs. Only
-the in-process server does this: its own process wrote the file. A server reached with
-``connect(url)`` takes no pickles over the network (a pushed pickle would run code on it), so
-there the conversion error stands, with the way out.
+app/servekit/formats/tabular_onnx.py). When skl2onnx refuses (a ColumnTransformer over a
+DataFrame's named columns, a FunctionTransformer, an estimator it does not know) or its model
+disagrees, the estimator is written as a joblib file in a folder this server owns and served by
+the ``sklearn`` runtime (app/servekit/runtimes/sklearn.py), with one warning saying why and what
+it costs (app/servekit/notebook/handle.py does both). Only the in-process server does this: its
+own process wrote the file. A server reached with ``connect(url)`` takes no pickles over the
+network (a pushed pickle would run code on it), so there the conversion error stands, with the
+way out.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from servekit import tabular_onnx
+from servekit.formats import tabular_onnx
 
 SLOWER = (
     "served natively by scikit-learn in the server's threads: slower per request than "

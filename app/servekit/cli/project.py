@@ -2,14 +2,16 @@
 a running server to a project folder, from a folder to an image (and the packages it installs),
 and how fast a model serves.
 
-Kept apart from app/servekit/cli.py (which registers them with :func:`register` and hands the parsed
-arguments to :func:`run`), so the serving command line stays small.
+One command group of app/servekit/cli/ (its ``__init__`` registers them with :func:`register`
+and hands the parsed arguments to :func:`run`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from servekit.cli.shared import config_error_text
 
 COMMANDS = ("save", "build", "requirements", "bench")
 
@@ -73,8 +75,6 @@ def run(args: argparse.Namespace) -> int:
             return _requirements(args)
         return _bench(args)
     except ConfigError as exc:
-        from servekit.cli import config_error_text
-
         print(config_error_text(exc), file=sys.stderr)
         return 1
     except (ConnectionError, ServeError, ValueError) as exc:

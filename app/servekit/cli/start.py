@@ -3,8 +3,8 @@
 ``init`` writes a commented serve.yaml and a typed starter Python model that ``servekit serve``
 serves as written, so the first five minutes need no documentation; ``infer`` sends one V2
 request from the shell (``--json`` inputs by name, or ``--data`` numbers for a one-input model)
-and prints the outputs as JSON. Kept apart from app/servekit/cli.py, which registers them with
-:func:`register` and hands the parsed arguments to :func:`run`.
+and prints the outputs as JSON. One command group of app/servekit/cli/ (its ``__init__``
+registers them with :func:`register` and hands the parsed arguments to :func:`run`).
 """
 
 from __future__ import annotations

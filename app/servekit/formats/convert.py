@@ -2,16 +2,15 @@
 
 scikit-learn estimators and pipelines go through skl2onnx (``pip install servekit[sklearn]``),
 PyTorch modules through ``torch.onnx.export`` with the example input the caller gives
-(app/servekit/client/torch_onnx.py, ``pip install "servekit[torch]"``). Neither library is
-imported
-unless the object handed over comes from it, so a notebook without them pays nothing. The
-result is ONNX bytes, which then travel like any other model file: served by onnxruntime, saved
-as a file by ``server.save``, pushed over the network by ``connect``.
+(app/servekit/formats/torch_onnx.py, ``pip install "servekit[torch]"``). Neither library is
+imported unless the object handed over comes from it, so a notebook without them pays nothing.
+The result is ONNX bytes, which then travel like any other model file: served by onnxruntime,
+saved as a file by ``server.save``, pushed over the network by ``connect``.
 
 A converted scikit-learn model is checked before it is used: its outputs must match the
-estimator's on the example rows and on sample rows (app/servekit/tabular_onnx.py states the
-tolerance); ``add_model`` on an in-process server serves the estimator natively when they do
-not (app/servekit/notebook/native.py).
+estimator's on the example rows and on sample rows (app/servekit/formats/tabular_onnx.py states
+the tolerance); ``add_model`` on an in-process server serves the estimator natively when they
+do not (app/servekit/formats/native.py).
 
 scikit-learn classifiers are converted with ZipMap off: skl2onnx's default returns the
 probabilities as a sequence of maps, which the V2 protocol cannot carry; without it the outputs
@@ -28,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from servekit import tabular_onnx
-from servekit.client import torch_onnx
+from servekit.formats import tabular_onnx, torch_onnx
 
 
 def is_sklearn(source: object) -> bool:
@@ -44,7 +42,7 @@ def sklearn_to_onnx(estimator: Any, example: Any = None) -> bytes:
     ``example`` (a few rows of the training data) decides the number of features when the
     estimator does not record it (``n_features_in_``). The ONNX model must then give the
     estimator's own answers (``predict``, and ``predict_proba`` when it has one) on the example
-    rows and on sample rows (app/servekit/tabular_onnx.py, within its ``TOLERANCE``):
+    rows and on sample rows (app/servekit/formats/tabular_onnx.py, within its ``TOLERANCE``):
     ``tabular_onnx.ConversionError`` says how they differ when they do not.
     """
     if importlib.util.find_spec("skl2onnx") is None:
