@@ -30,6 +30,19 @@ TARGET = f"/v2/models/{MODEL}/infer"
 BODY = orjson.dumps(
     {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
 )
+SLOW = "slow_echo"
+"""A Python model answering in its thread after a pause: an answer that is not ready when
+the next pipelined request is read."""
+SLOW_ECHO = """
+import time
+import numpy as np
+from numpy.typing import NDArray
+
+
+def predict(INPUT0: NDArray[np.float32]) -> NDArray[np.float32]:
+    time.sleep(0.05)
+    return INPUT0
+"""
 VARYING = re.compile(rb"^(date|x-request-id): [^\r]*\r\n", re.MULTILINE | re.IGNORECASE)
 """Header lines that differ between any two answers (not a difference between the lanes)."""
 LANES = ("fast", "asgi")
@@ -44,10 +57,12 @@ def both_lanes(root: Path, server: str = "{}") -> Iterator[dict[str, ServerProce
     models = root / "models"
     models.mkdir()
     onnx.save(onnx_builders.identity("FP32"), str(models / "identity.onnx"))
+    (models / "slow_echo.py").write_text(SLOW_ECHO)
     config = models / "serve.yaml"
     config.write_text(
         f"server: {server}\nmodels:\n"
         f"  - {{name: {MODEL}, modelFormat: {{name: onnx}}, storageUri: identity.onnx}}\n"
+        f"  - {{name: {SLOW}, modelFormat: {{name: python}}, entrypoint: 'slow_echo:predict'}}\n"
     )
     with contextlib.ExitStack() as stack:
         servers = {"fast": stack.enter_context(running_server(config, grpc=False))}

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import orjson
 import pytest
-from http_wire import MODEL, TARGET, Conversation, both_lanes, converse
+from http_wire import MODEL, SLOW, TARGET, Conversation, both_lanes, converse
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from servers import ServerProcess
@@ -98,6 +98,10 @@ class Case:
 
 
 OK_OPEN = ([200], False)
+SLOW_TARGET = f"/v2/models/{SLOW}/infer"
+SLOW_BODY = orjson.dumps(
+    {"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+)
 GZIPPED = _head("host: 127.0.0.1", "transfer-encoding: gzip") + _chunks(BODY, [])
 """A transfer coding without chunked last: refused by the parser once its headers ended."""
 
@@ -255,6 +259,19 @@ CASES: dict[str, Case] = {
     "two valid then one refused at the end of its headers": Case(
         [_plain() + _chunked(cuts=(9,)) + GZIPPED], [200, 200, 400], True
     ),
+    "a transfer coding not understood before chunked": Case(
+        [_head("host: 127.0.0.1", "transfer-encoding: gzip", "transfer-encoding: chunked")
+         + _chunks(BODY, [])],
+        [501], True,
+    ),
+    # (the answers before it still computing in the model's thread when the refusal is read)
+    "two slow then one malformed": Case(
+        [_plain(body=SLOW_BODY, target=SLOW_TARGET) * 2 + b"GARBAGE\r\n\r\n"],
+        [200, 200, 400], True,
+    ),
+    "two slow then one refused at the end of its headers": Case(
+        [_plain(body=SLOW_BODY, target=SLOW_TARGET) * 2 + GZIPPED], [200, 200, 400], True
+    ),
     "pipelined across writes": Case(
         _pieces(_plain() + _plain() + _plain(), 50), [200, 200, 200], False
     ),
@@ -289,6 +306,11 @@ CASES: dict[str, Case] = {
 }  # fmt: skip
 
 MISHANDLED: dict[str, str] = {
+    "a transfer coding not understood before chunked": (
+        "RFC 9112 6.1: a transfer coding the server does not understand (gzip, then chunked "
+        "on a second line) SHOULD be answered 501 and the connection closed; both lanes drop "
+        "the gzip coding and answer the body as if it were plain (200, kept open)"
+    ),
     "a tab after chunked": (
         "RFC 9112 5.1: whitespace (space or tab) after a field value is not part of it; "
         "httptools (llhttp) refuses `chunked<TAB>` as an invalid Transfer-Encoding (a space "
@@ -442,7 +464,8 @@ def _request(draw: st.DrawFn, bad: str | None) -> Sent:
         lines.append(field("x-folded", "a") + "\r\n" + draw(st.sampled_from([" ", "\t"])) + "b")
     elif bad == "transfer coding without chunked last":
         coding = draw(st.sampled_from(["gzip", "identity", "chunked, gzip", "deflate"]))
-        lines = [line for line in lines if not line.lower().startswith("content-length")]
+        framing = ("content-length", "transfer-encoding")  # (the coding's line is the only one)
+        lines = [line for line in lines if not line.lower().startswith(framing)]
         lines.append(field("transfer-encoding", coding))
     elif bad == "oversize headers":
         lines.append(field("x-big", "a" * (HEADER_LIMIT + 100)))

@@ -565,9 +565,10 @@ class EdgeProtocol(HttpToolsProtocol):
             self.logger.warning(message)
         cycle = self.cycle
         pipeline = self.pipeline
-        if pipeline and pipeline[0][0] is cycle:
+        if pipeline and pipeline[0][0] is cycle and cycle.more_body:
             # Refused once its header block had ended (a Transfer-Encoding the parser does not
-            # take), after uvicorn queued it behind an unfinished answer: it never runs.
+            # take), after uvicorn queued it behind an unfinished answer: it never runs. (A
+            # queued request whose body is whole is one before it, answered first.)
             pipeline.popleft()
             before = True
         else:
