@@ -38,9 +38,9 @@ HEADER_LIMIT = 64 * 1024
 @pytest.fixture(scope="module")
 def lanes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
     """The fast lane and the ASGI lane, each a server of its own over the identity model."""
-    # (a body timeout of 2 s: a connection left waiting for a body it will not get answers
+    # (a body timeout of 1 s: a connection left waiting for a body it will not get answers
     # 408 then, instead of holding the test for the default 30 s)
-    limits = "{network: {bodyTimeoutSeconds: 2}}"
+    limits = "{network: {bodyTimeoutSeconds: 1}}"
     with both_lanes(tmp_path_factory.mktemp("conformance"), limits) as servers:
         yield servers
 
@@ -186,7 +186,7 @@ CASES: dict[str, Case] = {
     "content-length with leading zeros": Case(
         [_head("host: 127.0.0.1", f"content-length: 000{len(BODY)}") + BODY], *OK_OPEN
     ),
-    "body shorter than content-length": Case(  # the body timeout (2 s here) ends it
+    "body shorter than content-length": Case(  # the body timeout (1 s here) ends it
         [_head("host: 127.0.0.1", f"content-length: {len(BODY) + 5}") + BODY], [408], True
     ),
     "bytes after the body": Case([_plain() + b"   "], [200, 400], True),
