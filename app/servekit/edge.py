@@ -564,7 +564,16 @@ class EdgeProtocol(HttpToolsProtocol):
             status, message = 400, "Invalid HTTP request received."
             self.logger.warning(message)
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete and not cycle.more_body:
+        pipeline = self.pipeline
+        if pipeline and pipeline[0][0] is cycle and cycle.more_body:
+            # Refused once its header block had ended (a Transfer-Encoding the parser does not
+            # take), after uvicorn queued it behind an unfinished answer: it never runs. (A
+            # queued request whose body is whole is one before it, answered first.)
+            pipeline.popleft()
+            before = True
+        else:
+            before = cycle is not None and not cycle.response_complete and not cycle.more_body
+        if before:
             self._ignored = True  # the request before it is whole: its answer goes first
             self._malformed = (status, message)
             self._phase = _WAITING
