@@ -34,11 +34,11 @@ from servekit.config.schema import NetworkLimits
 from servekit.datatypes import lookup
 from servekit.edge import EdgeProtocol, EdgeState
 from servekit.errors import InvalidArgument
-from servekit.request_id import ACCESS
+from servekit.observability.request_ids import ACCESS
+from servekit.observability.tracing import TRACING
 from servekit.rest import fast, front, request_ids
 from servekit.rest.fast import FastAnswer, fast_answer
 from servekit.rest.front import InferenceApp
-from servekit.tracing import TRACING
 
 pytestmark = pytest.mark.anyio
 

@@ -13,12 +13,13 @@ import onnx
 import pytest
 from onnx_builders import mlp
 
-from servekit import logs, request_id
 from servekit.cli.serve import _warn_public_without_token
 from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import LoggingConfig, WarmupSample
 from servekit.models.warmup import WarmupError, build_inputs
-from servekit.request_id import CURRENT, RequestInfo, accepted
+from servekit.observability import logs
+from servekit.observability import request_ids as request_id
+from servekit.observability.request_ids import CURRENT, RequestInfo, accepted
 from servekit.server import ServeKit
 from servekit.services import watch
 from servekit.services.watch import _Watcher, outcome
@@ -200,7 +201,7 @@ def test_warmup_inputs(tmp_path: Path) -> None:
 
 
 def test_custom_metrics_bind_the_loading_version_and_refuse_bad_use() -> None:
-    from servekit import custom_metrics as cm
+    from servekit.observability import custom_metrics as cm
 
     token = cm.LOADING.set(("unit-m", "3"))
     try:

@@ -102,12 +102,12 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
-from servekit.request_id import ACCESS, CURRENT, RequestInfo
+from servekit.observability.request_ids import ACCESS, CURRENT, RequestInfo
+from servekit.observability.tracing import TRACING
 from servekit.rest import eager, large, request_ids, traces
 from servekit.rest.access import EdgeGuard
 from servekit.rest.fast import FastAnswer, Request
 from servekit.rest.leaving import EAGER, WAITING
-from servekit.tracing import TRACING
 
 log = logging.getLogger("servekit.http")
 

@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from servekit.grpc import traces
-from servekit.request_id import (
+from servekit.observability.request_ids import (
     ACCESS,
     CURRENT,
     HEADER,
@@ -31,7 +31,7 @@ from servekit.request_id import (
     new_id,
     record_access,
 )
-from servekit.tracing import TRACING
+from servekit.observability.tracing import TRACING
 
 
 def tagged(method: str, handler: Any) -> Any:

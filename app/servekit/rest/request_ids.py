@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import Token
 from typing import Any
 
-from servekit.request_id import (
+from servekit.observability.request_ids import (
     ACCESS,
     CURRENT,
     HEADER_BYTES,
@@ -26,8 +26,8 @@ from servekit.request_id import (
     access_line,
     counter,
 )
+from servekit.observability.tracing import TRACING
 from servekit.rest import traces
-from servekit.tracing import TRACING
 
 Message = dict[str, Any]
 
@@ -108,9 +108,10 @@ def write_access(
 ) -> None:
     """The access line of a finished request (``status`` 499: its client left first).
 
-    Straight to the log's writer when it has one (no :func:`~servekit.request_id.access_line`
-    in between: this runs for every request); the client's ``host:port`` made once per
-    connection (uvicorn's scope shares the connection's tuple)."""
+    Straight to the log's writer when it has one (no
+    :func:`~servekit.observability.request_ids.access_line` in between: this runs for every
+    request); the client's ``host:port`` made once per connection (uvicorn's scope shares the
+    connection's tuple)."""
     if ACCESS.mode == "errors" and status < 400:
         return
     if info.model is None:

@@ -5,7 +5,7 @@ A request's ID comes from the client when it sends one (HTTP ``X-Request-ID``, g
 else from the V2 request's own ``id`` (when the adapter reads one before answering), else it is
 made here. The adapters put a :class:`RequestInfo` in :data:`CURRENT` for the request's task,
 so every log record written while it runs (the DataPlane's, a model's) carries its ID, model and
-version (app/servekit/logs.py reads it), and write the ID back on the answer.
+version (app/servekit/observability/logs.py reads it), and write the ID back on the answer.
 
 A made ID is this process's random prefix and a counter (``3f9c1a2b7d4e-26``): unique across
 processes and restarts without a system call per request, which a UUID would cost.
@@ -31,7 +31,7 @@ MAX_LENGTH = 128
 AccessMode = Literal["off", "on", "errors"]
 
 access_log = logging.getLogger("servekit.access")
-"""The access log's logger: one record per request or call (app/servekit/logs.py formats it)."""
+"""The access log's logger: one record per request or call (observability/logs.py formats it)."""
 
 PREFIX = os.urandom(6).hex() + "-"
 """This process's part of every ID it makes (the counter follows)."""
@@ -54,7 +54,7 @@ class RequestInfo:
     headers: list[tuple[bytes, bytes]] | None = None
     """The HTTP response's header list that carries the ID (rewritten by :meth:`adopt`)."""
     span: Any = None
-    """The request's OpenTelemetry span when tracing is on (app/servekit/tracing.py)."""
+    """The request's OpenTelemetry span when tracing is on (observability/tracing.py)."""
     client: Any = None
     """Who sent it, as its transport said: ASGI's ``(host, port)``, grpcio's peer text
     (``ipv4:127.0.0.1:51234``); None in process. :func:`client_address` reads the address."""
@@ -111,13 +111,14 @@ def accepted(value: bytes | str) -> str | None:
 
 class _Access:
     """The access log's mode for this process (set by the server at start), and the log's own
-    writer of access lines when app/servekit/logs.py set one up (else a record per line)."""
+    writer of access lines when app/servekit/observability/logs.py set one up (else a record
+    per line)."""
 
     mode: AccessMode = "off"
     write: Callable[..., None] | None = None
     """``write(protocol, method, path, status, duration_s, bytes_in, bytes_out, client, info)``:
     the line made and held by the one log handler, with no ``logging.LogRecord``
-    (app/servekit/logs.py :class:`~servekit.logs.AccessLines`)."""
+    (:class:`servekit.observability.logs.AccessLines`)."""
 
 
 ACCESS = _Access()

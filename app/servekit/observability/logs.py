@@ -27,8 +27,9 @@ a library's debug line naming a signed URL too.
 
 JSON lines carry ``time`` (UTC, ISO 8601, milliseconds), ``level``, ``logger``, ``message``,
 and when known ``request_id``, ``model``, ``version`` (the request the record was written
-for: app/servekit/request_id.py), ``worker`` (its index under ``server.workers``), ``error``
-(a traceback), plus the record's own fields (the access log's, a reload's outcome).
+for: app/servekit/observability/request_ids.py), ``worker`` (its index under
+``server.workers``), ``error`` (a traceback), plus the record's own fields (the access log's, a
+reload's outcome).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from typing import Any, Literal
 
 import orjson
 
-from servekit import request_id
-from servekit.request_id import CURRENT, RequestInfo, model_words_of, printable
+from servekit.observability import request_ids
+from servekit.observability.request_ids import CURRENT, RequestInfo, model_words_of, printable
 from servekit.shown_paths import hide_uri_secrets
 
 Format = Literal["text", "json"]
@@ -135,7 +136,7 @@ def formatter(fmt: Format, worker: int | None = None) -> logging.Formatter:
 
 class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The one handler: every record formatted and written to stderr; access lines (one per
-    request, app/servekit/request_id.py) written in groups.
+    request, app/servekit/observability/request_ids.py) written in groups.
 
     stderr is line-buffered, so each record is one ``write`` system call: for the access log,
     the largest part of its cost per request. Access lines are held instead (at most
@@ -390,7 +391,7 @@ def setup(
     os.environ.setdefault("GRPC_VERBOSITY", "NONE" if fmt == "json" else "ERROR")
     handler = LineHandler(sys.stderr)
     handler.setFormatter(formatter(fmt, worker))
-    request_id.ACCESS.write = AccessLines(handler, fmt, worker)
+    request_ids.ACCESS.write = AccessLines(handler, fmt, worker)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -423,7 +424,7 @@ def setup_child(name: str) -> None:
     fmt: Format = "json" if os.environ.get(CHILD_FORMAT) == "json" else "text"
     setup(fmt, "info", onnxruntime=False)
     logging.getLogger().handlers[0].addFilter(_Named(name))
-    request_id.ACCESS.write = None  # (serves no request) any access record meets the filter
+    request_ids.ACCESS.write = None  # (serves no request) any access record meets the filter
 
 
 class _Named(logging.Filter):
