@@ -29,7 +29,7 @@ from servekit.config.hosts import host_policy
 from servekit.config.schema import TracingConfig
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models.repository import ModelRepository
-from servekit.observability import request_ids, tracing
+from servekit.observability import access, tracing
 from servekit.rest import create_app
 from servekit.rest import extensions as rest_extensions
 from servekit.rest import generate as rest_generate
@@ -151,7 +151,7 @@ class ServeKit:
         server = self.plan.server
         tls = self.plan.tls
         worker = self._worker
-        request_ids.set_access(server.logging.access_log)  # before the listeners exist
+        access.set_access(server.logging.access_log)  # before the listeners exist
         # server.tracing and the OTEL_* variables; before gRPC's handlers are wrapped
         tracing.configure(settings=tracing_settings(server.tracing))
         if worker is not None:

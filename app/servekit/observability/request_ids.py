@@ -1,4 +1,4 @@
-"""Request IDs and the access log: what every transport shares (a foundation module).
+"""Request IDs: what every transport shares (app/servekit/observability/).
 
 A request's ID comes from the client when it sends one (HTTP ``X-Request-ID``, gRPC metadata
 ``x-request-id``; at most :data:`MAX_LENGTH` printable ASCII characters, else it is replaced),
@@ -14,24 +14,16 @@ processes and restarts without a system call per request, which a UUID would cos
 from __future__ import annotations
 
 import itertools
-import logging
 import os
-import time
 import urllib.parse
-from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any
 
 HEADER = "x-request-id"
 """The HTTP header (any case) and the gRPC metadata key (lower case, as gRPC requires)."""
 HEADER_BYTES = HEADER.encode()
 MAX_LENGTH = 128
 """Longest ID taken from a client (Heroku's and nginx's IDs are 36 and 32 characters)."""
-
-AccessMode = Literal["off", "on", "errors"]
-
-access_log = logging.getLogger("servekit.access")
-"""The access log's logger: one record per request or call (observability/logs.py formats it)."""
 
 PREFIX = os.urandom(6).hex() + "-"
 """This process's part of every ID it makes (the counter follows)."""
@@ -107,142 +99,6 @@ def accepted(value: bytes | str) -> str | None:
     if " " in value:
         return None
     return value
-
-
-class _Access:
-    """The access log's mode for this process (set by the server at start), and the log's own
-    writer of access lines when app/servekit/observability/logs.py set one up (else a record
-    per line)."""
-
-    mode: AccessMode = "off"
-    write: Callable[..., None] | None = None
-    """``write(protocol, method, path, status, duration_s, bytes_in, bytes_out, client, info)``:
-    the line made and held by the one log handler, with no ``logging.LogRecord``
-    (:class:`servekit.observability.logs.AccessLines`)."""
-
-
-ACCESS = _Access()
-
-
-def set_access(mode: AccessMode) -> None:
-    """Switch the access log (``server.logging.accessLog``) for the listeners started next."""
-    ACCESS.mode = mode
-
-
-def record_access(
-    *,
-    protocol: str,
-    method: str,
-    path: str,
-    status: int | str,
-    failed: bool,
-    duration_s: float,
-    bytes_in: int,
-    bytes_out: int,
-    client: str | None,
-    info: RequestInfo,
-) -> None:
-    """Write one access-log line (unless the mode leaves it out): the words for text, the
-    same values as fields for JSON. Through the log's own writer when it has one (a server's
-    process), else as a record of :data:`access_log` (a notebook's own logging)."""
-    access_line(protocol, method, path, status, failed, duration_s, bytes_in, bytes_out, client,
-                info)  # fmt: skip
-
-
-def access_line(
-    protocol: str,
-    method: str,
-    path: str,
-    status: int | str,
-    failed: bool,
-    duration_s: float,
-    bytes_in: int,
-    bytes_out: int,
-    client: str | None,
-    info: RequestInfo,
-) -> None:
-    """:func:`record_access` with its values in order (no keywords: one access line per
-    request, so the HTTP edge calls this directly)."""
-    if ACCESS.mode == "errors" and not failed:
-        return
-    write = ACCESS.write
-    if write is not None:
-        write(protocol, method, path, status, duration_s, bytes_in, bytes_out, client, info)
-        return
-    if not access_log.isEnabledFor(logging.INFO):
-        return
-    duration_ms = round(duration_s * 1000.0, 3)
-    fields = {
-        "access": True,
-        "protocol": protocol,
-        "method": method,
-        "path": path,
-        "status": status,
-        "duration_ms": duration_ms,
-        "bytes_in": bytes_in,
-        "bytes_out": bytes_out,
-        "client": client,
-        "request_id": info.id,
-        "model": info.model,
-        "version": info.version,
-    }
-    access_log.handle(
-        _AccessRecord(
-            "%s %s %s %s %.3fms in=%d out=%d%s client=%s id=%s",
-            (protocol, method, printable(path), status, duration_ms, bytes_in, bytes_out,
-             model_words(info), client or "-", info.id),
-            fields,
-        )
-    )  # fmt: skip
-
-
-def printable(text: str) -> str:
-    """``text`` for a text log line: as it is when printable, else with its control characters
-    escaped (a percent-encoded newline in a path must not start a forged line of its own)."""
-    if text.isprintable():
-        return text
-    return text.encode("unicode_escape").decode("ascii")
-
-
-def model_words(info: RequestInfo) -> str:
-    """`` model=NAME version=V`` of a text access line (empty when no model is known)."""
-    return model_words_of(info.model, info.version)
-
-
-def model_words_of(model: str | None, version: str | None) -> str:
-    """:func:`model_words` of a model and version."""
-    if not model:
-        return ""
-    words = f" model={model}" + (f" version={version}" if version else "")
-    return printable(words)  # a name taken from a path may hold anything
-
-
-class _AccessRecord(logging.LogRecord):
-    """An access line's record, made without the per-record work of ``Logger.info`` that such
-    a line does not need: the caller's frame lookup (``findCaller`` walks the stack), the
-    file-name splitting, the thread and process names, the checks of ``extra``. That work was
-    most of the access log's cost per request (bench/observability.py). It goes to the same
-    handlers and formatter as any record (``Logger.handle``); the attributes a formatter's
-    ``%(...)s`` reads are set on the instance, the others are class-level placeholders."""
-
-    pathname = filename = module = funcName = ""
-    lineno = 0
-    thread = threadName = processName = process = taskName = None
-    relativeCreated = 0.0
-
-    def __init__(self, msg: str, args: tuple[Any, ...], fields: dict[str, Any]) -> None:
-        # LogRecord.__init__ not called, on purpose (see the class docstring).
-        self.__dict__.update(fields)
-        self.name = "servekit.access"
-        self.msg = msg
-        self.args = args
-        self.levelname = "INFO"
-        self.levelno = logging.INFO
-        self.exc_info = None
-        self.exc_text = None
-        self.stack_info = None
-        self.created = now = time.time()
-        self.msecs = int((now - int(now)) * 1000) + 0.0
 
 
 def client_address(client: object) -> str | None:

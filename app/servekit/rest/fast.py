@@ -43,7 +43,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from servekit.observability.request_ids import ACCESS
+from servekit.observability.access import ACCESS
 from servekit.observability.tracing import TRACING
 from servekit.rest import large
 from servekit.rest.front import InferenceApp
