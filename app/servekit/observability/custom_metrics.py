@@ -158,7 +158,7 @@ def histogram(
 
 @dataclass(frozen=True)
 class Sample:
-    """One family's figures as /metrics shows them (read by app/servekit/services/metrics.py)."""
+    """One family's figures as /metrics shows them (observability/metrics.py CustomCollector)."""
 
     name: str
     kind: str
