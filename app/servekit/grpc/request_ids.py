@@ -143,12 +143,13 @@ _OK = grpc.StatusCode.OK
 _CANCELLED = grpc.StatusCode.CANCELLED
 
 
-def _line(method: str, info: RequestInfo) -> AccessLine:
-    """A call's access line, begun when the call starts (``method``: the RPC's path): its byte
-    counts grow as the call goes, :func:`_end` sets its status and duration."""
+def _line(method: str, rpc: str, info: RequestInfo) -> AccessLine:
+    """A call's access line, begun when the call starts (``method``: the RPC's path, ``rpc``
+    its name): its byte counts grow as the call goes, :func:`_end` sets its status and
+    duration."""
     return AccessLine(
         protocol="gRPC",
-        method=method.rsplit("/", 1)[-1],
+        method=rpc,
         path=method,
         status="OK",
         duration_s=0.0,
@@ -188,6 +189,7 @@ async def _counted(requests: AsyncIterator[Any], line: AccessLine) -> Any:
 
 def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
     """A unary answer with its access line."""
+    rpc = method.rsplit("/", 1)[-1]
     if request_streaming:
 
         async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -195,7 +197,7 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
             info = _info(context, None)
             context.set_trailing_metadata(((HEADER, info.id),))
             CURRENT.set(info)
-            line = _line(method, info)
+            line = _line(method, rpc, info)
             error: BaseException | None = None
             try:
                 response = await behaviour(_counted(requests, line), context)
@@ -214,7 +216,7 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
         info = _info(context, request)
         context.set_trailing_metadata(((HEADER, info.id),))
         CURRENT.set(info)
-        line = _line(method, info)
+        line = _line(method, rpc, info)
         try:
             bytes_in = request.ByteSize()
         except AttributeError:  # an undecodable request's marker
@@ -257,7 +259,7 @@ def _stream_begins(
     started = time.monotonic()
     info = _info(context, None if request_streaming else request)
     CURRENT.set(info)
-    line = _line(method, info)
+    line = _line(method, method.rsplit("/", 1)[-1], info)  # (a stream: once per stream)
     if request_streaming and logged:
         request = _counted(request, line)
     elif logged:
