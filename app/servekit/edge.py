@@ -895,19 +895,13 @@ class EdgeProtocol(HttpToolsProtocol):
         peer = self._peer
         if peer is None and self.client:
             peer = self._peer = request_ids.client_text(self.client)
+        scope = request.scope
         write_line(
-            AccessLine(
-                protocol="HTTP",
-                method="POST",
-                path=request.scope["path"],
-                status=200,
-                duration_s=time.monotonic() - started,
-                bytes_in=request.servekit_in,
-                bytes_out=request.sent,
-                client=peer,
-                info=info,
+            AccessLine(  # (positional: a class called with keywords builds a dict first)
+                "HTTP", "POST", scope["path"], 200, time.monotonic() - started,
+                request.servekit_in, request.sent, peer, info,
             )
-        )
+        )  # fmt: skip
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """The request's task starts knowing its request (ID on the answer, access log:

@@ -147,17 +147,8 @@ def _line(method: str, rpc: str, info: RequestInfo) -> AccessLine:
     """A call's access line, begun when the call starts (``method``: the RPC's path, ``rpc``
     its name): its byte counts grow as the call goes, :func:`_end` sets its status and
     duration."""
-    return AccessLine(
-        protocol="gRPC",
-        method=rpc,
-        path=method,
-        status="OK",
-        duration_s=0.0,
-        bytes_in=0,
-        bytes_out=0,
-        client=info.client,  # the peer (:func:`_info`)
-        info=info,
-    )
+    # (positional: a class called with keywords builds a dict first; the client is the peer)
+    return AccessLine("gRPC", rpc, method, "OK", 0.0, 0, 0, info.client, info)
 
 
 def _end(

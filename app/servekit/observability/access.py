@@ -27,7 +27,11 @@ access_log = logging.getLogger("servekit.access")
 
 @dataclass(slots=True)
 class AccessLine:
-    """One request's access-log line: what it says, named, made once when the request ends."""
+    """One request's access-log line: what it says, named, made once per request (when it ends,
+    or when a gRPC call starts, its counts then growing).
+
+    The lanes build it with positional values, in the order of the fields: a class called with
+    keywords costs a dict per call (three times the positional call, on every request)."""
 
     protocol: str
     """``HTTP`` or ``gRPC``."""

@@ -124,18 +124,11 @@ def write_access(
     if peer is None and client:
         peer = client_text(client)
     write_line(
-        AccessLine(
-            protocol="HTTP",
-            method=scope.get("method", "-"),
-            path=scope.get("path", "-"),
-            status=status,
-            duration_s=time.monotonic() - started,
-            bytes_in=bytes_in,
-            bytes_out=bytes_out,
-            client=peer,
-            info=info,
+        AccessLine(  # (positional: a class called with keywords builds a dict first)
+            "HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
+            time.monotonic() - started, bytes_in, bytes_out, peer, info,
         )
-    )
+    )  # fmt: skip
 
 
 _CLIENTS: dict[Any, str] = {}
