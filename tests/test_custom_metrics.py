@@ -1,5 +1,5 @@
-"""Metrics a Python model defines (app/servekit/custom_metrics.py) appear in a real server's
-/metrics with the model's name and version, and move as the model runs."""
+"""Metrics a Python model defines (app/servekit/observability/custom_metrics.py) appear in a real
+server's /metrics with the model's name and version, and move as the model runs."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 MODEL = """
 import numpy as np
 
-from servekit.custom_metrics import counter, gauge, histogram
+from servekit.observability.custom_metrics import counter, gauge, histogram
 
 
 class Scaler:

@@ -34,11 +34,11 @@ from servekit.config.schema import NetworkLimits
 from servekit.datatypes import lookup
 from servekit.edge import EdgeProtocol, EdgeState
 from servekit.errors import InvalidArgument
-from servekit.request_id import ACCESS
+from servekit.observability.access import ACCESS, AccessLine
+from servekit.observability.tracing import TRACING
 from servekit.rest import fast, front, request_ids
 from servekit.rest.fast import FastAnswer, fast_answer
 from servekit.rest.front import InferenceApp
-from servekit.tracing import TRACING
 
 pytestmark = pytest.mark.anyio
 
@@ -291,14 +291,16 @@ async def test_tracing_takes_the_asgi_way_and_the_access_log_does_not(
     """The access log counts the fast answer at the edge (it tells the counting writer what it
     wrote); tracing wraps the cycle's ``send``, so its requests go the ASGI way."""
     monkeypatch.setattr(ACCESS, "mode", "on")
-    lines: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(ACCESS, "write", lambda *values: lines.append(values))
+    lines: list[AccessLine] = []
+    monkeypatch.setattr(ACCESS, "write", lines.append)
     fast, reached = await _over_connection(app, [JSON_POST], 1, fast=True)
     assert reached == 0 and fast.startswith(b"HTTP/1.1 200 OK\r\n")
-    (line,) = lines  # protocol, method, path, status, seconds, bytes in, bytes out, ...
+    (line,) = lines
     body = fast.split(b"\r\n\r\n", 1)[1]
-    assert line[:4] == ("HTTP", "POST", "/v2/models/mlp/infer", 200)
-    assert line[5] > 0 and line[6] == len(body)
+    assert (line.protocol, line.method, line.path, line.status) == (
+        "HTTP", "POST", "/v2/models/mlp/infer", 200,
+    )  # fmt: skip
+    assert line.bytes_in > 0 and line.bytes_out == len(body)
     monkeypatch.setattr(ACCESS, "mode", "off")
     monkeypatch.setattr(TRACING, "on", True)
     monkeypatch.setattr(request_ids.traces, "begin", lambda cycle, info: None)

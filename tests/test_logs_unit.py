@@ -13,12 +13,13 @@ import onnx
 import pytest
 from onnx_builders import mlp
 
-from servekit import logs, request_id
 from servekit.cli.serve import _warn_public_without_token
 from servekit.config.overrides import Overrides, load_plan
 from servekit.config.schema import LoggingConfig, WarmupSample
 from servekit.models.warmup import WarmupError, build_inputs
-from servekit.request_id import CURRENT, RequestInfo, accepted
+from servekit.observability import access, logs, request_ids
+from servekit.observability.access import AccessLine
+from servekit.observability.request_ids import CURRENT, RequestInfo, accepted
 from servekit.server import ServeKit
 from servekit.services import watch
 from servekit.services.watch import _Watcher, outcome
@@ -95,9 +96,9 @@ def test_only_short_printable_ids_are_taken(value: bytes | str, expected: str | 
 
 
 def test_made_ids_are_distinct_and_a_body_id_is_adopted_once() -> None:
-    made = {request_id.new_id() for _ in range(1000)}
+    made = {request_ids.new_id() for _ in range(1000)}
     assert len(made) == 1000
-    info = RequestInfo(request_id.new_id(), False)
+    info = RequestInfo(request_ids.new_id(), False)
     info.headers = [(b"date", b"x"), (b"x-request-id", info.id.encode())]
     info.adopt("from-body")
     assert info.id == "from-body" and info.headers[-1] == (b"x-request-id", b"from-body")
@@ -200,7 +201,7 @@ def test_warmup_inputs(tmp_path: Path) -> None:
 
 
 def test_custom_metrics_bind_the_loading_version_and_refuse_bad_use() -> None:
-    from servekit import custom_metrics as cm
+    from servekit.observability import custom_metrics as cm
 
     token = cm.LOADING.set(("unit-m", "3"))
     try:
@@ -238,14 +239,23 @@ def test_access_lines_are_written_in_groups_in_order_and_none_is_lost() -> None:
     logger.addHandler(handler)
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    request_id.set_access("on")
+    access.set_access("on")
     try:
         info = RequestInfo("held-1", True)
         for status in (200, 404):
-            request_id.record_access(
-                protocol="HTTP", method="GET", path="/x", status=status, failed=status >= 400,
-                duration_s=0.001, bytes_in=0, bytes_out=2, client=None, info=info,
-            )  # fmt: skip
+            access.write_line(
+                AccessLine(
+                    protocol="HTTP",
+                    method="GET",
+                    path="/x",
+                    status=status,
+                    duration_s=0.001,
+                    bytes_in=0,
+                    bytes_out=2,
+                    client=None,
+                    info=info,
+                )
+            )
         assert stream.getvalue() == ""  # held
         handler.handle(_record("a warning"))  # writes the held lines first
         lines = stream.getvalue().splitlines()
@@ -254,21 +264,39 @@ def test_access_lines_are_written_in_groups_in_order_and_none_is_lost() -> None:
             "HTTP GET /x 404 1.0",
             "a warning",
         ]
-        request_id.record_access(
-            protocol="gRPC", method="ModelInfer", path="/m", status="OK", failed=False,
-            duration_s=0.001, bytes_in=1, bytes_out=1, client=None, info=info,
-        )  # fmt: skip
+        access.write_line(
+            AccessLine(
+                protocol="gRPC",
+                method="ModelInfer",
+                path="/m",
+                status="OK",
+                duration_s=0.001,
+                bytes_in=1,
+                bytes_out=1,
+                client=None,
+                info=info,
+            )
+        )
         wait_until(lambda: "gRPC ModelInfer" in stream.getvalue(), timeout=5,
                    what="the held line written by the flusher")  # fmt: skip
         for _ in range(logs.LineHandler.HELD_LINES):  # a full group is written at once
-            request_id.record_access(
-                protocol="HTTP", method="GET", path="/y", status=200, failed=False,
-                duration_s=0.0, bytes_in=0, bytes_out=0, client=None, info=info,
-            )  # fmt: skip
+            access.write_line(
+                AccessLine(
+                    protocol="HTTP",
+                    method="GET",
+                    path="/y",
+                    status=200,
+                    duration_s=0.0,
+                    bytes_in=0,
+                    bytes_out=0,
+                    client=None,
+                    info=info,
+                )
+            )
         handler.flush()
         assert stream.getvalue().count("HTTP GET /y 200") == logs.LineHandler.HELD_LINES
     finally:
-        request_id.set_access("off")
+        access.set_access("off")
         logger.removeHandler(handler)
         logger.propagate = True
         logger.setLevel(logging.NOTSET)
@@ -299,20 +327,31 @@ def test_access_lines_without_a_record_read_as_the_formatters_write_them(
         logger.addHandler(slow)
         logger.propagate = False
         logger.setLevel(logging.INFO)
-        request_id.set_access("on")
+        access.set_access("on")
         try:
             for protocol, method, path, status, failed, seconds, n_in, n_out, peer, model in values:
                 info = RequestInfo("id-1", True)
                 info.model = model
-                writer(protocol, method, path, status, seconds, n_in, n_out, peer, info)
-                request_id.record_access(
-                    protocol=protocol, method=method, path=path, status=status, failed=failed,
-                    duration_s=seconds, bytes_in=n_in, bytes_out=n_out, client=peer, info=info,
-                )  # fmt: skip
+                line = AccessLine(protocol, method, path, status, seconds, n_in, n_out, peer, info)
+                assert line.failed == failed
+                writer(line)
+                access.write_line(
+                    AccessLine(
+                        protocol=protocol,
+                        method=method,
+                        path=path,
+                        status=status,
+                        duration_s=seconds,
+                        bytes_in=n_in,
+                        bytes_out=n_out,
+                        client=peer,
+                        info=info,
+                    )
+                )
             fast.flush()
             slow.flush()
         finally:
-            request_id.set_access("off")
+            access.set_access("off")
             logger.removeHandler(slow)
             logger.propagate = True
             logger.setLevel(logging.NOTSET)
@@ -345,14 +384,14 @@ def test_an_access_line_escapes_a_sent_id_in_json_and_follows_the_level() -> Non
     info = RequestInfo(sent, True)
     try:
         logger.setLevel(logging.INFO)
-        writer("HTTP", "GET", "/v2", 200, 0.0015, 0, 3, "127.0.0.1:9", info)
+        writer(AccessLine("HTTP", "GET", "/v2", 200, 0.0015, 0, 3, "127.0.0.1:9", info))
         handler.flush()
         row = json.loads(stream.getvalue())
         assert row["request_id"] == 'q"u\\ote' and row["client"] == "127.0.0.1:9"
         assert row["duration_ms"] == 1.5 and row["status"] == 200
         logger.setLevel(logging.WARNING)
         writer._stamp = (-1, "")  # (the next second)
-        writer("HTTP", "GET", "/v2", 200, 0.0, 0, 0, None, info)
+        writer(AccessLine("HTTP", "GET", "/v2", 200, 0.0, 0, 0, None, info))
         handler.flush()
         assert len(stream.getvalue().splitlines()) == 1
     finally:

@@ -15,9 +15,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from servekit.config.compiler import compile_plan
 from servekit.config.loader import parse_config
+from servekit.observability.metrics import render as render_metrics
 from servekit.runtimes.python import register_object
 from servekit.server import ServeKit
-from servekit.services import make_registry, render_metrics
+from servekit.services import make_registry
 from servekit.types import InferRequest, Tensor
 
 WAIT = 10.0

@@ -25,9 +25,10 @@ from waits import async_wait_until
 from servekit.config.loader import ConfigError, parse_config
 from servekit.errors import InvalidArgument, Overloaded
 from servekit.grpc.triton_proto import model_config_message
-from servekit.request_id import CURRENT, RequestInfo, client_address
+from servekit.observability.metrics import render as render_metrics
+from servekit.observability.request_ids import CURRENT, RequestInfo, client_address
 from servekit.rest.triton_json import model_config_json
-from servekit.services import make_registry, render_metrics
+from servekit.services import make_registry
 from servekit.types import InferRequest, Tensor
 
 pytestmark = pytest.mark.anyio

@@ -1,7 +1,7 @@
-"""OpenTelemetry traces (app/servekit/tracing.py) as a collector receives them: a real OTLP
-receiver (grpcio serving opentelemetry-proto's TraceService, decoding the wire format) started
-here on 127.0.0.1, a real ``servekit serve`` pointed at it with the standard ``OTEL_*``
-variables, and requests sent over HTTP and gRPC with a W3C ``traceparent``."""
+"""OpenTelemetry traces (app/servekit/observability/tracing.py) as a collector receives them: a real
+OTLP receiver (grpcio serving opentelemetry-proto's TraceService, decoding the wire format) started
+here on 127.0.0.1, a real ``servekit serve`` pointed at it with the standard ``OTEL_*`` variables,
+and requests sent over HTTP and gRPC with a W3C ``traceparent``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from waits import wait_until
 
-from servekit.tracing import wanted
+from servekit.observability.tracing import wanted
 
 MODEL = """
 import numpy as np
@@ -461,7 +461,7 @@ def test_server_tracing_is_validated_with_its_line_and_hides_its_headers(
 def test_otel_variables_win_over_server_tracing() -> None:
     """``enabled`` turns tracing on; the variables that turn it off win; the exporter is given
     serve.yaml's endpoint and headers only where no variable sets them; ``repr`` hides them."""
-    from servekit.tracing import Settings, _otlp
+    from servekit.observability.tracing import Settings, _otlp
 
     yaml = Settings(enabled=True, endpoint="http://127.0.0.1:9", headers={"k": "s3cret"})
     assert "s3cret" not in repr(yaml)
@@ -481,7 +481,7 @@ def test_the_endpoint_is_shown_without_user_info_or_query() -> None:
     """The start-up line and a refused endpoint's message show an endpoint as every URI is
     shown (servekit.shown_paths.shown_uri): no password, no token in its query."""
     from servekit.config.schema import TracingConfig
-    from servekit.tracing import Settings, _where
+    from servekit.observability.tracing import Settings, _where
 
     endpoint = "https://user:Pa55word@collector:4318/?token=T0kenValue"
     where = _where({}, Settings(enabled=True, endpoint=endpoint))

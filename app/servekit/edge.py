@@ -102,12 +102,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from servekit.config.hosts import HostPolicy
 from servekit.config.schema import NetworkLimits
-from servekit.request_id import ACCESS, CURRENT, RequestInfo
+from servekit.observability.access import ACCESS, AccessLine, write_line
+from servekit.observability.request_ids import CURRENT, RequestInfo
+from servekit.observability.tracing import TRACING
 from servekit.rest import eager, large, request_ids, traces
 from servekit.rest.access import EdgeGuard
 from servekit.rest.fast import FastAnswer, Request
 from servekit.rest.leaving import EAGER, WAITING
-from servekit.tracing import TRACING
 
 log = logging.getLogger("servekit.http")
 
@@ -505,7 +506,10 @@ class EdgeProtocol(HttpToolsProtocol):
             self._access = None
             _, sent = self._out.taken()  # type: ignore[attr-defined]
             counted, info, started = access
-            request_ids.write_access(counted.scope, info, 499, counted.servekit_in, sent, started)
+            request_ids.write_access(
+                counted.scope, info, started, status=499, bytes_in=counted.servekit_in,
+                bytes_out=sent,
+            )  # fmt: skip
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             scope: dict[str, Any] = cycle.scope  # type: ignore[assignment]
@@ -858,14 +862,14 @@ class EdgeProtocol(HttpToolsProtocol):
         if access is not None:  # its access-log line, before a pipelined request starts
             self._access = None
             cycle, info, started = access
-            write = ACCESS.write
-            if type(cycle) is Request and write is not None:  # answered at the connection
-                if ACCESS.mode == "on":  # (a 200: not an error)
-                    self._write_answered(write, cycle, info, started)
+            if type(cycle) is Request and ACCESS.write is not None:  # answered at the connection
+                self._write_answered(cycle, info, started)
             else:
                 status, sent = out.taken()  # type: ignore[attr-defined]
-                scope = cycle.scope
-                request_ids.write_access(scope, info, status, cycle.servekit_in, sent, started)
+                request_ids.write_access(
+                    cycle.scope, info, started, status=status, bytes_in=cycle.servekit_in,
+                    bytes_out=sent,
+                )  # fmt: skip
         if self._held and not self.pipeline:  # (a pipelined request keeps the count)
             self._unhold()
         # uvicorn's, with its keep-alive timeout on the edge's lazy timer
@@ -889,9 +893,7 @@ class EdgeProtocol(HttpToolsProtocol):
                 self._arm(deadline)
         self.edge.waiting[self] = None  # idle until the next request: displaceable
 
-    def _write_answered(
-        self, write: Any, request: Request, info: RequestInfo, started: float
-    ) -> None:
+    def _write_answered(self, request: Request, info: RequestInfo, started: float) -> None:
         """The access line of a request answered at the connection: what
         ``request_ids.write_access`` writes, from what the request and the connection know
         (its route's model and version, the client's text made once per connection)."""
@@ -902,8 +904,13 @@ class EdgeProtocol(HttpToolsProtocol):
         peer = self._peer
         if peer is None and self.client:
             peer = self._peer = request_ids.client_text(self.client)
-        write("HTTP", "POST", request.scope["path"], 200, time.monotonic() - started,
-              request.servekit_in, request.sent, peer, info)  # fmt: skip
+        scope = request.scope
+        write_line(
+            AccessLine(  # (positional: a class called with keywords builds a dict first)
+                "HTTP", "POST", scope["path"], 200, time.monotonic() - started,
+                request.servekit_in, request.sent, peer, info,
+            )
+        )  # fmt: skip
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         """The request's task starts knowing its request (ID on the answer, access log:

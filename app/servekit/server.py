@@ -23,12 +23,13 @@ from typing import Any, Protocol
 import uvicorn
 from litestar import Litestar
 
-from servekit import dashboard, edge, request_id, tracing
+from servekit import dashboard, edge
 from servekit.config.compiler import ServePlan
 from servekit.config.hosts import host_policy
 from servekit.config.schema import TracingConfig
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models.repository import ModelRepository
+from servekit.observability import access, tracing
 from servekit.rest import create_app
 from servekit.rest import extensions as rest_extensions
 from servekit.rest import generate as rest_generate
@@ -150,7 +151,7 @@ class ServeKit:
         server = self.plan.server
         tls = self.plan.tls
         worker = self._worker
-        request_id.set_access(server.logging.access_log)  # before the listeners exist
+        access.set_access(server.logging.access_log)  # before the listeners exist
         # server.tracing and the OTEL_* variables; before gRPC's handlers are wrapped
         tracing.configure(settings=tracing_settings(server.tracing))
         if worker is not None:
@@ -178,7 +179,7 @@ class ServeKit:
             lifespan="off",
             log_level="warning",
             # No dictConfig of uvicorn's own: its records reach the one handler servekit serve
-            # sets up (app/servekit/logs.py), in its format, once.
+            # sets up (app/servekit/observability/logs.py), in its format, once.
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=30,
@@ -358,8 +359,8 @@ async def _until(condition: Any, task: asyncio.Task[None], timeout: float = 30.0
 
 
 def tracing_settings(config: TracingConfig) -> tracing.Settings:
-    """serve.yaml's ``server.tracing`` as the plain values app/servekit/tracing.py takes (the
-    headers' secrets unwrapped here, for the exporter only)."""
+    """serve.yaml's ``server.tracing`` as the plain values app/servekit/observability/tracing.py
+    takes (the headers' secrets unwrapped here, for the exporter only)."""
     return tracing.Settings(
         enabled=config.enabled,
         endpoint=config.endpoint,

@@ -123,7 +123,7 @@ def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
         os.environ[TOKEN_ENV] = args.token  # this process serves until it exits
     overrides = _overrides(args, config_uri)
     plan = load_overridden(args.config, overrides)
-    from servekit import logs
+    from servekit.observability import logs
     from servekit.workers.spec import worker_count
 
     workers = worker_count(plan.server.workers)
@@ -161,8 +161,8 @@ def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
 
 def _print_closed(plan: ServePlan) -> None:
     """Say at start which API groups a bind beyond loopback closed, and what opens them."""
-    from servekit import logs
     from servekit.config.auth import closed_line
+    from servekit.observability import logs
 
     line = closed_line(plan.access, plan.server.host)
     if line is not None:
@@ -186,7 +186,7 @@ def _warn_public_without_token(plan: ServePlan) -> None:
 
 
 async def _run(plan: ServePlan, overrides: Overrides) -> None:
-    from servekit import logs
+    from servekit.observability import logs
     from servekit.server import ServeKit, StopSignals
 
     signals = StopSignals(asyncio.get_running_loop())

@@ -242,7 +242,7 @@ class NetworkLimits(Section):
 class LoggingConfig(Section):
     """How the server writes its log (stderr) and its access log: one formatter for every
     source (servekit, uvicorn, grpc, watchfiles, onnxruntime), set once at start
-    (app/servekit/logs.py)."""
+    (app/servekit/observability/logs.py)."""
 
     format: Literal["text", "json"] = "text"
     """`text`: one readable line per record. `json`: one JSON object per line (time, level,

@@ -22,16 +22,9 @@ from typing import Any
 import grpc
 
 from servekit.grpc import traces
-from servekit.request_id import (
-    ACCESS,
-    CURRENT,
-    HEADER,
-    RequestInfo,
-    accepted,
-    new_id,
-    record_access,
-)
-from servekit.tracing import TRACING
+from servekit.observability.access import ACCESS, AccessLine, write_line
+from servekit.observability.request_ids import CURRENT, HEADER, RequestInfo, accepted, new_id
+from servekit.observability.tracing import TRACING
 
 
 def tagged(method: str, handler: Any) -> Any:
@@ -147,19 +140,24 @@ def _size(message: Any) -> int:
 
 
 _OK = grpc.StatusCode.OK
+_CANCELLED = grpc.StatusCode.CANCELLED
 
 
-def _write(
-    method: str,
-    short: str,
+def _line(method: str, rpc: str, info: RequestInfo) -> AccessLine:
+    """A call's access line, begun when the call starts (``method``: the RPC's path, ``rpc``
+    its name): its byte counts grow as the call goes, :func:`_end` sets its status and
+    duration."""
+    # (positional: a class called with keywords builds a dict first; the client is the peer)
+    return AccessLine("gRPC", rpc, method, "OK", 0.0, 0, 0, info.client, info)
+
+
+def _end(
+    line: AccessLine,
     context: grpc.aio.ServicerContext,
-    info: RequestInfo,
     started: float,
-    bytes_in: int,
-    bytes_out: int,
     error: BaseException | None,
 ) -> None:
-    """The call's access line (``short``: the RPC's name, ``method`` its path)."""
+    """Write the call's line: its status from the context, else from how the call ended."""
     code = context.code()
     if code is None or code is _OK:
         if code is None and error is not None and not isinstance(error, grpc.aio.AbortError):
@@ -167,37 +165,22 @@ def _write(
             code = grpc.StatusCode.UNKNOWN if isinstance(error, Exception) else _CANCELLED
         else:
             code = _OK
-    failed = code is not _OK
-    if ACCESS.mode == "errors" and not failed:
-        return
-    name = "OK" if code is _OK else code.name if isinstance(code, grpc.StatusCode) else str(code)
-    write = ACCESS.write
-    if write is None:  # a notebook's own logging: a record
-        record_access(
-            protocol="gRPC", method=short, path=method, status=name, failed=failed,
-            duration_s=time.monotonic() - started, bytes_in=bytes_in, bytes_out=bytes_out,
-            client=context.peer(), info=info,
-        )  # fmt: skip
-        return
-    write("gRPC", short, method, name, time.monotonic() - started, bytes_in, bytes_out,
-          context.peer(), info)  # fmt: skip
+    if code is not _OK:
+        line.status = code.name if isinstance(code, grpc.StatusCode) else str(code)
+    line.duration_s = time.monotonic() - started
+    write_line(line)
 
 
-_CANCELLED = grpc.StatusCode.CANCELLED
-
-
-async def _counted(requests: AsyncIterator[Any], info: RequestInfo, sizes: list[int]) -> Any:
+async def _counted(requests: AsyncIterator[Any], line: AccessLine) -> Any:
     async for request in requests:
-        sizes[0] += _size(request)
-        _model_of(info, request)
+        line.bytes_in += _size(request)
+        _model_of(line.info, request)
         yield request
 
 
 def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
-    """A unary answer with its access line. A unary request's call that answers is written
-    here with no further frame (one ``ACCESS.write``: the common case); a failure, an answer
-    with a status set, and a streamed request's call go through :func:`_write`."""
-    short = method.rsplit("/", 1)[-1]
+    """A unary answer with its access line."""
+    rpc = method.rsplit("/", 1)[-1]
     if request_streaming:
 
         async def streamed(requests: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -205,17 +188,17 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
             info = _info(context, None)
             context.set_trailing_metadata(((HEADER, info.id),))
             CURRENT.set(info)
-            sizes = [0, 0]
+            line = _line(method, rpc, info)
             error: BaseException | None = None
             try:
-                response = await behaviour(_counted(requests, info, sizes), context)
-                sizes[1] = _size(response)
+                response = await behaviour(_counted(requests, line), context)
+                line.bytes_out = _size(response)
                 return response
             except BaseException as exc:
                 error = exc
                 raise
             finally:
-                _write(method, short, context, info, started, sizes[0], sizes[1], error)
+                _end(line, context, started, error)
 
         return streamed
 
@@ -224,10 +207,12 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
         info = _info(context, request)
         context.set_trailing_metadata(((HEADER, info.id),))
         CURRENT.set(info)
+        line = _line(method, rpc, info)
         try:
             bytes_in = request.ByteSize()
         except AttributeError:  # an undecodable request's marker
             bytes_in = 0
+        line.bytes_in = bytes_in
         model = getattr(request, "model_name", None)
         if model and type(model) is str:  # ModelInfer's: _model_of, inlined
             info.model = model
@@ -239,45 +224,45 @@ def _unary_logged(method: str, behaviour: Any, request_streaming: bool) -> Any:
         try:
             response = await behaviour(request, context)
         except BaseException as exc:
-            _write(method, short, context, info, started, bytes_in, 0, exc)
+            _end(line, context, started, exc)
             raise
         try:
             bytes_out = response.ByteSize()
         except AttributeError:
             bytes_out = 0
-        write = ACCESS.write
-        if context.code() is None and write is not None and ACCESS.mode == "on":
-            write("gRPC", short, method, "OK", time.monotonic() - started, bytes_in,
-                  bytes_out, context.peer(), info)  # fmt: skip
-        else:
-            _write(method, short, context, info, started, bytes_in, bytes_out, None)
+        line.bytes_out = bytes_out
+        _end(line, context, started, None)
         return response
 
     return unary
 
 
 def _stream_begins(
-    context: grpc.aio.ServicerContext, request: Any, request_streaming: bool, logged: bool
-) -> tuple[float, RequestInfo, list[int], Any]:
-    """A streaming call's start: its clock, its request (made :data:`CURRENT`), its byte
-    counts (bytes in counted as the request stream is read, when logged) and the request to
-    hand on (the counting stream, or the message)."""
+    method: str,
+    context: grpc.aio.ServicerContext,
+    request: Any,
+    request_streaming: bool,
+    logged: bool,
+) -> tuple[float, RequestInfo, AccessLine, Any]:
+    """A streaming call's start: its clock, its request (made :data:`CURRENT`), its access line
+    (bytes in counted as the request stream is read, when logged) and the request to hand on
+    (the counting stream, or the message)."""
     started = time.monotonic()
     info = _info(context, None if request_streaming else request)
     CURRENT.set(info)
-    sizes = [0, 0]
+    line = _line(method, method.rsplit("/", 1)[-1], info)  # (a stream: once per stream)
     if request_streaming and logged:
-        request = _counted(request, info, sizes)
+        request = _counted(request, line)
     elif logged:
-        sizes[0] = _size(request)
-    return started, info, sizes, request
+        line.bytes_in = _size(request)
+    return started, info, line, request
 
 
 def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
-    short = method.rsplit("/", 1)[-1]  # the RPC's name, as the access line writes it
-
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
+        started, info, line, request = _stream_begins(
+            method, context, request, request_streaming, logged
+        )
         if logged and not request_streaming:
             _model_of(info, request)
         error: BaseException | None = None
@@ -286,14 +271,14 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
             async with aclosing(behaviour(request, context)) as replies:  # closed if cancelled
                 async for reply in replies:
                     if logged:
-                        sizes[1] += _size(reply)
+                        line.bytes_out += _size(reply)
                     yield reply
         except BaseException as exc:
             error = exc
             raise
         finally:
             if logged:
-                _write(method, short, context, info, started, sizes[0], sizes[1], error)
+                _end(line, context, started, error)
 
     return stream
 
@@ -301,10 +286,11 @@ def _streaming(method: str, behaviour: Any, request_streaming: bool, logged: boo
 def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool) -> Any:
     """A streaming answer written with ``context.write`` (gRPC health's Watch): the ID goes
     in the initial metadata first; bytes out are not counted (the writes are not seen)."""
-    short = method.rsplit("/", 1)[-1]
 
     async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        started, info, sizes, request = _stream_begins(context, request, request_streaming, logged)
+        started, info, line, request = _stream_begins(
+            method, context, request, request_streaming, logged
+        )
         error: BaseException | None = None
         try:
             await context.send_initial_metadata(((HEADER, info.id),))
@@ -314,6 +300,6 @@ def _writing(method: str, behaviour: Any, request_streaming: bool, logged: bool)
             raise
         finally:
             if logged:
-                _write(method, short, context, info, started, sizes[0], sizes[1], error)
+                _end(line, context, started, error)
 
     return writer

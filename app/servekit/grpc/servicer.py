@@ -25,16 +25,16 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from servekit import tracing
 from servekit.codecs import v2_proto
 from servekit.errors import InvalidArgument, NotFound, shown_name
 from servekit.grpc import repository as repository_rpcs
 from servekit.grpc.status import guarded, status_of
 from servekit.grpc.triton_proto import model_config_message, statistics_message
+from servekit.observability import tracing
+from servekit.observability.tracing import TRACING
 from servekit.protos import grpc_service_pb2 as pb
 from servekit.protos import grpc_service_pb2_grpc as pb_grpc
 from servekit.services import CUDA_UNSUPPORTED, DataPlane, ModelControl
-from servekit.tracing import TRACING
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64

@@ -1,6 +1,6 @@
-"""gRPC traces (app/servekit/tracing.py): each call's server span, wrapped around a method's
-behaviour at registration (app/servekit/grpc/request_ids.py's :func:`tagged` does it, and only
-when tracing is on: off, no call passes through here).
+"""gRPC traces (app/servekit/observability/tracing.py): each call's server span, wrapped around a
+method's behaviour at registration (app/servekit/grpc/request_ids.py's :func:`tagged` does it, and
+only when tracing is on: off, no call passes through here).
 
 The client's ``traceparent``/``tracestate`` metadata are the span's parent; the span's own
 ``traceparent`` goes back in the trailing metadata (beside ``x-request-id``), with the answer or
@@ -18,8 +18,14 @@ from typing import Any
 
 import grpc
 
-from servekit.request_id import CURRENT, HEADER, RequestInfo, new_id
-from servekit.tracing import TRACEPARENT, client_left, end_request, start_request, traceparent
+from servekit.observability.request_ids import CURRENT, HEADER, RequestInfo, new_id
+from servekit.observability.tracing import (
+    TRACEPARENT,
+    client_left,
+    end_request,
+    start_request,
+    traceparent,
+)
 
 _UNTRACED = ("/grpc.health.", "/grpc.reflection.")
 _CONTEXT_KEYS = ("traceparent", "tracestate", "baggage")

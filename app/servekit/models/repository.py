@@ -21,10 +21,10 @@ from typing import Any, Protocol
 from servekit.codecs.grps_message import CODEC as GRPS_MESSAGES
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
-from servekit.custom_metrics import LOADING
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
 from servekit.models.remote_progress import Download
 from servekit.models.warmup import WarmupError, warm_up
+from servekit.observability.custom_metrics import LOADING
 from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes import load_runtime
 from servekit.runtimes.base import LoadError, ModelRuntime, Supervised

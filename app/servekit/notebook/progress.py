@@ -1,11 +1,11 @@
 """Remote models' downloads, shown while ``servekit.serve()`` waits for its models.
 
-A notebook leaves logging alone (app/servekit/logs.py), so the server's progress log lines do not
-reach a cell; the launcher polls the server instead (``ModelControl.downloads``) and shows the
-lines here: in Jupyter one output updated in place (IPython's ``display`` with a display id),
-elsewhere (a script, a terminal REPL) a line on stderr when the text changed, at most every
-:data:`PRINT_EVERY_S` seconds. The lines are the server's own wording (shown URIs: no user
-info or query), so no secret or signed URL is printed.
+A notebook leaves logging alone (app/servekit/observability/logs.py), so the server's progress log
+lines do not reach a cell; the launcher polls the server instead (``ModelControl.downloads``) and
+shows the lines here: in Jupyter one output updated in place (IPython's ``display`` with a display
+id), elsewhere (a script, a terminal REPL) a line on stderr when the text changed, at most every
+:data:`PRINT_EVERY_S` seconds. The lines are the server's own wording (shown URIs: no user info or
+query), so no secret or signed URL is printed.
 """
 
 from __future__ import annotations

@@ -43,11 +43,11 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 
-from servekit.request_id import ACCESS
+from servekit.observability.access import ACCESS
+from servekit.observability.tracing import TRACING
 from servekit.rest import large
 from servekit.rest.front import InferenceApp
 from servekit.rest.infer import PENDING, respond
-from servekit.tracing import TRACING
 
 log = logging.getLogger("uvicorn.error")  # where uvicorn's cycle logs an application's failure
 

@@ -36,11 +36,12 @@ from litestar.types import (
     Send,
 )
 
-from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
-from servekit.request_id import adopt_body_id
+from servekit.observability import tracing
+from servekit.observability.request_ids import adopt_body_id
+from servekit.observability.tracing import TRACING
 from servekit.rest import compression, large
 from servekit.rest import eager as resumed
 from servekit.rest.access import client_of, group_opt
@@ -53,7 +54,6 @@ from servekit.rest.openapi import (
     with_media,
 )
 from servekit.services import DataPlane
-from servekit.tracing import TRACING
 
 _HEADER_LENGTH = v2_binary.HEADER_LENGTH.encode()
 _CONTENT_LENGTH = b"content-length"

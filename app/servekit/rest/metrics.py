@@ -6,10 +6,9 @@ from litestar import Response, get
 from litestar.datastructures import State
 
 from servekit.config.auth import ApiGroup
+from servekit.observability.metrics import CONTENT_TYPE, render
 from servekit.rest.access import group_opt
 from servekit.rest.openapi import failures
-from servekit.services import METRICS_CONTENT_TYPE as CONTENT_TYPE
-from servekit.services import render_metrics as render
 
 
 @get(

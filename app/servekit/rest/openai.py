@@ -47,7 +47,7 @@ from servekit.errors import (
     ServeError,
     internal_error,
 )
-from servekit.request_id import CURRENT
+from servekit.observability.request_ids import CURRENT
 from servekit.rest.access import group_opt
 from servekit.rest.errors import CHALLENGE, client_left_handler
 from servekit.rest.infer import read_body

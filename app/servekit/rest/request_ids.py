@@ -16,18 +16,17 @@ from collections.abc import Awaitable, Callable
 from contextvars import Token
 from typing import Any
 
-from servekit.request_id import (
-    ACCESS,
+from servekit.observability.access import ACCESS, AccessLine, write_line
+from servekit.observability.request_ids import (
     CURRENT,
     HEADER_BYTES,
     PREFIX,
     RequestInfo,
     accepted,
-    access_line,
     counter,
 )
+from servekit.observability.tracing import TRACING
 from servekit.rest import traces
-from servekit.tracing import TRACING
 
 Message = dict[str, Any]
 
@@ -91,7 +90,10 @@ def _log_access(cycle: Any, info: RequestInfo) -> None:
                 try:
                     await send(message)
                 finally:
-                    _write(scope, info, counts, started)
+                    write_access(
+                        scope, info, started, status=counts[2], bytes_in=counts[0],
+                        bytes_out=counts[1],
+                    )  # fmt: skip
                 return
         await send(message)
 
@@ -99,20 +101,12 @@ def _log_access(cycle: Any, info: RequestInfo) -> None:
     cycle.send = logged_send
 
 
-def _write(scope: Any, info: RequestInfo, counts: list[int], started: float) -> None:
-    write_access(scope, info, counts[2], counts[0], counts[1], started)
-
-
 def write_access(
-    scope: Any, info: RequestInfo, status: int, bytes_in: int, bytes_out: int, started: float
+    scope: Any, info: RequestInfo, started: float, *, status: int, bytes_in: int, bytes_out: int
 ) -> None:
-    """The access line of a finished request (``status`` 499: its client left first).
-
-    Straight to the log's writer when it has one (no :func:`~servekit.request_id.access_line`
-    in between: this runs for every request); the client's ``host:port`` made once per
-    connection (uvicorn's scope shares the connection's tuple)."""
-    if ACCESS.mode == "errors" and status < 400:
-        return
+    """The access line of a finished request (``status`` 499: its client left first): the
+    model and version its route names, the client's ``host:port`` made once per connection
+    (uvicorn's scope shares the connection's tuple)."""
     if info.model is None:
         params = scope.get("path_params")
         if params:
@@ -129,14 +123,12 @@ def write_access(
         peer = None
     if peer is None and client:
         peer = client_text(client)
-    write = ACCESS.write
-    if write is None:  # a notebook's own logging: a record
-        access_line("HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
-                    status >= 400, time.monotonic() - started, bytes_in, bytes_out, peer,
-                    info)  # fmt: skip
-        return
-    write("HTTP", scope["method"], scope["path"], status, time.monotonic() - started,
-          bytes_in, bytes_out, peer, info)  # fmt: skip
+    write_line(
+        AccessLine(  # (positional: a class called with keywords builds a dict first)
+            "HTTP", scope.get("method", "-"), scope.get("path", "-"), status,
+            time.monotonic() - started, bytes_in, bytes_out, peer, info,
+        )
+    )  # fmt: skip
 
 
 _CLIENTS: dict[Any, str] = {}

@@ -1,5 +1,5 @@
-"""HTTP traces (app/servekit/tracing.py): the request's server span, begun at the edge with the
-request ID (app/servekit/rest/request_ids.py calls :func:`begin` only when tracing is on).
+"""HTTP traces (app/servekit/observability/tracing.py): the request's server span, begun at the edge
+with the request ID (app/servekit/rest/request_ids.py calls :func:`begin` only when tracing is on).
 
 The client's ``traceparent``/``tracestate`` are its parent; the span's own ``traceparent`` is one
 more header of the answer (every answer: routes, errors, streams); the span ends with the
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from servekit.request_id import RequestInfo
-from servekit.tracing import (
+from servekit.observability.request_ids import RequestInfo
+from servekit.observability.tracing import (
     TRACEPARENT_BYTES,
     client_left,
     end_request,

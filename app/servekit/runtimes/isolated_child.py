@@ -27,8 +27,8 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from servekit import logs
 from servekit.errors import ServeError
+from servekit.observability import logs
 from servekit.runtimes.base import LoadError
 from servekit.runtimes.isolation_wire import ChannelClosed, recv_message, send_message
 from servekit.runtimes.python import MESSAGE_CODECS, PythonModel, build

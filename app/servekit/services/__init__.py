@@ -21,9 +21,7 @@ from servekit.services.execution.batching import INCOMPATIBLE as DISPATCH_INCOMP
 from servekit.services.execution.batching import MAX_SIZE as DISPATCH_MAX_SIZE
 from servekit.services.execution.batching import PREFERRED_SIZE as DISPATCH_PREFERRED_SIZE
 from servekit.services.execution.batching import QUEUE_DRAINED as DISPATCH_QUEUE_DRAINED
-from servekit.services.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from servekit.services.metrics import make_registry
-from servekit.services.metrics import render as render_metrics
 from servekit.services.model_config import (
     ModelConfiguration,
     SequenceBatchingConfig,
@@ -70,7 +68,6 @@ __all__ = [
     "DISPATCH_QUEUE_DRAINED",
     "FILE_PREFIX",
     "LOADING",
-    "METRICS_CONTENT_TYPE",
     "QUEUE_BUCKETS_S",
     "READY",
     "STATES",
@@ -106,7 +103,6 @@ __all__ = [
     "make_registry",
     "python_problems",
     "remote_config_copy",
-    "render_metrics",
     "server_extensions",
     "warmup_problems",
     "watch_config",

@@ -1,16 +1,15 @@
-"""Prometheus metrics, read from the same Statistics and repository the APIs report.
+"""The server's Prometheus metrics, read from the same Statistics and repository the APIs report.
 
-A custom collector builds the metric families at scrape time, so nothing is counted twice and
-the hot path pays nothing for metrics. Each server has its own registry (never the global one),
-so several servers in one process (tests, notebooks) do not collide.
+A collector builds the metric families at scrape time, so nothing is counted twice and the hot
+path pays nothing for metrics; the registry, its text and the models' own metrics are
+app/servekit/observability/metrics.py's.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -20,11 +19,11 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from servekit.errors import ServeError
+from servekit.observability.metrics import CustomCollector, registry
 from servekit.services.dataplane import DataPlane
-from servekit.services.stats import QUEUE_BUCKETS_S, Statistics, VersionStats
+from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
 from servekit.services.views import READY, STATES
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Upper bounds of the batch-size histogram (rows per model execution)."""
 
@@ -179,40 +178,8 @@ def _histograms(
     queue_seconds.add_metric(key, queue_buckets, sum_value=stats.queue.ns / 1e9)
 
 
-class CustomCollector(Collector):
-    """The metrics Python models define (app/servekit/custom_metrics.py), labelled with their
-    model and version."""
-
-    def __init__(self, statistics: Statistics) -> None:
-        self._statistics = statistics
-
-    def collect(self) -> Iterator[Metric]:
-        for sample in self._statistics.custom_samples():  # every worker's, under workers
-            labels = list(sample.labels)
-            family: Metric
-            if sample.kind == "counter":
-                family = CounterMetricFamily(sample.name, sample.help, labels=labels)
-                for key, value, _, _ in sample.rows:
-                    family.add_metric(list(key), value)
-            elif sample.kind == "gauge":
-                family = GaugeMetricFamily(sample.name, sample.help, labels=labels)
-                for key, value, _, _ in sample.rows:
-                    family.add_metric(list(key), value)
-            else:
-                family = HistogramMetricFamily(sample.name, sample.help, labels=labels)
-                for key, total, _, buckets in sample.rows:
-                    shown = [("+Inf" if math.isinf(b) else str(b), float(c)) for b, c in buckets]
-                    family.add_metric(list(key), shown, sum_value=total)
-            yield family
-
-
 def make_registry(dataplane: DataPlane) -> CollectorRegistry:
     """A registry of this server's metrics only (and its models' own)."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(DataPlaneCollector(dataplane))
-    registry.register(CustomCollector(dataplane.statistics))
-    return registry
-
-
-def render(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
+    return registry(
+        DataPlaneCollector(dataplane), CustomCollector(dataplane.statistics.custom_samples)
+    )

@@ -52,7 +52,7 @@ from servekit.errors import (
     internal_error,
 )
 from servekit.models.repository import ModelEntry, VersionEntry
-from servekit.request_id import CURRENT, client_address
+from servekit.observability.request_ids import CURRENT, client_address
 from servekit.runtimes.base import Arrays, ModelRuntime, Predict
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request

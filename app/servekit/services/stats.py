@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from operator import add, sub
 from typing import Literal, get_args
 
-from servekit import custom_metrics
+from servekit.observability import custom_metrics
 
 QUEUE_BUCKETS_S: tuple[float, ...] = (
     0.0001,
@@ -446,8 +446,8 @@ class Statistics:
         return {}
 
     def custom_samples(self) -> Iterator[custom_metrics.Sample]:
-        """The metrics Python models define (app/servekit/custom_metrics.py): this process's
-        (every worker's, in a worker: app/servekit/workers/stats.py)."""
+        """The metrics Python models define (app/servekit/observability/custom_metrics.py): this
+        process's (every worker's, in a worker: app/servekit/workers/stats.py)."""
         return custom_metrics.samples()
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from servekit import custom_metrics
+from servekit.observability import custom_metrics
 from servekit.services.stats import (
     WORKER_STATES,
     Duration,
@@ -141,7 +141,7 @@ class ClusterStatistics(Statistics):
 
     def custom_samples(self) -> Iterator[custom_metrics.Sample]:
         """Every worker's custom metrics: this one's now, the others' as fetched for this
-        read, the dead processes' counts (see app/servekit/custom_metrics.py)."""
+        read, the dead processes' counts (see app/servekit/observability/custom_metrics.py)."""
         live = [(str(self.index), custom_metrics.snapshot()), *self._metrics]
         return custom_metrics.merged(live, self._retired_metrics)
 

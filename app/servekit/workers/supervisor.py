@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servekit import custom_metrics, logs
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides
 from servekit.errors import ServeError, Unavailable
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models import storage
+from servekit.observability import custom_metrics, logs
 from servekit.services.stats import WorkerState
 from servekit.workers.protocol import Channel, Message
 from servekit.workers.spec import WorkerSpec, worker_environment
@@ -109,7 +109,8 @@ class _Slot:
     """Its current process's pending and in-flight requests as last read:
     ``[[model, version, pending, inflight], ...]`` (gone with the process)."""
     last_metrics: custom_metrics.Snapshot | None = None
-    """Its current process's custom metrics (app/servekit/custom_metrics.py) as last read."""
+    """Its current process's custom metrics (app/servekit/observability/custom_metrics.py) as last
+    read."""
     retired_metrics: custom_metrics.Snapshot = field(default_factory=list)
     """The counters and histograms of its processes that died, added up."""
     """The last read statistics of its processes that died, merged: they stay in the totals

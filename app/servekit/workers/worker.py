@@ -23,10 +23,11 @@ from litestar import Litestar
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from servekit import custom_metrics, gc_tuning, logs
+from servekit import gc_tuning
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides, load_plan
 from servekit.models.repository import ModelRepository
+from servekit.observability import custom_metrics, logs
 from servekit.server import ServeKit, StopSignals
 from servekit.services.model_control import ModelControl
 from servekit.services.state import ServerState

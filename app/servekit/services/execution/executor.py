@@ -46,10 +46,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from servekit import tracing
 from servekit.errors import DeadlineExceeded, Internal, Overloaded, Unavailable
 from servekit.models.repository import VersionEntry
-from servekit.request_id import CURRENT, RequestInfo
+from servekit.observability import tracing
+from servekit.observability.request_ids import CURRENT, RequestInfo
+from servekit.observability.tracing import TRACING
 from servekit.runtimes import cancel
 from servekit.runtimes.base import CALL_DEADLINE, Arrays, ModelRuntime, Predict
 from servekit.services.execution import batching
@@ -57,7 +58,6 @@ from servekit.services.execution.jobs import ExecutorSettings, Job, JobState, Wo
 from servekit.services.execution.outputs import OutputCheck
 from servekit.services.execution.placement import Mode, Placement
 from servekit.services.stats import VersionStats
-from servekit.tracing import TRACING
 
 DEADLINE_SOURCES = (
     "the client's deadline, its 'timeout' parameter or server.requestTimeoutSeconds, whichever "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from servekit.config.compiler import ModelPlan
-from servekit.request_id import CURRENT
+from servekit.observability.request_ids import CURRENT
 from servekit.runtimes.base import Arrays
 from servekit.services.execution import batching
 
@@ -132,7 +132,8 @@ class Work:
         self.error: BaseException | None = None
         self.spent_ns = 0
         self.request = jobs[0].request if len(jobs) == 1 else None
-        """The request of an unbatched call: its log records name it (app/servekit/logs.py)."""
+        """The request of an unbatched call: its log records name it
+        (app/servekit/observability/logs.py)."""
         self.probe: threading.Event | None = None
         """Set by the worker thread when the call is done, for a call the loop waits for
         (a learning version's timed call: see ModelExecutor.submit)."""

@@ -27,8 +27,9 @@ a library's debug line naming a signed URL too.
 
 JSON lines carry ``time`` (UTC, ISO 8601, milliseconds), ``level``, ``logger``, ``message``,
 and when known ``request_id``, ``model``, ``version`` (the request the record was written
-for: app/servekit/request_id.py), ``worker`` (its index under ``server.workers``), ``error``
-(a traceback), plus the record's own fields (the access log's, a reload's outcome).
+for: app/servekit/observability/request_ids.py), ``worker`` (its index under
+``server.workers``), ``error`` (a traceback), plus the record's own fields (the access log's, a
+reload's outcome).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from typing import Any, Literal
 
 import orjson
 
-from servekit import request_id
-from servekit.request_id import CURRENT, RequestInfo, model_words_of, printable
+from servekit.observability.access import ACCESS, AccessLine, model_words_of, printable
+from servekit.observability.request_ids import CURRENT
 from servekit.shown_paths import hide_uri_secrets
 
 Format = Literal["text", "json"]
@@ -135,7 +136,7 @@ def formatter(fmt: Format, worker: int | None = None) -> logging.Formatter:
 
 class LineHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The one handler: every record formatted and written to stderr; access lines (one per
-    request, app/servekit/request_id.py) written in groups.
+    request, app/servekit/observability/access.py) written in groups.
 
     stderr is line-buffered, so each record is one ``write`` system call: for the access log,
     the largest part of its cost per request. Access lines are held instead (at most
@@ -276,18 +277,8 @@ class AccessLines:
         self._clients: dict[str, str] = {}
         """A JSON line's client, encoded (clients are few, and their text is made once)."""
 
-    def __call__(
-        self,
-        protocol: str,
-        method: str,
-        path: str,
-        status: int | str,
-        duration_s: float,
-        bytes_in: int,
-        bytes_out: int,
-        client: str | None,
-        info: RequestInfo,
-    ) -> None:
+    def __call__(self, line: AccessLine) -> None:
+        """Make ``line``'s text and hold it (the access log's writer, ``ACCESS.write``)."""
         now = time.time()
         second = int(now)
         done, stamp = self._stamp
@@ -295,12 +286,14 @@ class AccessLines:
             stamp = self._stamp_of(second)
         if not stamp:  # the level leaves access lines out (--log-level warning)
             return
-        key = (protocol, method, path, status, info.model, info.version)
+        info = line.info
+        key = (line.protocol, line.method, line.path, line.status, info.model, info.version)
         pieces = self._pieces.get(key)
         if pieces is None:
             pieces = self._pieces_of(key)
         head, tail = pieces
-        micros = int(duration_s * 1000000.0 + 0.5)
+        micros = int(line.duration_s * 1000000.0 + 0.5)
+        client = line.client
         if self.json:
             request_id = info.id
             if info.sent and ('"' in request_id or "\\" in request_id):
@@ -308,19 +301,19 @@ class AccessLines:
             peer = "null"
             if client is not None:
                 peer = self._clients.get(client) or self._client_of(client)
-            line = (
+            text = (
                 f"{stamp}{_MILLIS[int((now - second) * 1000.0)]}{head}{request_id}{tail}"
-                f'{micros // 1000}.{_MILLIS[micros % 1000]},"bytes_in":{bytes_in},'
-                f'"bytes_out":{bytes_out},"client":{peer}}}'
+                f'{micros // 1000}.{_MILLIS[micros % 1000]},"bytes_in":{line.bytes_in},'
+                f'"bytes_out":{line.bytes_out},"client":{peer}}}'
             )
         else:
-            line = (
+            text = (
                 f"{stamp}{_MILLIS[int((now - second) * 1000.0)]}{head}{micros // 1000}."
-                f"{_MILLIS[micros % 1000]}ms in={bytes_in} out={bytes_out}{tail}"
+                f"{_MILLIS[micros % 1000]}ms in={line.bytes_in} out={line.bytes_out}{tail}"
                 f"{client or '-'} id={info.id}"
             )
         held = self._held  # LineHandler.hold, inlined (a call less per line)
-        held.append(line)
+        held.append(text)
         if len(held) >= LineHandler.HELD_LINES or self.handler._flusher is None:
             self.handler.hold_more()
 
@@ -390,7 +383,7 @@ def setup(
     os.environ.setdefault("GRPC_VERBOSITY", "NONE" if fmt == "json" else "ERROR")
     handler = LineHandler(sys.stderr)
     handler.setFormatter(formatter(fmt, worker))
-    request_id.ACCESS.write = AccessLines(handler, fmt, worker)
+    ACCESS.write = AccessLines(handler, fmt, worker)
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -423,7 +416,7 @@ def setup_child(name: str) -> None:
     fmt: Format = "json" if os.environ.get(CHILD_FORMAT) == "json" else "text"
     setup(fmt, "info", onnxruntime=False)
     logging.getLogger().handlers[0].addFilter(_Named(name))
-    request_id.ACCESS.write = None  # (serves no request) any access record meets the filter
+    ACCESS.write = None  # (serves no request) any access record meets the filter
 
 
 class _Named(logging.Filter):

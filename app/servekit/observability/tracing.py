@@ -20,9 +20,10 @@ its own ``traceparent`` returned on the answer) with these children:
   current span of OpenTelemetry's context: spans a Python model opens with the standard API
   (``trace.get_tracer(...).start_as_current_span(...)``) are its children.
 
-The span that carries a request is kept on its :class:`~servekit.request_id.RequestInfo`
-(``info.span``), which every layer already reaches through ``request_id.CURRENT`` (and a queued
-job through ``Job.request``): no OpenTelemetry context travels with the request's task.
+The span that carries a request is kept on its
+:class:`~servekit.observability.request_ids.RequestInfo` (``info.span``), which every layer
+already reaches through ``request_ids.CURRENT`` (and a queued job through ``Job.request``): no
+OpenTelemetry context travels with the request's task.
 
 A request whose client leaves before its answer (an HTTP connection lost, a gRPC call
 cancelled) ends its span at once, an error with a ``client left`` event (:func:`client_left`).
@@ -46,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from servekit.request_id import CURRENT, RequestInfo
+from servekit.observability.request_ids import CURRENT, RequestInfo
 from servekit.shown_paths import shown_uri
 
 log = logging.getLogger("servekit.tracing")
