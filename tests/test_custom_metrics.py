@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 MODEL = """
 import numpy as np
 
-from servekit.observability.custom_metrics import counter, gauge, histogram
+from servekit.custom_metrics import counter, gauge, histogram
 
 
 class Scaler:

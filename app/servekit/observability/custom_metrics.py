@@ -3,7 +3,7 @@
 A model's code creates them while it loads (in ``load()``, its constructor, or at the import
 of its module, which happens as it loads) and updates them when it runs::
 
-    from servekit.observability.custom_metrics import counter, histogram
+    from servekit.custom_metrics import counter, histogram
 
     class Model:
         def load(self):
