@@ -28,12 +28,12 @@ from servekit.errors import (
     NotFound,
     ServeError,
     Unavailable,
-    internal_error,
 )
 from servekit.models.calls import install as install_calls
 from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.base import predict_stream
+from servekit.services.account import Account
 from servekit.services.classification import classify
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
@@ -366,8 +366,7 @@ class DataPlane:
         # The version counts the request in flight (unload and drain wait for it) from its
         # first await: a call on the loop runs to its answer with no await, so no one can see
         # the count in between and it is not taken (enter and leave are four calls).
-        entered = False
-        try:
+        with Account(stats, request.model_name, started) as account:
             runtime, executor = version.runtime, version.executor
             if runtime is None or not isinstance(executor, ModelExecutor):
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
@@ -400,8 +399,7 @@ class DataPlane:
                 infer_done = input_done + spent
             else:
                 inline = False
-                version.enter()
-                entered = True
+                account.hold(version)
                 results, queue_ns, spent = await executor.submit(
                     feed, names, rows, deadline, queue_by, step
                 )
@@ -413,19 +411,11 @@ class DataPlane:
                 mark_outputs(outputs)
             ended = time.perf_counter_ns()
             if inline:  # the model run is counted here (the executor counted one in threads)
-                stats.record_clocks(rows, 0, started, input_done, infer_done, ended)
+                account.clocks(rows, input_done, infer_done, ended)
             else:
-                stats.record_success(
+                account.succeeded(
                     rows, queue_ns, input_done - started, spent, ended - infer_done, False, ended
                 )
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead call
-            raise _model_failed(stats, started, request.model_name, exc) from exc
-        finally:
-            if entered:
-                version.leave()
         text = prepared.version_text if prepared is not None else str(version.version)
         return InferResponse(plan.name, text, outputs, request.id, {})  # positional: cheaper
 
@@ -454,8 +444,8 @@ class DataPlane:
             raise Unavailable("the server is stopping; send the request to another replica")
         started = time.perf_counter_ns()
         stats = self.statistics.of(entry.plan.name, version.version)
-        version.enter()
-        try:
+        with Account(stats, request.model_name, started) as account:
+            account.hold(version)
             feed, wanted, classes, _ = check_request(
                 request, runtime.signature, entry.plan.max_batch_size
             )
@@ -477,14 +467,7 @@ class DataPlane:
                     if self._state.stopping:
                         raise Unavailable("the server is shutting down; the stream ends here")
             spent = time.perf_counter_ns() - input_done
-            stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead call
-            raise _model_failed(stats, started, request.model_name, exc) from exc
-        finally:
-            version.leave()
+            account.succeeded(1, 0, input_done - started, spent, 0, executed=True)
 
     def decoupled(self, name: str, version: str | None = None) -> bool:
         """Whether the version a request for (name, version) would use streams its responses
@@ -616,14 +599,3 @@ def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) 
         classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
         for t in outputs
     ]
-
-
-def _model_failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Internal:
-    """Count a request (unary or stream) a model failed on unexpectedly, log the exception
-    under a reference, and return the clean error its client gets (the exception's text may
-    hold paths or secrets). Callers raise it at once: kept in a local of the failing frame
-    (which the traceback holds), a disconnected SSE client's model generator was seen to stay
-    open (tests/test_decoupled.py)."""
-    stats.record_failure(time.perf_counter_ns() - started)
-    where = f"model {model!r}"
-    return Internal(f"{where} failed: {internal_error(log, exc, where)}")

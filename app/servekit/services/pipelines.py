@@ -27,6 +27,7 @@ from servekit.config.schema import PipelineStep
 from servekit.errors import Internal, InvalidArgument, NotFound, ServeError, Unavailable
 from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from servekit.results import IndexRow
+from servekit.services.account import Account
 from servekit.services.execution.inputs import requested_outputs, validate_inputs
 from servekit.services.pipeline_steps import StepCall, step_call
 from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
@@ -115,8 +116,8 @@ class Pipelines:
             stats = prepared.stats
         else:
             stats = self._dataplane.statistics.of(plan.name, version.version)
-        version.enter()
-        try:
+        with Account(stats, plan.name, started) as account:
+            account.hold(version)
             runtime = version.runtime
             if runtime is None:
                 raise Internal(f"pipeline {plan.name!r} lost its runtime while in use")
@@ -147,7 +148,7 @@ class Pipelines:
             if classes:
                 outputs = classified(outputs, classes, plan)
             rows = request.inputs[0].shape[0] if plan.max_batch_size and request.inputs else 1
-            stats.record_success(
+            account.succeeded(
                 rows,
                 0,
                 input_done - started,
@@ -155,11 +156,6 @@ class Pipelines:
                 time.perf_counter_ns() - infer_done,
                 executed=True,
             )
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        finally:
-            version.leave()
         text = prepared.version_text if prepared is not None else str(version.version)
         return InferResponse(plan.name, text, outputs, request.id)
 

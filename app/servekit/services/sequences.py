@@ -54,6 +54,7 @@ from servekit.errors import (
 from servekit.models.repository import ModelEntry, VersionEntry
 from servekit.request_id import CURRENT, client_address
 from servekit.runtimes.base import Arrays, ModelRuntime, Predict
+from servekit.services.account import Account
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.stats import Statistics, VersionStats
@@ -614,8 +615,8 @@ class Sequences:
         started = time.perf_counter_ns()
         plan = entry.plan
         stats = self._statistics.of(plan.name, version.version)
-        version.enter()
-        try:
+        with Account(stats, plan.name, started) as account:
+            account.hold(version)
             flags = sequence_flags(request)
             batcher = self.batcher(entry, version)
             runtime = version.runtime
@@ -645,10 +646,5 @@ class Sequences:
             infer_done = time.perf_counter_ns()
             outputs = executor.check.tensors(results, wanted)
             output_ns = time.perf_counter_ns() - infer_done
-            stats.record_success(1, queue_ns, input_done - started, spent, output_ns, False)
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        finally:
-            version.leave()
+            account.succeeded(1, queue_ns, input_done - started, spent, output_ns, False)
         return InferResponse(plan.name, str(version.version), outputs, id=request.id)
