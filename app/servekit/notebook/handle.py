@@ -252,7 +252,8 @@ class Server:
         outputs: sources.TensorsSpec | None,
         config: dict[str, Any],
     ) -> html.ModelTable:
-        """Serve a pipeline of this server's models (app/servekit/services/pipelines.py)."""
+        """Serve a pipeline of this server's models
+        (app/servekit/services/composition/pipelines.py)."""
         if source is not None:
             raise TypeError("add_model takes a source or pipeline=[...] steps, not both")
         fields = {

@@ -32,7 +32,7 @@ from servekit.services.model_config import (
 )
 from servekit.services.model_control import ModelControl
 from servekit.services.model_stats import DurationStat, VersionStatistics
-from servekit.services.sequences import SequenceCounts
+from servekit.services.sequences.batcher import SequenceCounts
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.state import Listening, ServerState
 from servekit.services.stats import (

@@ -22,7 +22,6 @@ from servekit.config.auth import AccessPolicy
 from servekit.config.compiler import ModelPlan, ServePlan
 from servekit.config.schema import GrpsStreaming
 from servekit.errors import (
-    DeadlineExceeded,
     Internal,
     InvalidArgument,
     NotFound,
@@ -34,17 +33,20 @@ from servekit.models.repository import ModelEntry, ModelRepository, State, Versi
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.base import predict_stream
 from servekit.services.account import Account
-from servekit.services.classification import classify
+from servekit.services.classification import classified
+from servekit.services.composition.model_calls import ModelCalls
+from servekit.services.composition.pipelines import Pipelines, steps_waiting, with_steps_waiting
+from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.execution.jobs import ExecutorSettings
-from servekit.services.model_calls import ModelCalls
+from servekit.services.kinds import RequestKind, handler_for
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.model_stats import VersionStatistics, model_statistics
-from servekit.services.pipelines import Pipelines, steps_waiting, with_steps_waiting
 from servekit.services.prepared import PreparedVersion
-from servekit.services.sequences import SequenceCounts, Sequences
-from servekit.services.shared_memory import SharedMemoryRegions
+from servekit.services.sequences.batcher import SequenceCounts
+from servekit.services.sequences.handler import Sequences
+from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
 from servekit.services.views import ModelView, view_of
@@ -103,11 +105,17 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
+        self.infer: Infer = with_shared_memory(self.shared_memory, self._infer)
+        """Validate, run and answer one inference request (see ``_infer``), its tensors read
+        from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
-        self._pipelines = Pipelines(self, repository, state, self._calls.callers)
-        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) as ``infer`` would."""
-        self._sequences = Sequences(self.statistics, self._deadlines)
-        """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
+        self._sequences = Sequences(self.statistics, state)
+        """Sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
+        self._kinds: tuple[RequestKind, ...] = (
+            Pipelines(self._infer, self.statistics, repository, state, self._calls.callers),
+            self._sequences,
+        )
+        """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
         # Executors are built when a version loads and re-tuned when the plan changes: never
         # on a request's path.
@@ -319,7 +327,7 @@ class DataPlane:
         return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
 
     # -- inference ----------------------------------------------------------------------------
-    async def infer(
+    async def _infer(
         self,
         request: InferRequest,
         deadline: float | None = None,
@@ -327,11 +335,12 @@ class DataPlane:
         step: bool = False,
     ) -> InferResponse:
         """Validate, run and answer one inference request: resolve -> validate -> run ->
-        account.
+        account (account.py), or resolve and hand it to its model's request kind (kinds.py:
+        pipelines, sequence models).
 
         ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
         a ``timeout`` request parameter (microseconds, as Triton) and
-        ``server.requestTimeoutSeconds`` may make it earlier (``_deadlines``). Past it the
+        ``server.requestTimeoutSeconds`` may make it earlier (deadlines.py). Past it the
         request is answered DeadlineExceeded and, if it had not started, never runs. How the
         request reaches the model (on the loop, in the model's threads, batched) is its
         version's executor's call (built when the version loaded).
@@ -341,28 +350,24 @@ class DataPlane:
         accepted and is served; one without it counts as arriving now.
 
         ``step``: the request is a pipeline's only running step (app/servekit/services/
-        pipelines.py), which a Python model measured light may run on the loop
+        composition/pipelines.py), which a Python model measured light may run on the loop
         (``ModelExecutor.step_placement``) unless it calls other models.
         """
         state = self._state
         if state.draining and state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
-        if request.shared_memory:  # tensors in registered regions: read, run (here), write
-            return await self.shared_memory.infer(
-                request, lambda inner: self.infer(inner, deadline, arrived)
-            )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         plan = entry.plan
-        if plan.pipeline:  # a pipeline: its steps come back here, one request each
-            return await self._pipelines.infer(entry, version, request, deadline, arrived)
-        if plan.sequence is not None:  # a stateful model: its sequences' slots, in order
-            return await self._sequences.infer(entry, version, request, deadline)
         prepared: PreparedVersion | None = version.prepared
         if prepared is not None:
+            handler = prepared.handler
             stats = prepared.stats
         else:
+            handler = handler_for(self._kinds, plan)
             stats = self.statistics.of(plan.name, version.version)
+        if handler is not None:  # a pipeline, a sequence model: its kind answers
+            return await handler(entry, version, request, deadline, arrived)
         # The version counts the request in flight (unload and drain wait for it) from its
         # first await: a call on the loop runs to its answer with no await, so no one can see
         # the count in between and it is not taken (enter and leave are four calls).
@@ -381,7 +386,7 @@ class DataPlane:
                 feed, wanted, classes, rows, names = checked
             queue_by = None
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
-                deadline, queue_by = self._deadlines(request, deadline)
+                deadline, queue_by = request_deadlines(request, deadline, state.request_timeout_s)
             input_done = time.perf_counter_ns()
             # On the loop now if placed there (nothing can expire before it starts): the call
             # is timed from input_done and returns its end, so no clock read of its own.
@@ -436,8 +441,9 @@ class DataPlane:
         deadline).
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
-        runtime = version.runtime
-        if runtime is None or not runtime.decoupled or entry.plan.sequence is not None:
+        runtime, prepared = version.runtime, version.prepared
+        kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
+        if runtime is None or not runtime.decoupled or kind is not None:  # answers once
             yield await self.infer(request, deadline, arrived)
             return
         if self._state.refuses(arrived):
@@ -478,44 +484,6 @@ class DataPlane:
             return False
         return found.runtime is not None and found.runtime.decoupled
 
-    def request_deadlines(
-        self, request: InferRequest, deadline: float | None
-    ) -> tuple[float | None, float | None]:
-        """See ``_deadlines`` (a pipeline works its deadline out once, for all its steps)."""
-        return self._deadlines(request, deadline)
-
-    def _deadlines(
-        self, request: InferRequest, deadline: float | None
-    ) -> tuple[float | None, float | None]:
-        """When the request expires as a whole and when it must have started.
-
-        It expires at the earliest of the client's deadline (a gRPC deadline), its ``timeout``
-        parameter (microseconds from now, as Triton's clients send it; 0 or absent: none) and
-        ``server.requestTimeoutSeconds``: queued or running, in a model, a sequence or a
-        pipeline's steps, it is then answered DeadlineExceeded, whatever the protocol. The
-        ``timeout`` parameter is also when it must have started (it does not wait a loop pass
-        for company, ``ModelExecutor.run_now``)."""
-        now = time.monotonic()
-        cap_s = self._state.request_timeout_s
-        if cap_s is not None:
-            cap = now + cap_s
-            deadline = cap if deadline is None else min(deadline, cap)
-        if deadline is not None and deadline <= now:
-            raise DeadlineExceeded(
-                f"model {request.model_name!r}: the request's deadline had passed when it arrived"
-            )
-        timeout = request.parameters.get("timeout")
-        if timeout is None:
-            return deadline, None
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
-            raise InvalidArgument(
-                "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
-            )
-        if not timeout:
-            return deadline, None
-        by = now + timeout / 1e6
-        return (by if deadline is None or by < deadline else deadline), by
-
     def _build_executor(self, plan: ModelPlan, version: VersionEntry) -> ModelExecutor:
         """The executor of a version that has just loaded (the repository's load hook)."""
         assert version.runtime is not None
@@ -524,7 +492,12 @@ class DataPlane:
         # A runtime whose outputs are trusted is servekit's own (ONNX): it only reads the
         # output names it is given, so the common request's lists are shared, not copied.
         version.prepared = PreparedVersion(
-            runtime.signature, plan.max_batch_size, stats, version.version, runtime.outputs_trusted
+            runtime.signature,
+            plan.max_batch_size,
+            stats,
+            version.version,
+            runtime.outputs_trusted,
+            handler_for(self._kinds, plan),
         )
         settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
         with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
@@ -589,13 +562,3 @@ def _signature(found: VersionEntry) -> ModelSignature:
     if found.state is not State.READY or found.runtime is None:
         raise Internal("version is not loaded")
     return found.runtime.signature
-
-
-def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
-    """``outputs`` with those in ``classes`` replaced by their top k classes
-    (app/servekit/services/classification.py)."""
-    batched = plan.max_batch_size > 0
-    return [
-        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
-        for t in outputs
-    ]

@@ -68,7 +68,7 @@ from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
 from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
-from servekit.services.pipelines import with_steps_waiting
+from servekit.services.composition.pipelines import with_steps_waiting
 from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]

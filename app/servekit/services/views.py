@@ -57,8 +57,9 @@ def view_of(
 ) -> ModelView:
     """The view of ``entry``; while ``download`` brings the files of a model with no version
     serving, its versions show as LOADING with the progress as their reason (as the index).
-    ``waiting``: why a pipeline's steps cannot run (services/pipelines.py ``steps_waiting``):
-    its READY versions show as UNAVAILABLE with that reason, as ``/ready`` answers false."""
+    ``waiting``: why a pipeline's steps cannot run (services/composition/pipelines.py
+    ``steps_waiting``): its READY versions show as UNAVAILABLE with that reason, as ``/ready``
+    answers false."""
     fetching = download if download is not None and not entry.ready_versions() else None
     versions = tuple(
         VersionView(
