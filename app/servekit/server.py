@@ -40,8 +40,10 @@ from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
 from servekit.rest.access import edge_guard
 from servekit.rest.fast import fast_answer
+from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.model_control import ModelControl
+from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics
@@ -114,9 +116,11 @@ class ServeKit:
             ),
             *rest_generate.GENERATE,
         )
+        sequences = Sequences(self.statistics, self.state)
         self.dataplane = DataPlane(
-            self.state, self.repository, self.statistics, extensions, shared_memory
+            self.state, self.repository, self.statistics, extensions, shared_memory, sequences
         )
+        self.catalog = Catalog(self.state, self.repository, self.statistics, sequences)
         self._worker = worker
         self.control = (
             ModelControl(self.state, self.repository)
@@ -213,8 +217,9 @@ class ServeKit:
             self._grpc, port = await start_grpc_server(
                 self.dataplane,
                 server,
+                catalog=self.catalog,
                 control=self.control,
-                services=[grps_servicer.registrar(self.dataplane)],
+                services=[grps_servicer.registrar(self.dataplane, self.catalog)],
                 hosts=hosts,
                 tls=tls,
                 reuse_port=worker is not None,
@@ -233,6 +238,7 @@ class ServeKit:
         return create_app(
             self.dataplane,
             self.control,
+            self.catalog,
             extra_routes=[
                 *rest_extensions.ROUTES,
                 *rest_generate.ROUTES,

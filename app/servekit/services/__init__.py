@@ -16,6 +16,7 @@ from servekit.models.warmup import warmup_problems
 from servekit.results import IndexRow, LoggedError, ServerMetadata
 from servekit.runtimes.python_check import python_problems
 from servekit.services import grps as grps_calls
+from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane, server_extensions
 from servekit.services.execution.batching import INCOMPATIBLE as DISPATCH_INCOMPATIBLE
 from servekit.services.execution.batching import MAX_SIZE as DISPATCH_MAX_SIZE
@@ -79,6 +80,7 @@ __all__ = [
     "UNLOADING",
     "WINDOW_SLOTS",
     "WINDOW_SLOT_S",
+    "Catalog",
     "DataPlane",
     "Duration",
     "DurationStat",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
@@ -29,27 +28,24 @@ from servekit.errors import (
     Unavailable,
 )
 from servekit.models.calls import install as install_calls
-from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from servekit.results import IndexRow, LoggedError, ServerMetadata
+from servekit.models.repository import ModelRepository, State, VersionEntry
+from servekit.results import ServerMetadata
 from servekit.runtimes.base import predict_stream
 from servekit.services.account import Account
 from servekit.services.classification import classified
 from servekit.services.composition.model_calls import ModelCalls
-from servekit.services.composition.pipelines import Pipelines, steps_waiting, with_steps_waiting
+from servekit.services.composition.pipelines import Pipelines, steps_waiting
 from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.execution.jobs import ExecutorSettings
 from servekit.services.kinds import RequestKind, handler_for
 from servekit.services.model_config import ModelConfiguration, model_configuration
-from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.prepared import PreparedVersion
-from servekit.services.sequences.batcher import SequenceCounts
 from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
-from servekit.services.state import CallCount, Listening, ServerState
-from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
-from servekit.services.views import ModelView, view_of
+from servekit.services.state import CallCount, ServerState
+from servekit.services.stats import Statistics
 from servekit.types import (
     InferRequest,
     InferResponse,
@@ -86,8 +82,9 @@ def server_extensions(
 
 
 class DataPlane:
-    """Health, metadata, inference, configuration and statistics over the model repository:
-    the API every adapter is given (it never reaches past it into the repository or the plan).
+    """Health, metadata and inference over the model repository: the API every adapter is
+    given with the Catalog (catalog.py, the read side); neither reaches past it into the
+    repository or the plan.
     """
 
     def __init__(
@@ -97,7 +94,10 @@ class DataPlane:
         statistics: Statistics | None = None,
         extensions: Sequence[str] = BINARY_DATA,
         shared_memory: SharedMemoryRegions | None = None,
+        sequences: Sequences | None = None,
     ) -> None:
+        """``sequences``: the sequence models' kind, shared with the Catalog that reads its
+        counts (one of its own if not given)."""
         self._state = state
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegions()
         """The system shared-memory regions clients registered (register/status/unregister
@@ -109,11 +109,11 @@ class DataPlane:
         """Validate, run and answer one inference request (see ``_infer``), its tensors read
         from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
-        self._sequences = Sequences(self.statistics, state)
-        """Sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
+        if sequences is None:
+            sequences = Sequences(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (
             Pipelines(self._infer, self.statistics, repository, state, self._calls.callers),
-            self._sequences,
+            sequences,
         )
         """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
@@ -144,10 +144,6 @@ class DataPlane:
         return self._state.plan.access
 
     @property
-    def started_at(self) -> float:
-        return self._state.started_at
-
-    @property
     def extensions(self) -> tuple[str, ...]:
         return self._extensions
 
@@ -160,15 +156,6 @@ class DataPlane:
         """grps Online/Offline: offline, readiness answers false on every surface so a load
         balancer drains this server, while requests that still arrive are served."""
         self._state.online = online
-
-    def ports(self) -> Listening:
-        """The bound HTTP and gRPC ports (Unavailable until they are known)."""
-        return self._state.ports()
-
-    @property
-    def listening(self) -> Listening | None:
-        """Where the server listens, or None before the listeners are up."""
-        return self._state.listening
 
     def grps_streaming(self) -> GrpsStreaming:
         """How grps HTTP predict requests ask for streaming (``server.grpsStreaming``)."""
@@ -239,48 +226,6 @@ class DataPlane:
         models = self._state.plan.models
         return models[0].name if models else None
 
-    def models(self) -> list[ModelView]:
-        """Every model with its versions, states and reasons, sorted by name (frozen views)."""
-        repository = self._repository
-        entries = sorted(repository.entries(), key=lambda e: e.plan.name)
-        return [self._view(entry) for entry in entries]
-
-    def model(self, name: str) -> ModelView:
-        """One model with its versions (NotFound for an unknown name; a frozen view)."""
-        return self._view(self._repository.get(name))
-
-    def _view(self, entry: ModelEntry) -> ModelView:
-        plan = entry.plan
-        waiting = steps_waiting(self._repository, plan) if plan.pipeline else None
-        return view_of(entry, self._repository.downloading(plan.name), waiting)
-
-    def index(self, ready_only: bool = False) -> list[IndexRow]:
-        """Triton's repository index: one row per model version (name, version, state,
-        reason), ready ones only if asked; a pipeline whose steps cannot run is not READY."""
-        rows = with_steps_waiting(self._repository, self._repository.index())
-        return [r for r in rows if r.state == State.READY.value] if ready_only else rows
-
-    def recent_errors(self) -> list[LoggedError]:
-        """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
-        return list(self._repository.recent_errors)
-
-    def workers(self) -> list[WorkerStatus]:
-        """Each worker process with its figures (``server.workers``); a single server answers
-        one entry, this process."""
-        found = self.statistics.workers()
-        if found is not None:
-            return found
-        success, failure = self.statistics.requests()
-        state: WorkerState = "serving" if self._state.startup_done else "starting"
-        if self._state.stopping:
-            state = "stopping"
-        started = self._state.started_at
-        return [WorkerStatus(0, os.getpid(), state, started, 0, success, failure)]
-
-    def version_stats(self, name: str, version: int) -> VersionStats:
-        """The statistics of one version (zeros if it has served nothing)."""
-        return self.statistics.find(name, version) or VersionStats()
-
     def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
         """Triton's model configuration of ``name`` as served at ``version``."""
         entry, found = self._repository.resolve(name, version)
@@ -288,18 +233,6 @@ class DataPlane:
         platform = runtime.platform if runtime is not None else entry.plan.format_name
         decoupled = runtime is not None and runtime.decoupled
         return model_configuration(entry.plan, _signature(found), platform, decoupled)
-
-    def sequence_counts(self, name: str, version: str | None = None) -> SequenceCounts:
-        """The sequence statistics of a sequence model's version (started, ended, expired by
-        idleness, active, in the backlog); zeros before its first sequence."""
-        _, found = self._repository.resolve(name, version)
-        return self._sequences.counts(found.executor) or SequenceCounts()
-
-    def model_statistics(
-        self, name: str | None = None, version: str | None = None
-    ) -> tuple[VersionStatistics, ...]:
-        """Triton's statistics of the versions a request names (see model_stats.py)."""
-        return model_statistics(self._repository, self.statistics, name, version)
 
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(self._state.plan.server.name, __version__, self._extensions)
@@ -516,26 +449,6 @@ class DataPlane:
                 executor = version.executor
                 if isinstance(executor, ModelExecutor) and executor.placement.threshold_ns != bound:
                     executor.retune(bound)
-
-    def load_here(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """Requests per (model, version) in this process now: (pending: queued, not started;
-        inflight: started, not answered), for every version with an executor."""
-        found: dict[tuple[str, int], tuple[int, int]] = {}
-        for entry in self._repository.entries():
-            for version in entry.versions.values():
-                executor = version.executor
-                if isinstance(executor, ModelExecutor):
-                    found[(entry.plan.name, version.version)] = executor.load()
-        return found
-
-    def load(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """``load_here`` summed with the other workers' (``server.workers``): the gauges an
-        autoscaler reads, whichever worker answers the scrape."""
-        total = self.load_here()
-        for key, (pending, inflight) in self.statistics.others_load().items():
-            mine = total.get(key, (0, 0))
-            total[key] = (mine[0] + pending, mine[1] + inflight)
-        return total
 
     def in_flight(self) -> int:
         """Inference requests accepted and not yet finished, queued or running, over every
