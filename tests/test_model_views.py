@@ -16,7 +16,7 @@ import pytest
 from inprocess import Serve
 
 from servekit.dashboard import views
-from servekit.services import READY, STATES, UNAVAILABLE
+from servekit.services.views import READY, STATES, UNAVAILABLE
 
 pytestmark = pytest.mark.anyio
 

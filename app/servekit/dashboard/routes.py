@@ -26,7 +26,7 @@ from servekit.dashboard.render import render
 from servekit.dashboard.viewer import Viewer, hide_admin_data, viewer
 from servekit.errors import NotFound
 from servekit.rest.inject import Catalog, Control, Dataplane
-from servekit.services import STATES, DataPlane
+from servekit.services import DataPlane, ModelState
 
 HTML = "text/html"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -124,7 +124,7 @@ def models(
         total=len(rows),
         q=text,
         wanted_state=wanted_state.upper(),
-        states=STATES,
+        states=ModelState.ALL,
     )
 
 

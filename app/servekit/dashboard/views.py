@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
+from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
@@ -27,20 +28,14 @@ from servekit.services import (
     DISPATCH_MAX_SIZE,
     DISPATCH_PREFERRED_SIZE,
     DISPATCH_QUEUE_DRAINED,
-    LOADING,
     QUEUE_BUCKETS_S,
-    READY,
-    STATES,
-    TABULAR_IMPLEMENTATIONS,
-    UNAVAILABLE,
-    UNLOADING,
     Catalog,
     DataPlane,
     Duration,
     ModelControl,
+    ModelState,
     ModelView,
     VersionView,
-    window,
 )
 from servekit.shown_paths import shown_storage_uri
 
@@ -113,21 +108,21 @@ def workers(catalog: Catalog) -> list[dict[str, Any]]:
 
 def _count(states: Any) -> dict[str, int]:
     counted = Counter(states)
-    return {state: counted.get(state, 0) for state in STATES}
+    return {state: counted.get(state, 0) for state in ModelState.ALL}
 
 
 def model_state(model: ModelView) -> str:
     """One state for a model: READY if any version serves, else the most telling other state."""
     states = {v.state for v in model.versions}
-    for state in (READY, LOADING, UNLOADING):
+    for state in (ModelState.READY, ModelState.LOADING, ModelState.UNLOADING):
         if state in states:
             return state
-    return UNAVAILABLE
+    return ModelState.UNAVAILABLE
 
 
 def model_failed(model: ModelView) -> bool:
     """Unavailable because loading failed (not because nobody asked for it)."""
-    if model_state(model) != UNAVAILABLE:
+    if model_state(model) != ModelState.UNAVAILABLE:
         return False
     reasons = [v.reason for v in model.versions] or [model.plan.problem or ""]
     return any(reason not in _QUIET_REASONS for reason in reasons)
@@ -179,21 +174,21 @@ def _row(
 ) -> dict[str, Any]:
     plan = model.plan
     fmt = plan.format_name + (f" {plan.format_version}" if plan.format_version else "")
-    state = version.state if version is not None else UNAVAILABLE
+    state = version.state if version is not None else ModelState.UNAVAILABLE
     reason = version.reason if version is not None else model.reason
     return {
         "name": plan.name,
         "version": number,
         "state": state,
         "reason": reason,
-        "failed": state == UNAVAILABLE and reason not in _QUIET_REASONS,
+        "failed": state == ModelState.UNAVAILABLE and reason not in _QUIET_REASONS,
         "runtime": plan.runtime,
         "format": fmt,
         "platform": version.platform if version is not None else "",
         "serves_unversioned": default,
         "model_state": model_state(model),
         "model_failed": model_failed(model),
-        "download": _download(model) if state == LOADING else None,
+        "download": _download(model) if state == ModelState.LOADING else None,
     }
 
 
@@ -232,7 +227,7 @@ def version_stats(catalog: Catalog, name: str, number: int) -> dict[str, Any]:
         "dispatch": dispatch_reasons(stats.batch_reasons),
         "queue_histogram": queue_histogram(stats.queue_histogram),
         # The last minutes, per slot of the rolling window: the latency chart's points.
-        "recent": [asdict(point) for point in window(stats)],
+        "recent": [asdict(point) for point in catalog.window(name, number)],
     }
 
 
@@ -357,7 +352,7 @@ def pipeline_steps(catalog: Catalog, steps: Sequence[PipelineStep]) -> list[dict
     drawn = []
     for index, step in enumerate(steps):
         row: dict[str, Any] = {"step": index, "model": step.model, "version": None,
-                               "state": UNAVAILABLE, "stats": None}  # fmt: skip
+                               "state": ModelState.UNAVAILABLE, "stats": None}  # fmt: skip
         try:
             model = catalog.model(step.model)
         except ServeError:  # removed since: the pipeline is not ready, and says which step
@@ -368,7 +363,7 @@ def pipeline_steps(catalog: Catalog, steps: Sequence[PipelineStep]) -> list[dict
             row["version"] = number
             row["stats"] = version_stats(catalog, step.model, number)
             known = [v for v in model.versions if v.number == number]
-            row["state"] = known[0].state if known else UNAVAILABLE
+            row["state"] = known[0].state if known else ModelState.UNAVAILABLE
         drawn.append(row)
     return drawn
 

@@ -19,7 +19,14 @@ from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.sequences.batcher import SequenceCounts
 from servekit.services.sequences.handler import Sequences
 from servekit.services.state import Listening, ServerState
-from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
+from servekit.services.stats import (
+    Statistics,
+    VersionStats,
+    WindowPoint,
+    WorkerState,
+    WorkerStatus,
+    window,
+)
 from servekit.services.views import ModelView, view_of
 
 
@@ -95,6 +102,11 @@ class Catalog:
     def version_stats(self, name: str, version: int) -> VersionStats:
         """The statistics of one version (zeros if it has served nothing)."""
         return self.statistics.find(name, version) or VersionStats()
+
+    def window(self, name: str, version: int) -> list[WindowPoint]:
+        """The last minutes of one version, per slot of the rolling window (stats.py
+        ``window``): the dashboard's latency chart."""
+        return window(self.version_stats(name, version))
 
     def sequence_counts(self, name: str, version: str | None = None) -> SequenceCounts:
         """The sequence statistics of a sequence model's version (started, ended, expired by

@@ -22,6 +22,17 @@ UNLOADING = State.UNLOADING.value
 UNAVAILABLE = State.UNAVAILABLE.value
 
 
+class ModelState:
+    """The states of :data:`STATES` by name, as adapters compare and list them (plain
+    strings: what every surface answers)."""
+
+    READY = READY
+    LOADING = LOADING
+    UNLOADING = UNLOADING
+    UNAVAILABLE = UNAVAILABLE
+    ALL = STATES
+
+
 @dataclass(frozen=True, slots=True)
 class VersionView:
     number: int
