@@ -5,7 +5,7 @@ same DataPlane, on the same addresses (app/servekit/listen.py) with the same TLS
 (app/servekit/config/tls.py). Listeners open first, then models load, so liveness answers at once
 and
 readiness turns true when start-up loading is done (and, with ``server.strictReadiness``, the models
-asked for are READY: app/servekit/services/dataplane.py). ``ServeKit.stop`` closes the listeners
+asked for are READY: app/servekit/services/readiness.py). ``ServeKit.stop`` closes the listeners
 and lets
 in-flight requests finish before models are released.
 """
@@ -41,7 +41,8 @@ from servekit.rest import workers as rest_workers
 from servekit.rest.access import edge_guard
 from servekit.rest.fast import fast_answer
 from servekit.services.catalog import Catalog
-from servekit.services.dataplane import DataPlane, server_extensions
+from servekit.services.dataplane import DataPlane
+from servekit.services.extensions import server_extensions
 from servekit.services.model_control import ModelControl
 from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import SharedMemoryRegions

@@ -92,4 +92,4 @@ ROUTES = [
     model_version_stats,
 ]
 """Mounted by the server, which names the extensions in server metadata
-(servekit.services.dataplane.CONFIG_AND_STATISTICS)."""
+(servekit.services.extensions.CONFIG_AND_STATISTICS)."""

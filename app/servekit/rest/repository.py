@@ -167,4 +167,4 @@ async def repository_unload(
 
 ROUTES = [repository_index, repository_load, repository_unload]
 """Mounted by the server, which names the extension in server metadata
-(servekit.services.dataplane.REPOSITORY); the handlers get ModelControl injected (``control``)."""
+(servekit.services.extensions.REPOSITORY); the handlers get ModelControl injected (``control``)."""

@@ -1,16 +1,16 @@
-"""The one dataplane: every protocol adapter calls these methods and nothing else.
+"""The one dataplane: health, metadata and inference, what every protocol adapter calls.
 
-It picks the version, checks a request against the model's metadata (names, datatypes,
-shapes: app/servekit/services/execution/inputs.py), hands it to that version's executor
+A request is resolved (the version), validated against the model's metadata (names,
+datatypes, shapes: app/servekit/services/execution/inputs.py), run by that version's executor
 (app/servekit/services/execution/executor.py: on the loop for models measured fast, else the
-model's own worker threads, queue, deadlines and batching), checks the outputs against the
-metadata (app/servekit/services/execution/outputs.py) and records statistics.
+model's own worker threads, queue, deadlines and batching) with its outputs checked
+(app/servekit/services/execution/outputs.py), and accounted (account.py). A model that is not a
+plain call (a pipeline, a sequence model) is answered by its request kind (kinds.py), chosen
+when the version loaded (loading.py). What adapters only read is the Catalog's (catalog.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -18,12 +18,11 @@ from contextlib import aclosing
 
 from servekit.codecs.content_types import mark_outputs
 from servekit.config.auth import AccessPolicy
-from servekit.config.compiler import ModelPlan, ServePlan
+from servekit.config.compiler import ServePlan
 from servekit.config.schema import GrpsStreaming
 from servekit.errors import (
     Internal,
     InvalidArgument,
-    NotFound,
     ServeError,
     Unavailable,
 )
@@ -38,10 +37,12 @@ from servekit.services.composition.pipelines import Pipelines, steps_waiting
 from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
-from servekit.services.execution.jobs import ExecutorSettings
+from servekit.services.extensions import BINARY_DATA
 from servekit.services.kinds import RequestKind, handler_for
+from servekit.services.loading import VersionSetup
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.prepared import PreparedVersion
+from servekit.services.readiness import models_not_ready, not_ready_reason
 from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
 from servekit.services.state import CallCount, ServerState
@@ -56,29 +57,6 @@ from servekit.types import (
 from servekit.version import __version__
 
 log = logging.getLogger("servekit.dataplane")
-
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification")
-"""The protocol extensions every DataPlane implements: binary tensor data (its codecs) and
-classification (app/servekit/services/classification.py)."""
-SHARED_MEMORY: tuple[str, ...] = ("system_shared_memory",)
-"""System shared memory (app/servekit/services/shared_memory.py; both adapters offer its
-registration), named only when ``server.sharedMemory: system`` turns it on."""
-CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
-"""Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
-REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
-"""Triton's model repository extension (index, load, unload)."""
-
-
-def server_extensions(
-    *, config_and_statistics: bool, repository: bool, shared_memory: bool = False
-) -> tuple[str, ...]:
-    """The extensions server metadata names for what the composition root enables."""
-    return (
-        *BINARY_DATA,
-        *(SHARED_MEMORY if shared_memory else ()),
-        *(CONFIG_AND_STATISTICS if config_and_statistics else ()),
-        *(REPOSITORY if repository else ()),
-    )
 
 
 class DataPlane:
@@ -117,14 +95,15 @@ class DataPlane:
         )
         """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
-        # Executors are built when a version loads and re-tuned when the plan changes: never
-        # on a request's path.
-        repository.on_loaded = self._build_executor
-        state.plan_changed.append(self._retune)
+        # Executors and kinds are set when a version loads and executors re-tuned when the
+        # plan changes: never on a request's path.
+        setup = VersionSetup(state, repository, self.statistics, self._kinds, self._calls)
+        repository.on_loaded = setup
+        state.plan_changed.append(setup.retune)
         for entry in repository.entries():  # versions loaded before this DataPlane existed
             for version in entry.versions.values():
                 if version.runtime is not None and version.executor is None:
-                    version.executor = self._build_executor(entry.plan, version)
+                    version.executor = setup(entry.plan, version)
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -172,51 +151,14 @@ class DataPlane:
         return self.not_ready_reason() is None
 
     def not_ready_reason(self) -> str | None:
-        """Why the server is not ready, or None when it is. Says how many models are missing,
-        not which: readiness is open to unauthenticated probes, model names are not."""
-        if self._state.draining:
-            return "the server is stopping (requests already accepted finish first)"
-        if self._state.withdrawn:
-            return (
-                "the server is stopping: it serves what still arrives for "
-                "server.drainDelaySeconds, then refuses new requests"
-            )
-        if not self._state.online:
-            return "the server is offline (draining); Online brings it back"
-        if not self._state.startup_done:
-            return "models are still loading"
-        waiting = self.models_not_ready()
-        if waiting:
-            return (
-                f"{len(waiting)} model(s) asked for are not READY (see the repository index; "
-                "server.strictReadiness: false answers ready without them)"
-            )
-        return None
+        """Why the server is not ready, or None when it is (readiness.py)."""
+        return not_ready_reason(self._state, self._repository)
 
     def models_not_ready(self) -> list[str]:
-        """Models asked for (``ModelRepository.requested``) with a version that has not loaded
-        (loading, or its load failed), or with no version at all; always empty when
-        ``server.strictReadiness`` is false.
+        """Models asked for whose versions have not loaded (readiness.py)."""
+        return models_not_ready(self._state, self._repository)
 
-        A version that loaded and then reported itself down (an isolated model's process
-        restarting, or its circuit breaker tripped: app/servekit/runtimes/isolated.py) is not
-        counted: a client's poison request would otherwise take the whole server out of its
-        load balancer while every other model serves. Per-model readiness and the repository
-        index say it, with the reason."""
-        repository = self._repository
-        if not self._state.plan.server.strict_readiness:
-            return []
-        waiting = []
-        for name in sorted(repository.requested):
-            try:
-                entry = repository.get(name)
-            except NotFound:  # asked for, then left serve.yaml: no longer served at all
-                continue
-            if not entry.versions or any(map(_not_loaded, entry.versions.values())):
-                waiting.append(name)
-        return waiting
-
-    # -- the models, as the index and the dashboard show them ----------------------------------
+    # -- the model a request reaches, and its metadata ---------------------------------------
     def model_names(self) -> list[str]:
         """Every model the server knows, loaded or not (V1 list, grps selection)."""
         return self._repository.names()
@@ -417,39 +359,6 @@ class DataPlane:
             return False
         return found.runtime is not None and found.runtime.decoupled
 
-    def _build_executor(self, plan: ModelPlan, version: VersionEntry) -> ModelExecutor:
-        """The executor of a version that has just loaded (the repository's load hook)."""
-        assert version.runtime is not None
-        stats = self.statistics.of(plan.name, version.version)
-        runtime = version.runtime
-        # A runtime whose outputs are trusted is servekit's own (ONNX): it only reads the
-        # output names it is given, so the common request's lists are shared, not copied.
-        version.prepared = PreparedVersion(
-            runtime.signature,
-            plan.max_batch_size,
-            stats,
-            version.version,
-            runtime.outputs_trusted,
-            handler_for(self._kinds, plan),
-        )
-        settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
-        with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
-            self._calls.loop = asyncio.get_running_loop()
-        executor = ModelExecutor(plan.name, version, version.runtime, stats, settings)
-        state = self._state
-        executor.in_progress = lambda: state.requests_in_progress()  # (set after start)
-        executor.read_together = lambda: state.read_together()
-        return executor
-
-    def _retune(self) -> None:
-        """A new plan is in force: executors learnt against another inline bound start over."""
-        bound = self._state.inline_below_ns
-        for entry in self._repository.entries():
-            for version in entry.versions.values():
-                executor = version.executor
-                if isinstance(executor, ModelExecutor) and executor.placement.threshold_ns != bound:
-                    executor.retune(bound)
-
     def in_flight(self) -> int:
         """Inference requests accepted and not yet finished, queued or running, over every
         model (a graceful stop waits for this to reach 0)."""
@@ -463,12 +372,6 @@ class DataPlane:
         """The signature of the version a request for (name, version) would use."""
         _, found = self._repository.resolve(name, version)
         return _signature(found)
-
-
-def _not_loaded(version: VersionEntry) -> bool:
-    """Not READY and holding no runtime: still loading, or its load failed (a version holding
-    its runtime while UNAVAILABLE is a loaded one reporting itself down: ModelRepository._watch)."""
-    return version.state is not State.READY and version.runtime is None
 
 
 def _signature(found: VersionEntry) -> ModelSignature:
