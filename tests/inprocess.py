@@ -22,6 +22,7 @@ from servekit.config.loader import parse_config
 from servekit.rest.triton_json import statistics_json
 from servekit.results import LoggedError
 from servekit.server import ServeKit
+from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane
 from servekit.services.model_control import ModelControl
 
@@ -32,7 +33,7 @@ def plan_of(yaml_text: str, base_dir: Path) -> ServePlan:
 
 
 class Services:
-    """DataPlane and ModelControl of one in-process server."""
+    """DataPlane, Catalog and ModelControl of one in-process server."""
 
     def __init__(self, plan: ServePlan) -> None:
         self.kit = ServeKit(plan)
@@ -45,6 +46,10 @@ class Services:
     def control(self) -> ModelControl:
         return self.kit.control
 
+    @property
+    def catalog(self) -> Catalog:
+        return self.kit.catalog
+
     async def start(self) -> None:
         """Load the start-up models (``startupModels``), as the server does after binding."""
         await self.kit.control.start()
@@ -54,7 +59,7 @@ class Services:
 
     def statistics(self, name: str, version: str = "1") -> dict[str, Any]:
         """Triton's statistics entry of one version, as the statistics endpoints answer it."""
-        (entry,) = statistics_json(self.dataplane.model_statistics(name, version))["model_stats"]
+        (entry,) = statistics_json(self.catalog.model_statistics(name, version))["model_stats"]
         return dict(entry)
 
     def states(self) -> dict[tuple[str, str], str]:

@@ -198,7 +198,7 @@ def test_every_grpc_method_our_servicers_implement_has_a_group() -> None:
 
 def test_protect_wraps_only_the_methods_of_protected_groups(tmp_path: Path) -> None:
     kit = ServeKit(compile_plan(ServeConfig(), tmp_path))
-    servicer = inference_servicer.InferenceServicer(kit.dataplane, kit.control)
+    servicer = inference_servicer.InferenceServicer(kit.dataplane, kit.control, kit.catalog)
     policy = AccessPolicy({ApiGroup.INFERENCE: b"t0ken", ApiGroup.ADMIN: b"other"})
     before = {name: getattr(servicer, name) for name in ("ModelInfer", "ServerLive", "ModelConfig")}
     protect(servicer, inference_servicer.SERVICE_NAME, policy)

@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from servers import ServerProcess, grpc_available, running_server, start_server
 from waits import wait_until
 
-from servekit.services import WINDOW_SLOT_S, WINDOW_SLOTS
+from servekit.services.stats import WINDOW_SLOT_S, WINDOW_SLOTS
 
 pytestmark = pytest.mark.slow
 

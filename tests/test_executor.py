@@ -638,7 +638,7 @@ def test_statistics_count_rows_and_executions_as_triton(tmp_path: Path) -> None:
         assert stats.success.count == 4
         assert sum(stats.queue_histogram) == 4
         assert stats.batch_reasons == {"queue_drained": 2}
-        (typed,) = dataplane.model_statistics("rows", "1")  # what both protocols render
+        (typed,) = _KITS[id(dataplane)].catalog.model_statistics("rows", "1")  # what both render
         (as_json,) = statistics_json((typed,))["model_stats"]
         (as_proto,) = statistics_message((typed,)).model_stats
         for shown in (as_json, MessageToDict(as_proto, preserving_proto_field_name=True)):

@@ -385,7 +385,7 @@ def test_http_requests_whose_clients_left_never_run(
             await until(lambda: queued() == 1, "the requests of closed sockets to leave")
             held.release.set()
             answers = list(await asyncio.gather(first, kept))
-            (stats,) = statistics_json(kit.dataplane.model_statistics("held"))["model_stats"]
+            (stats,) = statistics_json(kit.catalog.model_statistics("held"))["model_stats"]
             return answers, stats
         finally:
             held.release.set()

@@ -7,8 +7,7 @@ import time
 
 import numpy as np
 
-from servekit.services import WINDOW_SLOT_S, WINDOW_SLOTS, window
-from servekit.services.stats import VersionStats
+from servekit.services.stats import WINDOW_SLOT_S, WINDOW_SLOTS, VersionStats, window
 
 
 def _record(stats: VersionStats, latencies_ms: list[float]) -> None:

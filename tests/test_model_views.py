@@ -16,7 +16,7 @@ import pytest
 from inprocess import Serve
 
 from servekit.dashboard import views
-from servekit.services import READY, STATES, UNAVAILABLE
+from servekit.services.views import READY, STATES, UNAVAILABLE
 
 pytestmark = pytest.mark.anyio
 
@@ -37,25 +37,25 @@ SERVED = """models:
 async def test_views_say_what_serves(serve: Serve, tmp_path: Path) -> None:
     write_versions(tmp_path)
     services = await serve(SERVED)
-    dataplane = services.dataplane
-    mlp = dataplane.model("mlp")
+    catalog = services.catalog
+    mlp = catalog.model("mlp")
     assert [(v.number, v.state) for v in mlp.versions] == [(1, READY), (2, READY)]
     assert mlp.serving_version == 2 and mlp.ready_versions() == [1, 2]
     assert all(v.platform == "onnxruntime_onnx" for v in mlp.versions)
-    assert {m.name for m in dataplane.models()} == {"mlp", "broken"}
-    broken = dataplane.model("broken")
+    assert {m.name for m in catalog.models()} == {"mlp", "broken"}
+    broken = catalog.model("broken")
     assert broken.serving_version is None and broken.reason
 
     assert views.model_state(mlp) == READY and not views.model_failed(mlp)
     assert views.model_state(broken) == UNAVAILABLE and views.model_failed(broken)
-    rows = {(r["name"], r["version"]): r for r in views.index_rows(dataplane)}
+    rows = {(r["name"], r["version"]): r for r in views.index_rows(catalog)}
     assert rows["mlp", "2"]["serves_unversioned"] and not rows["mlp", "1"]["serves_unversioned"]
     assert rows["mlp", "1"]["state"] == READY and rows["broken", ""]["state"] == UNAVAILABLE
 
-    detail = views.model_detail(dataplane, "mlp")
+    detail = views.model_detail(services.dataplane, catalog, "mlp")
     assert detail["state"] == READY and detail["serving_version"] == 2
     assert set(detail["metadata"]) == {"1", "2"}  # metadata of every ready version
-    overview = views.overview(views.Sources(dataplane, services.control))
+    overview = views.overview(views.Sources(services.dataplane, services.control, catalog))
     assert overview["models_by_state"][READY] == 1
     assert overview["models_by_state"][UNAVAILABLE] == 1
     assert overview["versions_by_state"][READY] == 2

@@ -26,7 +26,7 @@ WAIT = 10.0
 
 def _gauges(kit: ServeKit) -> dict[tuple[str, str], float]:
     """(metric, version) -> value of the two gauges for the model ``gate``."""
-    text = render_metrics(make_registry(kit.dataplane)).decode()
+    text = render_metrics(make_registry(kit.catalog)).decode()
     found = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

@@ -69,9 +69,9 @@ async def test_the_state_of_a_sequence_is_its_own_running_sum(serve: Serve, tmp_
     assert last == {"OUTPUT": 10, "INSTANCE": last["INSTANCE"], "SEEN_ID": 1, "SEEN_END": 1}
     # START again on the same ID: a new sequence, its sum starts over
     assert (await send(services, "accumulate", 7, 1, start=True))["OUTPUT"] == 7
-    counts = services.dataplane.sequence_counts("accumulate")
+    counts = services.catalog.sequence_counts("accumulate")
     assert (counts.started, counts.ended, counts.active) == (3, 1, 2)
-    text = render_metrics(make_registry(services.dataplane)).decode()
+    text = render_metrics(make_registry(services.catalog)).decode()
     assert 'servekit_sequences_total{event="started",model="accumulate",version="1"} 3.0' in text
     assert 'servekit_sequences_now{model="accumulate",version="1",where="active"} 2.0' in text
 
@@ -99,7 +99,7 @@ async def test_requests_of_a_sequence_run_in_order_on_one_instance(
     stats = services.statistics("slow_accumulate")
     assert stats["inference_count"] == 48
     assert stats["execution_count"] < 48  # the oldest strategy batched sequences together
-    counts = services.dataplane.sequence_counts("slow_accumulate")
+    counts = services.catalog.sequence_counts("slow_accumulate")
     assert (counts.started, counts.ended, counts.active, counts.backlog) == (4, 4, 0, 0)
 
 
@@ -107,12 +107,12 @@ async def test_a_sequence_waits_for_a_slot_until_another_ends(serve: Serve, tmp_
     services = await start(serve, tmp_path)  # one_slot: one instance, one slot
     await send(services, "one_slot", 1, 100, start=True)
     waiting = asyncio.ensure_future(send(services, "one_slot", 50, 200, start=True))
-    await async_wait_until(lambda: services.dataplane.sequence_counts("one_slot").backlog == 1)
+    await async_wait_until(lambda: services.catalog.sequence_counts("one_slot").backlog == 1)
     assert (await send(services, "one_slot", 2, 100))["OUTPUT"] == 3  # the slot's holder goes on
     assert not waiting.done()
     await send(services, "one_slot", 3, 100, end=True)
     assert (await asyncio.wait_for(waiting, 10))["OUTPUT"] == 50
-    counts = services.dataplane.sequence_counts("one_slot")
+    counts = services.catalog.sequence_counts("one_slot")
     assert (counts.active, counts.backlog, counts.ended) == (1, 0, 1)
 
 
@@ -122,12 +122,12 @@ async def test_an_idle_sequence_expires_and_frees_its_slot(serve: Serve, tmp_pat
     waiting = asyncio.ensure_future(send(services, "one_slot", 9, 400, start=True))
     # 300 never ends: after 0.2 s idle its slot goes to 400
     assert (await asyncio.wait_for(waiting, 10))["OUTPUT"] == 9
-    counts = services.dataplane.sequence_counts("one_slot")
+    counts = services.catalog.sequence_counts("one_slot")
     assert (counts.expired, counts.active) == (1, 1)
     with pytest.raises(InvalidArgument, match="must specify the START flag on the first request"):
         await send(services, "one_slot", 1, 300)
-    await async_wait_until(lambda: services.dataplane.sequence_counts("one_slot").expired == 2)
-    assert services.dataplane.sequence_counts("one_slot").active == 0
+    await async_wait_until(lambda: services.catalog.sequence_counts("one_slot").expired == 2)
+    assert services.catalog.sequence_counts("one_slot").active == 0
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ async def test_bad_sequence_requests_are_refused_with_tritons_words(
     with pytest.raises(InvalidArgument) as raised:
         await services.dataplane.infer(request("accumulate", 1, sequence, rows=rows, **flags))
     assert words in str(raised.value)
-    assert services.dataplane.sequence_counts("accumulate").active == 0
+    assert services.catalog.sequence_counts("accumulate").active == 0
 
 
 async def test_string_correlation_ids_without_a_corrid_control(
@@ -196,7 +196,7 @@ async def test_a_long_string_correlation_id_is_refused_with_the_bound(
             await send(services, "simple_sequence", 1, sequence, start=True)
         assert f"a string of {len(sequence.encode())} bytes" in str(raised.value)
     assert (await send(services, "simple_sequence", 1, "y" * 256, start=True))["OUTPUT"] == 2
-    assert services.dataplane.sequence_counts("simple_sequence").started == 1
+    assert services.catalog.sequence_counts("simple_sequence").started == 1
 
 
 async def from_client(
@@ -225,9 +225,9 @@ async def test_one_client_address_holds_at_most_its_share_of_the_slots(
         await from_client(services, "10.0.0.1", "accumulate", 1, 5, start=True)
     assert (await from_client(services, "10.0.0.2", "accumulate", 7, 6, start=True))["OUTPUT"] == 7
     await from_client(services, "10.0.0.1", "accumulate", 1, 1, end=True)
-    await async_wait_until(lambda: services.dataplane.sequence_counts("accumulate").ended == 1)
+    await async_wait_until(lambda: services.catalog.sequence_counts("accumulate").ended == 1)
     await from_client(services, "10.0.0.1", "accumulate", 1, 5, start=True)
-    assert services.dataplane.sequence_counts("accumulate").active == 5
+    assert services.catalog.sequence_counts("accumulate").active == 5
     await send(services, "accumulate", 1, 9, start=True)  # this process: no share
     await send(services, "accumulate", 1, 10, start=True)
 

@@ -87,7 +87,7 @@ def test_an_inline_threshold_edit_under_watch_takes_effect(
                     await asyncio.sleep(0.05)
             for _ in range(3):
                 await kit.dataplane.infer(_probe_request())
-            assert not [e for e in kit.dataplane.recent_errors() if "restart" in e.message]
+            assert not [e for e in kit.catalog.recent_errors() if "restart" in e.message]
         finally:
             watcher.cancel()
             await kit.stop()
@@ -166,7 +166,7 @@ def test_a_failed_reload_is_not_reported_again_by_an_unrelated_edit(
         return await kit.control.apply_plan(load_plan(config, LOCAL))
 
     def reasons_of_mlp(kit: ServeKit) -> dict[str, str]:
-        return {r.version: r.reason for r in kit.dataplane.index() if r.name == "mlp"}
+        return {r.version: r.reason for r in kit.catalog.index() if r.name == "mlp"}
 
     async def scenario() -> None:
         config.write_text(head + good)

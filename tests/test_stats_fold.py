@@ -10,7 +10,6 @@ import threading
 import time
 from bisect import bisect_left
 
-from servekit.services import window
 from servekit.services.stats import (
     _QUEUE_BOUNDS_NS,
     FOLD_EVERY,
@@ -19,6 +18,7 @@ from servekit.services.stats import (
     WINDOW_SLOTS,
     Duration,
     VersionStats,
+    window,
 )
 
 SLOT_NS = WINDOW_SLOT_S * 1_000_000_000

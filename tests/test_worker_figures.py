@@ -138,7 +138,7 @@ async def test_a_single_server_answers_itself(serve: Serve, tmp_path: Path) -> N
         await services.dataplane.infer(request("sum", a=ones, b=ones))
     with pytest.raises(InvalidArgument):
         await services.dataplane.infer(request("sum", a=ones))
-    (me,) = services.dataplane.workers()
+    (me,) = services.catalog.workers()
     assert (me.index, me.pid, me.state, me.restarts) == (0, os.getpid(), "serving", 0)
     assert (me.success, me.failure) == (3, 1)
     # The HTTP route, through the ASGI application (no socket): the same entry, as JSON.

@@ -5,7 +5,7 @@ same DataPlane, on the same addresses (app/servekit/listen.py) with the same TLS
 (app/servekit/config/tls.py). Listeners open first, then models load, so liveness answers at once
 and
 readiness turns true when start-up loading is done (and, with ``server.strictReadiness``, the models
-asked for are READY: app/servekit/services/dataplane.py). ``ServeKit.stop`` closes the listeners
+asked for are READY: app/servekit/services/readiness.py). ``ServeKit.stop`` closes the listeners
 and lets
 in-flight requests finish before models are released.
 """
@@ -41,8 +41,11 @@ from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
 from servekit.rest.access import edge_guard
 from servekit.rest.fast import fast_answer
-from servekit.services.dataplane import DataPlane, server_extensions
+from servekit.services.catalog import Catalog
+from servekit.services.dataplane import DataPlane
+from servekit.services.extensions import server_extensions
 from servekit.services.model_control import ModelControl
+from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
 from servekit.services.state import CallCount, Listening, ServerState
 from servekit.services.stats import Statistics
@@ -115,9 +118,11 @@ class ServeKit:
             ),
             *rest_generate.GENERATE,
         )
+        sequences = Sequences(self.statistics, self.state)
         self.dataplane = DataPlane(
-            self.state, self.repository, self.statistics, extensions, shared_memory
+            self.state, self.repository, self.statistics, extensions, shared_memory, sequences
         )
+        self.catalog = Catalog(self.state, self.repository, self.statistics, sequences)
         self._worker = worker
         self.control = (
             ModelControl(self.state, self.repository)
@@ -214,8 +219,9 @@ class ServeKit:
             self._grpc, port = await start_grpc_server(
                 self.dataplane,
                 server,
+                catalog=self.catalog,
                 control=self.control,
-                services=[grps_servicer.registrar(self.dataplane)],
+                services=[grps_servicer.registrar(self.dataplane, self.catalog)],
                 hosts=hosts,
                 tls=tls,
                 reuse_port=worker is not None,
@@ -234,6 +240,7 @@ class ServeKit:
         return create_app(
             self.dataplane,
             self.control,
+            self.catalog,
             extra_routes=[
                 *rest_extensions.ROUTES,
                 *rest_generate.ROUTES,

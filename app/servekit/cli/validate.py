@@ -129,21 +129,21 @@ def _step_version_issues(plan: ServePlan) -> list[ConfigIssue]:
 
 def _warmup_issues(plan: ServePlan) -> list[ConfigIssue]:
     """A warm-up sample that does not fit its model's inputs (where the file tells)."""
-    from servekit.services import warmup_problems
+    from servekit.services import ModelControl
 
     issues = []
     for index, model in enumerate(plan.models):
         line = line_in_file(plan.config_path, ["models", index, "warmup"])
-        for problem in warmup_problems(model):
+        for problem in ModelControl.warmup_problems(model):
             issues.append(ConfigIssue(f"models[{index}].warmup", line, f"{model.name}: {problem}"))
     return issues
 
 
 def _python_issues(plan: ServePlan) -> list[ConfigIssue]:
     """A ConfigIssue, at its entrypoint's line, for each Python model serve would not load."""
-    from servekit.services import python_problems
+    from servekit.services import ModelControl
 
-    problems = python_problems(plan)
+    problems = ModelControl.python_problems(plan)
     issues = []
     for index, model in enumerate(plan.models):
         if model.name in problems:

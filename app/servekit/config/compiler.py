@@ -132,10 +132,10 @@ class ModelPlan:
     the cache took earlier: the warning each READY version's reason and the dashboard show
     (app/servekit/models/remote.py), cleared by the next fetch that reaches the store."""
     pipeline: tuple[PipelineStep, ...] = ()
-    """A pipeline's steps (Triton's ensemble; app/servekit/services/pipelines.py runs them);
-    empty for a model of its own."""
+    """A pipeline's steps (Triton's ensemble; app/servekit/services/composition/pipelines.py
+    runs them); empty for a model of its own."""
     sequence: SequenceBatching | None = None
-    """serve.yaml's ``sequenceBatching`` (app/servekit/services/sequences.py runs it); a
+    """serve.yaml's ``sequenceBatching`` (app/servekit/services/sequences/ runs it); a
     field, not read through ``config``, because every request of every model asks for it."""
 
     def labels(self, output: str) -> tuple[str, ...]:

@@ -6,7 +6,8 @@ pipeline input or step output, when a pipeline output is made by no step, when t
 step and the request) make the same tensor, when its steps wait on each other's outputs, when a
 pipeline input goes nowhere, and when the datatypes serve.yaml declares on both ends of a
 tensor differ. What only a loaded model file can tell (an ONNX model's own datatypes) is
-checked when the step runs: the step's error names it (app/servekit/services/pipelines.py).
+checked when the step runs: the step's error names it
+(app/servekit/services/composition/pipelines.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A stateful model (a tracker, a streaming recogniser, an accumulator) sees the re
 sequence, named by the client's correlation ID, on one instance and in order; the server
 tells it where a sequence starts and ends through control inputs (START, END, READY, CORRID)
 and may keep a per-sequence state tensor for it (``state``, Triton's implicit state). What
-runs it is app/servekit/services/sequences.py; this module only declares and checks.
+runs it is app/servekit/services/sequences/; this module only declares and checks.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from litestar import Response, get
 from servekit.dashboard import views
 from servekit.dashboard.headers import API_PAGE_POLICY, DASHBOARD_HEADERS, add_headers
 from servekit.dashboard.routes import PAGE, AnyRequest, _locked, _page, who
-from servekit.rest.inject import Control, Dataplane
+from servekit.rest.inject import Catalog, Control, Dataplane
 
 API_PAGE: dict[str, Any] = {
     **PAGE,
@@ -29,10 +29,12 @@ API_PAGE: dict[str, Any] = {
 
 
 @get("/api", **API_PAGE)
-def api_page(dataplane: Dataplane, control: Control, request: AnyRequest) -> Response[str]:
+def api_page(
+    dataplane: Dataplane, control: Control, catalog: Catalog, request: AnyRequest
+) -> Response[str]:
     if who(dataplane, request).locked:
         return _locked()
-    server = views.overview(views.Sources(dataplane, control))
+    server = views.overview(views.Sources(dataplane, control, catalog))
     return _page("api.html", page="api", server=server)
 
 

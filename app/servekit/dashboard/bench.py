@@ -33,8 +33,9 @@ from servekit.config.auth import ApiGroup
 from servekit.dashboard.routes import NO_STORE, SECURITY
 from servekit.errors import AlreadyExists, InvalidArgument
 from servekit.rest.access import cross_site_guard
-from servekit.rest.inject import Dataplane
+from servekit.rest.inject import Catalog, Dataplane
 from servekit.rest.leaving import unless_client_leaves
+from servekit.services import Catalog as CatalogService
 from servekit.services import DataPlane
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ MAX_LEVELS = 4
 _running = threading.Lock()  # per process: servers in one process share the cores
 
 
-def _self_client(dataplane: DataPlane) -> RemoteServer:
+def _self_client(dataplane: DataPlane, catalog: CatalogService) -> RemoteServer:
     """A client of this very server, sending the server's own token of each group."""
     from servekit.client.remote import RemoteServer
 
@@ -57,7 +58,7 @@ def _self_client(dataplane: DataPlane) -> RemoteServer:
         def _token_for(self, group: ApiGroup) -> str | None:
             return tokens.get(group)
 
-    listening = dataplane.ports()
+    listening = catalog.ports()
     tls = dataplane.plan.tls
     return SelfClient(
         listening.http_url,
@@ -91,6 +92,7 @@ def _bounded(data: Any) -> tuple[float, tuple[int, ...]]:
 
 def _run(
     dataplane: DataPlane,
+    catalog: CatalogService,
     name: str,
     seconds: float,
     levels: tuple[int, ...],
@@ -99,7 +101,7 @@ def _run(
     # Imported on use: only the Benchmark button needs the client.
     from servekit.client.bench import run_benchmark
 
-    client = _self_client(dataplane)
+    client = _self_client(dataplane, catalog)
     try:
         return run_benchmark(client, name, levels, seconds, progress=False, stop=stop)
     finally:
@@ -115,7 +117,7 @@ def _run(
     status_code=200,
 )
 async def benchmark(
-    dataplane: Dataplane, request: Request[Any, Any, Any], name: FromPath[str]
+    dataplane: Dataplane, catalog: Catalog, request: Request[Any, Any, Any], name: FromPath[str]
 ) -> Response[dict[str, Any]]:
     # The admin group's check (the application guard) is the whole access rule; checking it
     # again here keeps the route closed even if it lost its ``opt``.
@@ -130,7 +132,7 @@ async def benchmark(
     stop = threading.Event()
     try:
         job = asyncio.get_running_loop().run_in_executor(
-            None, _run, dataplane, name, seconds, levels, stop
+            None, _run, dataplane, catalog, name, seconds, levels, stop
         )
     except BaseException:
         _running.release()

@@ -25,8 +25,8 @@ from servekit.dashboard.headers import DASHBOARD_HEADERS, add_headers
 from servekit.dashboard.render import render
 from servekit.dashboard.viewer import Viewer, hide_admin_data, viewer
 from servekit.errors import NotFound
-from servekit.rest.inject import Control, Dataplane
-from servekit.services import STATES, DataPlane
+from servekit.rest.inject import Catalog, Control, Dataplane
+from servekit.services import DataPlane, ModelState
 
 HTML = "text/html"
 NO_STORE = {"Cache-Control": "no-store"}
@@ -85,31 +85,35 @@ def _not_found(src: views.Sources, message: str) -> Response[str]:
 
 
 @get("/", **PAGE)
-def home(dataplane: Dataplane, control: Control, request: AnyRequest) -> Response[str]:
+def home(
+    dataplane: Dataplane, control: Control, catalog: Catalog, request: AnyRequest
+) -> Response[str]:
     seen = who(dataplane, request)
     if seen.locked:
         return _locked()
     admin = seen.may(ApiGroup.ADMIN)
-    server = views.overview(views.Sources(dataplane, control), admin=admin)
+    server = views.overview(views.Sources(dataplane, control, catalog), admin=admin)
     asks, gated = [], []
     opens = dataplane.access.protects(ApiGroup.ADMIN)  # a token could open it (not closed)
-    if not admin and opens and len(dataplane.workers()) > 1:  # the Workers panel: admin data
+    if not admin and opens and len(catalog.workers()) > 1:  # the Workers panel: admin data
         asks.append("see the workers")
         gated.append(ApiGroup.ADMIN.value)
     return _page("home.html", asks=asks, gated=gated, page="home", server=server)
 
 
 @get("/models", **PAGE)
-def models(dataplane: Dataplane, control: Control, request: AnyRequest) -> Response[str]:
+def models(
+    dataplane: Dataplane, control: Control, catalog: Catalog, request: AnyRequest
+) -> Response[str]:
     seen = who(dataplane, request)
     if seen.locked:
         return _locked()
     # Read by hand: "state" is a reserved handler argument in Litestar.
     text = request.query_params.get("q", "")
     wanted_state = request.query_params.get("state", "")
-    src = views.Sources(dataplane, control)
+    src = views.Sources(dataplane, control, catalog)
     server = views.overview(src)
-    rows = views.index_rows(dataplane)
+    rows = views.index_rows(catalog)
     controls = server["modelControl"] == "explicit" and server["protected"]["repository"]
     return _page(
         "models.html",
@@ -120,7 +124,7 @@ def models(dataplane: Dataplane, control: Control, request: AnyRequest) -> Respo
         total=len(rows),
         q=text,
         wanted_state=wanted_state.upper(),
-        states=STATES,
+        states=ModelState.ALL,
     )
 
 
@@ -130,7 +134,7 @@ def _model_view(src: views.Sources, request: AnyRequest, name: str, template: st
     if seen.locked:
         return _locked()
     try:
-        model = views.model_detail(src.dataplane, name)
+        model = views.model_detail(src.dataplane, src.catalog, name)
     except NotFound as exc:
         return _not_found(src, exc.message)
     server = views.overview(src)
@@ -148,39 +152,50 @@ def _model_view(src: views.Sources, request: AnyRequest, name: str, template: st
 
 @get("/models/{name:str}", **PAGE)
 def model_page(
-    dataplane: Dataplane, control: Control, request: AnyRequest, name: FromPath[str]
+    dataplane: Dataplane,
+    control: Control,
+    catalog: Catalog,
+    request: AnyRequest,
+    name: FromPath[str],
 ) -> Response[str]:
-    return _model_view(views.Sources(dataplane, control), request, name, "model.html")
+    return _model_view(views.Sources(dataplane, control, catalog), request, name, "model.html")
 
 
 @get("/models/{name:str}/try", **PAGE)
 def try_page(
-    dataplane: Dataplane, control: Control, request: AnyRequest, name: FromPath[str]
+    dataplane: Dataplane,
+    control: Control,
+    catalog: Catalog,
+    request: AnyRequest,
+    name: FromPath[str],
 ) -> Response[str]:
-    return _model_view(views.Sources(dataplane, control), request, name, "try.html")
+    return _model_view(views.Sources(dataplane, control, catalog), request, name, "try.html")
 
 
 @get("/dashboard/api/overview", **JSON)
 def overview_json(
-    dataplane: Dataplane, control: Control, request: AnyRequest
+    dataplane: Dataplane, control: Control, catalog: Catalog, request: AnyRequest
 ) -> Response[dict[str, Any]]:
     seen = json_viewer(dataplane, request)
-    overview = views.overview(views.Sources(dataplane, control), admin=seen.may(ApiGroup.ADMIN))
+    src = views.Sources(dataplane, control, catalog)
+    overview = views.overview(src, admin=seen.may(ApiGroup.ADMIN))
     return Response(overview, headers=NO_STORE)
 
 
 @get("/dashboard/api/models", **JSON)
-def models_json(dataplane: Dataplane, request: AnyRequest) -> Response[list[dict[str, Any]]]:
+def models_json(
+    dataplane: Dataplane, catalog: Catalog, request: AnyRequest
+) -> Response[list[dict[str, Any]]]:
     json_viewer(dataplane, request)
-    return Response(views.index_rows(dataplane), headers=NO_STORE)
+    return Response(views.index_rows(catalog), headers=NO_STORE)
 
 
 @get("/dashboard/api/models/{name:str}", **JSON)
 def model_json(
-    dataplane: Dataplane, request: AnyRequest, name: FromPath[str]
+    dataplane: Dataplane, catalog: Catalog, request: AnyRequest, name: FromPath[str]
 ) -> Response[dict[str, Any]]:
     seen = json_viewer(dataplane, request)
-    model = views.model_detail(dataplane, name)
+    model = views.model_detail(dataplane, catalog, name)
     return Response(model if seen.may(ApiGroup.ADMIN) else hide_admin_data(model), headers=NO_STORE)
 
 

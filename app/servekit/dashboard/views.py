@@ -1,8 +1,8 @@
 """View models of the dashboard: plain dicts built from what the services answer.
 
-Every number on every page comes from here, and here reads only the DataPlane's declared methods
-(models as frozen views, statistics, configuration, addresses, recent errors) and the
-ModelControl's mode.
+Every number on every page comes from here, and here reads only the services' declared methods:
+the Catalog's (models as frozen views, statistics, addresses, workers, recent errors), the
+DataPlane's (health, metadata, configuration) and the ModelControl's mode.
 Nothing is cached or copied, so the dashboard can never disagree with what the V2 API answers.
 The same dicts feed the Jinja templates and the JSON the page polls.
 """
@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
+from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
@@ -27,19 +28,14 @@ from servekit.services import (
     DISPATCH_MAX_SIZE,
     DISPATCH_PREFERRED_SIZE,
     DISPATCH_QUEUE_DRAINED,
-    LOADING,
     QUEUE_BUCKETS_S,
-    READY,
-    STATES,
-    TABULAR_IMPLEMENTATIONS,
-    UNAVAILABLE,
-    UNLOADING,
+    Catalog,
     DataPlane,
     Duration,
     ModelControl,
+    ModelState,
     ModelView,
     VersionView,
-    window,
 )
 from servekit.shown_paths import shown_storage_uri
 
@@ -52,6 +48,7 @@ class Sources:
 
     dataplane: DataPlane
     control: ModelControl
+    catalog: Catalog
 
 
 def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
@@ -59,10 +56,10 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
     what the pages' controls depend on: the model control mode and which API groups need a
     token (booleans: tokens never leave the server). ``admin`` (the request opens the admin
     group): also the workers' figures, which are admin data like the statistics."""
-    dp = src.dataplane
+    dp, catalog = src.dataplane, src.catalog
     meta = dp.server_metadata()
-    models = dp.models()
-    listening = dp.listening
+    models = catalog.models()
+    listening = catalog.listening
     access = dp.access
     return {
         "name": meta.name,
@@ -70,27 +67,27 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         "extensions": list(meta.extensions),
         "live": dp.live(),
         "ready": dp.ready(),
-        "started_at": dp.started_at,
-        "uptime_s": max(0.0, time.time() - dp.started_at),
+        "started_at": catalog.started_at,
+        "uptime_s": max(0.0, time.time() - catalog.started_at),
         "http_url": listening.http_url if listening is not None else None,
         "grpc_target": listening.grpc_target if listening is not None else None,
         "models_by_state": _count(model_state(m) for m in models),
         "versions_by_state": _count(v.state for m in models for v in m.versions),
         "model_count": len(models),
-        "problems": problems(dp),
-        "errors": recent_errors(dp),
+        "problems": problems(catalog),
+        "errors": recent_errors(catalog),
         "modelControl": src.control.mode,
         "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
         # Closed to every request (a public bind without that group's token): no token helps.
         "closed": [group.value for group in access.closed],
-        "workers": workers(dp) if admin else [],
+        "workers": workers(catalog) if admin else [],
     }
 
 
-def workers(dataplane: DataPlane) -> list[dict[str, Any]]:
+def workers(catalog: Catalog) -> list[dict[str, Any]]:
     """The Workers panel: each worker process of ``server.workers`` with its figures (the
     same as ``GET /servekit/v1/workers``); empty for a single server, which shows none."""
-    found = dataplane.workers()
+    found = catalog.workers()
     if len(found) < 2:
         return []
     now = time.time()
@@ -111,30 +108,30 @@ def workers(dataplane: DataPlane) -> list[dict[str, Any]]:
 
 def _count(states: Any) -> dict[str, int]:
     counted = Counter(states)
-    return {state: counted.get(state, 0) for state in STATES}
+    return {state: counted.get(state, 0) for state in ModelState.ALL}
 
 
 def model_state(model: ModelView) -> str:
     """One state for a model: READY if any version serves, else the most telling other state."""
     states = {v.state for v in model.versions}
-    for state in (READY, LOADING, UNLOADING):
+    for state in (ModelState.READY, ModelState.LOADING, ModelState.UNLOADING):
         if state in states:
             return state
-    return UNAVAILABLE
+    return ModelState.UNAVAILABLE
 
 
 def model_failed(model: ModelView) -> bool:
     """Unavailable because loading failed (not because nobody asked for it)."""
-    if model_state(model) != UNAVAILABLE:
+    if model_state(model) != ModelState.UNAVAILABLE:
         return False
     reasons = [v.reason for v in model.versions] or [model.plan.problem or ""]
     return any(reason not in _QUIET_REASONS for reason in reasons)
 
 
-def problems(dataplane: DataPlane) -> list[dict[str, Any]]:
+def problems(catalog: Catalog) -> list[dict[str, Any]]:
     """Model versions failing right now (a failed load, or a failed reload still serving)."""
     found: list[dict[str, Any]] = []
-    for model in dataplane.models():
+    for model in catalog.models():
         if not model.versions and model.plan.problem:
             found.append({"model": model.name, "version": "", "message": model.plan.problem})
         for version in model.versions:
@@ -145,9 +142,9 @@ def problems(dataplane: DataPlane) -> list[dict[str, Any]]:
     return found
 
 
-def recent_errors(dataplane: DataPlane, limit: int = 20) -> list[dict[str, Any]]:
+def recent_errors(catalog: Catalog, limit: int = 20) -> list[dict[str, Any]]:
     """Failed loads and rejected serve.yaml edits, newest first."""
-    return [_logged_error(item) for item in dataplane.recent_errors()[::-1][:limit]]
+    return [_logged_error(item) for item in catalog.recent_errors()[::-1][:limit]]
 
 
 def _logged_error(item: LoggedError) -> dict[str, Any]:
@@ -160,9 +157,9 @@ def _logged_error(item: LoggedError) -> dict[str, Any]:
     }
 
 
-def index_rows(dataplane: DataPlane) -> list[dict[str, Any]]:
+def index_rows(catalog: Catalog) -> list[dict[str, Any]]:
     """Repository index: one row per model version (one per model if it has none)."""
-    return [row for model in dataplane.models() for row in index_rows_of(model)]
+    return [row for model in catalog.models() for row in index_rows_of(model)]
 
 
 def index_rows_of(model: ModelView) -> list[dict[str, Any]]:
@@ -177,21 +174,21 @@ def _row(
 ) -> dict[str, Any]:
     plan = model.plan
     fmt = plan.format_name + (f" {plan.format_version}" if plan.format_version else "")
-    state = version.state if version is not None else UNAVAILABLE
+    state = version.state if version is not None else ModelState.UNAVAILABLE
     reason = version.reason if version is not None else model.reason
     return {
         "name": plan.name,
         "version": number,
         "state": state,
         "reason": reason,
-        "failed": state == UNAVAILABLE and reason not in _QUIET_REASONS,
+        "failed": state == ModelState.UNAVAILABLE and reason not in _QUIET_REASONS,
         "runtime": plan.runtime,
         "format": fmt,
         "platform": version.platform if version is not None else "",
         "serves_unversioned": default,
         "model_state": model_state(model),
         "model_failed": model_failed(model),
-        "download": _download(model) if state == LOADING else None,
+        "download": _download(model) if state == ModelState.LOADING else None,
     }
 
 
@@ -206,9 +203,9 @@ def filter_rows(rows: list[dict[str, Any]], text: str, state: str) -> list[dict[
     return [r for r in rows if text in r["name"].lower() and (not state or r["state"] == state)]
 
 
-def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any]:
+def version_stats(catalog: Catalog, name: str, number: int) -> dict[str, Any]:
     """Counts and average latencies (ms) of one version, from the shared Statistics."""
-    stats = dataplane.version_stats(name, number)
+    stats = catalog.version_stats(name, number)
     return {
         "success": stats.success.count,
         "fail": stats.fail.count,
@@ -230,7 +227,7 @@ def version_stats(dataplane: DataPlane, name: str, number: int) -> dict[str, Any
         "dispatch": dispatch_reasons(stats.batch_reasons),
         "queue_histogram": queue_histogram(stats.queue_histogram),
         # The last minutes, per slot of the rolling window: the latency chart's points.
-        "recent": [asdict(point) for point in window(stats)],
+        "recent": [asdict(point) for point in catalog.window(name, number)],
     }
 
 
@@ -277,14 +274,14 @@ def _avg_ms(duration: Duration) -> float | None:
     return round(duration.ns / duration.count / 1e6, 4) if duration.count else None
 
 
-def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
+def model_detail(dataplane: DataPlane, catalog: Catalog, name: str) -> dict[str, Any]:
     """Model page: plan, versions with state and statistics, metadata per ready version."""
-    model = dataplane.model(name)  # NotFound for an unknown name
+    model = catalog.model(name)  # NotFound for an unknown name
     plan = model.plan
     versions = []
     for row in index_rows_of(model):
         number = row["version"]
-        row["stats"] = version_stats(dataplane, name, int(number)) if number else None
+        row["stats"] = version_stats(catalog, name, int(number)) if number else None
         versions.append(row)
     metadata: dict[str, Any] = {}
     for number in model.ready_versions():
@@ -318,7 +315,7 @@ def model_detail(dataplane: DataPlane, name: str) -> dict[str, Any]:
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
         "warmup": warmup(model),
-        "pipeline": pipeline_steps(dataplane, plan.pipeline),
+        "pipeline": pipeline_steps(catalog, plan.pipeline),
         "openai": config.openai.kind if config is not None and config.openai else None,
         # its predict yields (the serving version): the V2 infer form would answer 501, so the
         # try-it page offers the OpenAI box alone for a chat or completion model
@@ -348,25 +345,25 @@ def warmup(model: ModelView) -> dict[str, Any] | None:
     }
 
 
-def pipeline_steps(dataplane: DataPlane, steps: Sequence[PipelineStep]) -> list[dict[str, Any]]:
+def pipeline_steps(catalog: Catalog, steps: Sequence[PipelineStep]) -> list[dict[str, Any]]:
     """A pipeline's steps for its page (empty for other models): each step's model, the
     version it runs, that version's state and statistics (``stats``: None until it is loaded),
     in the order serve.yaml lists them; static/pipeline.js draws them."""
     drawn = []
     for index, step in enumerate(steps):
         row: dict[str, Any] = {"step": index, "model": step.model, "version": None,
-                               "state": UNAVAILABLE, "stats": None}  # fmt: skip
+                               "state": ModelState.UNAVAILABLE, "stats": None}  # fmt: skip
         try:
-            model = dataplane.model(step.model)
+            model = catalog.model(step.model)
         except ServeError:  # removed since: the pipeline is not ready, and says which step
             drawn.append(row)
             continue
         number = step.version if step.version is not None else model.serving_version
         if number is not None:
             row["version"] = number
-            row["stats"] = version_stats(dataplane, step.model, number)
+            row["stats"] = version_stats(catalog, step.model, number)
             known = [v for v in model.versions if v.number == number]
-            row["state"] = known[0].state if known else UNAVAILABLE
+            row["state"] = known[0].state if known else ModelState.UNAVAILABLE
         drawn.append(row)
     return drawn
 

@@ -23,7 +23,7 @@ from servekit.grpc.access import protect
 from servekit.grpc.status import guarded, status_of
 from servekit.protos import grps_pb2 as pb
 from servekit.protos import grps_pb2_grpc as pb_grpc
-from servekit.services import DataPlane, grps_calls
+from servekit.services import Catalog, DataPlane, grps_calls
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GrpsService"].full_name
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -31,10 +31,11 @@ Message: TypeAlias = pb.GrpsMessage
 
 
 class GrpsServicer(pb_grpc.GrpsServiceServicer):
-    """The grps service of one DataPlane."""
+    """The grps service of one DataPlane (and its Catalog, for the server's metadata)."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    def __init__(self, dataplane: DataPlane, catalog: Catalog) -> None:
         self._dataplane = dataplane
+        self._catalog = catalog
 
     @guarded
     async def Predict(self, request: Message, context: Context) -> Message:
@@ -71,7 +72,7 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
 
     @guarded
     async def ServerMetadata(self, request: Message, context: Context) -> Message:
-        return grps_reply.ok(str_data=grps_calls.server_metadata(self._dataplane))
+        return grps_reply.ok(str_data=grps_calls.server_metadata(self._dataplane, self._catalog))
 
     @guarded
     async def ModelMetadata(self, request: Message, context: Context) -> Message:
@@ -80,11 +81,11 @@ class GrpsServicer(pb_grpc.GrpsServiceServicer):
         return grps_reply.ok(str_data=grps_calls.model_metadata(self._dataplane, selector))
 
 
-def registrar(dataplane: DataPlane) -> Callable[[grpc.aio.Server], list[str]]:
+def registrar(dataplane: DataPlane, catalog: Catalog) -> Callable[[grpc.aio.Server], list[str]]:
     """What :func:`servekit.grpc.server.start_grpc_server` takes in ``services``."""
 
     def register(server: grpc.aio.Server) -> list[str]:
-        grps = GrpsServicer(dataplane)
+        grps = GrpsServicer(dataplane, catalog)
         protect(grps, SERVICE_NAME, dataplane.access)
         pb_grpc.add_GrpsServiceServicer_to_server(grps, server)  # type: ignore[no-untyped-call]
         return [SERVICE_NAME]

@@ -26,7 +26,7 @@ from servekit.grpc.undecodable import SafeRegistration
 from servekit.listen import PORT_ATTEMPTS, url_host
 from servekit.protos import POOL
 from servekit.protos import grpc_service_pb2_grpc as pb_grpc
-from servekit.services import DataPlane, ModelControl
+from servekit.services import Catalog, DataPlane, ModelControl
 
 Registrar = Callable[[grpc.aio.Server], Iterable[str]]
 """Adds services to the server and returns their full names (for health and reflection)."""
@@ -36,6 +36,7 @@ async def start_grpc_server(
     dataplane: DataPlane,
     server: ServerConfig,
     *,
+    catalog: Catalog | None = None,
     control: ModelControl | None = None,
     services: Sequence[Registrar] = (),
     hosts: Sequence[str] | None = None,
@@ -48,7 +49,8 @@ async def start_grpc_server(
     ``hosts`` are the IP addresses to listen on (what the HTTP listener bound, so both agree;
     default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a
     client certificate when it has client CAs (mutual TLS). ``control`` enables the
-    repository RPCs. ``server.grpcPollerNice`` is applied here, once (it is restart-only).
+    repository RPCs, ``catalog`` the statistics RPC. ``server.grpcPollerNice`` is applied
+    here, once (it is restart-only).
     ``reuse_port`` lets the workers of ``server.workers`` share the port (and only they: the
     supervisor reserved it); ``before_statistics`` runs before each ModelStatistics call (a
     worker's refresh of the other workers' counts).
@@ -63,7 +65,7 @@ async def start_grpc_server(
         )
     for _ in range(PORT_ATTEMPTS):
         aio_server, health_servicer = _build(
-            dataplane, server, control, services, reuse_port, before_statistics
+            dataplane, server, control, services, reuse_port, before_statistics, catalog
         )
         try:
             port = _add_ports(aio_server, addresses, server.grpc_port or 0, credentials)
@@ -106,6 +108,7 @@ def _build(
     services: Sequence[Registrar],
     reuse_port: bool = False,
     before_statistics: Callable[[], Awaitable[None]] | None = None,
+    catalog: Catalog | None = None,
 ) -> tuple[grpc.aio.Server, health.HealthServicer]:
     """The server with every service registered, not yet bound."""
     access = dataplane.access
@@ -116,7 +119,7 @@ def _build(
     # Every service registers through this stand-in, which makes undecodable requests
     # INVALID_ARGUMENT instead of grpcio's UNKNOWN plus an ERROR traceback per call.
     registry = SafeRegistration(aio_server)
-    inference = servicer.InferenceServicer(dataplane, control)
+    inference = servicer.InferenceServicer(dataplane, control, catalog)
     if before_statistics is not None:
         statistics_first(inference, before_statistics)
     protect(inference, servicer.SERVICE_NAME, access)

@@ -26,7 +26,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from servekit.codecs import v2_proto
-from servekit.errors import InvalidArgument, NotFound, shown_name
+from servekit.errors import InvalidArgument, NotFound, Unimplemented, shown_name
 from servekit.grpc import repository as repository_rpcs
 from servekit.grpc.status import guarded, status_of
 from servekit.grpc.triton_proto import model_config_message, statistics_message
@@ -34,7 +34,7 @@ from servekit.observability import tracing
 from servekit.observability.tracing import TRACING
 from servekit.protos import grpc_service_pb2 as pb
 from servekit.protos import grpc_service_pb2_grpc as pb_grpc
-from servekit.services import CUDA_UNSUPPORTED, DataPlane, ModelControl
+from servekit.services import CUDA_UNSUPPORTED, Catalog, DataPlane, ModelControl
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 STREAM_WINDOW = 64
@@ -48,9 +48,17 @@ _Pending: TypeAlias = "asyncio.Future[_Response] | AsyncGenerator[_Response, Non
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """The V2 inference service of one DataPlane (and optionally its model control)."""
 
-    def __init__(self, dataplane: DataPlane, control: ModelControl | None = None) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        control: ModelControl | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        """``control`` enables the repository RPCs, ``catalog`` (the read side) the statistics
+        RPC."""
         self._dataplane = dataplane
         self._control = control
+        self._catalog = catalog
         self._calls = dataplane.grpc_calls
 
     # -- health and metadata ------------------------------------------------------------------
@@ -197,7 +205,9 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     @guarded
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> Any:
-        rows = self._dataplane.model_statistics(request.name or None, request.version or None)
+        if self._catalog is None:
+            raise Unimplemented("this gRPC server does not offer model statistics")
+        rows = self._catalog.model_statistics(request.name or None, request.version or None)
         return statistics_message(rows)
 
     # -- model repository extension (delegated) -----------------------------------------------

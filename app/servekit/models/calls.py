@@ -7,7 +7,8 @@ arrays handed over as they are, with the calling request's deadline. A sync ``pr
 worker thread) calls :func:`infer` and waits; async code on the server's loop awaits
 :func:`infer_async`. A model calling itself, or models calling each other round in a circle,
 is refused (each would wait for an instance the other holds). Which server answers is set by
-the server (app/servekit/services/model_calls.py installs it): this module is only the door.
+the server (app/servekit/services/composition/model_calls.py installs it): this module is
+only the door.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ Arrays = dict[str, np.ndarray]
 
 
 class Calls(Protocol):
-    """What a server offers its models (app/servekit/services/model_calls.py)."""
+    """What a server offers its models (app/servekit/services/composition/model_calls.py)."""
 
     def call(
         self,

@@ -35,7 +35,7 @@ from servekit.notebook import registry
 from servekit.notebook.launcher import ServerThread
 from servekit.project import save as saving
 from servekit.server import ServeKit
-from servekit.services import DataPlane, ModelControl
+from servekit.services import Catalog, DataPlane, ModelControl
 from servekit.types import InferRequest, RequestedOutput, Tensor
 
 
@@ -141,17 +141,21 @@ class Server:
         return self._servekit().control
 
     def _dataplane(self) -> DataPlane:
-        """The server's DataPlane (inference, the index, the plan in force)."""
+        """The server's DataPlane (inference, metadata, the plan in force)."""
         return self._servekit().dataplane
+
+    def _catalog(self) -> Catalog:
+        """The server's Catalog (the index, the models as views, statistics)."""
+        return self._servekit().catalog
 
     # -- models -------------------------------------------------------------------------------
     @property
     def models(self) -> html.ModelTable:
         """Every model version with its state (READY, LOADING, UNAVAILABLE + reason, ...)."""
-        dataplane = self._dataplane()
+        catalog = self._catalog()
 
         async def index() -> list[dict[str, Any]]:
-            return [row.as_dict() for row in dataplane.index()]
+            return [row.as_dict() for row in catalog.index()]
 
         return html.ModelTable(self._thread.run(index()))
 
@@ -252,7 +256,8 @@ class Server:
         outputs: sources.TensorsSpec | None,
         config: dict[str, Any],
     ) -> html.ModelTable:
-        """Serve a pipeline of this server's models (app/servekit/services/pipelines.py)."""
+        """Serve a pipeline of this server's models
+        (app/servekit/services/composition/pipelines.py)."""
         if source is not None:
             raise TypeError("add_model takes a source or pipeline=[...] steps, not both")
         fields = {

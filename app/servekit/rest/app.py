@@ -2,13 +2,12 @@
 
 Route modules contribute ``ROUTES`` lists; the factory wires them with the error table and the
 services. Handlers receive the services they call as Litestar dependencies, by parameter name:
-``dataplane`` (:class:`~servekit.services.dataplane.DataPlane`) and ``control``
+``dataplane`` (:class:`~servekit.services.dataplane.DataPlane`), ``catalog``
+(:class:`~servekit.services.catalog.Catalog`, the read side) and ``control``
 (:class:`~servekit.services.model_control.ModelControl`), see app/servekit/rest/inject.py; that is
-the whole
-API an HTTP handler sees. The inference fast path (app/servekit/rest/infer.py) answers before
-Litestar
-resolves dependencies, so it reads the DataPlane from application state instead (one attribute
-read).
+the whole API an HTTP handler sees. The inference fast path (app/servekit/rest/infer.py)
+answers before Litestar resolves dependencies, so it reads the DataPlane from application state
+instead (one attribute read).
 Other features (repository, dashboard, metrics) add their own route lists through
 ``extra_routes`` so this file stays the one place HTTP is assembled.
 """
@@ -31,18 +30,19 @@ from servekit.rest.front import InferenceApp
 from servekit.rest.infer import FastPath
 from servekit.rest.inject import dependencies
 from servekit.rest.openapi import DocumentPlugin, no_such_document
-from servekit.services import DataPlane, ModelControl, make_registry
+from servekit.services import Catalog, DataPlane, ModelControl, make_registry
 from servekit.version import __version__
 
 
 def create_app(
     dataplane: DataPlane,
     control: ModelControl,
+    catalog: Catalog,
     *,
     extra_routes: Sequence[Any] = (),
     max_request_bytes: int | None = None,
 ) -> InferenceApp:
-    """Build the HTTP application over ``dataplane`` and ``control``.
+    """Build the HTTP application over ``dataplane``, ``control`` and ``catalog``.
 
     Tokens (``server.auth``) are checked by one application guard, installed only when a group
     has a token (app/servekit/rest/access.py); the inference fast path reads the same policy."""
@@ -51,7 +51,7 @@ def create_app(
     fast = FastPath(dataplane, access, dataplane.plan.server.max_json_request_bytes)
     config = AppConfig(
         route_handlers=[*v2.ROUTES, *v1.ROUTES, *metrics.ROUTES, *extra_routes],
-        dependencies=dependencies(dataplane, control),
+        dependencies=dependencies(dataplane, control, catalog),
         guards=[token_guard] if access.enabled else [],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         state=State(
@@ -60,7 +60,7 @@ def create_app(
                 # the inference fast path and the token guard.
                 "dataplane": dataplane,
                 "access": access,
-                "metrics_registry": make_registry(dataplane),
+                "metrics_registry": make_registry(catalog),
                 "fast_path": fast,
             }
         ),

@@ -17,7 +17,7 @@ from litestar.params import FromPath
 
 from servekit.config.auth import ApiGroup
 from servekit.rest.access import group_opt
-from servekit.rest.inject import Dataplane
+from servekit.rest.inject import Catalog, Dataplane
 from servekit.rest.openapi import ModelStatistics, failures
 from servekit.rest.triton_json import model_config_json, statistics_json
 
@@ -56,10 +56,10 @@ def model_version_config(
     sync_to_thread=False,
     responses=failures(ApiGroup.ADMIN),
 )
-def all_model_stats(dataplane: Dataplane) -> ModelStatistics:
+def all_model_stats(catalog: Catalog) -> ModelStatistics:
     # A handler of its own: OpenAPI operation ids ignore path parameters, so sharing the handler
     # with /v2/models/{model}/stats would give two operations the same id.
-    return cast("ModelStatistics", statistics_json(dataplane.model_statistics()))
+    return cast("ModelStatistics", statistics_json(catalog.model_statistics()))
 
 
 @get(
@@ -68,8 +68,8 @@ def all_model_stats(dataplane: Dataplane) -> ModelStatistics:
     sync_to_thread=False,
     responses=ONE,
 )
-def model_stats(dataplane: Dataplane, model: FromPath[str]) -> ModelStatistics:
-    return cast("ModelStatistics", statistics_json(dataplane.model_statistics(model, None)))
+def model_stats(catalog: Catalog, model: FromPath[str]) -> ModelStatistics:
+    return cast("ModelStatistics", statistics_json(catalog.model_statistics(model, None)))
 
 
 @get(
@@ -79,9 +79,9 @@ def model_stats(dataplane: Dataplane, model: FromPath[str]) -> ModelStatistics:
     responses=ONE,
 )
 def model_version_stats(
-    dataplane: Dataplane, model: FromPath[str], version: FromPath[str]
+    catalog: Catalog, model: FromPath[str], version: FromPath[str]
 ) -> ModelStatistics:
-    return cast("ModelStatistics", statistics_json(dataplane.model_statistics(model, version)))
+    return cast("ModelStatistics", statistics_json(catalog.model_statistics(model, version)))
 
 
 ROUTES = [
@@ -92,4 +92,4 @@ ROUTES = [
     model_version_stats,
 ]
 """Mounted by the server, which names the extensions in server metadata
-(servekit.services.dataplane.CONFIG_AND_STATISTICS)."""
+(servekit.services.extensions.CONFIG_AND_STATISTICS)."""

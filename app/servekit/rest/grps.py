@@ -38,7 +38,7 @@ from servekit.protos import grps_pb2 as pb
 from servekit.rest import compression
 from servekit.rest.access import cross_site_guard, group_opt
 from servekit.rest.infer import read_body
-from servekit.rest.inject import Dataplane
+from servekit.rest.inject import Catalog, Dataplane
 from servekit.rest.leaving import ClientLeft, unless_client_leaves
 from servekit.rest.openapi import (
     GRPS_MODEL_REQUEST,
@@ -284,8 +284,8 @@ async def _chunks(
     sync_to_thread=False,
     responses=grps_failures(ApiGroup.METADATA),
 )
-def server_metadata(dataplane: Dataplane) -> Answer:
-    return _json(grps_reply.ok(str_data=grps_calls.server_metadata(dataplane)))
+def server_metadata(dataplane: Dataplane, catalog: Catalog) -> Answer:
+    return _json(grps_reply.ok(str_data=grps_calls.server_metadata(dataplane, catalog)))
 
 
 @route(

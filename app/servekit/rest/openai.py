@@ -51,9 +51,10 @@ from servekit.observability.request_ids import CURRENT
 from servekit.rest.access import group_opt
 from servekit.rest.errors import CHALLENGE, client_left_handler
 from servekit.rest.infer import read_body
-from servekit.rest.inject import Dataplane
+from servekit.rest.inject import Catalog, Dataplane
 from servekit.rest.leaving import ClientLeft, unless_client_leaves
 from servekit.rest.openapi import failures, with_media
+from servekit.services import Catalog as CatalogService
 from servekit.services import DataPlane
 from servekit.types import InferRequest, InferResponse, ModelSignature
 
@@ -134,12 +135,14 @@ EXCEPTION_HANDLERS: dict[Any, Any] = {
 
 
 # -- the model a request names ----------------------------------------------------------------
-def _model(dataplane: DataPlane, name: str, kind: str) -> tuple[OpenAISettings, ModelSignature]:
+def _model(
+    dataplane: DataPlane, catalog: CatalogService, name: str, kind: str
+) -> tuple[OpenAISettings, ModelSignature]:
     """The model's ``openai:`` settings and signature, checked against the route's kind."""
     info = CURRENT.get()
     if info is not None:  # the access log and traces name the model the body names
         info.model = name
-    settings = _settings(dataplane, name)
+    settings = _settings(catalog, name)
     if settings.kind != kind:
         route = {"chat": "chat/completions", "completion": "completions"}.get(
             settings.kind, "embeddings"
@@ -152,9 +155,9 @@ def _model(dataplane: DataPlane, name: str, kind: str) -> tuple[OpenAISettings, 
     return settings, signature
 
 
-def _settings(dataplane: DataPlane, name: str) -> OpenAISettings:
+def _settings(catalog: CatalogService, name: str) -> OpenAISettings:
     try:
-        view = dataplane.model(name)
+        view = catalog.model(name)
     except NotFound:
         raise ModelNotFound(f"the model {name!r} does not exist") from None
     config = view.plan.config
@@ -178,20 +181,22 @@ def _json(obj: dict[str, Any]) -> Answer:
 
 
 # -- models -----------------------------------------------------------------------------------
-def _entries(dataplane: DataPlane) -> list[OpenAIModel]:
-    created = int(dataplane.started_at)
+def _entries(catalog: CatalogService) -> list[OpenAIModel]:
+    created = int(catalog.started_at)
     return [
         cast("OpenAIModel", codec.model_entry(view.name, created))
-        for view in dataplane.models()
+        for view in catalog.models()
         if view.plan.config is not None and view.plan.config.openai is not None
     ]
 
 
 # -- chat and completions ---------------------------------------------------------------------
-async def _texts(request: AnyRequest, dataplane: DataPlane, kind: str) -> Response[Any]:
+async def _texts(
+    request: AnyRequest, dataplane: DataPlane, catalog: CatalogService, kind: str
+) -> Response[Any]:
     obj, arrived = await _read(request)
     decoded = codec.decode_chat(obj) if kind == "chat" else codec.decode_completion(obj)
-    settings, signature = _model(dataplane, decoded.model, kind)
+    settings, signature = _model(dataplane, catalog, decoded.model, kind)
     codec.check_size(
         decoded.texts, settings.max_input_bytes, "messages" if kind == "chat" else "prompt"
     )
@@ -336,12 +341,12 @@ def _event(obj: dict[str, Any]) -> bytes:
 
 
 # -- embeddings -------------------------------------------------------------------------------
-async def _embeddings(request: AnyRequest, dataplane: DataPlane) -> Answer:
+async def _embeddings(request: AnyRequest, dataplane: DataPlane, catalog: CatalogService) -> Answer:
     obj, arrived = await _read(request)
     decoded = codec.decode_embeddings(obj)
-    settings, signature = _model(dataplane, decoded.model, "embedding")
+    settings, signature = _model(dataplane, catalog, decoded.model, "embedding")
     codec.check_size(decoded.texts, settings.max_input_bytes, "input")
-    largest = dataplane.model(decoded.model).plan.max_batch_size or len(decoded.texts)
+    largest = catalog.model(decoded.model).plan.max_batch_size or len(decoded.texts)
     parts = [
         codec.EmbeddingRequest(
             decoded.model, decoded.texts[i : i + largest], decoded.encoding_format, None, 0
@@ -388,9 +393,9 @@ _POST: dict[str, Any] = {
 
 
 @get("/models", opt=_GROUP, responses=failures(ApiGroup.INFERENCE, 401, s401=OpenAIErrorBody))
-async def list_models(dataplane: Dataplane) -> OpenAIModelList:
+async def list_models(catalog: Catalog) -> OpenAIModelList:
     """The models served on these routes (serve.yaml ``openai:``)."""
-    return {"object": "list", "data": _entries(dataplane)}
+    return {"object": "list", "data": _entries(catalog)}
 
 
 @get(
@@ -398,29 +403,31 @@ async def list_models(dataplane: Dataplane) -> OpenAIModelList:
     opt=_GROUP,
     responses=failures(ApiGroup.INFERENCE, 401, 404, s401=OpenAIErrorBody, s404=OpenAIErrorBody),
 )
-async def retrieve_model(dataplane: Dataplane, model: FromPath[str]) -> OpenAIModel:
+async def retrieve_model(catalog: Catalog, model: FromPath[str]) -> OpenAIModel:
     """One model of ``/models``."""
-    _settings(dataplane, model)
-    found = [entry for entry in _entries(dataplane) if entry["id"] == model]
+    _settings(catalog, model)
+    found = [entry for entry in _entries(catalog) if entry["id"] == model]
     return found[0]
 
 
 @post("/chat/completions", **_POST)
-async def chat_completions(request: AnyRequest, dataplane: Dataplane) -> Response[Any]:
+async def chat_completions(
+    request: AnyRequest, dataplane: Dataplane, catalog: Catalog
+) -> Response[Any]:
     """A chat model's answer to ``messages`` (Server-Sent Events with ``stream: true``)."""
-    return await _texts(request, dataplane, "chat")
+    return await _texts(request, dataplane, catalog, "chat")
 
 
 @post("/completions", **_POST)
-async def completions(request: AnyRequest, dataplane: Dataplane) -> Response[Any]:
+async def completions(request: AnyRequest, dataplane: Dataplane, catalog: Catalog) -> Response[Any]:
     """A completion model's answer to ``prompt`` (Server-Sent Events with ``stream: true``)."""
-    return await _texts(request, dataplane, "completion")
+    return await _texts(request, dataplane, catalog, "completion")
 
 
 @post("/embeddings", **_POST)
-async def embeddings(request: AnyRequest, dataplane: Dataplane) -> Answer:
+async def embeddings(request: AnyRequest, dataplane: Dataplane, catalog: Catalog) -> Answer:
     """An embedding model's vectors for ``input`` (floats, or base64 of float32)."""
-    return await _embeddings(request, dataplane)
+    return await _embeddings(request, dataplane, catalog)
 
 
 ROUTES = [

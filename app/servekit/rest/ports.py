@@ -18,7 +18,7 @@ from litestar import get
 
 from servekit.config.auth import ApiGroup
 from servekit.rest.access import group_opt
-from servekit.rest.inject import Dataplane
+from servekit.rest.inject import Catalog
 from servekit.rest.openapi import Ports, failures
 
 
@@ -28,9 +28,9 @@ from servekit.rest.openapi import Ports, failures
     sync_to_thread=False,
     responses=failures(ApiGroup.METADATA),
 )
-def ports(dataplane: Dataplane) -> Ports:
+def ports(catalog: Catalog) -> Ports:
     """The bound HTTP and gRPC ports (gRPC null when disabled)."""
-    bound = dataplane.ports()  # Unavailable (503) while they are not known yet
+    bound = catalog.ports()  # Unavailable (503) while they are not known yet
     return {"httpPort": bound.http_port, "grpcPort": bound.grpc_port}
 
 

@@ -23,7 +23,7 @@ from servekit.errors import InvalidArgument
 from servekit.rest.access import cross_site_guard, group_opt
 from servekit.rest.inject import Control
 from servekit.rest.openapi import BODY_FAILURES, Empty, IndexRow, failures, with_media
-from servekit.services import FILE_PREFIX
+from servekit.services import ModelControl
 
 INDEX_BODY = Schema(
     type=OpenAPIType.OBJECT,
@@ -44,7 +44,7 @@ LOAD_BODY = Schema(
                 )
             },
             pattern_properties={
-                f"^{FILE_PREFIX}": Schema(
+                f"^{ModelControl.FILE_PREFIX}": Schema(
                     type=OpenAPIType.STRING,
                     description="file:<version>/<name>: a file of the pushed model, base64.",
                 )
@@ -103,7 +103,7 @@ def _parameters(body: dict[str, Any]) -> dict[str, object]:
         raise InvalidArgument("'parameters' must be a JSON object")
     out: dict[str, object] = {}
     for key, value in params.items():
-        if key.startswith(FILE_PREFIX):
+        if key.startswith(ModelControl.FILE_PREFIX):
             if not isinstance(value, str):
                 raise InvalidArgument(f"parameter {key!r} must be a base64 string")
             try:
@@ -167,4 +167,4 @@ async def repository_unload(
 
 ROUTES = [repository_index, repository_load, repository_unload]
 """Mounted by the server, which names the extension in server metadata
-(servekit.services.dataplane.REPOSITORY); the handlers get ModelControl injected (``control``)."""
+(servekit.services.extensions.REPOSITORY); the handlers get ModelControl injected (``control``)."""

@@ -27,7 +27,7 @@ from litestar import get
 
 from servekit.config.auth import ApiGroup
 from servekit.rest.access import group_opt
-from servekit.rest.inject import Dataplane
+from servekit.rest.inject import Catalog
 from servekit.rest.openapi import Worker, Workers, failures
 from servekit.services import WorkerStatus
 
@@ -38,10 +38,10 @@ from servekit.services import WorkerStatus
     sync_to_thread=False,
     responses=failures(ApiGroup.ADMIN),
 )
-def workers(dataplane: Dataplane) -> Workers:
+def workers(catalog: Catalog) -> Workers:
     """Each worker process: index, pid, state, start time, restarts, requests answered, and
     seconds since it last answered the supervisor's heartbeat."""
-    return {"workers": [_worker(status) for status in dataplane.workers()]}
+    return {"workers": [_worker(status) for status in catalog.workers()]}
 
 
 def _worker(status: WorkerStatus) -> Worker:

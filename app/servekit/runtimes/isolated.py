@@ -13,7 +13,7 @@ process:
   ``timeoutSeconds`` (the process is then killed): the calls it had get 503 / UNAVAILABLE with
   the reason, the model reports itself down with that reason (the repository shows the version
   UNAVAILABLE: :class:`~servekit.runtimes.base.Supervised`; server readiness does not count it,
-  app/servekit/services/dataplane.py) and a new process is started after a backoff (0.2 s,
+  app/servekit/services/readiness.py) and a new process is started after a backoff (0.2 s,
   doubling to 30 s while it keeps failing soon after starting); once it has loaded, the model
   is READY again. Other models never notice.
 - a client's deadline (``CALL_DEADLINE``) or cancellation never kills the process: the

@@ -1,10 +1,10 @@
 """A pipeline's stand-in runtime: its signature, for the repository and every protocol.
 
 A pipeline (serve.yaml ``pipeline:``, Triton's ensemble) has no model of its own: its steps
-are other served models, which the DataPlane runs (app/servekit/services/pipelines.py). Loading
-it gives this object, so the pipeline is a model like any other to the repository (a version,
-a state, an index row) and to metadata and configuration, whose inputs and outputs are the
-ones serve.yaml declares.
+are other served models, which the DataPlane runs
+(app/servekit/services/composition/pipelines.py). Loading it gives this object, so the
+pipeline is a model like any other to the repository (a version, a state, an index row) and to
+metadata and configuration, whose inputs and outputs are the ones serve.yaml declares.
 """
 
 from __future__ import annotations

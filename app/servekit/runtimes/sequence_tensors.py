@@ -1,6 +1,6 @@
 """The tensors a sequence model (serve.yaml ``sequenceBatching``) has beyond what clients
 see: its control inputs and implicit state, which the server fills and keeps
-(app/servekit/services/sequences.py).
+(app/servekit/services/sequences/).
 
 A Python model declares its tensors in serve.yaml, so the control and state tensors are added
 to what it declares (it receives them in its inputs dict and returns the new state among its

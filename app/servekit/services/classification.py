@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from servekit.config.compiler import ModelPlan
 from servekit.errors import InvalidArgument
 from servekit.types import Tensor
 
@@ -79,3 +80,13 @@ def _ranked(row: np.ndarray) -> np.ndarray:
 def _float_text(value: object) -> str:
     """A float as ``std::to_string`` writes it (``%f``)."""
     return f"{float(value):f}"  # type: ignore[arg-type]
+
+
+def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
+    """``outputs`` with those in ``classes`` replaced by their top k classes
+    (app/servekit/services/classification.py)."""
+    batched = plan.max_batch_size > 0
+    return [
+        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
+        for t in outputs
+    ]

@@ -1,53 +1,52 @@
-"""The one dataplane: every protocol adapter calls these methods and nothing else.
+"""The one dataplane: health, metadata and inference, what every protocol adapter calls.
 
-It picks the version, checks a request against the model's metadata (names, datatypes,
-shapes: app/servekit/services/execution/inputs.py), hands it to that version's executor
+A request is resolved (the version), validated against the model's metadata (names,
+datatypes, shapes: app/servekit/services/execution/inputs.py), run by that version's executor
 (app/servekit/services/execution/executor.py: on the loop for models measured fast, else the
-model's own worker threads, queue, deadlines and batching), checks the outputs against the
-metadata (app/servekit/services/execution/outputs.py) and records statistics.
+model's own worker threads, queue, deadlines and batching) with its outputs checked
+(app/servekit/services/execution/outputs.py), and accounted (account.py). A model that is not a
+plain call (a pipeline, a sequence model) is answered by its request kind (kinds.py), chosen
+when the version loaded (loading.py). What adapters only read is the Catalog's (catalog.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 
 from servekit.codecs.content_types import mark_outputs
 from servekit.config.auth import AccessPolicy
-from servekit.config.compiler import ModelPlan, ServePlan
+from servekit.config.compiler import ServePlan
 from servekit.config.schema import GrpsStreaming
 from servekit.errors import (
-    DeadlineExceeded,
     Internal,
     InvalidArgument,
-    NotFound,
     ServeError,
     Unavailable,
-    internal_error,
 )
 from servekit.models.calls import install as install_calls
-from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
-from servekit.results import IndexRow, LoggedError, ServerMetadata
+from servekit.models.repository import ModelRepository, State, VersionEntry
+from servekit.results import ServerMetadata
 from servekit.runtimes.base import predict_stream
-from servekit.services.classification import classify
+from servekit.services.account import Account
+from servekit.services.classification import classified
+from servekit.services.composition.model_calls import ModelCalls
+from servekit.services.composition.pipelines import Pipelines, steps_waiting
+from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
-from servekit.services.execution.jobs import ExecutorSettings
-from servekit.services.model_calls import ModelCalls
+from servekit.services.extensions import BINARY_DATA
+from servekit.services.kinds import RequestKind, handler_for
+from servekit.services.loading import VersionSetup
 from servekit.services.model_config import ModelConfiguration, model_configuration
-from servekit.services.model_stats import VersionStatistics, model_statistics
-from servekit.services.pipelines import Pipelines, steps_waiting, with_steps_waiting
 from servekit.services.prepared import PreparedVersion
-from servekit.services.sequences import SequenceCounts, Sequences
-from servekit.services.shared_memory import SharedMemoryRegions
-from servekit.services.state import CallCount, Listening, ServerState
-from servekit.services.stats import Statistics, VersionStats, WorkerState, WorkerStatus
-from servekit.services.views import ModelView, view_of
+from servekit.services.readiness import models_not_ready, not_ready_reason
+from servekit.services.sequences.handler import Sequences
+from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
+from servekit.services.state import CallCount, ServerState
+from servekit.services.stats import Statistics
 from servekit.types import (
     InferRequest,
     InferResponse,
@@ -59,33 +58,11 @@ from servekit.version import __version__
 
 log = logging.getLogger("servekit.dataplane")
 
-BINARY_DATA: tuple[str, ...] = ("binary_tensor_data", "classification")
-"""The protocol extensions every DataPlane implements: binary tensor data (its codecs) and
-classification (app/servekit/services/classification.py)."""
-SHARED_MEMORY: tuple[str, ...] = ("system_shared_memory",)
-"""System shared memory (app/servekit/services/shared_memory.py; both adapters offer its
-registration), named only when ``server.sharedMemory: system`` turns it on."""
-CONFIG_AND_STATISTICS: tuple[str, ...] = ("model_configuration", "statistics")
-"""Triton's model configuration and statistics extensions (``model_config``, ``statistics``)."""
-REPOSITORY: tuple[str, ...] = ("model_repository", "model_repository(unload_dependents)")
-"""Triton's model repository extension (index, load, unload)."""
-
-
-def server_extensions(
-    *, config_and_statistics: bool, repository: bool, shared_memory: bool = False
-) -> tuple[str, ...]:
-    """The extensions server metadata names for what the composition root enables."""
-    return (
-        *BINARY_DATA,
-        *(SHARED_MEMORY if shared_memory else ()),
-        *(CONFIG_AND_STATISTICS if config_and_statistics else ()),
-        *(REPOSITORY if repository else ()),
-    )
-
 
 class DataPlane:
-    """Health, metadata, inference, configuration and statistics over the model repository:
-    the API every adapter is given (it never reaches past it into the repository or the plan).
+    """Health, metadata and inference over the model repository: the API every adapter is
+    given with the Catalog (catalog.py, the read side); neither reaches past it into the
+    repository or the plan.
     """
 
     def __init__(
@@ -95,7 +72,10 @@ class DataPlane:
         statistics: Statistics | None = None,
         extensions: Sequence[str] = BINARY_DATA,
         shared_memory: SharedMemoryRegions | None = None,
+        sequences: Sequences | None = None,
     ) -> None:
+        """``sequences``: the sequence models' kind, shared with the Catalog that reads its
+        counts (one of its own if not given)."""
         self._state = state
         self.shared_memory = shared_memory if shared_memory is not None else SharedMemoryRegions()
         """The system shared-memory regions clients registered (register/status/unregister
@@ -103,20 +83,27 @@ class DataPlane:
         self._repository = repository
         self.statistics = statistics or Statistics()
         self._extensions = tuple(extensions)
+        self.infer: Infer = with_shared_memory(self.shared_memory, self._infer)
+        """Validate, run and answer one inference request (see ``_infer``), its tensors read
+        from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
-        self._pipelines = Pipelines(self, repository, state, self._calls.callers)
-        """Runs the steps of pipeline models (serve.yaml ``pipeline:``) as ``infer`` would."""
-        self._sequences = Sequences(self.statistics, self._deadlines)
-        """Runs sequence models (serve.yaml ``sequenceBatching``): slots, order, state."""
+        if sequences is None:
+            sequences = Sequences(self.statistics, state)
+        self._kinds: tuple[RequestKind, ...] = (
+            Pipelines(self._infer, self.statistics, repository, state, self._calls.callers),
+            sequences,
+        )
+        """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
-        # Executors are built when a version loads and re-tuned when the plan changes: never
-        # on a request's path.
-        repository.on_loaded = self._build_executor
-        state.plan_changed.append(self._retune)
+        # Executors and kinds are set when a version loads and executors re-tuned when the
+        # plan changes: never on a request's path.
+        setup = VersionSetup(state, repository, self.statistics, self._kinds, self._calls)
+        repository.on_loaded = setup
+        state.plan_changed.append(setup.retune)
         for entry in repository.entries():  # versions loaded before this DataPlane existed
             for version in entry.versions.values():
                 if version.runtime is not None and version.executor is None:
-                    version.executor = self._build_executor(entry.plan, version)
+                    version.executor = setup(entry.plan, version)
 
     # -- the server ---------------------------------------------------------------------------
     @property
@@ -136,10 +123,6 @@ class DataPlane:
         return self._state.plan.access
 
     @property
-    def started_at(self) -> float:
-        return self._state.started_at
-
-    @property
     def extensions(self) -> tuple[str, ...]:
         return self._extensions
 
@@ -152,15 +135,6 @@ class DataPlane:
         """grps Online/Offline: offline, readiness answers false on every surface so a load
         balancer drains this server, while requests that still arrive are served."""
         self._state.online = online
-
-    def ports(self) -> Listening:
-        """The bound HTTP and gRPC ports (Unavailable until they are known)."""
-        return self._state.ports()
-
-    @property
-    def listening(self) -> Listening | None:
-        """Where the server listens, or None before the listeners are up."""
-        return self._state.listening
 
     def grps_streaming(self) -> GrpsStreaming:
         """How grps HTTP predict requests ask for streaming (``server.grpsStreaming``)."""
@@ -177,51 +151,14 @@ class DataPlane:
         return self.not_ready_reason() is None
 
     def not_ready_reason(self) -> str | None:
-        """Why the server is not ready, or None when it is. Says how many models are missing,
-        not which: readiness is open to unauthenticated probes, model names are not."""
-        if self._state.draining:
-            return "the server is stopping (requests already accepted finish first)"
-        if self._state.withdrawn:
-            return (
-                "the server is stopping: it serves what still arrives for "
-                "server.drainDelaySeconds, then refuses new requests"
-            )
-        if not self._state.online:
-            return "the server is offline (draining); Online brings it back"
-        if not self._state.startup_done:
-            return "models are still loading"
-        waiting = self.models_not_ready()
-        if waiting:
-            return (
-                f"{len(waiting)} model(s) asked for are not READY (see the repository index; "
-                "server.strictReadiness: false answers ready without them)"
-            )
-        return None
+        """Why the server is not ready, or None when it is (readiness.py)."""
+        return not_ready_reason(self._state, self._repository)
 
     def models_not_ready(self) -> list[str]:
-        """Models asked for (``ModelRepository.requested``) with a version that has not loaded
-        (loading, or its load failed), or with no version at all; always empty when
-        ``server.strictReadiness`` is false.
+        """Models asked for whose versions have not loaded (readiness.py)."""
+        return models_not_ready(self._state, self._repository)
 
-        A version that loaded and then reported itself down (an isolated model's process
-        restarting, or its circuit breaker tripped: app/servekit/runtimes/isolated.py) is not
-        counted: a client's poison request would otherwise take the whole server out of its
-        load balancer while every other model serves. Per-model readiness and the repository
-        index say it, with the reason."""
-        repository = self._repository
-        if not self._state.plan.server.strict_readiness:
-            return []
-        waiting = []
-        for name in sorted(repository.requested):
-            try:
-                entry = repository.get(name)
-            except NotFound:  # asked for, then left serve.yaml: no longer served at all
-                continue
-            if not entry.versions or any(map(_not_loaded, entry.versions.values())):
-                waiting.append(name)
-        return waiting
-
-    # -- the models, as the index and the dashboard show them ----------------------------------
+    # -- the model a request reaches, and its metadata ---------------------------------------
     def model_names(self) -> list[str]:
         """Every model the server knows, loaded or not (V1 list, grps selection)."""
         return self._repository.names()
@@ -231,48 +168,6 @@ class DataPlane:
         models = self._state.plan.models
         return models[0].name if models else None
 
-    def models(self) -> list[ModelView]:
-        """Every model with its versions, states and reasons, sorted by name (frozen views)."""
-        repository = self._repository
-        entries = sorted(repository.entries(), key=lambda e: e.plan.name)
-        return [self._view(entry) for entry in entries]
-
-    def model(self, name: str) -> ModelView:
-        """One model with its versions (NotFound for an unknown name; a frozen view)."""
-        return self._view(self._repository.get(name))
-
-    def _view(self, entry: ModelEntry) -> ModelView:
-        plan = entry.plan
-        waiting = steps_waiting(self._repository, plan) if plan.pipeline else None
-        return view_of(entry, self._repository.downloading(plan.name), waiting)
-
-    def index(self, ready_only: bool = False) -> list[IndexRow]:
-        """Triton's repository index: one row per model version (name, version, state,
-        reason), ready ones only if asked; a pipeline whose steps cannot run is not READY."""
-        rows = with_steps_waiting(self._repository, self._repository.index())
-        return [r for r in rows if r.state == State.READY.value] if ready_only else rows
-
-    def recent_errors(self) -> list[LoggedError]:
-        """Failed loads and rejected serve.yaml edits, newest last (a copy)."""
-        return list(self._repository.recent_errors)
-
-    def workers(self) -> list[WorkerStatus]:
-        """Each worker process with its figures (``server.workers``); a single server answers
-        one entry, this process."""
-        found = self.statistics.workers()
-        if found is not None:
-            return found
-        success, failure = self.statistics.requests()
-        state: WorkerState = "serving" if self._state.startup_done else "starting"
-        if self._state.stopping:
-            state = "stopping"
-        started = self._state.started_at
-        return [WorkerStatus(0, os.getpid(), state, started, 0, success, failure)]
-
-    def version_stats(self, name: str, version: int) -> VersionStats:
-        """The statistics of one version (zeros if it has served nothing)."""
-        return self.statistics.find(name, version) or VersionStats()
-
     def model_config(self, name: str, version: str | None = None) -> ModelConfiguration:
         """Triton's model configuration of ``name`` as served at ``version``."""
         entry, found = self._repository.resolve(name, version)
@@ -280,18 +175,6 @@ class DataPlane:
         platform = runtime.platform if runtime is not None else entry.plan.format_name
         decoupled = runtime is not None and runtime.decoupled
         return model_configuration(entry.plan, _signature(found), platform, decoupled)
-
-    def sequence_counts(self, name: str, version: str | None = None) -> SequenceCounts:
-        """The sequence statistics of a sequence model's version (started, ended, expired by
-        idleness, active, in the backlog); zeros before its first sequence."""
-        _, found = self._repository.resolve(name, version)
-        return self._sequences.counts(found.executor) or SequenceCounts()
-
-    def model_statistics(
-        self, name: str | None = None, version: str | None = None
-    ) -> tuple[VersionStatistics, ...]:
-        """Triton's statistics of the versions a request names (see model_stats.py)."""
-        return model_statistics(self._repository, self.statistics, name, version)
 
     def server_metadata(self) -> ServerMetadata:
         return ServerMetadata(self._state.plan.server.name, __version__, self._extensions)
@@ -319,7 +202,7 @@ class DataPlane:
         return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
 
     # -- inference ----------------------------------------------------------------------------
-    async def infer(
+    async def _infer(
         self,
         request: InferRequest,
         deadline: float | None = None,
@@ -327,11 +210,12 @@ class DataPlane:
         step: bool = False,
     ) -> InferResponse:
         """Validate, run and answer one inference request: resolve -> validate -> run ->
-        account.
+        account (account.py), or resolve and hand it to its model's request kind (kinds.py:
+        pipelines, sequence models).
 
         ``deadline`` (``time.monotonic()`` seconds) is the client's, e.g. a gRPC deadline;
         a ``timeout`` request parameter (microseconds, as Triton) and
-        ``server.requestTimeoutSeconds`` may make it earlier (``_deadlines``). Past it the
+        ``server.requestTimeoutSeconds`` may make it earlier (deadlines.py). Past it the
         request is answered DeadlineExceeded and, if it had not started, never runs. How the
         request reaches the model (on the loop, in the model's threads, batched) is its
         version's executor's call (built when the version loaded).
@@ -341,33 +225,28 @@ class DataPlane:
         accepted and is served; one without it counts as arriving now.
 
         ``step``: the request is a pipeline's only running step (app/servekit/services/
-        pipelines.py), which a Python model measured light may run on the loop
+        composition/pipelines.py), which a Python model measured light may run on the loop
         (``ModelExecutor.step_placement``) unless it calls other models.
         """
         state = self._state
         if state.draining and state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
-        if request.shared_memory:  # tensors in registered regions: read, run (here), write
-            return await self.shared_memory.infer(
-                request, lambda inner: self.infer(inner, deadline, arrived)
-            )
         started = time.perf_counter_ns()
         entry, version = self._repository.resolve(request.model_name, request.model_version)
         plan = entry.plan
-        if plan.pipeline:  # a pipeline: its steps come back here, one request each
-            return await self._pipelines.infer(entry, version, request, deadline, arrived)
-        if plan.sequence is not None:  # a stateful model: its sequences' slots, in order
-            return await self._sequences.infer(entry, version, request, deadline)
         prepared: PreparedVersion | None = version.prepared
         if prepared is not None:
+            handler = prepared.handler
             stats = prepared.stats
         else:
+            handler = handler_for(self._kinds, plan)
             stats = self.statistics.of(plan.name, version.version)
+        if handler is not None:  # a pipeline, a sequence model: its kind answers
+            return await handler(entry, version, request, deadline, arrived)
         # The version counts the request in flight (unload and drain wait for it) from its
         # first await: a call on the loop runs to its answer with no await, so no one can see
         # the count in between and it is not taken (enter and leave are four calls).
-        entered = False
-        try:
+        with Account(stats, request.model_name, started) as account:
             runtime, executor = version.runtime, version.executor
             if runtime is None or not isinstance(executor, ModelExecutor):
                 raise Internal(f"model {request.model_name!r} lost its runtime while in use")
@@ -382,7 +261,7 @@ class DataPlane:
                 feed, wanted, classes, rows, names = checked
             queue_by = None
             if request.parameters or deadline is not None or state.request_timeout_s is not None:
-                deadline, queue_by = self._deadlines(request, deadline)
+                deadline, queue_by = request_deadlines(request, deadline, state.request_timeout_s)
             input_done = time.perf_counter_ns()
             # On the loop now if placed there (nothing can expire before it starts): the call
             # is timed from input_done and returns its end, so no clock read of its own.
@@ -400,8 +279,7 @@ class DataPlane:
                 infer_done = input_done + spent
             else:
                 inline = False
-                version.enter()
-                entered = True
+                account.hold(version)
                 results, queue_ns, spent = await executor.submit(
                     feed, names, rows, deadline, queue_by, step
                 )
@@ -413,19 +291,11 @@ class DataPlane:
                 mark_outputs(outputs)
             ended = time.perf_counter_ns()
             if inline:  # the model run is counted here (the executor counted one in threads)
-                stats.record_clocks(rows, 0, started, input_done, infer_done, ended)
+                account.clocks(rows, input_done, infer_done, ended)
             else:
-                stats.record_success(
+                account.succeeded(
                     rows, queue_ns, input_done - started, spent, ended - infer_done, False, ended
                 )
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead call
-            raise _model_failed(stats, started, request.model_name, exc) from exc
-        finally:
-            if entered:
-                version.leave()
         text = prepared.version_text if prepared is not None else str(version.version)
         return InferResponse(plan.name, text, outputs, request.id, {})  # positional: cheaper
 
@@ -446,16 +316,17 @@ class DataPlane:
         deadline).
         """
         entry, version = self._repository.resolve(request.model_name, request.model_version)
-        runtime = version.runtime
-        if runtime is None or not runtime.decoupled or entry.plan.sequence is not None:
+        runtime, prepared = version.runtime, version.prepared
+        kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
+        if runtime is None or not runtime.decoupled or kind is not None:  # answers once
             yield await self.infer(request, deadline, arrived)
             return
         if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         started = time.perf_counter_ns()
         stats = self.statistics.of(entry.plan.name, version.version)
-        version.enter()
-        try:
+        with Account(stats, request.model_name, started) as account:
+            account.hold(version)
             feed, wanted, classes, _ = check_request(
                 request, runtime.signature, entry.plan.max_batch_size
             )
@@ -477,14 +348,7 @@ class DataPlane:
                     if self._state.stopping:
                         raise Unavailable("the server is shutting down; the stream ends here")
             spent = time.perf_counter_ns() - input_done
-            stats.record_success(1, 0, input_done - started, spent, 0, executed=True)
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, not a dead call
-            raise _model_failed(stats, started, request.model_name, exc) from exc
-        finally:
-            version.leave()
+            account.succeeded(1, 0, input_done - started, spent, 0, executed=True)
 
     def decoupled(self, name: str, version: str | None = None) -> bool:
         """Whether the version a request for (name, version) would use streams its responses
@@ -494,92 +358,6 @@ class DataPlane:
         except ServeError:
             return False
         return found.runtime is not None and found.runtime.decoupled
-
-    def request_deadlines(
-        self, request: InferRequest, deadline: float | None
-    ) -> tuple[float | None, float | None]:
-        """See ``_deadlines`` (a pipeline works its deadline out once, for all its steps)."""
-        return self._deadlines(request, deadline)
-
-    def _deadlines(
-        self, request: InferRequest, deadline: float | None
-    ) -> tuple[float | None, float | None]:
-        """When the request expires as a whole and when it must have started.
-
-        It expires at the earliest of the client's deadline (a gRPC deadline), its ``timeout``
-        parameter (microseconds from now, as Triton's clients send it; 0 or absent: none) and
-        ``server.requestTimeoutSeconds``: queued or running, in a model, a sequence or a
-        pipeline's steps, it is then answered DeadlineExceeded, whatever the protocol. The
-        ``timeout`` parameter is also when it must have started (it does not wait a loop pass
-        for company, ``ModelExecutor.run_now``)."""
-        now = time.monotonic()
-        cap_s = self._state.request_timeout_s
-        if cap_s is not None:
-            cap = now + cap_s
-            deadline = cap if deadline is None else min(deadline, cap)
-        if deadline is not None and deadline <= now:
-            raise DeadlineExceeded(
-                f"model {request.model_name!r}: the request's deadline had passed when it arrived"
-            )
-        timeout = request.parameters.get("timeout")
-        if timeout is None:
-            return deadline, None
-        if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
-            raise InvalidArgument(
-                "parameter 'timeout' must be a whole number of microseconds (0: no timeout)"
-            )
-        if not timeout:
-            return deadline, None
-        by = now + timeout / 1e6
-        return (by if deadline is None or by < deadline else deadline), by
-
-    def _build_executor(self, plan: ModelPlan, version: VersionEntry) -> ModelExecutor:
-        """The executor of a version that has just loaded (the repository's load hook)."""
-        assert version.runtime is not None
-        stats = self.statistics.of(plan.name, version.version)
-        runtime = version.runtime
-        # A runtime whose outputs are trusted is servekit's own (ONNX): it only reads the
-        # output names it is given, so the common request's lists are shared, not copied.
-        version.prepared = PreparedVersion(
-            runtime.signature, plan.max_batch_size, stats, version.version, runtime.outputs_trusted
-        )
-        settings = ExecutorSettings.of(plan, self._state.inline_below_ns)
-        with contextlib.suppress(RuntimeError):  # loaded on the loop: models' calls run there
-            self._calls.loop = asyncio.get_running_loop()
-        executor = ModelExecutor(plan.name, version, version.runtime, stats, settings)
-        state = self._state
-        executor.in_progress = lambda: state.requests_in_progress()  # (set after start)
-        executor.read_together = lambda: state.read_together()
-        return executor
-
-    def _retune(self) -> None:
-        """A new plan is in force: executors learnt against another inline bound start over."""
-        bound = self._state.inline_below_ns
-        for entry in self._repository.entries():
-            for version in entry.versions.values():
-                executor = version.executor
-                if isinstance(executor, ModelExecutor) and executor.placement.threshold_ns != bound:
-                    executor.retune(bound)
-
-    def load_here(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """Requests per (model, version) in this process now: (pending: queued, not started;
-        inflight: started, not answered), for every version with an executor."""
-        found: dict[tuple[str, int], tuple[int, int]] = {}
-        for entry in self._repository.entries():
-            for version in entry.versions.values():
-                executor = version.executor
-                if isinstance(executor, ModelExecutor):
-                    found[(entry.plan.name, version.version)] = executor.load()
-        return found
-
-    def load(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """``load_here`` summed with the other workers' (``server.workers``): the gauges an
-        autoscaler reads, whichever worker answers the scrape."""
-        total = self.load_here()
-        for key, (pending, inflight) in self.statistics.others_load().items():
-            mine = total.get(key, (0, 0))
-            total[key] = (mine[0] + pending, mine[1] + inflight)
-        return total
 
     def in_flight(self) -> int:
         """Inference requests accepted and not yet finished, queued or running, over every
@@ -596,34 +374,7 @@ class DataPlane:
         return _signature(found)
 
 
-def _not_loaded(version: VersionEntry) -> bool:
-    """Not READY and holding no runtime: still loading, or its load failed (a version holding
-    its runtime while UNAVAILABLE is a loaded one reporting itself down: ModelRepository._watch)."""
-    return version.state is not State.READY and version.runtime is None
-
-
 def _signature(found: VersionEntry) -> ModelSignature:
     if found.state is not State.READY or found.runtime is None:
         raise Internal("version is not loaded")
     return found.runtime.signature
-
-
-def classified(outputs: list[Tensor], classes: dict[str, int], plan: ModelPlan) -> list[Tensor]:
-    """``outputs`` with those in ``classes`` replaced by their top k classes
-    (app/servekit/services/classification.py)."""
-    batched = plan.max_batch_size > 0
-    return [
-        classify(t, classes[t.name], plan.labels(t.name), batched) if t.name in classes else t
-        for t in outputs
-    ]
-
-
-def _model_failed(stats: VersionStats, started: int, model: str, exc: Exception) -> Internal:
-    """Count a request (unary or stream) a model failed on unexpectedly, log the exception
-    under a reference, and return the clean error its client gets (the exception's text may
-    hold paths or secrets). Callers raise it at once: kept in a local of the failing frame
-    (which the traceback holds), a disconnected SSE client's model generator was seen to stay
-    open (tests/test_decoupled.py)."""
-    stats.record_failure(time.perf_counter_ns() - started)
-    where = f"model {model!r}"
-    return Internal(f"{where} failed: {internal_error(log, exc, where)}")

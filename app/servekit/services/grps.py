@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator
 from servekit.codecs import grps_reply
 from servekit.codecs.grps_reply import GrpsMessage
 from servekit.errors import NotFound, unknown_model
+from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane
 from servekit.types import InferResponse
 
@@ -56,14 +57,14 @@ def readiness(dataplane: DataPlane) -> GrpsMessage:
     return grps_reply.readiness(dataplane.not_ready_reason())
 
 
-def server_metadata(dataplane: DataPlane) -> str:
+def server_metadata(dataplane: DataPlane, catalog: Catalog) -> str:
     return grps_reply.server_metadata_text(
         dataplane.server_metadata(),
         live=dataplane.live(),
         ready=dataplane.ready(),
         online=dataplane.online,
         default_model=dataplane.default_model(),
-        models=dataplane.index(),
+        models=catalog.index(),
     )
 
 

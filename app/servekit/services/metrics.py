@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from servekit.errors import ServeError
 from servekit.observability.metrics import CustomCollector, registry
-from servekit.services.dataplane import DataPlane
+from servekit.services.catalog import Catalog
 from servekit.services.stats import QUEUE_BUCKETS_S, VersionStats
 from servekit.services.views import READY, STATES
 
@@ -28,11 +28,11 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Upper bounds of the batch-size histogram (rows per model execution)."""
 
 
-class DataPlaneCollector(Collector):
+class CatalogCollector(Collector):
     """Exposes per model-version request counts, durations and states."""
 
-    def __init__(self, dataplane: DataPlane) -> None:
-        self._dataplane = dataplane
+    def __init__(self, catalog: Catalog) -> None:
+        self._catalog = catalog
 
     def collect(self) -> Iterator[Metric]:
         labels = ["model", "version"]
@@ -106,10 +106,10 @@ class DataPlaneCollector(Collector):
             "cannot be reached (server.storage.whenUnreachable), else 0",
             labels=["model"],
         )
-        for (name, number), (waiting, started) in sorted(self._dataplane.load().items()):
+        for (name, number), (waiting, started) in sorted(self._catalog.load().items()):
             pending.add_metric([name, str(number)], waiting)
             inflight.add_metric([name, str(number)], started)
-        for model in self._dataplane.models():
+        for model in self._catalog.models():
             name = model.name
             if model.plan.remote is not None:
                 cached.add_metric([name], float(model.plan.cached_copy is not None))
@@ -117,12 +117,12 @@ class DataPlaneCollector(Collector):
                 number = version.number
                 key = [name, str(number)]
                 if model.plan.sequence is not None and version.state == READY:
-                    _sequence_metrics(self._dataplane, key, sequences, slots)
+                    _sequence_metrics(self._catalog, key, sequences, slots)
                 for candidate in STATES:
                     state.add_metric([*key, candidate], float(version.state == candidate))
                 if version.warmup_s is not None:
                     warmup.add_metric(key, version.warmup_s)
-                stats = self._dataplane.statistics.find(name, number)
+                stats = self._catalog.statistics.find(name, number)
                 if stats is None:
                     continue
                 success.add_metric(key, stats.success.count)
@@ -140,13 +140,13 @@ class DataPlaneCollector(Collector):
 
 
 def _sequence_metrics(
-    dataplane: DataPlane,
+    catalog: Catalog,
     key: list[str],
     sequences: CounterMetricFamily,
     slots: GaugeMetricFamily,
 ) -> None:
     try:
-        counts = dataplane.sequence_counts(key[0], key[1])
+        counts = catalog.sequence_counts(key[0], key[1])
     except ServeError:  # unloaded meanwhile
         return
     for event in ("started", "ended", "expired"):
@@ -178,8 +178,6 @@ def _histograms(
     queue_seconds.add_metric(key, queue_buckets, sum_value=stats.queue.ns / 1e9)
 
 
-def make_registry(dataplane: DataPlane) -> CollectorRegistry:
+def make_registry(catalog: Catalog) -> CollectorRegistry:
     """A registry of this server's metrics only (and its models' own)."""
-    return registry(
-        DataPlaneCollector(dataplane), CustomCollector(dataplane.statistics.custom_samples)
-    )
+    return registry(CatalogCollector(catalog), CustomCollector(catalog.statistics.custom_samples))

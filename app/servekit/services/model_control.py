@@ -66,9 +66,11 @@ from servekit.models import storage
 from servekit.models.pushed_config import check_code, check_limits, check_sources, parse_load_config
 from servekit.models.remote import RemoteModels
 from servekit.models.repository import ModelEntry, ModelRepository, State
+from servekit.models.warmup import warmup_problems
 from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
-from servekit.services.pipelines import with_steps_waiting
+from servekit.runtimes.python_check import python_problems
+from servekit.services.composition.pipelines import with_steps_waiting
 from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
@@ -82,6 +84,21 @@ class ModelControl:
     holds it for minutes leaves every other model loadable. serve.yaml edits are applied one
     at a time too, each model's change under that model's lock.
     """
+
+    FILE_PREFIX = storage.FILE_PREFIX
+    """Parameters of a push (Triton's model load) starting with it carry a file of the model."""
+
+    @staticmethod
+    def python_problems(plan: ServePlan) -> dict[str, str]:
+        """Model name -> why a load would refuse it, for each Python model of ``plan`` that
+        would fail to load (``servekit validate``; app/servekit/runtimes/python_check.py)."""
+        return python_problems(plan)
+
+    @staticmethod
+    def warmup_problems(plan: ModelPlan) -> list[str]:
+        """Why ``plan``'s warm-up samples would fail its load, where the model file tells
+        without loading it (app/servekit/models/warmup.py)."""
+        return warmup_problems(plan)
 
     def __init__(self, state: ServerState, repository: ModelRepository) -> None:
         self._state = state

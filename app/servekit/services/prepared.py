@@ -4,9 +4,10 @@ Every inference request used to look up its version's statistics by (name, versi
 the version number into text for the answer, and check its inputs against the metadata by
 walking the signature's specs with a generator per shape. A :class:`PreparedVersion` is built
 with the version's executor (``DataPlane._build_executor``) and holds the results: the
-statistics object, the version's text, and the input checks compiled by
-app/servekit/services/execution/inputs.py (``CompiledInputs``: one tuple per input, datatype,
-rank, fixed dimensions), the one module that checks inputs, fast path and general way.
+statistics object, the version's text, its request kind's handler (if any), and the input
+checks compiled by app/servekit/services/execution/inputs.py (``CompiledInputs``: one tuple
+per input, datatype, rank, fixed dimensions), the one module that checks inputs, fast path and
+general way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from servekit.services.execution.inputs import Checked, CompiledInputs
+from servekit.services.kinds import Handler
 from servekit.services.stats import VersionStats
 from servekit.types import InferRequest, ModelSignature
 
@@ -21,7 +23,7 @@ from servekit.types import InferRequest, ModelSignature
 class PreparedVersion:
     """The per-request constants of one loaded version (see the module docstring)."""
 
-    __slots__ = ("check", "signature", "stats", "tabular", "version_text")
+    __slots__ = ("check", "handler", "signature", "stats", "tabular", "version_text")
 
     def __init__(
         self,
@@ -30,9 +32,12 @@ class PreparedVersion:
         stats: VersionStats,
         version: int,
         share_outputs: bool = False,
+        handler: Handler | None = None,
     ) -> None:
         """``share_outputs``: the runtime never changes the output-name list it is given
-        (``CompiledInputs``)."""
+        (``CompiledInputs``). ``handler``: the request kind that answers this version's
+        requests (kinds.py; None: a plain model call)."""
+        self.handler = handler
         self.signature = signature
         """The signature the checks were compiled from (a request whose runtime reports
         another takes the general way)."""

@@ -51,9 +51,9 @@ import resource
 import stat
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from servekit.codecs.raw import tensor_from_bytes, tensor_to_buffer
 from servekit.datatypes import lookup
@@ -562,3 +562,34 @@ def _file_name(name: str, key: object) -> str:
             "no '.' or '..')"
         )
     return filename
+
+
+class Infer(Protocol):
+    """``DataPlane.infer``'s shape: what :func:`with_shared_memory` wraps and returns."""
+
+    def __call__(
+        self,
+        request: InferRequest,
+        deadline: float | None = None,
+        arrived: float | None = None,
+        step: bool = False,
+    ) -> Coroutine[Any, Any, InferResponse]: ...
+
+
+def with_shared_memory(regions: SharedMemoryRegions, infer: Infer) -> Infer:
+    """``infer`` decorated for requests whose tensors are in registered regions: such a
+    request is run by ``regions`` (inputs read, ``infer`` run, outputs written); any other
+    goes to ``infer`` as it is. A plain function returning ``infer``'s awaitable, not a
+    coroutine of its own: every request passes here."""
+
+    def infer_with_regions(
+        request: InferRequest,
+        deadline: float | None = None,
+        arrived: float | None = None,
+        step: bool = False,
+    ) -> Coroutine[Any, Any, InferResponse]:
+        if request.shared_memory:
+            return regions.infer(request, lambda inner: infer(inner, deadline, arrived, step))
+        return infer(request, deadline, arrived, step)
+
+    return infer_with_regions

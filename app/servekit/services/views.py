@@ -22,6 +22,17 @@ UNLOADING = State.UNLOADING.value
 UNAVAILABLE = State.UNAVAILABLE.value
 
 
+class ModelState:
+    """The states of :data:`STATES` by name, as adapters compare and list them (plain
+    strings: what every surface answers)."""
+
+    READY = READY
+    LOADING = LOADING
+    UNLOADING = UNLOADING
+    UNAVAILABLE = UNAVAILABLE
+    ALL = STATES
+
+
 @dataclass(frozen=True, slots=True)
 class VersionView:
     number: int
@@ -57,8 +68,9 @@ def view_of(
 ) -> ModelView:
     """The view of ``entry``; while ``download`` brings the files of a model with no version
     serving, its versions show as LOADING with the progress as their reason (as the index).
-    ``waiting``: why a pipeline's steps cannot run (services/pipelines.py ``steps_waiting``):
-    its READY versions show as UNAVAILABLE with that reason, as ``/ready`` answers false."""
+    ``waiting``: why a pipeline's steps cannot run (services/composition/pipelines.py
+    ``steps_waiting``): its READY versions show as UNAVAILABLE with that reason, as ``/ready``
+    answers false."""
     fetching = download if download is not None and not entry.ready_versions() else None
     versions = tuple(
         VersionView(

@@ -229,7 +229,7 @@ async def _run(spec: WorkerSpec, plan: ServePlan) -> None:
     await worker.connect()
     assert worker.channel is not None
     kit = ServeKit(plan, worker.statistics, worker=worker)
-    worker.load = kit.dataplane.load_here
+    worker.load = kit.catalog.load_here
     await kit.start()
     await worker.request({"op": "listening", "worker": spec.index})
     watcher = None

@@ -63,8 +63,7 @@ DEADLINE_SOURCES = (
     "the client's deadline, its 'timeout' parameter or server.requestTimeoutSeconds, whichever "
     "is first"
 )
-"""What a deadline in an answer may have come from (app/servekit/services/dataplane.py
-``_deadlines``)."""
+"""What a deadline in an answer may have come from (app/servekit/services/deadlines.py)."""
 
 log = logging.getLogger("servekit.executor")
 
@@ -96,7 +95,7 @@ class ModelExecutor:
             if runtime.may_run_inline
             else Placement(name, settings.inline_below_ns, may_inline=True)
         )
-        """Where this version runs as a step of a pipeline (app/servekit/services/pipelines.py),
+        """Where this version runs as a step of a pipeline (services/composition/pipelines.py),
         for a runtime that may block (Python): learnt from its calls in threads like any
         placement, and used only by a pipeline request whose only running step it is, so a
         light featurise or post-process step costs no thread hop. A slow call on the loop sends
@@ -111,7 +110,7 @@ class ModelExecutor:
         self._closed = False
         self.on_close: list[Callable[[], None]] = []
         """Called when the version is retired: what else runs this version's calls (a
-        sequence model's batcher, app/servekit/services/sequences.py) stops with it."""
+        sequence model's batcher, app/servekit/services/sequences/) stops with it."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._soon: asyncio.Handle | None = None
         self._probing = False

@@ -1,7 +1,8 @@
 """Pipelines (serve.yaml ``pipeline:``, Triton's ensembles): run their steps in this process.
 
-The DataPlane hands a request for a pipeline here (one line in ``DataPlane.infer``). Each step
-is a request for its model as ``DataPlane.infer`` would run it (pipeline_steps.py: its call
+The DataPlane hands a request for a pipeline here (the request kind registered for pipelines:
+services/kinds.py). Each step is a request for its model as ``DataPlane.infer`` would run it
+(steps.py: its call
 worked out once per model version; a step that is not a plain model goes through
 ``DataPlane.infer`` itself), so every step keeps its own executor, batching, queue limits and
 statistics, and the arrays pass from one step to the next as they are (the same numpy objects:
@@ -18,22 +19,25 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.schema import PipelineStep
 from servekit.errors import Internal, InvalidArgument, NotFound, ServeError, Unavailable
 from servekit.models.repository import ModelEntry, ModelRepository, State, VersionEntry
 from servekit.results import IndexRow
+from servekit.services.account import Account
+from servekit.services.classification import classified
+from servekit.services.composition.steps import StepCall, step_call
+from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.inputs import requested_outputs, validate_inputs
-from servekit.services.pipeline_steps import StepCall, step_call
+from servekit.services.state import ServerState
+from servekit.services.stats import Statistics
 from servekit.types import InferRequest, InferResponse, RequestedOutput, Tensor
 
-if TYPE_CHECKING:
-    from servekit.services.dataplane import DataPlane
-    from servekit.services.state import ServerState
+Infer = Callable[..., Awaitable[InferResponse]]
+"""``DataPlane.infer``: a step that is not a plain model goes through it (``step=`` too)."""
 
 READY = State.READY.value
 UNAVAILABLE = State.UNAVAILABLE.value
@@ -77,23 +81,28 @@ def with_steps_waiting(repository: ModelRepository, rows: list[IndexRow]) -> lis
 
 
 class Pipelines:
-    """Runs pipeline requests over the DataPlane's own inference (whether a pipeline's
-    steps can run is ``steps_waiting``'s to say)."""
+    """The pipelines' request kind: runs their steps over the DataPlane's own inference
+    (whether a pipeline's steps can run is ``steps_waiting``'s to say)."""
 
     def __init__(
         self,
-        dataplane: DataPlane,
+        infer: Infer,
+        statistics: Statistics,
         repository: ModelRepository,
         state: ServerState,
         callers: set[str],
     ) -> None:
-        self._dataplane = dataplane
+        self._infer = infer
+        self._statistics = statistics
         self._repository = repository
         self._state = state
         self._callers = callers
         """Models that have called another (ModelCalls.callers): never on the loop as a step."""
         self._plans: dict[str, _Plan] = {}
         """Each pipeline's steps as worked out for its plan in force (see ``_Plan``)."""
+
+    def serves(self, plan: ModelPlan) -> bool:
+        return bool(plan.pipeline)
 
     async def infer(
         self,
@@ -104,8 +113,6 @@ class Pipelines:
         arrived: float | None,
     ) -> InferResponse:
         """Answer ``request`` for the pipeline ``entry`` by running its steps."""
-        from servekit.services.dataplane import classified  # the DataPlane imports this module
-
         plan = entry.plan
         started = time.perf_counter_ns()
         if arrived is None:  # accepted now: its steps still run if a graceful stop begins
@@ -114,9 +121,9 @@ class Pipelines:
         if prepared is not None:
             stats = prepared.stats
         else:
-            stats = self._dataplane.statistics.of(plan.name, version.version)
-        version.enter()
-        try:
+            stats = self._statistics.of(plan.name, version.version)
+        with Account(stats, plan.name, started) as account:
+            account.hold(version)
             runtime = version.runtime
             if runtime is None:
                 raise Internal(f"pipeline {plan.name!r} lost its runtime while in use")
@@ -129,8 +136,9 @@ class Pipelines:
                 wanted, classes = requested_outputs(request, signature)
             else:
                 _, wanted, classes, _, _ = checked
-            if request.parameters or deadline is not None or self._state.request_timeout_s:
-                deadline, _ = self._dataplane.request_deadlines(request, deadline)
+            cap_s = self._state.request_timeout_s
+            if request.parameters or deadline is not None or cap_s:
+                deadline, _ = request_deadlines(request, deadline, cap_s)
             input_done = time.perf_counter_ns()
             tensors = {t.name: t for t in request.inputs}
             known = self._plans.get(plan.name)
@@ -147,7 +155,7 @@ class Pipelines:
             if classes:
                 outputs = classified(outputs, classes, plan)
             rows = request.inputs[0].shape[0] if plan.max_batch_size and request.inputs else 1
-            stats.record_success(
+            account.succeeded(
                 rows,
                 0,
                 input_done - started,
@@ -155,11 +163,6 @@ class Pipelines:
                 time.perf_counter_ns() - infer_done,
                 executed=True,
             )
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        finally:
-            version.leave()
         text = prepared.version_text if prepared is not None else str(version.version)
         return InferResponse(plan.name, text, outputs, request.id)
 
@@ -167,7 +170,7 @@ class Pipelines:
 class _Plan:
     """A pipeline's steps as worked out once for its plan: whether they form a chain (each
     waits for the one before: run in turn, no tasks), each step's version as a request names
-    it, and each step's call to the model version it last reached (pipeline_steps.py; None:
+    it, and each step's call to the model version it last reached (steps.py; None:
     not worked out yet, or the step takes the general way)."""
 
     __slots__ = ("calls", "chain", "plan", "versions")
@@ -246,8 +249,7 @@ class _Run:
                 )
                 return
             request = _step_request(step, self._tensors, self._request_id)
-            infer = pipelines._dataplane.infer
-            response = await infer(request, self._deadline, self._arrived, step=alone)
+            response = await pipelines._infer(request, self._deadline, self._arrived, step=alone)
         except ServeError as exc:
             raise _step_failed(known.plan.name, index, step, exc) from exc
         _keep(step, response, self._tensors)

@@ -19,9 +19,9 @@ or a non-empty string: its correlation ID) and marks the first and last requests
 * a request for a sequence that is not in progress without START is refused with Triton's
   words, as are a missing correlation ID and a batch of more than one row.
 
-The DataPlane hands a sequence model's requests here (one ``if``); this module owns the
+The request kind (handler.py) queues a sequence model's requests here; this module owns the
 sequences and their threads, the version's ModelExecutor (closed when the version is
-retired) closes them.
+retired) closes them. A request's flags are read by flags.py.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ import logging
 import queue
 import threading
 import time
-import weakref
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,62 +46,14 @@ from servekit.errors import (
     Overloaded,
     ServeError,
     Unavailable,
-    Unimplemented,
     internal_error,
 )
-from servekit.models.repository import ModelEntry, VersionEntry
-from servekit.observability.request_ids import CURRENT, client_address
+from servekit.models.repository import VersionEntry
 from servekit.runtimes.base import Arrays, ModelRuntime, Predict
-from servekit.services.execution.executor import ModelExecutor
-from servekit.services.execution.inputs import check_request
-from servekit.services.stats import Statistics, VersionStats
-from servekit.types import InferRequest, InferResponse
+from servekit.services.sequences.flags import CorrelationId, SequenceFlags
+from servekit.services.stats import VersionStats
 
 log = logging.getLogger("servekit.sequences")
-
-CorrelationId = int | str
-UINT64_MAX = (1 << 64) - 1
-MAX_CORRELATION_ID_BYTES = 256
-"""Longest string correlation ID (UTF-8 bytes): IDs are kept, logged and given to the model."""
-
-
-@dataclass(frozen=True, slots=True)
-class SequenceFlags:
-    """What a request says of its sequence (its parameters, checked)."""
-
-    correlation_id: CorrelationId
-    start: bool
-    end: bool
-
-
-def sequence_flags(request: InferRequest) -> SequenceFlags:
-    """The correlation ID and START/END flags of a request to a sequence model (Triton's
-    words when there is no ID)."""
-    params = request.parameters
-    raw = params.get("sequence_id")
-    if isinstance(raw, bool) or not isinstance(raw, int | str | None):
-        raise InvalidArgument("parameter 'sequence_id' must be an unsigned integer or a string")
-    if isinstance(raw, int) and not 0 <= raw <= UINT64_MAX:
-        raise InvalidArgument("parameter 'sequence_id' must be an unsigned 64-bit integer")
-    if isinstance(raw, str) and len(raw) > MAX_CORRELATION_ID_BYTES // 4:
-        size = len(raw.encode("utf-8", "surrogatepass"))
-        if size > MAX_CORRELATION_ID_BYTES:
-            raise InvalidArgument(
-                f"parameter 'sequence_id' is a string of {size} bytes; a string correlation "
-                f"ID is at most {MAX_CORRELATION_ID_BYTES} bytes (UTF-8)"
-            )
-    if raw is None or raw == 0 or raw == "":
-        raise InvalidArgument(
-            f"inference request to model '{request.model_name}' must specify a non-zero or "
-            "non-empty correlation ID"
-        )
-    flags = []
-    for name in ("sequence_start", "sequence_end"):
-        value = params.get(name, False)
-        if not isinstance(value, bool):
-            raise InvalidArgument(f"parameter {name!r} must be true or false")
-        flags.append(value)
-    return SequenceFlags(raw, flags[0], flags[1])
 
 
 @dataclass(slots=True, eq=False)
@@ -551,104 +501,3 @@ class SequenceBatcher:
                 self._loop.call_soon_threadsafe(self._finished, instance, call)
             except RuntimeError:  # the loop is closed: nobody waits for this answer
                 return
-
-
-class Sequences:
-    """The DataPlane's door to sequence batching: one batcher per loaded version, built on
-    its first request and closed with the version's executor."""
-
-    def __init__(
-        self,
-        statistics: Statistics,
-        deadlines: Callable[[InferRequest, float | None], tuple[float | None, float | None]],
-    ) -> None:
-        self._statistics = statistics
-        self._deadlines = deadlines
-        self._batchers: weakref.WeakKeyDictionary[ModelExecutor, SequenceBatcher] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def batcher(self, entry: ModelEntry, version: VersionEntry) -> SequenceBatcher:
-        runtime, executor = version.runtime, version.executor
-        if runtime is None or not isinstance(executor, ModelExecutor):
-            raise Internal(f"model {entry.plan.name!r} lost its runtime while in use")
-        found = self._batchers.get(executor)
-        if found is None:
-            plan = entry.plan
-            assert plan.sequence is not None
-            if runtime.decoupled:
-                raise Unimplemented(
-                    f"model {plan.name!r} streams its responses (decoupled); sequence batching "
-                    "is offered for models that answer once per request"
-                )
-            found = SequenceBatcher(
-                plan.name,
-                plan.sequence,
-                runtime,
-                version,
-                plan.instances,
-                plan.max_batch_size,
-                plan.config.max_queue_size if plan.config is not None else 0,
-                self._statistics.of(plan.name, version.version),
-            )
-            self._batchers[executor] = found
-            executor.on_close.append(found.close)
-        return found
-
-    def counts(self, executor: object) -> SequenceCounts | None:
-        """The sequence statistics of a version (by its executor), None before its first
-        sequence request."""
-        if not isinstance(executor, ModelExecutor):
-            return None
-        found = self._batchers.get(executor)
-        return found.counts if found is not None else None
-
-    async def infer(
-        self,
-        entry: ModelEntry,
-        version: VersionEntry,
-        request: InferRequest,
-        deadline: float | None,
-    ) -> InferResponse:
-        """Run one request of a sequence (the DataPlane's ``infer`` for a sequence model)."""
-        started = time.perf_counter_ns()
-        plan = entry.plan
-        stats = self._statistics.of(plan.name, version.version)
-        version.enter()
-        try:
-            flags = sequence_flags(request)
-            batcher = self.batcher(entry, version)
-            runtime = version.runtime
-            executor = version.executor
-            assert runtime is not None and isinstance(executor, ModelExecutor)
-            feed, wanted, classes, rows = check_request(
-                request, runtime.signature, plan.max_batch_size
-            )
-            if classes:
-                raise InvalidArgument("classification is not offered for a sequence model")
-            if rows != 1:
-                raise InvalidArgument(
-                    f"inference request to model '{plan.name}' must specify batch-size 1 due "
-                    "to requirements of sequence batcher"
-                )
-            if request.parameters or deadline is not None:
-                deadline, _ = self._deadlines(request, deadline)
-            input_done = time.perf_counter_ns()
-            info = CURRENT.get()  # the adapter's: who sent it (no transport code here)
-            client = client_address(info.client) if info is not None else None
-            future = batcher.enqueue(flags, feed, [s.name for s in wanted], deadline, client)
-            try:
-                results, queue_ns, spent = await future
-            except asyncio.CancelledError:
-                batcher.abandon(future)
-                raise
-            infer_done = time.perf_counter_ns()
-            outputs = executor.check.tensors(results, wanted)
-            output_ns = time.perf_counter_ns() - infer_done
-            stats.record_success(1, queue_ns, input_done - started, spent, output_ns, False)
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        finally:
-            version.leave()
-        return InferResponse(plan.name, str(version.version), outputs, id=request.id)

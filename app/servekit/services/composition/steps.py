@@ -20,20 +20,18 @@ the same words as any request (so no refusal is worded twice).
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.schema import PipelineStep
-from servekit.errors import DeadlineExceeded, Internal, ServeError, internal_error
+from servekit.errors import DeadlineExceeded, Internal
 from servekit.models.repository import VersionEntry
+from servekit.services.account import Account
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.stats import VersionStats
 from servekit.types import ModelSignature, Tensor, TensorSpec
-
-log = logging.getLogger("servekit.dataplane")
 
 _Input = tuple[str, str, str, int, tuple[tuple[int, int], ...]]
 """A mapped input: the model's name for it, the pipeline tensor it reads, its datatype, rank
@@ -124,15 +122,13 @@ class StepCall:
         statistics. ``alone``: the pipeline's only running step, which a light Python model
         may run on the loop (``ModelExecutor.step_placement``) unless it calls other models."""
         started = time.perf_counter_ns()
-        stats = self.stats
-        version = self.version
-        version.enter()
-        try:
+        with Account(self.stats, self.model, started) as account:
+            account.hold(self.version)
             if deadline is not None and deadline <= time.monotonic():
                 raise DeadlineExceeded(
                     f"model {self.model!r}: the request's deadline had passed when it arrived"
                 )
-            executor = version.executor
+            executor = self.version.executor
             if not isinstance(executor, ModelExecutor):  # unloaded since it was resolved
                 raise Internal(f"model {self.model!r} lost its runtime while in use")
             names = self._names
@@ -158,16 +154,7 @@ class StepCall:
             for name, tensor in zip(self._renames, outputs, strict=True):
                 tensors[name] = Tensor(name, tensor.datatype, tensor.shape, tensor.data)
             output_ns = time.perf_counter_ns() - infer_done
-            stats.record_success(rows, queue_ns, input_done - started, spent, output_ns, inline)
-        except ServeError:
-            stats.record_failure(time.perf_counter_ns() - started)
-            raise
-        except Exception as exc:  # a runtime bug must become a clean error, as in DataPlane
-            stats.record_failure(time.perf_counter_ns() - started)
-            where = f"model {self.model!r}"
-            raise Internal(f"{where} failed: {internal_error(log, exc, where)}") from exc
-        finally:
-            version.leave()
+            account.succeeded(rows, queue_ns, input_done - started, spent, output_ns, inline)
 
 
 def step_call(step: PipelineStep, plan: ModelPlan, version: VersionEntry) -> StepCall | None:
