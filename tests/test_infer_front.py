@@ -32,12 +32,15 @@ from wires import Wire
 from servekit.codecs import v2_json
 from servekit.config.schema import NetworkLimits
 from servekit.datatypes import lookup
-from servekit.edge import EdgeProtocol, EdgeState
 from servekit.errors import InvalidArgument
+from servekit.http import inference_lane as fast
+from servekit.http import request_ids
+from servekit.http.connection import EdgeProtocol
+from servekit.http.limits import EdgeState
 from servekit.request_id import ACCESS
-from servekit.rest import fast, front, request_ids
-from servekit.rest.fast import FastAnswer, fast_answer
+from servekit.rest import front
 from servekit.rest.front import InferenceApp
+from servekit.rest.front import inference_lane as fast_answer
 from servekit.tracing import TRACING
 
 pytestmark = pytest.mark.anyio
@@ -186,8 +189,9 @@ class _general(list[Any]):
     skipped and the general way runs."""
 
 
-# -- the answer at the connection (servekit.rest.fast) --------------------------------------------
-# The same application behind the edge's protocol (app/servekit/edge.py) over a transport that
+# -- the answer at the connection (servekit.http.inference_lane) ----------------------------------
+# The same application behind the edge's protocol (app/servekit/http/connection.py) over a
+# transport that
 # records what would be sent, fed raw HTTP/1.1 bytes as a socket would feed them: once with the
 # inference routes answered at the connection, once with every request through uvicorn's ASGI
 # cycle. The bytes sent must be the same (the Date header's value and a made-up request ID
@@ -215,7 +219,7 @@ async def _over_connection(
 
     class Protocol(EdgeProtocol):
         edge = EdgeState(NetworkLimits(), 100)
-        fast_answer = FastAnswer(app) if fast else None
+        lane = fast_answer(app) if fast else None
 
     wire = Wire()
     state = ServerState()

@@ -21,17 +21,16 @@ same status, body and headers as on any route.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from litestar import Litestar
 from litestar.handlers import HTTPRouteHandler
 from litestar.utils.path import normalize_path
 
-from servekit.rest.infer import PENDING, FastPath, answer, serve_infer
-
-_Route = tuple[dict[str, Any], float, str]
-"""What a path routes to: its path parameters, the route's body size limit, the normalised
-path (Litestar's router puts it in the scope)."""
+from servekit.http.inference_lane import PENDING, SWITCH, InferenceLane
+from servekit.http.inference_lane import Route as _Route
+from servekit.rest.infer import FastPath, answer, respond, serve_infer
 
 MAX_PATHS = 4096
 """Paths remembered (the cache starts over when full: a client sending endless model names
@@ -52,7 +51,7 @@ class InferenceApp(Litestar):
         if scope["type"] == "http" and scope["method"] == "POST" and not scope["root_path"]:
             route = self.route_of(scope["path"])
             if route is not None and PENDING not in scope:  # (PENDING: the connection's
-                # answer, app/servekit/rest/fast.py, failed: Litestar answers the failure)
+                # answer, app/servekit/http/inference_lane.py, failed: Litestar answers the failure)
                 scope["path_params"], limit, scope["path"] = route
                 try:
                     if await answer(self.fast_path, limit, scope, receive, send, True):
@@ -84,3 +83,12 @@ class InferenceApp(Litestar):
             route = (params, handler.resolve_request_max_body_size() or math.inf, normalized)
         routes[path] = route
         return route
+
+
+def inference_lane(app: Any) -> InferenceLane | None:
+    """The inference lane of ``app`` (app/servekit/http/inference_lane.py): its inference
+    routes answered at the connection with the routes' own answer. None when ``app`` is not
+    the inference front, or when ``SERVEKIT_HTTP_FAST=0``."""
+    if not isinstance(app, InferenceApp) or os.environ.get(SWITCH, "1") == "0":
+        return None
+    return InferenceLane(app, respond)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from litestar import post
-from litestar._asgi.utils import is_valid_host
 from litestar.exceptions import ClientException, InternalServerException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.handlers import HTTPRouteHandler
@@ -40,11 +39,13 @@ from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import ResourceExhausted
+from servekit.http import large, taskless
+from servekit.http.client_left import TASKLESS, WAITING, ClientLeft, client_left
+from servekit.http.inference_lane import PENDING, Answer, Headers
+from servekit.http.private_apis import is_valid_host
 from servekit.request_id import adopt_body_id
-from servekit.rest import compression, large
-from servekit.rest import eager as resumed
+from servekit.rest import compression
 from servekit.rest.access import client_of, group_opt
-from servekit.rest.leaving import EAGER, WAITING, ClientLeft, client_left
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
@@ -92,11 +93,6 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     await answer(fast, limit, scope, receive, send, check_host=False)
 
 
-PENDING = "servekit.pending_error"
-"""Scope key of the exception the front's answer raised: Litestar routes the request to
-:func:`serve_infer`, which raises it inside Litestar's exception handling."""
-
-
 async def answer(
     fast: FastPath,
     limit: float,
@@ -121,11 +117,6 @@ async def answer(
     return True
 
 
-Answer = tuple["_Headers", bytes, bool]
-"""A 200 answer: its headers (shared: never change them in place), its body, and whether it
-was a large one (then ``large.release()`` once it is written)."""
-
-
 async def respond(
     fast: FastPath,
     limit: float,
@@ -134,14 +125,14 @@ async def respond(
     check_host: bool,
     ready: bytes | None = None,
     at_connection: bool = False,
-    eager: bool = False,
+    no_task: bool = False,
 ) -> Answer | None:
     """The answer of :func:`answer` (None: declined, nothing read), not sent yet.
 
     ``ready``: the whole body, when the caller already holds it: it is taken only where the
     body would be read in one message (no content coding, under ``large.OFF_LOOP_BYTES``),
     under the same limits, else the body is read with ``receive`` as usual. ``at_connection``:
-    the caller is the answer at the connection (app/servekit/rest/fast.py), which uvicorn's
+    the caller is the inference lane (app/servekit/http/inference_lane.py), which uvicorn's
     proxy-headers middleware did not see: a request with ``X-Forwarded-For`` or
     ``X-Forwarded-Proto`` is declined, to go through it. Written flat, one pass over the
     headers: it runs for every inference request."""
@@ -228,17 +219,17 @@ async def respond(
     if traced:
         tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
-    # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
-    # ``eager``: the edge runs this answer with no task (app/servekit/rest/eager.py; it puts
+    # app/servekit/http/client_left.py, inlined (no coroutine of its own on this path).
+    # ``no_task``: the edge runs this answer with no task (app/servekit/http/taskless.py; it puts
     # the driver that resumes it in the mark's place if it waits). Not asking ``current_task()``
     # then spares a system call: Python 3.11 checks the process ID on every lookup of the
     # running loop (one ``getpid()`` per request, seen with ``strace -c``).
-    scope[WAITING] = EAGER if eager else current_task()  # type: ignore[literal-required]
+    scope[WAITING] = TASKLESS if no_task else current_task()  # type: ignore[literal-required]
     try:
         response = await dataplane.infer(infer_request, arrived=arrived)
     except CancelledError:
-        # (eager: the driver that resumed it, not a task)
-        if client_left(scope, resumed.RUNNING if eager else current_task()):
+        # (no_task: the driver that resumed it, not a task)
+        if client_left(scope, taskless.RUNNING if no_task else current_task()):
             raise ClientLeft from None
         raise
     finally:
@@ -274,15 +265,14 @@ _HOSTS: set[bytes] = set()
 _MAX_HOSTS = 256
 
 
-_Headers = tuple[tuple[bytes, bytes], ...]
-_HEADERS: dict[tuple[int, int | None], _Headers] = {}
+_HEADERS: dict[tuple[int, int | None], Headers] = {}
 """The answer's headers by (body length, JSON header length): a tiny model's answers have a
 few lengths, so their headers are built once. Tuples (ASGI takes any iterable): shared by
 every answer of that length, so nothing on the way may change them in place."""
 _MAX_HEADERS = 4096
 
 
-def _headers(length: int, json_length: int | None) -> _Headers:
+def _headers(length: int, json_length: int | None) -> Headers:
     """Content-Type and Content-Length (and the JSON header's length) of an answer."""
     key = (length, json_length)
     headers = _HEADERS.get(key)

@@ -31,11 +31,12 @@ from servekit.codecs.v2_json import json_data_to_array
 from servekit.config.auth import ApiGroup
 from servekit.datatypes import lookup
 from servekit.errors import InvalidArgument, NotFound, shown_name
-from servekit.rest import compression, large
+from servekit.http import large
+from servekit.http.client_left import unless_client_leaves
+from servekit.rest import compression
 from servekit.rest.access import group_opt
 from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
-from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     ModelList,

@@ -27,7 +27,8 @@ says which requests go together), one loop pass after its first request arrived 
 requests decoded in the same pass join it. A batch of several requests always runs in the
 version's threads, where the requests arriving meanwhile queue up for the next one. A request that
 is the only one the listeners hold (low load; the HTTP listener counts one more while it reads
-several requests a loop pass, app/servekit/edge.py ``Arrivals``) runs on the loop when the version's
+several requests a loop pass: the load signal, app/servekit/services/execution/load.py) runs
+on the loop when the version's
 single-request calls are measured fast, as an unbatched version's would: at one request in
 flight a batching model then costs what an unbatched one costs, not a loop pass and a thread
 hop. A batch of one request with others in progress elsewhere in the server runs in the
