@@ -20,7 +20,8 @@ closed once the answers before it (computing, or pipelined behind it) are writte
 Responses are written through the connection's coalescing writer (app/servekit/http/writes.py):
 one ``write()`` per small response. A plain inference request is read and answered by the
 inference lane (app/servekit/http/inference_lane.py) without uvicorn's request machinery;
-every other request runs the application as uvicorn runs it. With the access log on, the edge
+every other request runs the application as uvicorn runs it (Litestar's routes, its inference
+route included). With the access log on, the edge
 counts each request itself (bytes in at ``on_body``, status and bytes out in the counting
 writer, the line at ``on_response_complete``, 499 at ``connection_lost``).
 
@@ -30,7 +31,6 @@ Everything else (parsing, pipelining, flow control) stays uvicorn's.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from typing import Any, ClassVar
 
@@ -186,11 +186,6 @@ class EdgeProtocol(Deadlines):
         except httptools.HttpParserError as exc:
             self._malformed_request(exc)
             return
-        pending = self._pending
-        if pending is not None and type(pending[2]) is not PlainRequest:
-            # its body is still coming: the answer reads it in a task
-            self._pending = None
-            self._start_task(pending[0], pending[1])
         if self._phase == BODY and not self._reading and self.cycle.more_body:
             self._reading = True  # a body beyond this read: displaceable at the cap
             self.edge.reading[self] = None
@@ -393,12 +388,6 @@ class EdgeProtocol(Deadlines):
             pending[0].close()
             self.tasks.discard(pending[2])
 
-    def _start_task(self, coroutine: Any, context: contextvars.Context | None = None) -> None:
-        """uvicorn's ``_start_asgi_task``, for a coroutine other than ``cycle.run_asgi``."""
-        task = self.loop.create_task(coroutine, context=context)
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
-
     def on_response_complete(self) -> None:
         out = self._out
         if out.held is not None:  # a response with no body write (HEAD): its headers go now
@@ -447,16 +436,7 @@ class EdgeProtocol(Deadlines):
         token = request_ids.begin(cycle, counted)
         if counted:  # written at on_response_complete (or connection_lost)
             self._access = (cycle, CURRENT.get(), time.monotonic())  # type: ignore[assignment]
-        lane = self.lane
-        answering = None
-        if lane is not None and app is self.config.loaded_app:  # (not the edge's refusal)
-            answering = lane.take(cycle, app, self.transport)  # the inference routes' answer
-        if answering is None:
-            super()._start_asgi_task(cycle, app)
-        elif cycle.more_body:  # its headers just ended: run at its body's end, or as a task
-            self._pending = (answering, contextvars.copy_context(), cycle)
-        else:  # a pipelined request, started as the one before it ends: a task of its own
-            self._start_task(answering)
+        super()._start_asgi_task(cycle, app)
         CURRENT.reset(token)
 
     # -- refusing -----------------------------------------------------------------------------

@@ -15,12 +15,14 @@ that completes it ends, runs :meth:`InferenceLane.answer_request` at once with n
 ``respond``, given to the lane by the application, app/servekit/rest/front.py), written as one
 status line, header block and body in one ``write()``.
 
-Other requests to an inference route that uvicorn read (a body still arriving, pipelined) are
-offered to the same answer in their task (:meth:`InferenceLane.take`). A request the answer
-declines (``X-Forwarded-*`` headers, which uvicorn's proxy-headers middleware reads; a ``Host``
-Litestar refuses) or fails gets the uvicorn cycle it would have had (:func:`asgi_cycle`), and
-the application answers it the ASGI way: a failure is raised again inside Litestar
-(:data:`PENDING`), so every error answer is Litestar's, byte for byte.
+It is one of exactly two ways into inference over HTTP; the other is Litestar's inference route
+(app/servekit/rest/infer.py ``serve_infer``), which answers every inference request the lane
+does not read: a body over 1 MiB, chunked or content-coded, ``Expect: 100-continue``, tracing
+on, a request pipelined behind an unfinished answer, ``SERVEKIT_HTTP_FAST=0``. A request the
+lane's answer declines (``X-Forwarded-*`` headers, which uvicorn's proxy-headers middleware
+reads; a ``Host`` Litestar refuses) or fails gets the uvicorn cycle it would have had
+(:func:`asgi_cycle`) and goes to that route: a failure is raised again there (:data:`PENDING`),
+so every error answer is Litestar's, byte for byte, and no request is answered twice.
 
 With the access log on, the lane tells the edge's counting writer what it wrote (the edge
 writes the line when the response completes). ``SERVEKIT_HTTP_FAST=0`` in the environment turns
@@ -33,12 +35,12 @@ import asyncio
 import contextvars
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from servekit.http import large, request_ids
 from servekit.http.private_apis import STATUS_LINE, RequestResponseCycle
-from servekit.request_id import ACCESS, CURRENT, RequestInfo
+from servekit.request_id import CURRENT, RequestInfo
 from servekit.tracing import TRACING
 
 if TYPE_CHECKING:
@@ -61,7 +63,6 @@ was a large one (then ``large.release()`` once it is written)."""
 Route = tuple[dict[str, Any], float, str]
 """What a path routes to: its path parameters, the route's body size limit, the normalised
 path (Litestar's router puts it in the scope)."""
-ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
 class InferenceRoutes(Protocol):
@@ -96,9 +97,7 @@ class Respond(Protocol):
     ) -> Awaitable[Answer | None]: ...
 
 
-Pending = tuple[
-    Coroutine[Any, Any, None], contextvars.Context, "PlainRequest | RequestResponseCycle"
-]
+Pending = tuple[Coroutine[Any, Any, None], contextvars.Context, "PlainRequest"]
 """An answer the edge runs when its request's body has arrived: the coroutine, the request's
 context, and the request."""
 
@@ -138,42 +137,6 @@ class InferenceLane:
         self.routes = routes
         self.respond = respond
 
-    def take(
-        self, cycle: RequestResponseCycle, app: ASGIApp, transport: asyncio.Transport
-    ) -> Coroutine[Any, Any, None] | None:
-        """The coroutine answering ``cycle``'s request at the connection, or None: run
-        ``app`` the ASGI way. ``transport``: the connection's own (not the edge's coalescing
-        writer: the answer is one write already)."""
-        scope: Any = cycle.scope
-        if (
-            scope["method"] != "POST"
-            or cycle.waiting_for_100_continue
-            or TRACING.on
-            or scope["root_path"]
-        ):
-            return None
-        route = self.routes.route_of(scope["path"])
-        if route is None:
-            return None
-        return self.run(cycle, route, app, transport)
-
-    async def run(
-        self, cycle: RequestResponseCycle, route: Route, app: ASGIApp, transport: asyncio.Transport
-    ) -> None:
-        """Answer the request, or hand it to ``app`` as uvicorn would; fail as uvicorn's
-        ``run_asgi`` fails."""
-        try:
-            if not await self._answer(cycle, route, transport):
-                await cycle.run_asgi(app)  # (it fails as run_asgi fails, by itself)
-        except BaseException as exc:  # what run_asgi does with an application's failure
-            log.error("Exception in ASGI application\n", exc_info=exc)
-            if not cycle.response_started:
-                await cycle.send_500_response()
-            else:
-                transport.close()
-        finally:
-            cycle.on_response = _nothing
-
     async def answer_request(self, request: PlainRequest, protocol: EdgeProtocol) -> None:
         """Answer ``request`` (the edge's, body whole), or hand it to the application the ASGI
         way in the cycle uvicorn would have made; fail as uvicorn's ``run_asgi`` fails."""
@@ -205,46 +168,6 @@ class InferenceLane:
         except BaseException as exc:  # what run_asgi does with an application's failure
             log.error("Exception in ASGI application\n", exc_info=exc)
             protocol.transport.close()
-
-    async def _answer(
-        self, cycle: RequestResponseCycle, route: Route, transport: asyncio.Transport
-    ) -> bool:
-        """Answer, or say no (False: the application answers, the request's body unread)."""
-        scope: Any = cycle.scope
-        scope["path_params"], limit, scope["path"] = route
-        body = cycle.body  # all of it, once the request is complete (uvicorn's on_body)
-        ready = None
-        if not cycle.more_body and not cycle.disconnected and len(body) < large.OFF_LOOP_BYTES:
-            ready = bytes(body)  # (a copy, as uvicorn's receive makes)
-        try:
-            answered = await self.respond(
-                self.routes.fast_path, limit, scope, cycle.receive, True, ready, True
-            )
-        except Exception as exc:  # answered by Litestar's exception handling
-            scope[PENDING] = exc
-            return False
-        if answered is None:
-            return False
-        headers, content, is_large = answered
-        counting = ACCESS.mode != "off"
-        flow = cycle.flow
-        if flow.write_paused and not cycle.disconnected:
-            await flow.drain()
-        if not cycle.disconnected:  # (else: dropped, as uvicorn's send drops it)
-            cycle.response_started = True
-            cycle.waiting_for_100_continue = False
-            _send(transport, cycle.default_headers, headers, content, cycle.keep_alive)
-            if counting:  # the edge's access log counts the cycle's writes: tell it this one
-                cycle.transport.answered(_OK, len(content))  # type: ignore[attr-defined]
-            cycle.response_complete = True
-            cycle.message_event.set()
-            if not cycle.keep_alive:
-                cycle.transport.close()
-            cycle.on_response()
-        if is_large:
-            del content, answered
-            await large.release()
-        return True
 
 
 def _finish(request: PlainRequest, answered: Answer, protocol: EdgeProtocol) -> None:

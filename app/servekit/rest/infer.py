@@ -78,10 +78,10 @@ class FastPath:
 
 
 async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer one inference request that Litestar routed (the rare way in: the application's
-    front, :class:`~servekit.rest.front.InferenceApp`, answers the usual ones before routing).
+    """Answer one inference request that Litestar routed: every one the inference lane
+    (app/servekit/http/inference_lane.py) does not answer at the connection.
 
-    Also where a failure of the front's answer is raised again (``PENDING``), so that Litestar's
+    Also where a failure of the lane's answer is raised again (``PENDING``), so that Litestar's
     exception handling answers it exactly as it answers every route's."""
     pending: BaseException | None = scope.get(PENDING)  # type: ignore[assignment]
     if pending is not None:
