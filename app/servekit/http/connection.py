@@ -36,7 +36,6 @@ from typing import Any, ClassVar
 
 import httptools
 
-from servekit.config.hosts import HostPolicy
 from servekit.http import request_ids, taskless, traces
 from servekit.http.client_left import TASKLESS, WAITING
 from servekit.http.deadlines import BODY, HEADER, IDLE, UNWATCHED, Deadlines
@@ -47,7 +46,7 @@ from servekit.http.inference_lane import (
     read_plainly,
     write_answered,
 )
-from servekit.http.limits import BUSY, CROWDED, PROBES, Refuse, answer, refusing
+from servekit.http.limits import BUSY, CROWDED, PROBES, Refuse, answer, host_refusal
 from servekit.http.private_apis import HttpToolsProtocol
 from servekit.http.writes import Coalescer, CountingCoalescer
 from servekit.request_id import ACCESS, CURRENT, RequestInfo
@@ -277,7 +276,7 @@ class EdgeProtocol(Deadlines):
         # Who may ask, before anything is counted or read: the Host, then the token (the
         # application's own answer, on a connection that then closes: its body is not read).
         if edge.hosts is not None:
-            refusal = self._check_host(edge.hosts)
+            refusal = host_refusal(self.headers, edge.hosts)
         guard = edge.guard
         unauthorized = (
             refusal is None
@@ -320,19 +319,6 @@ class EdgeProtocol(Deadlines):
             cycle.transport = self._out  # type: ignore[assignment]  # what the cycle calls
         if self._counting and cycle is not previous:
             cycle.servekit_in = 0  # type: ignore[attr-defined]  # its body bytes (on_body)
-
-    def _check_host(self, hosts: HostPolicy) -> Any:
-        """None when the request's ``Host`` is one this server answers (app/servekit/config/
-        hosts.py), else the application answering 403: the DNS-rebinding guard, here so that
-        it runs before routing and covers every route, the inference fast path included.
-        Clients send ``Host`` first, so the scan usually stops at the first header, and an
-        allowed value seen before costs one dictionary lookup."""
-        for name, value in self.headers:
-            if name == b"host":
-                if value in hosts.remembered or hosts.allows(value):
-                    return None
-                return refusing(403, hosts.refusal(value))
-        return None  # no Host (HTTP/1.0): not a browser
 
     def on_body(self, body: bytes) -> None:
         self._deadline = self.loop.time() + self.edge.limits.body_timeout_seconds

@@ -201,3 +201,17 @@ BUSY = unavailable("too many requests in progress; retry later")
 """The answer to a request over ``maxRequestsInFlight``."""
 CROWDED = unavailable("too many requests in progress from this client address; retry later")
 """The answer to a request over its address's share of ``maxRequestsInFlight``."""
+
+
+def host_refusal(headers: list[tuple[bytes, bytes]], hosts: HostPolicy) -> Any:
+    """None when the request's ``Host`` is one this server answers (app/servekit/config/
+    hosts.py), else the application answering 403: the DNS-rebinding guard, at the edge so
+    that it runs before routing and covers every route, the inference lane included. Clients
+    send ``Host`` first, so the scan usually stops at the first header, and an allowed value
+    seen before costs one dictionary lookup."""
+    for name, value in headers:
+        if name == b"host":
+            if value in hosts.remembered or hosts.allows(value):
+                return None
+            return refusing(403, hosts.refusal(value))
+    return None  # no Host (HTTP/1.0): not a browser
