@@ -14,6 +14,8 @@ What each module does:
 - ``tls``: the TLS handshake made by the connection, counted by the limits;
 - ``inference_lane``: plain inference requests read and answered with no ASGI cycle;
 - ``taskless``: an answer run in the connection's callback, with no task even if it waits;
+- ``bodies``: request bodies read under the route's limits (the one Content-Length rule);
+- ``compression``: gzip and deflate bodies decoded under the same limits, answers compressed;
 - ``large``: large bodies read into one buffer, decoded and encoded off the loop;
 - ``client_left``: a request whose client left while it waited for the model is dropped;
 - ``request_ids``, ``traces``: request IDs, access-log lines and server spans of a request;

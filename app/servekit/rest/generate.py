@@ -32,9 +32,9 @@ from litestar.response import Stream
 from servekit.codecs import generate_json, v2_json
 from servekit.config.auth import ApiGroup
 from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.http.bodies import read_body
 from servekit.http.client_left import unless_client_leaves
 from servekit.rest.access import group_opt
-from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from servekit.services import DataPlane

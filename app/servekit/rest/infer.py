@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from litestar import post
-from litestar.exceptions import ClientException, InternalServerException
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.exceptions import InternalServerException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import JSONBody
 from litestar.types import (
@@ -38,13 +37,12 @@ from litestar.types import (
 from servekit import tracing
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
-from servekit.errors import ResourceExhausted
-from servekit.http import large, taskless
+from servekit.http import compression, large, taskless
+from servekit.http.bodies import announced_length, read, read_chunks, too_large
 from servekit.http.client_left import TASKLESS, WAITING, ClientLeft, client_left
 from servekit.http.inference_lane import PENDING, Answer, Headers
 from servekit.http.private_apis import is_valid_host
 from servekit.request_id import adopt_body_id
-from servekit.rest import compression
 from servekit.rest.access import client_of, group_opt
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
@@ -175,28 +173,28 @@ async def respond(
     if raw_length is None and fast.json_limit < limit:
         limit, json_limited = fast.json_limit, True
     announced = -1
-    if content_length is not None:  # _announced, inlined
+    if content_length is not None:  # announced_length, inlined
         try:
             announced = int(content_length)
         except ValueError:
-            announced = _announced(content_length, limit, json_limited)  # raises, says why
+            announced = announced_length(content_length, limit, json_limited)  # raises, says why
         if announced > limit:
-            raise _too_large(limit, json_limited)
+            raise too_large(limit, json_limited)
     if names is None and announced < large.OFF_LOOP_BYTES:
         if ready is not None:
             body: bytes | bytearray = ready
             if len(body) > limit:
-                raise _too_large(limit, json_limited)
+                raise too_large(limit, json_limited)
         else:
             message = await receive()
             if message["type"] == "http.request" and not message.get("more_body", False):
                 body = message.get("body", b"")
                 if len(body) > limit:
-                    raise _too_large(limit, json_limited)
+                    raise too_large(limit, json_limited)
             else:
-                body = await _read_chunks(receive, limit, json_limited, message)
+                body = await read_chunks(receive, limit, json_limited, message)
     else:
-        body = await _read(receive, limit, json_limited, announced, names)
+        body = await read(receive, limit, json_limited, announced, names)
     dataplane = fast.dataplane
     model: str = params["model"]
     version: str | None = params.get("version")
@@ -286,100 +284,6 @@ def _headers(length: int, json_length: int | None) -> Headers:
             _HEADERS.clear()
         _HEADERS[key] = headers
     return headers
-
-
-def _announced(value: bytes, limit: float, json_limited: bool) -> int:
-    """The Content-Length, refused before anything is read when over ``limit``."""
-    try:
-        announced = int(value)
-    except ValueError:
-        raise ClientException(f"Invalid content-length: {value.decode('latin-1')!r}") from None
-    if announced > limit:
-        raise _too_large(limit, json_limited)
-    return announced
-
-
-async def read_body(
-    scope: Scope,
-    receive: Receive,
-    json_limit: int | None = None,
-    encoding: bytes | str | None = None,
-) -> bytes | bytearray:
-    """The whole request body, refused as Litestar's ``Request.body()`` would refuse it, and
-    decoded if ``encoding`` (the Content-Encoding header) names gzip or deflate.
-
-    The route's ``request_max_body_size`` (and ``json_limit``, for a JSON request) bounds both
-    the announced Content-Length (checked before anything is read) and the bytes actually
-    received, and then again the decoded bytes (app/servekit/rest/compression.py: a zip bomb is
-    refused
-    without being inflated). A large announced body is read into one buffer of its size (no
-    second copy when the chunks are joined).
-    """
-    names = compression.codings(encoding) if encoding is not None else None  # 415 first
-    handler = cast("HTTPRouteHandler", scope["route_handler"])
-    limit = handler.resolve_request_max_body_size() or math.inf
-    json_limited = False
-    if json_limit is not None and json_limit < limit:
-        limit, json_limited = json_limit, True
-    announced = -1
-    for key, value in scope["headers"]:
-        if key == _CONTENT_LENGTH:
-            announced = _announced(value, limit, json_limited)
-            break
-    return await _read(receive, limit, json_limited, announced, names)
-
-
-async def _read(
-    receive: Receive,
-    limit: float,
-    json_limited: bool,
-    announced: int,
-    names: list[str] | None,
-) -> bytes | bytearray:
-    """The body of ``announced`` bytes (-1: not announced), decoded by the content codings
-    ``names`` (app/servekit/rest/compression.py)."""
-    body: bytes | bytearray
-    if announced >= large.OFF_LOOP_BYTES:
-        body = await large.read_into_buffer(receive, announced)
-    else:
-        body = await _read_chunks(receive, limit, json_limited, None)
-    if names:
-        return await compression.decode_async(body, names, limit, _too_large(limit, json_limited))
-    return body
-
-
-async def _read_chunks(
-    receive: Receive, limit: float, json_limited: bool, first: Any
-) -> bytes | bytearray:
-    """The body's chunks joined (``first``: a message already received, or None)."""
-    chunks: list[bytes] = []
-    received = 0
-    message: Any = first if first is not None else await receive()
-    while True:
-        if message["type"] == "http.request":
-            chunk = message.get("body", b"")
-            if chunk:
-                received += len(chunk)
-                if received > limit:
-                    raise _too_large(limit, json_limited)
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        elif message["type"] == "http.disconnect":
-            raise InternalServerException("client disconnected prematurely")
-        message = await receive()
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _too_large(limit: float, json_limited: bool) -> Exception:
-    """The refusal of a body over ``limit``. Built only when refusing: a Litestar exception
-    costs more to construct than the rest of reading a small body."""
-    if not json_limited:
-        return RequestEntityTooLarge()
-    return ResourceExhausted(
-        f"JSON request body over {limit:.0f} bytes (server.maxJsonRequestBytes); send "
-        "large tensors with the binary tensor data extension (Inference-Header-Content-Length)"
-    )
 
 
 def _answer_directly(app: ASGIApp) -> ASGIApp:

@@ -47,11 +47,11 @@ from servekit.errors import (
     ServeError,
     internal_error,
 )
+from servekit.http.bodies import read_body
 from servekit.http.client_left import ClientLeft, unless_client_leaves
 from servekit.request_id import CURRENT
 from servekit.rest.access import group_opt
 from servekit.rest.errors import CHALLENGE, client_left_handler
-from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import failures, with_media
 from servekit.services import DataPlane
