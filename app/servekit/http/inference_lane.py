@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from servekit.http import large, request_ids
 from servekit.http.private_apis import STATUS_LINE, RequestResponseCycle
+from servekit.http.writes import JOIN_LIMIT  # (joined to the headers below it, as there)
 from servekit.request_id import CURRENT, RequestInfo
 from servekit.tracing import TRACING
 
@@ -107,9 +108,6 @@ _BLOCKS: dict[Any, bytes] = {}
 """Encoded header lines of an answer's own headers (the answer shares its header tuples per
 body length, so there are few)."""
 _MAX_BLOCKS = 4096
-JOIN_LIMIT = 64 * 1024
-"""A body shorter than this is joined to its headers (one copy, one ``write()``); a longer one
-goes with ``writelines`` (one ``writev()``, no copy), as the edge's coalescer does."""
 _PERCENT, _QUERY = ord("%"), ord("?")
 
 
