@@ -1,7 +1,7 @@
 """Raw HTTP/1.1 on a socket against both ways into inference, for the framing tests.
 
-A server answers a plain inference request either at the connection (the fast lane,
-app/servekit/edge.py ``_read_plainly`` and app/servekit/rest/fast.py) or through uvicorn's
+A server answers a plain inference request either at the connection (the inference lane,
+app/servekit/http/inference_lane.py ``read_plainly``) or through uvicorn's
 cycle and Litestar's route (``SERVEKIT_HTTP_FAST=0``). tests/test_http_framing.py and
 tests/test_http_conformance.py send the same bytes to one server of each kind and compare what
 comes back; this module holds what both need: the pair of servers over one identity model, the

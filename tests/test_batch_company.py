@@ -2,11 +2,11 @@
 an unbatched one on the loop runs them back to back at the pass's end.
 
 The HTTP listener answers the requests it reads in one loop pass one after the other, each at
-once (app/servekit/rest/eager.py). When the model is placed on the loop, each of them used to be
+once (app/servekit/http/taskless.py). When the model is placed on the loop, each of them used to be
 the only request in progress when it reached the model (the one before it already answered,
 the next still unread in its socket's buffer), so each ran alone: at 64 in flight, 1.6 rows per
-model run. The edge now counts what it reads per pass (``edge.Arrivals``), and the server adds
-it to the requests in progress (``servekit.server.requests_in_progress``).
+model run. The edge now counts what it reads per pass in the load signal
+(app/servekit/services/execution/load.py), which adds it to the requests in progress.
 
 In process: a batching ONNX model placed on the loop, behind the edge's protocol over
 transports that record what is sent, fed raw HTTP/1.1 as sockets would feed it. Several
@@ -37,9 +37,10 @@ from waits import async_wait_until
 from wires import Wire
 
 from servekit.config.schema import NetworkLimits
-from servekit.edge import EdgeProtocol, EdgeState
-from servekit.rest.fast import FastAnswer
-from servekit.server import ServeKit, requests_in_progress
+from servekit.http.connection import EdgeProtocol
+from servekit.http.limits import EdgeState
+from servekit.rest.front import inference_lane
+from servekit.server import ServeKit
 from servekit.services.execution import placement
 from servekit.services.execution.placement import Mode
 
@@ -73,15 +74,12 @@ def _listener(kit: ServeKit, wire: Callable[[], Wire] = Wire) -> Callable[[], Co
     config.load()
 
     class Protocol(EdgeProtocol):
-        edge = EdgeState(NetworkLimits(), 100)
-        fast_answer = FastAnswer(app)
+        edge = EdgeState(NetworkLimits(), 100, note_read=kit.state.load.note_read)
+        lane = inference_lane(app)
 
     state = ServerState()
     state.default_headers = []
-    kit.state.requests_in_progress = requests_in_progress(
-        state.tasks, kit.state.grpc_calls, Protocol.edge.arrivals
-    )
-    kit.state.read_together = Protocol.edge.arrivals.crowded
+    kit.state.load.listen_http(state.tasks)
 
     def connection() -> Connection:
         protocol = Protocol(config=config, server_state=state, app_state={})

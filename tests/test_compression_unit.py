@@ -1,4 +1,4 @@
-"""app/servekit/rest/compression.py on its own: codings, limits on the decoded size,
+"""app/servekit/http/compression.py on its own: codings, limits on the decoded size,
 Accept-Encoding."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from litestar.exceptions import HTTPException
 
 from servekit.errors import InvalidArgument, ResourceExhausted
-from servekit.rest import compression
+from servekit.http import compression
 
 TOO_LARGE = ResourceExhausted("too large")
 

@@ -1,4 +1,4 @@
-"""app/servekit/rest/eager.py alone: a coroutine's first step taken at once, the rest driven
+"""app/servekit/http/taskless.py alone: a coroutine's first step taken at once, the rest driven
 without a task.
 
 The answer at the connection runs this way for every plain inference request
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from loops import run_in_own_loop
 
-from servekit.rest import eager
+from servekit.http import taskless as eager
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 

@@ -1,4 +1,5 @@
-"""One write per response at the edge (app/servekit/edge.py ``_Coalescer``), counted in process.
+"""One write per response at the edge (app/servekit/http/writes.py ``Coalescer``), counted
+in process.
 
 The edge's protocol runs on a uvloop loop over a transport that records each ``write`` and
 ``writelines`` call (each would be one syscall on uvloop's real transport), fed requests as
@@ -21,7 +22,9 @@ from uvicorn.server import ServerState
 from wires import Wire
 
 from servekit.config.schema import NetworkLimits
-from servekit.edge import JOIN_LIMIT, EdgeProtocol, EdgeState
+from servekit.http.connection import EdgeProtocol
+from servekit.http.limits import EdgeState
+from servekit.http.writes import JOIN_LIMIT
 
 SMALL = b'{"outputs":[1,2,3]}'
 BIG = b"x" * (JOIN_LIMIT + 1)

@@ -1,4 +1,4 @@
-"""One write per response, seen from a raw socket on a real server (app/servekit/edge.py
+"""One write per response, seen from a raw socket on a real server (app/servekit/http/connection.py
 ``_Coalescer``).
 
 The count is the kernel's, not a timing: Linux's ``TCP_INFO`` tells a socket how many segments

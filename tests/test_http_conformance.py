@@ -1,7 +1,7 @@
 """HTTP/1.1 conformance of both ways into inference: named cases and a property over bytes.
 
-A plain inference request is answered at the connection (the fast lane: app/servekit/edge.py
-``_read_plainly``, app/servekit/rest/fast.py) unless ``SERVEKIT_HTTP_FAST=0`` sends every
+A plain inference request is answered at the connection (the inference lane:
+app/servekit/http/inference_lane.py ``read_plainly``) unless ``SERVEKIT_HTTP_FAST=0`` sends every
 request through uvicorn's cycle and Litestar's route. Whatever the bytes, the two must make
 the same framing decision and give the same answers: the same responses read from the socket
 (status, headers but the date and request ID, the JSON body or ``{"error": ...}``), and the

@@ -1,7 +1,8 @@
 """HTTP/1.1 framing, as raw bytes, against both lanes of the HTTP listener (issue 36).
 
 The same named cases go to a server answering plain inference requests at the connection (the
-fast lane, app/servekit/edge.py ``_read_plainly``) and to one sending every request the ASGI way
+inference lane, app/servekit/http/inference_lane.py ``read_plainly``) and to one sending every
+request the ASGI way
 (``SERVEKIT_HTTP_FAST=0``): both must make the same framing decision (RFC 9112: a request with
 both Content-Length and Transfer-Encoding, duplicate or conflicting Content-Length, a negative
 one, obs-fold and bare LF are refused with 400 and the connection closed) and give the same

@@ -1,10 +1,11 @@
-"""The inference front (servekit.rest.front): ``POST /v2/models/{m}[/versions/{v}]/infer`` is
-answered before Litestar's routing, and every answer is the one Litestar's own route gives.
+"""The two ways into inference give the same answers: ``POST /v2/models/{m}[/versions/{v}]/infer``
+answered at the connection by the inference lane (servekit.http.inference_lane, with the
+routes' table of servekit.rest.front) and by Litestar's own route.
 
-In process: the real application of a ServeKit (every route), called through httpx's ASGI
-transport twice per case, once as served (the front) and once through Litestar alone
-(``Litestar.__call__``, the routing every request took before the front), and the two answers
-compared: status, headers and body. No listener; the edge's own checks are tested elsewhere.
+In process: the real application of a ServeKit (every route) behind the edge's protocol over a
+recording transport, fed raw HTTP/1.1 bytes twice per case, once with the lane and once with
+every request going the ASGI way to Litestar, and the two answers compared: status, headers
+and body. No listener; the edge's own checks are tested elsewhere.
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ from wires import Wire
 from servekit.codecs import v2_json
 from servekit.config.schema import NetworkLimits
 from servekit.datatypes import lookup
-from servekit.edge import EdgeProtocol, EdgeState
 from servekit.errors import InvalidArgument
+from servekit.http import inference_lane as fast
+from servekit.http import request_ids
+from servekit.http.connection import EdgeProtocol
+from servekit.http.limits import EdgeState
 from servekit.observability.access import ACCESS, AccessLine
 from servekit.observability.tracing import TRACING
-from servekit.rest import fast, front, request_ids
-from servekit.rest.fast import FastAnswer, fast_answer
+from servekit.rest import front
 from servekit.rest.front import InferenceApp
+from servekit.rest.front import inference_lane as fast_answer
 
 pytestmark = pytest.mark.anyio
 
@@ -67,25 +71,27 @@ async def app(serve: Serve, tmp_path: Path) -> AsyncIterator[InferenceApp]:
     yield services.kit.http_app()
 
 
-class _LitestarOnly:
-    """The same application, every request routed by Litestar (the front skipped)."""
-
-    def __init__(self, app: InferenceApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        await Litestar.__call__(self.app, scope, receive, send)
-
-
 async def _both(
     app: InferenceApp, method: str, path: str, body: bytes = b"", **headers: str
 ) -> tuple[httpx.Response, httpx.Response]:
-    answers = []
-    for asgi in (app, _LitestarOnly(app)):
-        transport = httpx.ASGITransport(app=asgi)  # type: ignore[arg-type]
-        async with httpx.AsyncClient(transport=transport, base_url="http://servekit") as http:
-            answers.append(await http.request(method, path, content=body, headers=headers))
-    return answers[0], answers[1]
+    """The answer over a connection with the inference lane on, and with every request going
+    the ASGI way to Litestar's route (the two ways into inference), read as responses."""
+    host = headers.pop("Host", "servekit")
+    lines = [f"{method} {path} HTTP/1.1", f"host: {host}", f"content-length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    lane, _ = await _over_connection(app, [request], 1, fast=True)
+    routed, _ = await _over_connection(app, [request], 1, fast=False)
+    return _response(lane), _response(routed)
+
+
+def _response(sent: bytes) -> httpx.Response:
+    """The one HTTP/1.1 response in ``sent`` (request IDs made by the server normalised)."""
+    head, body = _normalised(sent).split(b"\r\n\r\n", 1)
+    status_line, *lines = head.split(b"\r\n")
+    fields = [tuple(line.split(b": ", 1)) for line in lines]
+    body = body.removesuffix(b"\n[closed]")
+    return httpx.Response(int(status_line.split()[1]), headers=fields, content=body)
 
 
 def _same(fast: httpx.Response, routed: httpx.Response) -> None:
@@ -186,8 +192,9 @@ class _general(list[Any]):
     skipped and the general way runs."""
 
 
-# -- the answer at the connection (servekit.rest.fast) --------------------------------------------
-# The same application behind the edge's protocol (app/servekit/edge.py) over a transport that
+# -- the answer at the connection (servekit.http.inference_lane) ----------------------------------
+# The same application behind the edge's protocol (app/servekit/http/connection.py) over a
+# transport that
 # records what would be sent, fed raw HTTP/1.1 bytes as a socket would feed them: once with the
 # inference routes answered at the connection, once with every request through uvicorn's ASGI
 # cycle. The bytes sent must be the same (the Date header's value and a made-up request ID
@@ -215,7 +222,7 @@ async def _over_connection(
 
     class Protocol(EdgeProtocol):
         edge = EdgeState(NetworkLimits(), 100)
-        fast_answer = FastAnswer(app) if fast else None
+        lane = fast_answer(app) if fast else None
 
     wire = Wire()
     state = ServerState()
@@ -255,11 +262,12 @@ GZIPPED = gzip.compress(JSON_BODY)
         ([BINARY_POST], 1, 0),
         ([_post("/v2/models/mlp/versions/1/infer", JSON_BODY, "x-request-id: client-id")], 1, 0),
         ([_post("/v2/models/mlp/infer/", JSON_BODY)], 1, 0),  # normalised as Litestar does
-        ([JSON_POST + BINARY_POST + JSON_POST], 3, 0),  # pipelined: answered in order
+        # pipelined: answered in order (the two behind the first by Litestar's route)
+        ([JSON_POST + BINARY_POST + JSON_POST], 3, 2),
         ([JSON_POST[:40], JSON_POST[40:-10], JSON_POST[-10:]], 1, 0),  # body still arriving
         ([_post("/v2/models/mlp/infer", JSON_BODY, "connection: close")], 1, 0),
         ([JSON_POST.replace(b"HTTP/1.1", b"HTTP/1.0")], 1, 0),  # no keep-alive: closed
-        ([_post("/v2/models/mlp/infer", GZIPPED, "content-encoding: gzip")], 1, 0),
+        ([_post("/v2/models/mlp/infer", GZIPPED, "content-encoding: gzip")], 1, 1),  # coded
         # failures: Litestar's answers, through the application
         ([_post("/v2/models/nope/infer", JSON_BODY)], 1, 1),
         ([_post("/v2/models/mlp/versions/7/infer", JSON_BODY)], 1, 1),

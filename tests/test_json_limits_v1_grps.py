@@ -20,7 +20,7 @@ import orjson
 import pytest
 from servers import ServerProcess, start_server
 
-from servekit.rest import large
+from servekit.http import large
 
 pytestmark = pytest.mark.slow
 

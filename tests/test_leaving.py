@@ -1,4 +1,5 @@
-"""app/servekit/rest/leaving.py on its own: the mark an HTTP inference request leaves for the edge.
+"""app/servekit/http/client_left.py on its own: the mark an HTTP inference request leaves for
+the edge.
 
 The end-to-end behaviour (queued requests of closed sockets never run, on every HTTP surface) is
 tests/test_executor_e2e.py; here, what a socket cannot show: the mark is cleared however the wait
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 from loops import run_in_own_loop
 
-from servekit.rest.leaving import WAITING, ClientLeft, unless_client_leaves
+from servekit.http.client_left import WAITING, ClientLeft, unless_client_leaves
 
 
 async def _fails() -> None:

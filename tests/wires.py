@@ -1,7 +1,7 @@
 """A socket's transport for driving the HTTP edge's protocol in process
-(app/servekit/edge.py): it records what the protocol writes, one entry per would-be system
-call, and whether it paused reading or closed, so a test feeds raw HTTP/1.1 bytes with
-``data_received`` and reads the bytes that would have been sent."""
+(app/servekit/http/connection.py): it records what the protocol writes, one entry per
+would-be system call, and whether it paused reading or closed, so a test feeds raw HTTP/1.1
+bytes with ``data_received`` and reads the bytes that would have been sent."""
 
 from __future__ import annotations
 

@@ -17,16 +17,17 @@ import contextlib
 import logging
 import math
 import signal
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 import uvicorn
 from litestar import Litestar
 
-from servekit import dashboard, edge
+from servekit import dashboard
 from servekit.config.compiler import ServePlan
 from servekit.config.hosts import host_policy
 from servekit.config.schema import TracingConfig
+from servekit.http.listener import ACCEPT_BACKLOG, protocol_class
 from servekit.listen import Addresses, bind_http, bound_address
 from servekit.models.repository import ModelRepository
 from servekit.observability import access, tracing
@@ -40,14 +41,14 @@ from servekit.rest import repository as rest_repository
 from servekit.rest import shared_memory as rest_shared_memory
 from servekit.rest import workers as rest_workers
 from servekit.rest.access import edge_guard
-from servekit.rest.fast import fast_answer
+from servekit.rest.front import inference_lane
 from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane
 from servekit.services.extensions import server_extensions
 from servekit.services.model_control import ModelControl
 from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import SharedMemoryRegions
-from servekit.services.state import CallCount, Listening, ServerState
+from servekit.services.state import Listening, ServerState
 from servekit.services.stats import Statistics
 
 log = logging.getLogger("servekit")
@@ -167,17 +168,19 @@ class ServeKit:
         self.addresses = Addresses(hosts, sockets[0].getsockname()[1], tls=tls is not None)
         network = server.network
         app: Any = self.http_app()
-        protocol = edge.protocol_class(
+        protocol = protocol_class(
             network,
             host_policy(server.host, hosts, server.allowed_hosts),
             reserved=self.dataplane.shared_memory.max_regions,
             tls=None if tls is None else tls.server_context(),
-            # V2 inference requests answered at the connection (app/servekit/rest/fast.py); a
-            # worker's wrapper (totals_first) acts on statistics paths only, which are never
-            # inference routes.
-            fast=fast_answer(app),
+            # V2 inference requests answered at the connection
+            # (app/servekit/http/inference_lane.py); a worker's wrapper (totals_first) acts on
+            # statistics paths only, which are never inference routes.
+            lane=inference_lane(app),
             # the routes' tokens, checked when a request's headers end (app/servekit/rest/access.py)
             guard=edge_guard(app, self.dataplane.access),
+            # plain inference requests read a loop pass (app/servekit/services/execution/load.py)
+            note_read=self.state.load.note_read,
         )
         config = uvicorn.Config(
             app if worker is None else worker.wrap_http(app),
@@ -191,7 +194,7 @@ class ServeKit:
             server_header=False,
             loop="none",
             # uvicorn's httptools protocol plus the deadlines and limits it lacks
-            # (app/servekit/edge.py)
+            # (app/servekit/http/)
             # (each shared memory region holds a descriptor the connections must leave free).
             # TLS: our own context (app/servekit/config/tls.py, from the files the config check
             # read: uvicorn's file options would prompt on the terminal for an encrypted key's
@@ -199,13 +202,12 @@ class ServeKit:
             # connection cap and the header timeout; uvicorn is given no SSL context.
             http=protocol,
             timeout_keep_alive=max(1, math.ceil(network.keep_alive_seconds)),
-            backlog=edge.ACCEPT_BACKLOG,
+            backlog=ACCEPT_BACKLOG,
         )
         self._http = _EmbeddedUvicorn(config)
-        self.state.requests_in_progress = requests_in_progress(
-            self._http.server_state.tasks, self.state.grpc_calls, protocol.edge.arrivals
-        )
-        self.state.read_together = protocol.edge.arrivals.crowded
+        # the HTTP requests in progress, as the load signal counts them (uvicorn's tasks and
+        # the requests the inference lane answers itself)
+        self.state.load.listen_http(self._http.server_state.tasks)
         self._http_task = asyncio.create_task(self._http.serve(sockets=sockets))
         await _until(lambda: self._http is not None and self._http.started, self._http_task)
         self._publish(self.addresses)
@@ -376,15 +378,3 @@ def tracing_settings(config: TracingConfig) -> tracing.Settings:
         service_name=config.service_name,
         headers={name: value.get_secret_value() for name, value in config.headers.items()},
     )
-
-
-def requests_in_progress(
-    tasks: Sized, grpc_calls: CallCount, arrivals: edge.Arrivals
-) -> Callable[[], int]:
-    """``ServerState.requests_in_progress`` of a listening server: uvicorn's one task per HTTP
-    request in progress (the edge counts its own answers there too), the unary gRPC calls, and
-    one more while the HTTP listener reads several requests a loop pass (``edge.Arrivals``).
-    What a batching model's lone request needs to know to run at once
-    (``ModelExecutor.run_now``)."""
-    crowded = arrivals.crowded
-    return lambda: len(tasks) + grpc_calls.n + crowded()

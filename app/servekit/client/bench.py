@@ -364,7 +364,7 @@ class _Senders:
     model's queue), so a slow model cannot stretch a step past its length. :meth:`abandon`
     (a stop, e.g. the dashboard's client leaving) cuts the requests in flight at once: the
     gRPC channel is closed (its calls are cancelled) and the HTTP sockets are shut down (the
-    server sees its client leave and drops a queued request, app/servekit/rest/leaving.py).
+    server sees its client leave and drops a queued request, app/servekit/http/client_left.py).
     """
 
     def __init__(self) -> None:

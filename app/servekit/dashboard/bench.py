@@ -14,7 +14,7 @@ access check, batching). It costs the server real work, so:
   levels of at most ``MAX_CONCURRENCY``), and each step's length is a hard deadline: requests
   still in flight when it ends are abandoned, so a slow model cannot stretch the run;
 * it stops when its client leaves: the edge cancels the waiting handler when the connection
-  is lost (app/servekit/rest/leaving.py), which sets the run's stop event; the lock is freed
+  is lost (app/servekit/http/client_left.py), which sets the run's stop event; the lock is freed
   only once the client threads have ended, so a next run never overlaps a leaving one.
 
 The client threads send the server's own tokens.
@@ -32,9 +32,9 @@ from litestar.params import FromPath
 from servekit.config.auth import ApiGroup
 from servekit.dashboard.routes import NO_STORE, SECURITY
 from servekit.errors import AlreadyExists, InvalidArgument
+from servekit.http.client_left import unless_client_leaves
 from servekit.rest.access import cross_site_guard
 from servekit.rest.inject import Catalog, Dataplane
-from servekit.rest.leaving import unless_client_leaves
 from servekit.services import Catalog as CatalogService
 from servekit.services import DataPlane
 

@@ -5,6 +5,6 @@ and format for every source), request IDs (``request_ids``), the access line (``
 rendering; ``custom_metrics``: the counters, gauges and histograms a Python model defines).
 
 A foundation package: it imports no Litestar, uvicorn or grpcio. The glue that needs a
-transport stays with it: app/servekit/rest/request_ids.py and traces.py (at the HTTP edge),
+transport stays with it: app/servekit/http/request_ids.py and traces.py (at the HTTP edge),
 app/servekit/grpc/request_ids.py and traces.py (wrapped around each gRPC method).
 """

@@ -2,10 +2,10 @@
 
 Every lane builds one :class:`AccessLine` when its request ends and hands it to
 :func:`write_line`, the one writer: the HTTP edge for a request it counts itself
-(app/servekit/edge.py), app/servekit/rest/request_ids.py for a request whose cycle it wraps,
-app/servekit/grpc/request_ids.py for a call. :func:`write_line` leaves the line out when the
-mode (``server.logging.accessLog``) says so; otherwise the log's own writer makes and holds it
-in a server's process (:class:`servekit.observability.logs.AccessLines`: no
+(app/servekit/http/connection.py), app/servekit/http/request_ids.py for a request whose cycle
+it wraps, app/servekit/grpc/request_ids.py for a call. :func:`write_line` leaves the line out
+when the mode (``server.logging.accessLog``) says so; otherwise the log's own writer makes and
+holds it in a server's process (:class:`servekit.observability.logs.AccessLines`: no
 ``logging.LogRecord``), or it is a record of :data:`access_log` (a notebook's own logging).
 """
 

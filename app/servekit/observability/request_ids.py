@@ -35,7 +35,7 @@ class RequestInfo:
     once routed, and may adopt the V2 body's ``id`` before the answer is written.
 
     No ``__slots__`` and class-level defaults, on purpose: the HTTP edge makes one per request
-    with ``object.__new__`` and two attribute stores (app/servekit/rest/request_ids.py), no
+    with ``object.__new__`` and two attribute stores (app/servekit/http/request_ids.py), no
     ``__init__`` frame."""
 
     id: str = ""

@@ -6,14 +6,15 @@ its path, so adding a route means choosing its group; a handler that says nothin
 group has a token, checks the bearer token of protected groups. The V2 inference routes answer
 before Litestar runs guards (app/servekit/rest/infer.py's fast path), so they check the same policy
 themselves: one ``is None`` test per request when inference is open, one header compare when
-it is not. The edge (app/servekit/edge.py) asks :class:`EdgeGuard` the same policy when a
+it is not. The edge (app/servekit/http/connection.py) asks :class:`EdgeGuard` the same policy when a
 request's headers end, so a request without its token is refused before its body is read; the
 guard and the fast path's check stay, as a second line.
 
 On a bind beyond loopback, the admin and repository groups without a token are closed
 (app/servekit/config/auth.py ``close_public_groups``): the same guard and fast-path check refuse
 them with 403, naming the token setting. Which ``Host`` names are answered at all is decided
-before routing, at the edge (app/servekit/config/hosts.py, app/servekit/edge.py): that is the
+before routing, at the edge (app/servekit/config/hosts.py,
+app/servekit/http/connection.py): that is the
 guard against DNS rebinding, which the checks below cannot be (after rebinding, the attacker's
 page is same-origin).
 
@@ -35,7 +36,6 @@ from urllib.parse import unquote
 
 import httptools
 from litestar import Litestar
-from litestar._asgi.utils import is_valid_host
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Scope
@@ -43,6 +43,7 @@ from litestar.utils.path import normalize_path
 
 from servekit.config.auth import AccessPolicy, ApiGroup
 from servekit.errors import PermissionDenied
+from servekit.http.private_apis import is_valid_host
 
 API_GROUP = "api_group"
 """Key of a handler's ``opt`` naming its :class:`ApiGroup`."""
@@ -77,7 +78,8 @@ def token_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRou
 
 
 class EdgeGuard:
-    """The token check of every route, asked by the edge (app/servekit/edge.py) when a request's
+    """The token check of every route, asked by the edge (app/servekit/http/connection.py)
+    when a request's
     headers end: before the request counts against the requests in flight and before its body
     is read, so a client without the token cannot hold a slot by sending its body slowly.
 

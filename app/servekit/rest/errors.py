@@ -10,7 +10,7 @@ from litestar.exceptions import HTTPException
 
 from servekit.codecs import openai as openai_codec
 from servekit.errors import HTTP_STATUS, ErrorCode, Overloaded, ServeError, internal_error
-from servekit.rest.leaving import ClientLeft
+from servekit.http.client_left import ClientLeft
 
 log = logging.getLogger("servekit.http")
 

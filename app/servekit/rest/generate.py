@@ -13,7 +13,7 @@ JSON in and out (:mod:`servekit.codecs.generate_json`), over ``DataPlane.infer_s
   stops the model (Litestar cancels the stream; closing it closes the model's generator).
 
 A client that leaves before its (first) response drops the request, on both routes: queued, it
-never runs (app/servekit/rest/leaving.py).
+never runs (app/servekit/http/client_left.py).
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from litestar.response import Stream
 from servekit.codecs import generate_json, v2_json
 from servekit.config.auth import ApiGroup
 from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.http.bodies import read_body
+from servekit.http.client_left import unless_client_leaves
 from servekit.rest.access import group_opt
-from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
-from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from servekit.services import DataPlane
 from servekit.types import InferResponse

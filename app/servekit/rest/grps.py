@@ -34,12 +34,12 @@ from servekit.codecs import grps_json, grps_reply
 from servekit.config.auth import ApiGroup
 from servekit.config.schema import GrpsStreaming
 from servekit.errors import HTTP_STATUS, InvalidArgument, ServeError, internal_error
+from servekit.http import compression
+from servekit.http.bodies import read_body
+from servekit.http.client_left import ClientLeft, unless_client_leaves
 from servekit.protos import grps_pb2 as pb
-from servekit.rest import compression
 from servekit.rest.access import cross_site_guard, group_opt
-from servekit.rest.infer import read_body
 from servekit.rest.inject import Catalog, Dataplane
-from servekit.rest.leaving import ClientLeft, unless_client_leaves
 from servekit.rest.openapi import (
     GRPS_MODEL_REQUEST,
     GRPS_REQUEST,

@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from litestar import post
-from litestar._asgi.utils import is_valid_host
-from litestar.exceptions import ClientException, InternalServerException
-from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.exceptions import InternalServerException
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import JSONBody
 from litestar.types import (
@@ -38,14 +36,15 @@ from litestar.types import (
 
 from servekit.codecs import v2_binary, v2_json
 from servekit.config.auth import AccessPolicy, ApiGroup
-from servekit.errors import ResourceExhausted
+from servekit.http import compression, large, taskless
+from servekit.http.bodies import announced_length, read, read_chunks, too_large
+from servekit.http.client_left import TASKLESS, WAITING, ClientLeft, client_left
+from servekit.http.inference_lane import PENDING, Answer, Headers
+from servekit.http.private_apis import is_valid_host
 from servekit.observability import tracing
 from servekit.observability.request_ids import adopt_body_id
 from servekit.observability.tracing import TRACING
-from servekit.rest import compression, large
-from servekit.rest import eager as resumed
 from servekit.rest.access import client_of, group_opt
-from servekit.rest.leaving import EAGER, WAITING, ClientLeft, client_left
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     InferenceRequest,
@@ -77,10 +76,10 @@ class FastPath:
 
 
 async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer one inference request that Litestar routed (the rare way in: the application's
-    front, :class:`~servekit.rest.front.InferenceApp`, answers the usual ones before routing).
+    """Answer one inference request that Litestar routed: every one the inference lane
+    (app/servekit/http/inference_lane.py) does not answer at the connection.
 
-    Also where a failure of the front's answer is raised again (``PENDING``), so that Litestar's
+    Also where a failure of the lane's answer is raised again (``PENDING``), so that Litestar's
     exception handling answers it exactly as it answers every route's."""
     pending: BaseException | None = scope.get(PENDING)  # type: ignore[assignment]
     if pending is not None:
@@ -90,11 +89,6 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     handler = cast("HTTPRouteHandler", scope["route_handler"])
     limit = handler.resolve_request_max_body_size() or math.inf
     await answer(fast, limit, scope, receive, send, check_host=False)
-
-
-PENDING = "servekit.pending_error"
-"""Scope key of the exception the front's answer raised: Litestar routes the request to
-:func:`serve_infer`, which raises it inside Litestar's exception handling."""
 
 
 async def answer(
@@ -121,11 +115,6 @@ async def answer(
     return True
 
 
-Answer = tuple["_Headers", bytes, bool]
-"""A 200 answer: its headers (shared: never change them in place), its body, and whether it
-was a large one (then ``large.release()`` once it is written)."""
-
-
 async def respond(
     fast: FastPath,
     limit: float,
@@ -134,14 +123,14 @@ async def respond(
     check_host: bool,
     ready: bytes | None = None,
     at_connection: bool = False,
-    eager: bool = False,
+    no_task: bool = False,
 ) -> Answer | None:
     """The answer of :func:`answer` (None: declined, nothing read), not sent yet.
 
     ``ready``: the whole body, when the caller already holds it: it is taken only where the
     body would be read in one message (no content coding, under ``large.OFF_LOOP_BYTES``),
     under the same limits, else the body is read with ``receive`` as usual. ``at_connection``:
-    the caller is the answer at the connection (app/servekit/rest/fast.py), which uvicorn's
+    the caller is the inference lane (app/servekit/http/inference_lane.py), which uvicorn's
     proxy-headers middleware did not see: a request with ``X-Forwarded-For`` or
     ``X-Forwarded-Proto`` is declined, to go through it. Written flat, one pass over the
     headers: it runs for every inference request."""
@@ -184,28 +173,28 @@ async def respond(
     if raw_length is None and fast.json_limit < limit:
         limit, json_limited = fast.json_limit, True
     announced = -1
-    if content_length is not None:  # _announced, inlined
+    if content_length is not None:  # announced_length, inlined
         try:
             announced = int(content_length)
         except ValueError:
-            announced = _announced(content_length, limit, json_limited)  # raises, says why
+            announced = announced_length(content_length, limit, json_limited)  # raises, says why
         if announced > limit:
-            raise _too_large(limit, json_limited)
+            raise too_large(limit, json_limited)
     if names is None and announced < large.OFF_LOOP_BYTES:
         if ready is not None:
             body: bytes | bytearray = ready
             if len(body) > limit:
-                raise _too_large(limit, json_limited)
+                raise too_large(limit, json_limited)
         else:
             message = await receive()
             if message["type"] == "http.request" and not message.get("more_body", False):
                 body = message.get("body", b"")
                 if len(body) > limit:
-                    raise _too_large(limit, json_limited)
+                    raise too_large(limit, json_limited)
             else:
-                body = await _read_chunks(receive, limit, json_limited, message)
+                body = await read_chunks(receive, limit, json_limited, message)
     else:
-        body = await _read(receive, limit, json_limited, announced, names)
+        body = await read(receive, limit, json_limited, announced, names)
     dataplane = fast.dataplane
     model: str = params["model"]
     version: str | None = params.get("version")
@@ -228,17 +217,17 @@ async def respond(
     if traced:
         tracing.phase("decode", traced)
     # A client that leaves while the request waits drops it (ClientLeft: nobody is answered);
-    # app/servekit/rest/leaving.py, inlined (no coroutine of its own on this path).
-    # ``eager``: the edge runs this answer with no task (app/servekit/rest/eager.py; it puts
+    # app/servekit/http/client_left.py, inlined (no coroutine of its own on this path).
+    # ``no_task``: the edge runs this answer with no task (app/servekit/http/taskless.py; it puts
     # the driver that resumes it in the mark's place if it waits). Not asking ``current_task()``
     # then spares a system call: Python 3.11 checks the process ID on every lookup of the
     # running loop (one ``getpid()`` per request, seen with ``strace -c``).
-    scope[WAITING] = EAGER if eager else current_task()  # type: ignore[literal-required]
+    scope[WAITING] = TASKLESS if no_task else current_task()  # type: ignore[literal-required]
     try:
         response = await dataplane.infer(infer_request, arrived=arrived)
     except CancelledError:
-        # (eager: the driver that resumed it, not a task)
-        if client_left(scope, resumed.RUNNING if eager else current_task()):
+        # (no_task: the driver that resumed it, not a task)
+        if client_left(scope, taskless.RUNNING if no_task else current_task()):
             raise ClientLeft from None
         raise
     finally:
@@ -274,15 +263,14 @@ _HOSTS: set[bytes] = set()
 _MAX_HOSTS = 256
 
 
-_Headers = tuple[tuple[bytes, bytes], ...]
-_HEADERS: dict[tuple[int, int | None], _Headers] = {}
+_HEADERS: dict[tuple[int, int | None], Headers] = {}
 """The answer's headers by (body length, JSON header length): a tiny model's answers have a
 few lengths, so their headers are built once. Tuples (ASGI takes any iterable): shared by
 every answer of that length, so nothing on the way may change them in place."""
 _MAX_HEADERS = 4096
 
 
-def _headers(length: int, json_length: int | None) -> _Headers:
+def _headers(length: int, json_length: int | None) -> Headers:
     """Content-Type and Content-Length (and the JSON header's length) of an answer."""
     key = (length, json_length)
     headers = _HEADERS.get(key)
@@ -296,100 +284,6 @@ def _headers(length: int, json_length: int | None) -> _Headers:
             _HEADERS.clear()
         _HEADERS[key] = headers
     return headers
-
-
-def _announced(value: bytes, limit: float, json_limited: bool) -> int:
-    """The Content-Length, refused before anything is read when over ``limit``."""
-    try:
-        announced = int(value)
-    except ValueError:
-        raise ClientException(f"Invalid content-length: {value.decode('latin-1')!r}") from None
-    if announced > limit:
-        raise _too_large(limit, json_limited)
-    return announced
-
-
-async def read_body(
-    scope: Scope,
-    receive: Receive,
-    json_limit: int | None = None,
-    encoding: bytes | str | None = None,
-) -> bytes | bytearray:
-    """The whole request body, refused as Litestar's ``Request.body()`` would refuse it, and
-    decoded if ``encoding`` (the Content-Encoding header) names gzip or deflate.
-
-    The route's ``request_max_body_size`` (and ``json_limit``, for a JSON request) bounds both
-    the announced Content-Length (checked before anything is read) and the bytes actually
-    received, and then again the decoded bytes (app/servekit/rest/compression.py: a zip bomb is
-    refused
-    without being inflated). A large announced body is read into one buffer of its size (no
-    second copy when the chunks are joined).
-    """
-    names = compression.codings(encoding) if encoding is not None else None  # 415 first
-    handler = cast("HTTPRouteHandler", scope["route_handler"])
-    limit = handler.resolve_request_max_body_size() or math.inf
-    json_limited = False
-    if json_limit is not None and json_limit < limit:
-        limit, json_limited = json_limit, True
-    announced = -1
-    for key, value in scope["headers"]:
-        if key == _CONTENT_LENGTH:
-            announced = _announced(value, limit, json_limited)
-            break
-    return await _read(receive, limit, json_limited, announced, names)
-
-
-async def _read(
-    receive: Receive,
-    limit: float,
-    json_limited: bool,
-    announced: int,
-    names: list[str] | None,
-) -> bytes | bytearray:
-    """The body of ``announced`` bytes (-1: not announced), decoded by the content codings
-    ``names`` (app/servekit/rest/compression.py)."""
-    body: bytes | bytearray
-    if announced >= large.OFF_LOOP_BYTES:
-        body = await large.read_into_buffer(receive, announced)
-    else:
-        body = await _read_chunks(receive, limit, json_limited, None)
-    if names:
-        return await compression.decode_async(body, names, limit, _too_large(limit, json_limited))
-    return body
-
-
-async def _read_chunks(
-    receive: Receive, limit: float, json_limited: bool, first: Any
-) -> bytes | bytearray:
-    """The body's chunks joined (``first``: a message already received, or None)."""
-    chunks: list[bytes] = []
-    received = 0
-    message: Any = first if first is not None else await receive()
-    while True:
-        if message["type"] == "http.request":
-            chunk = message.get("body", b"")
-            if chunk:
-                received += len(chunk)
-                if received > limit:
-                    raise _too_large(limit, json_limited)
-                chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        elif message["type"] == "http.disconnect":
-            raise InternalServerException("client disconnected prematurely")
-        message = await receive()
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def _too_large(limit: float, json_limited: bool) -> Exception:
-    """The refusal of a body over ``limit``. Built only when refusing: a Litestar exception
-    costs more to construct than the rest of reading a small body."""
-    if not json_limited:
-        return RequestEntityTooLarge()
-    return ResourceExhausted(
-        f"JSON request body over {limit:.0f} bytes (server.maxJsonRequestBytes); send "
-        "large tensors with the binary tensor data extension (Inference-Header-Content-Length)"
-    )
 
 
 def _answer_directly(app: ASGIApp) -> ASGIApp:

@@ -47,12 +47,12 @@ from servekit.errors import (
     ServeError,
     internal_error,
 )
+from servekit.http.bodies import read_body
+from servekit.http.client_left import ClientLeft, unless_client_leaves
 from servekit.observability.request_ids import CURRENT
 from servekit.rest.access import group_opt
 from servekit.rest.errors import CHALLENGE, client_left_handler
-from servekit.rest.infer import read_body
 from servekit.rest.inject import Catalog, Dataplane
-from servekit.rest.leaving import ClientLeft, unless_client_leaves
 from servekit.rest.openapi import failures, with_media
 from servekit.services import Catalog as CatalogService
 from servekit.services import DataPlane

@@ -10,7 +10,7 @@ resource's method, and OPTIONS names each resource's own methods. The OpenAPI do
 the two resources as they are (app/servekit/rest/openapi.py moves the predict operation to its
 path).
 
-Bodies are read like V2 JSON (app/servekit/rest/infer.py ``read_body``): bounded by
+Bodies are read like V2 JSON (app/servekit/http/bodies.py ``read_body``): bounded by
 ``server.maxJsonRequestBytes``, and from ``large.OFF_LOOP_BYTES`` decoded in a worker thread so
 the loop keeps answering.
 """
@@ -31,11 +31,11 @@ from servekit.codecs.v2_json import json_data_to_array
 from servekit.config.auth import ApiGroup
 from servekit.datatypes import lookup
 from servekit.errors import InvalidArgument, NotFound, shown_name
-from servekit.rest import compression, large
+from servekit.http import compression, large
+from servekit.http.bodies import read_body
+from servekit.http.client_left import unless_client_leaves
 from servekit.rest.access import group_opt
-from servekit.rest.infer import read_body
 from servekit.rest.inject import Dataplane
-from servekit.rest.leaving import unless_client_leaves
 from servekit.rest.openapi import (
     INFERENCE_FAILURES,
     ModelList,

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from servekit.config.compiler import ServePlan
 from servekit.config.schema import RESTART_ONLY, ServerConfig
 from servekit.errors import Unavailable
+from servekit.services.execution.load import CallCount as CallCount  # (the DataPlane's)
+from servekit.services.execution.load import Load
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,7 @@ class ServerState:
         "grpc_calls",
         "inline_below_ns",
         "listening",
+        "load",
         "online",
         "plan_changed",
         "read_together",
@@ -81,24 +84,18 @@ class ServerState:
         """Start-up loading (``startupModels``) has finished."""
         self.started_at = time.time()
         self.listening: Listening | None = None
-        self.grpc_calls = CallCount()
+        self.load = Load()
+        """The requests the listeners hold and read: the one load signal the executors read
+        (app/servekit/services/execution/load.py), fed by both listeners."""
+        self.grpc_calls = self.load.grpc_calls
         """Unary gRPC inference calls the servicer holds (counted by
-        app/servekit/grpc/servicer.py)."""
-        self.requests_in_progress: Callable[[], int] = _none
-        """How many requests the listeners hold right now (the one asking included): uvicorn's
-        HTTP tasks plus ``grpc_calls``, plus one while the HTTP listener reads several requests
-        a loop pass (app/servekit/edge.py ``Arrivals``: the rest are still in their sockets'
-        buffers), set by the server once it listens. A batching model runs
-        a request at once when it is the only one, and otherwise lets the others in progress
-        catch up with it (app/servekit/services/execution/executor.py). Calls grpcio has not
-        handed over yet, gRPC streams and grps' gRPC calls are not counted; with no listener
-        (in process) it is 0: never alone, batching as usual."""
-        self.read_together: Callable[[], int] = _none
+        app/servekit/grpc/servicer.py), part of ``load``."""
+        self.requests_in_progress: Callable[[], int] = self.load.in_progress
+        """How many requests the listeners hold right now (the one asking included):
+        ``Load.in_progress``."""
+        self.read_together: Callable[[], int] = self.load.read_together
         """1 while the HTTP listener reads several plain inference requests a loop pass, else
-        0 (app/servekit/edge.py ``Arrivals.crowded``), set by the server once it listens. An
-        unbatched model measured fast runs such requests back to back at the pass's end
-        instead of each between the others' reads and writes
-        (app/servekit/services/execution/executor.py ``ModelExecutor.run_now``)."""
+        0: ``Load.read_together``."""
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
@@ -166,17 +163,3 @@ def restart_only_edits(new: ServerConfig, old: ServerConfig) -> list[str]:
         for name in ServerConfig.model_fields
         if name in RESTART_ONLY and getattr(new, name) != getattr(old, name)
     ]
-
-
-def _none() -> int:
-    return 0
-
-
-class CallCount:
-    """A count an adapter keeps of the calls it holds (one attribute: the hot path adds one
-    to it and takes one away)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self) -> None:
-        self.n = 0

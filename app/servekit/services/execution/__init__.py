@@ -4,5 +4,6 @@
 (``executor``; built when the version loads, re-tuned when the plan in force changes) runs it on
 the event loop or in the model's worker threads (``placement``), queued as ``jobs``, stacked
 with others by ``batching``; ``outputs`` checks what the model returned. The DataPlane drives
-it; nothing else imports it.
+it; nothing else imports it. ``load`` is the one load signal both listeners feed and the
+executors read (the server wires it through ``ServerState.load``).
 """

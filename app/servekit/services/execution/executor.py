@@ -27,7 +27,8 @@ says which requests go together), one loop pass after its first request arrived 
 requests decoded in the same pass join it. A batch of several requests always runs in the
 version's threads, where the requests arriving meanwhile queue up for the next one. A request that
 is the only one the listeners hold (low load; the HTTP listener counts one more while it reads
-several requests a loop pass, app/servekit/edge.py ``Arrivals``) runs on the loop when the version's
+several requests a loop pass: the load signal, app/servekit/services/execution/load.py) runs
+on the loop when the version's
 single-request calls are measured fast, as an unbatched version's would: at one request in
 flight a batching model then costs what an unbatched one costs, not a loop pass and a thread
 hop. A batch of one request with others in progress elsewhere in the server runs in the
@@ -115,13 +116,15 @@ class ModelExecutor:
         self._soon: asyncio.Handle | None = None
         self._probing = False
         self.in_progress: Callable[[], int] = _one
-        """How many requests the server's listeners hold (app/servekit/services/state.py; the
-        DataPlane sets it): a batching version's lone request runs on the loop only when it is
-        the only one (``run_now``, ``_lone_call``)."""
+        """How many requests the server's listeners hold (``Load.in_progress``,
+        app/servekit/services/execution/load.py; the DataPlane sets it): a batching version's
+        lone request runs on the loop only when it is the only one (``run_now``,
+        ``_lone_call``)."""
         self.read_together: Callable[[], int] = _zero
-        """1 while the HTTP listener reads several requests a loop pass (the DataPlane sets it
-        from app/servekit/services/state.py): an unbatched version's requests then run back to
-        back at the pass's end (``run_now``, ``_gathers``)."""
+        """1 while the HTTP listener reads several requests a loop pass (``Load.read_together``,
+        app/servekit/services/execution/load.py; the DataPlane sets it): an unbatched
+        version's requests then run back to back at the pass's end (``run_now``,
+        ``_gathers``)."""
         self._fast_rows = 0
         """The most rows of a call of one request timed within the inline bound: a request
         with more never runs on the loop (a model measured fast on one row may take far longer
@@ -181,7 +184,7 @@ class ModelExecutor:
         It runs now when measured fast, no larger than a call already timed fast, and nothing
         is in flight (an instance busy in a thread must not be used by the loop at the same
         time). A batching version's request runs now only when it is the one request the
-        server's listeners hold (``in_progress()``, app/servekit/services/state.py): with
+        server's listeners hold (``in_progress()``, app/servekit/services/execution/load.py): with
         others in progress, some may be about to reach this model in the same loop pass, so
         the request queues for one pass to let them join (``submit``). At one request in
         flight batching then costs nothing, not even that pass.

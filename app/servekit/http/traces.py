@@ -1,5 +1,6 @@
-"""HTTP traces (app/servekit/observability/tracing.py): the request's server span, begun at the edge
-with the request ID (app/servekit/rest/request_ids.py calls :func:`begin` only when tracing is on).
+"""HTTP traces (app/servekit/observability/tracing.py): the request's server span, begun at the
+edge with the request ID (app/servekit/http/request_ids.py calls :func:`begin` only when tracing
+is on).
 
 The client's ``traceparent``/``tracestate`` are its parent; the span's own ``traceparent`` is one
 more header of the answer (every answer: routes, errors, streams); the span ends with the
@@ -29,7 +30,8 @@ Message = dict[str, Any]
 _UNTRACED = ("/v2/health/", "/metrics", "/v1/models/health")
 LEFT = "servekit.trace_left"
 """Scope key of a traced request's ``finish(left)``: the edge calls ``finish(True)`` when the
-connection is lost before the answer's last write (app/servekit/edge.py ``connection_lost``),
+connection is lost before the answer's last write
+(app/servekit/http/connection.py ``connection_lost``),
 so a request whose client left still ends its span, marked so, and is exported."""
 _CONTEXT_HEADERS = (b"traceparent", b"tracestate", b"baggage")
 

@@ -5,7 +5,8 @@ in a task, and a task costs, per request, its creation, a registration in asynci
 of all tasks (Python code, and a weak reference whose callback is Python code again), a loop
 turn to start it, another to run its done callbacks, and the ``current_task`` bookkeeping
 around each step. The tiny model's inference answer at the connection
-(app/servekit/rest/fast.py) usually never waits: the body came with the headers, and a model
+(app/servekit/http/inference_lane.py) usually never waits: the body came with the headers,
+and a model
 measured fast runs on the loop. :func:`run` therefore takes the coroutine's first step itself.
 
 An answer that does wait (a batched request until its batch has run, a model in its thread, a
@@ -19,7 +20,7 @@ What a task gives that a :class:`Resumed` keeps: the coroutine goes on from wher
 with what it waited for; ``cancel()`` cancels the future it waits for (so the coroutine sees
 CancelledError there, as under a task) or, between waits, throws CancelledError at its next
 step; ``uncancel()`` counts cancels as a task's does (``client_left`` in
-app/servekit/rest/leaving.py); done callbacks run when it ends (the edge's count of requests in
+app/servekit/http/client_left.py); done callbacks run when it ends (the edge's count of requests in
 flight). What it does not: it is not ``asyncio.current_task()``, which is None in the answer
 (:data:`RUNNING` names the driver instead); it is not in ``asyncio.all_tasks()``; and no
 asyncio primitive that needs a task (``asyncio.timeout``) may be used on the answer's path.

@@ -3,7 +3,8 @@
 uvicorn lets an application see a disconnect only when it asks ``receive()``, and listening
 there for every request would cost a task per request. Instead a handler marks its scope with
 its own task (:data:`WAITING`) for exactly as long as it awaits the DataPlane
-(:func:`unless_client_leaves`), and the edge (app/servekit/edge.py ``EdgeProtocol.connection_lost``)
+(:func:`unless_client_leaves`), and the edge
+(app/servekit/http/connection.py ``EdgeProtocol.connection_lost``)
 clears the mark and cancels that task when the connection is lost: a request still in its
 model's queue leaves it and never runs (a running one's cancel flag is set), as a cancelled
 gRPC call does. The handler then ends with :class:`ClientLeft`, whose answer nobody receives
@@ -28,8 +29,8 @@ WAITING = "servekit.waiting"
 absent, otherwise). Costs the hot path two dictionary stores, no task and no wakeup."""
 
 
-EAGER: Any = object()
-"""The :data:`WAITING` mark of an answer run without a task yet (app/servekit/rest/eager.py):
+TASKLESS: Any = object()
+"""The :data:`WAITING` mark of an answer run without a task yet (app/servekit/http/taskless.py):
 the edge replaces it with the task that takes the answer over if the wait does not end at
 once."""
 
@@ -60,7 +61,7 @@ async def unless_client_leaves(scope: Scope, awaitable: Awaitable[T]) -> T:
 
 
 class Uncancels(Protocol):
-    """A task, or what drives an answer in a task's place (app/servekit/rest/eager.py)."""
+    """A task, or what drives an answer in a task's place (app/servekit/http/taskless.py)."""
 
     def uncancel(self) -> int: ...
 

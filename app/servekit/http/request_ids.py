@@ -1,4 +1,5 @@
-"""HTTP request IDs and access-log lines, at the edge (app/servekit/edge.py calls :func:`begin`
+"""HTTP request IDs and access-log lines, at the edge
+(app/servekit/http/connection.py calls :func:`begin`
 once per request, before the request's task starts).
 
 Done there rather than as ASGI middleware, on purpose: every answer passes through uvicorn's
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import Token
 from typing import Any
 
+from servekit.http import traces
 from servekit.observability.access import ACCESS, AccessLine, write_line
 from servekit.observability.request_ids import (
     CURRENT,
@@ -26,7 +28,6 @@ from servekit.observability.request_ids import (
     counter,
 )
 from servekit.observability.tracing import TRACING
-from servekit.rest import traces
 
 Message = dict[str, Any]
 
