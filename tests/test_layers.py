@@ -203,3 +203,23 @@ def test_config_spells_the_grps_message_keys_as_the_protocol_has_them() -> None:
     assert {"ndarray", *(f.name for f in fields), *(f.json_name for f in fields)} == set(
         GRPS_MESSAGE_KEYS
     )
+
+
+LONG_MODULE_LINES = 400
+"""A module longer than this is named, with why, in docs/ARCHITECTURE.md's "Modules over 400
+lines" (issue 37: one job per module, long only where the job needs it)."""
+
+
+def test_every_long_module_is_named_in_architecture_md() -> None:
+    package = ROOT / "app" / "servekit"
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    table = text.split("## Modules over 400 lines", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `([\w/]+\.py)` \|", table, re.M))
+    long = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if "protos" not in path.parts and len(path.read_text().splitlines()) > LONG_MODULE_LINES
+    }
+    assert long, "no module found over the limit: the package was not found"
+    assert long <= named, f"modules over {LONG_MODULE_LINES} lines not named: {long - named}"
+    assert named <= long, f"named but no longer over {LONG_MODULE_LINES} lines: {named - long}"
