@@ -1,10 +1,8 @@
 """Transport-neutral errors raised by the core.
 
-The core says *what* went wrong with a code; each adapter maps codes to its own status through
-one table (HTTP status in app/servekit/rest, gRPC status in app/servekit/grpc), and a test checks
-both tables cover
-every code. No HTTP or gRPC numbers live here.
-"""
+The core says *what* went wrong with a code; each adapter maps codes to its own status through one
+table (HTTP status in app/servekit/rest, gRPC status in app/servekit/grpc), and a test checks both
+tables cover every code. No HTTP or gRPC numbers live here."""
 
 from __future__ import annotations
 

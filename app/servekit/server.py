@@ -3,12 +3,9 @@
 HTTP (uvicorn serving the Litestar app) and gRPC (grpc.aio) run on the *same* event loop over the
 same DataPlane, on the same addresses (app/servekit/listen.py) with the same TLS material
 (app/servekit/config/tls.py). Listeners open first, then models load, so liveness answers at once
-and
-readiness turns true when start-up loading is done (and, with ``server.strictReadiness``, the models
-asked for are READY: app/servekit/services/readiness.py). ``ServeKit.stop`` closes the listeners
-and lets
-in-flight requests finish before models are released.
-"""
+and readiness turns true when start-up loading is done (and, with ``server.strictReadiness``, the
+models asked for are READY: app/servekit/services/readiness.py). ``ServeKit.stop`` closes the
+listeners and lets in-flight requests finish before models are released."""
 
 from __future__ import annotations
 

@@ -70,8 +70,7 @@ def to_arrays(
 ) -> dict[str, Array]:
     """Every input as an array of the model's declared datatype: lists take it, numpy arrays are
     cast to it when their values survive (app/servekit/client/casting.py). Each cast of a model's
-    input
-    is reported once (``warned`` remembers which were)."""
+    input is reported once (``warned`` remembers which were)."""
     arrays: dict[str, Array] = {}
     for name, value in inputs.items():
         datatype = declared.get(name)

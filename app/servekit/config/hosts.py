@@ -26,11 +26,9 @@ The port is not compared (a proxy or a port forward changes it; the name is what
 a request without ``Host`` (HTTP/1.0, never a browser) is answered. gRPC's ``:authority`` is not
 checked: browsers cannot speak gRPC over HTTP/2 with trailers, so no page can reach it.
 
-The check runs once per request at the HTTP edge (app/servekit/http/connection.py), before
-any routing, so
-it covers the inference fast path too; a verdict is remembered per ``Host`` value, so the usual
-request costs one dictionary lookup.
-"""
+The check runs once per request at the HTTP edge (app/servekit/http/connection.py), before any
+routing, so it covers the inference fast path too; a verdict is remembered per ``Host`` value, so
+the usual request costs one dictionary lookup."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """Jinja2 rendering for the dashboard: where the templates live, the environment, the filters.
 
-The templates are in the repository's top-level ``templates/`` folder (fixed by the contract).
-A wheel cannot hold a folder outside its packages, so the build copies ``templates/`` into
+The templates are in the repository's top-level ``templates/`` folder (fixed by the contract). A
+wheel cannot hold a folder outside its packages, so the build copies ``templates/`` into
 ``app/servekit/dashboard/templates`` (``scripts/build_hooks.py``, wired in pyproject.toml). At run
-time
-the packaged copy wins and a source checkout (editable install, tests) uses the folder itself.
-Autoescaping is on for every template: model names and load-failure reasons are user-supplied.
-"""
+time the packaged copy wins and a source checkout (editable install, tests) uses the folder itself.
+Autoescaping is on for every template: model names and load-failure reasons are user-supplied."""
 
 from __future__ import annotations
 

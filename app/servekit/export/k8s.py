@@ -1,15 +1,12 @@
 """Kubernetes manifests for a serve.yaml: how a user who outgrows one machine runs it on a cluster.
 
-``servekit export k8s`` (here) gives a ConfigMap holding serve.yaml, a Deployment of the
-servekit image (non-root, read-only root filesystem, listening on every interface with
-``--host 0.0.0.0``, probes on /v2/health/live and /v2/health/ready, which need no token) and a
-Service. The models travel inside the image (/srv/models); the ConfigMap replaces
-/srv/serve.yaml, so settings change without a rebuild. ``servekit export kserve`` is in
-app/servekit/export/kserve.py and shares the ConfigMap and the helpers below. Tokens of
-``server.auth``
-come from a Kubernetes Secret that ops create (app/servekit/export/secrets.py); the export never
-reads
-or writes one.
+``servekit export k8s`` (here) gives a ConfigMap holding serve.yaml, a Deployment of the servekit
+image (non-root, read-only root filesystem, listening on every interface with ``--host 0.0.0.0``,
+probes on /v2/health/live and /v2/health/ready, which need no token) and a Service. The models
+travel inside the image (/srv/models); the ConfigMap replaces /srv/serve.yaml, so settings change
+without a rebuild. ``servekit export kserve`` is in app/servekit/export/kserve.py and shares the
+ConfigMap and the helpers below. Tokens of ``server.auth`` come from a Kubernetes Secret that ops
+create (app/servekit/export/secrets.py); the export never reads or writes one.
 
 Everything is built as plain dicts and written by PyYAML: no text templates to drift.
 """

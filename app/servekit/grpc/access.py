@@ -1,16 +1,14 @@
 """API-group tokens over gRPC: one server interceptor and the one table of method -> group.
 
-The metadata key is ``authorization`` with the value ``Bearer <token>``, as over HTTP, so a
-client sets it once for both (tritonclient: ``headers={"authorization": "Bearer ..."}``).
-:func:`protect` wraps the servicers' methods when they are registered, only when a group has a
-token or is closed (a public bind without its token: config/auth.py ``close_public_groups``).
-The ``:authority`` header is not checked against ``server.allowedHosts``: DNS rebinding is a
-browser's attack, and no page can speak gRPC (app/servekit/config/hosts.py).
-A method missing from :data:`METHOD_GROUPS` counts as admin (fail closed), and
-tests/test_auth_unit.py checks that every method our servicers implement is in the table, so a
-new RPC has to choose its group. Server reflection stays open, like the OpenAPI document: it
-describes the protocol, not the models.
-"""
+The metadata key is ``authorization`` with the value ``Bearer <token>``, as over HTTP, so a client
+sets it once for both (tritonclient: ``headers={"authorization": "Bearer ..."}``). :func:`protect`
+wraps the servicers' methods when they are registered, only when a group has a token or is closed (a
+public bind without its token: config/auth.py ``close_public_groups``). The ``:authority`` header is
+not checked against ``server.allowedHosts``: DNS rebinding is a browser's attack, and no page can
+speak gRPC (app/servekit/config/hosts.py). A method missing from :data:`METHOD_GROUPS` counts as
+admin (fail closed), and tests/test_auth_unit.py checks that every method our servicers implement is
+in the table, so a new RPC has to choose its group. Server reflection stays open, like the OpenAPI
+document: it describes the protocol, not the models."""
 
 from __future__ import annotations
 

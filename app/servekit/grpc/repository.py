@@ -1,11 +1,9 @@
 """gRPC glue of Triton's model repository extension: RepositoryIndex, Load and Unload.
 
 The servicer (app/servekit/grpc/servicer.py) delegates the three RPCs here and maps any ServeError
-to its
-gRPC status through the one table (app/servekit/grpc/status.py), so these functions just translate
-messages. ``file:`` parameters arrive as ``bytes_param``; a file sent as any other kind is the
-client's mistake and is refused by the core with INVALID_ARGUMENT.
-"""
+to its gRPC status through the one table (app/servekit/grpc/status.py), so these functions just
+translate messages. ``file:`` parameters arrive as ``bytes_param``; a file sent as any other kind is
+the client's mistake and is refused by the core with INVALID_ARGUMENT."""
 
 from __future__ import annotations
 

@@ -47,14 +47,12 @@ async def start_grpc_server(
     """Build, bind and start the gRPC server; return it and the bound port (0 -> a free one).
 
     ``hosts`` are the IP addresses to listen on (what the HTTP listener bound, so both agree;
-    default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a
-    client certificate when it has client CAs (mutual TLS). ``control`` enables the
-    repository RPCs, ``catalog`` the statistics RPC. ``server.grpcPollerNice`` is applied
-    here, once (it is restart-only).
-    ``reuse_port`` lets the workers of ``server.workers`` share the port (and only they: the
-    supervisor reserved it); ``before_statistics`` runs before each ModelStatistics call (a
-    worker's refresh of the other workers' counts).
-    """
+    default ``server.host`` as given), all on one port; ``tls`` serves over TLS, requiring a client
+    certificate when it has client CAs (mutual TLS). ``control`` enables the repository RPCs,
+    ``catalog`` the statistics RPC. ``server.grpcPollerNice`` is applied here, once (it is
+    restart-only). ``reuse_port`` lets the workers of ``server.workers`` share the port (and only
+    they: the supervisor reserved it); ``before_statistics`` runs before each ModelStatistics call
+    (a worker's refresh of the other workers' counts)."""
     addresses = list(hosts) if hosts else [server.host]
     credentials = None
     if tls is not None:

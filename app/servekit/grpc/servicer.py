@@ -4,16 +4,14 @@ Handlers are thin: decode with :mod:`servekit.codecs.v2_proto`, call the DataPla
 servicer at construction), encode (configuration and statistics: :mod:`servekit.grpc.triton_proto`).
 Errors go through the one table in :mod:`servekit.grpc.status`. ModelStreamInfer pipelines a window
 of requests but answers strictly in order, and a failing request yields its ``error_message``
-without closing the stream. A decoupled model (its predict yields) answers a stream request
-with one response per result, flagged as Triton flags them (``triton_final_response``; see
+without closing the stream. A decoupled model (its predict yields) answers a stream request with one
+response per result, flagged as Triton flags them (``triton_final_response``; see
 :mod:`servekit.codecs.v2_proto`); its requests run when the writer reaches them, so a stream's
-responses stay in request order. ModelInfer refuses a decoupled model (UNIMPLEMENTED, as
-Triton). The repository RPCs are delegated to :mod:`servekit.grpc.repository` when the servicer is
-given a ModelControl; the system shared-memory RPCs manage the DataPlane's regions
-(app/servekit/services/shared_memory.py) and the CUDA ones say why they are not offered; every
-other RPC
-servekit does not offer answers UNIMPLEMENTED with the reason.
-"""
+responses stay in request order. ModelInfer refuses a decoupled model (UNIMPLEMENTED, as Triton).
+The repository RPCs are delegated to :mod:`servekit.grpc.repository` when the servicer is given a
+ModelControl; the system shared-memory RPCs manage the DataPlane's regions
+(app/servekit/services/shared_memory.py) and the CUDA ones say why they are not offered; every other
+RPC servekit does not offer answers UNIMPLEMENTED with the reason."""
 
 from __future__ import annotations
 

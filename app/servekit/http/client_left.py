@@ -1,14 +1,13 @@
 """An HTTP inference request whose client went away while it waited for the model is dropped.
 
-uvicorn lets an application see a disconnect only when it asks ``receive()``, and listening
-there for every request would cost a task per request. Instead a handler marks its scope with
-its own task (:data:`WAITING`) for exactly as long as it awaits the DataPlane
-(:func:`unless_client_leaves`), and the edge
-(app/servekit/http/connection.py ``EdgeProtocol.connection_lost``)
-clears the mark and cancels that task when the connection is lost: a request still in its
-model's queue leaves it and never runs (a running one's cancel flag is set), as a cancelled
-gRPC call does. The handler then ends with :class:`ClientLeft`, whose answer nobody receives
-(uvicorn drops what is sent on a lost connection, and logs nothing for it).
+uvicorn lets an application see a disconnect only when it asks ``receive()``, and listening there
+for every request would cost a task per request. Instead a handler marks its scope with its own task
+(:data:`WAITING`) for exactly as long as it awaits the DataPlane (:func:`unless_client_leaves`), and
+the edge (app/servekit/http/connection.py ``EdgeProtocol.connection_lost``) clears the mark and
+cancels that task when the connection is lost: a request still in its model's queue leaves it and
+never runs (a running one's cancel flag is set), as a cancelled gRPC call does. The handler then
+ends with :class:`ClientLeft`, whose answer nobody receives (uvicorn drops what is sent on a lost
+connection, and logs nothing for it).
 
 One module used by every HTTP inference surface (V2 infer, V1 predict, grps, generate), and by
 the edge, which cannot import the handlers' modules without importing half the REST layer.

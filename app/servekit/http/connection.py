@@ -17,13 +17,12 @@ A request the parser refuses (400, or the edge's 431) after a whole request on t
 connection is answered after it: reading stops, and the refusal is written and the connection
 closed once the answers before it (computing, or pipelined behind it) are written.
 
-Responses are written through the connection's coalescing writer (app/servekit/http/writes.py):
-one ``write()`` per small response. A plain inference request is read and answered by the
-inference lane (app/servekit/http/inference_lane.py) without uvicorn's request machinery;
-every other request runs the application as uvicorn runs it (Litestar's routes, its inference
-route included). With the access log on, the edge
-counts each request itself (bytes in at ``on_body``, status and bytes out in the counting
-writer, the line at ``on_response_complete``, 499 at ``connection_lost``).
+Responses are written through the connection's coalescing writer (app/servekit/http/writes.py): one
+``write()`` per small response. A plain inference request is read and answered by the inference lane
+(app/servekit/http/inference_lane.py) without uvicorn's request machinery; every other request runs
+the application as uvicorn runs it (Litestar's routes, its inference route included). With the
+access log on, the edge counts each request itself (bytes in at ``on_body``, status and bytes out in
+the counting writer, the line at ``on_response_complete``, 499 at ``connection_lost``).
 
 Everything else (parsing, pipelining, flow control) stays uvicorn's.
 """

@@ -2,13 +2,11 @@
 
 Small requests (the common case, and the one the throughput tables measure) never come here:
 app/servekit/rest/infer.py sends a body here only from :data:`OFF_LOOP_BYTES`. Above it, decoding
-and
-encoding run in a worker thread (numpy's text reader and orjson's writer spend their time in
-C; the reader releases the GIL), so health probes and small models keep answering, and at most
-:data:`CONCURRENT` such requests decode or encode at once, which bounds the memory they can
-take together. After one, freed memory is handed back to the system (glibc keeps freed heap
-pages of medium-sized allocations otherwise).
-"""
+and encoding run in a worker thread (numpy's text reader and orjson's writer spend their time in C;
+the reader releases the GIL), so health probes and small models keep answering, and at most
+:data:`CONCURRENT` such requests decode or encode at once, which bounds the memory they can take
+together. After one, freed memory is handed back to the system (glibc keeps freed heap pages of
+medium-sized allocations otherwise)."""
 
 from __future__ import annotations
 

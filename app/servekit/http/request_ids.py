@@ -1,6 +1,5 @@
-"""HTTP request IDs and access-log lines, at the edge
-(app/servekit/http/connection.py calls :func:`begin`
-once per request, before the request's task starts).
+"""HTTP request IDs and access-log lines, at the edge (app/servekit/http/connection.py calls
+:func:`begin` once per request, before the request's task starts).
 
 Done there rather than as ASGI middleware, on purpose: every answer passes through uvicorn's
 cycle (routes, Litestar's errors, the inference fast path, streams, the edge's 503), and the

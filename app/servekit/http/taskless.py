@@ -1,13 +1,12 @@
 """A request's answer run at once, in the connection's callback, with no task even if it waits.
 
-Python 3.11's asyncio has no eager tasks (3.12's ``eager_task_factory``): every coroutine runs
-in a task, and a task costs, per request, its creation, a registration in asyncio's weak set
-of all tasks (Python code, and a weak reference whose callback is Python code again), a loop
-turn to start it, another to run its done callbacks, and the ``current_task`` bookkeeping
-around each step. The tiny model's inference answer at the connection
-(app/servekit/http/inference_lane.py) usually never waits: the body came with the headers,
-and a model
-measured fast runs on the loop. :func:`run` therefore takes the coroutine's first step itself.
+Python 3.11's asyncio has no eager tasks (3.12's ``eager_task_factory``): every coroutine runs in a
+task, and a task costs, per request, its creation, a registration in asyncio's weak set of all tasks
+(Python code, and a weak reference whose callback is Python code again), a loop turn to start it,
+another to run its done callbacks, and the ``current_task`` bookkeeping around each step. The tiny
+model's inference answer at the connection (app/servekit/http/inference_lane.py) usually never
+waits: the body came with the headers, and a model measured fast runs on the loop. :func:`run`
+therefore takes the coroutine's first step itself.
 
 An answer that does wait (a batched request until its batch has run, a model in its thread, a
 write to drain) is driven on by a :class:`Resumed`: the future it waits for wakes it through a

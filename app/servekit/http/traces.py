@@ -3,13 +3,11 @@ edge with the request ID (app/servekit/http/request_ids.py calls :func:`begin` o
 is on).
 
 The client's ``traceparent``/``tracestate`` are its parent; the span's own ``traceparent`` is one
-more header of the answer (every answer: routes, errors, streams); the span ends with the
-response's last body write, or when the client leaves first (an error, ``client left``: the
-edge calls the scope's :data:`LEFT`), named by the route's template
-(``POST /v2/models/{model}/infer``) as OpenTelemetry's HTTP conventions name server spans.
-Health probes and ``/metrics`` are not traced: scraped every few seconds, they would drown the
-requests worth reading.
-"""
+more header of the answer (every answer: routes, errors, streams); the span ends with the response's
+last body write, or when the client leaves first (an error, ``client left``: the edge calls the
+scope's :data:`LEFT`), named by the route's template (``POST /v2/models/{model}/infer``) as
+OpenTelemetry's HTTP conventions name server spans. Health probes and ``/metrics`` are not traced:
+scraped every few seconds, they would drown the requests worth reading."""
 
 from __future__ import annotations
 

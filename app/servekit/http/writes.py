@@ -31,11 +31,11 @@ class Coalescer:
     header block) is held until the next write joins it, or until the loop's next turn.
 
     One per connection, re-armed by ``EdgeProtocol.on_response_complete``
-    (app/servekit/http/connection.py) for the next
-    response (uvicorn runs a connection's responses one after another, pipelined ones too, so
-    no two responses share it at once). uvicorn's cycle calls ``write``, ``close`` and
-    ``is_closing`` on its transport, and nothing else (no ``__getattr__`` passing the rest on:
-    a class with one loses CPython's fast attribute access, which costs every call here)."""
+    (app/servekit/http/connection.py) for the next response (uvicorn runs a connection's responses
+    one after another, pipelined ones too, so no two responses share it at once). uvicorn's cycle
+    calls ``write``, ``close`` and ``is_closing`` on its transport, and nothing else (no
+    ``__getattr__`` passing the rest on: a class with one loses CPython's fast attribute access,
+    which costs every call here)."""
 
     __slots__ = ("_call_soon", "armed", "held", "transport")
 

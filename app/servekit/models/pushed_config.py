@@ -1,15 +1,15 @@
 """The ``config`` parameter of a repository load request, turned into a servekit ModelConfig.
 
 Two shapes are accepted. A servekit model entry (recognised by ``modelFormat``), exactly as in
-serve.yaml. Or Triton's ModelConfig JSON, as tritonclient sends it and as
-``GET /v2/models/{m}/config`` answers it (proto field names or their lowerCamelCase JSON forms):
+serve.yaml. Or Triton's ModelConfig JSON, as tritonclient sends it and as ``GET
+/v2/models/{m}/config`` answers it (proto field names or their lowerCamelCase JSON forms):
 ``platform``/``backend`` give the format, ``input``/``output`` with ``data_type`` and ``dims``
-become input/output declarations (the batch dimension prepended when ``max_batch_size > 0``),
-and ``version_policy``, ``instance_group``, ``dynamic_batching`` (its ``default_queue_policy``
-giving ``maxQueueSize`` and ``queueTimeoutMicroseconds``), ``parameters`` map onto their
-serve.yaml counterparts. The V2-style ``inputs``/``outputs`` (datatype, shape) of the protocol's
-own example are accepted too. Fields a Triton config cannot express (where the model lives, its
-runtime) are taken from the model's current entry.
+become input/output declarations (the batch dimension prepended when ``max_batch_size > 0``), and
+``version_policy``, ``instance_group``, ``dynamic_batching`` (its ``default_queue_policy`` giving
+``maxQueueSize`` and ``queueTimeoutMicroseconds``), ``parameters`` map onto their serve.yaml
+counterparts. The V2-style ``inputs``/``outputs`` (datatype, shape) of the protocol's own example
+are accepted too. Fields a Triton config cannot express (where the model lives, its runtime) are
+taken from the model's current entry.
 
 A pushed config is a client's data, so it is checked before anything is written or loaded:
 

@@ -1,16 +1,14 @@
 """Remote models: a plan whose storageUri is remote, turned into a plan of local files.
 
-The compiler leaves a remote model's versions open (it never reads the network); before such
-a model loads, :meth:`RemoteModels.materialize` lists the remote, brings its cache snapshot up
-to date (app/servekit/models/remote_cache.py) and plans the versions found there. A failure
-(bad credentials, no bucket, a timeout, a store that is down, an unsafe archive) becomes the
-plan's problem: that model is UNAVAILABLE with the reason, every other model serves; unless
-the store could not be reached and the cache holds a complete copy taken earlier, which then
-serves with a warning (``server.storage.whenUnreachable``; the plan's ``cached_copy`` says
-why) until the store answers again. Reasons
-never hold a secret or a signed URL: the URI is shown without user info or query, and any
-credential the environment holds is blanked out of a library's message.
-"""
+The compiler leaves a remote model's versions open (it never reads the network); before such a model
+loads, :meth:`RemoteModels.materialize` lists the remote, brings its cache snapshot up to date
+(app/servekit/models/remote_cache.py) and plans the versions found there. A failure (bad
+credentials, no bucket, a timeout, a store that is down, an unsafe archive) becomes the plan's
+problem: that model is UNAVAILABLE with the reason, every other model serves; unless the store could
+not be reached and the cache holds a complete copy taken earlier, which then serves with a warning
+(``server.storage.whenUnreachable``; the plan's ``cached_copy`` says why) until the store answers
+again. Reasons never hold a secret or a signed URL: the URI is shown without user info or query, and
+any credential the environment holds is blanked out of a library's message."""
 
 from __future__ import annotations
 

@@ -177,12 +177,10 @@ class Server:
         **config: Any,
     ) -> html.ModelTable:
         """Serve ``source`` as ``name``: a path, ONNX bytes, an ``onnx.ModelProto``, a fitted
-        scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with
-        an ``example`` input (exported by ``torch.onnx.export``; ``input_names``,
-        ``output_names`` and ``dynamic_batch`` shape that export, see
-        app/servekit/formats/torch_onnx.py) -- all sent through the repository load API -- or a
-        Python
-        function or class (served from memory).
+        scikit-learn estimator or pipeline (converted by skl2onnx), a ``torch.nn.Module`` with an
+        ``example`` input (exported by ``torch.onnx.export``; ``input_names``, ``output_names`` and
+        ``dynamic_batch`` shape that export, see app/servekit/formats/torch_onnx.py) -- all sent
+        through the repository load API -- or a Python function or class (served from memory).
 
         A function takes the inputs as keyword numpy arrays and returns a dict of arrays; a
         class is instantiated once and its ``predict`` is called the same way. Python models

@@ -28,14 +28,12 @@ OpenTelemetry context travels with the request's task.
 A request whose client leaves before its answer (an HTTP connection lost, a gRPC call
 cancelled) ends its span at once, an error with a ``client left`` event (:func:`client_left`).
 
-When it is on (:func:`wanted`): ``OTEL_SDK_DISABLED`` is not true, ``OTEL_TRACES_EXPORTER`` is
-not ``none``, and either ``server.tracing.enabled`` is true, ``OTEL_TRACES_EXPORTER`` names an
-exporter (``otlp``, ``console``) or an OTLP endpoint is set
-(``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_ENDPOINT``).
-The rest is the SDK's own reading of the standard variables (``OTEL_SERVICE_NAME``,
-``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, ``OTEL_PROPAGATORS``,
-``OTEL_EXPORTER_OTLP_*``).
-"""
+When it is on (:func:`wanted`): ``OTEL_SDK_DISABLED`` is not true, ``OTEL_TRACES_EXPORTER`` is not
+``none``, and either ``server.tracing.enabled`` is true, ``OTEL_TRACES_EXPORTER`` names an exporter
+(``otlp``, ``console``) or an OTLP endpoint is set (``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+``OTEL_EXPORTER_OTLP_ENDPOINT``). The rest is the SDK's own reading of the standard variables
+(``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``,
+``OTEL_PROPAGATORS``, ``OTEL_EXPORTER_OTLP_*``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """``servekit build [FOLDER] [--tag T]``: the image of a project folder, with docker or podman.
 
-A project image is servekit's image (the repository's Dockerfile: non-root user 10001, health
-check, ``servekit serve`` as PID 1 draining on SIGTERM, fine with a read-only root) plus the
-folder: serve.yaml, modules and models copied to /srv, then the packages of its requirements.txt
-and serve.yaml's ``server.requirements`` installed (app/servekit/project/dockerfile.py). serve.yaml
-is
-validated here first, so a refused requirement (an option, a URL, a path) or any other mistake
-is said before the engine starts.
+A project image is servekit's image (the repository's Dockerfile: non-root user 10001, health check,
+``servekit serve`` as PID 1 draining on SIGTERM, fine with a read-only root) plus the folder:
+serve.yaml, modules and models copied to /srv, then the packages of its requirements.txt and
+serve.yaml's ``server.requirements`` installed (app/servekit/project/dockerfile.py). serve.yaml is
+validated here first, so a refused requirement (an option, a URL, a path) or any other mistake is
+said before the engine starts.
 
 servekit's image is built first when the engine does not have it yet, from the servekit source
 tree this command runs from (a checkout or an editable install); an installed wheel has no

@@ -12,11 +12,10 @@ guard and the fast path's check stay, as a second line.
 
 On a bind beyond loopback, the admin and repository groups without a token are closed
 (app/servekit/config/auth.py ``close_public_groups``): the same guard and fast-path check refuse
-them with 403, naming the token setting. Which ``Host`` names are answered at all is decided
-before routing, at the edge (app/servekit/config/hosts.py,
-app/servekit/http/connection.py): that is the
-guard against DNS rebinding, which the checks below cannot be (after rebinding, the attacker's
-page is same-origin).
+them with 403, naming the token setting. Which ``Host`` names are answered at all is decided before
+routing, at the edge (app/servekit/config/hosts.py, app/servekit/http/connection.py): that is the
+guard against DNS rebinding, which the checks below cannot be (after rebinding, the attacker's page
+is same-origin).
 
 Control routes (``guards=[cross_site_guard]``: repository load/unload, grps online/offline)
 change what the server does, so a browser on another site must not reach them with a form, an
@@ -78,10 +77,9 @@ def token_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRou
 
 
 class EdgeGuard:
-    """The token check of every route, asked by the edge (app/servekit/http/connection.py)
-    when a request's
-    headers end: before the request counts against the requests in flight and before its body
-    is read, so a client without the token cannot hold a slot by sending its body slowly.
+    """The token check of every route, asked by the edge (app/servekit/http/connection.py) when a
+    request's headers end: before the request counts against the requests in flight and before its
+    body is read, so a client without the token cannot hold a slot by sending its body slowly.
 
     It decides only what the application would decide the same way: the route's group comes
     from Litestar's own router (as :func:`token_guard` finds it), and a request is refused only

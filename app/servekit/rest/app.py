@@ -5,12 +5,10 @@ services. Handlers receive the services they call as Litestar dependencies, by p
 ``dataplane`` (:class:`~servekit.services.dataplane.DataPlane`), ``catalog``
 (:class:`~servekit.services.catalog.Catalog`, the read side) and ``control``
 (:class:`~servekit.services.model_control.ModelControl`), see app/servekit/rest/inject.py; that is
-the whole API an HTTP handler sees. The inference fast path (app/servekit/rest/infer.py)
-answers before Litestar resolves dependencies, so it reads the DataPlane from application state
-instead (one attribute read).
-Other features (repository, dashboard, metrics) add their own route lists through
-``extra_routes`` so this file stays the one place HTTP is assembled.
-"""
+the whole API an HTTP handler sees. The inference fast path (app/servekit/rest/infer.py) answers
+before Litestar resolves dependencies, so it reads the DataPlane from application state instead (one
+attribute read). Other features (repository, dashboard, metrics) add their own route lists through
+``extra_routes`` so this file stays the one place HTTP is assembled."""
 
 from __future__ import annotations
 

@@ -2,11 +2,9 @@
 
 ``GET /v2/models/{m}[/versions/{v}]/config`` answers the ModelConfig JSON Triton clients expect
 (tritonclient.http's ``get_model_config``); ``GET /v2/models[/{m}[/versions/{v}]]/stats`` answers
-``{"model_stats": [...]}`` (``get_inference_statistics``). Both are typed values computed by
-the DataPlane (app/servekit/services/model_config.py, app/servekit/services/model_stats.py) and
-written as JSON
-by app/servekit/rest/triton_json.py, so the gRPC RPCs answer the very same content.
-"""
+``{"model_stats": [...]}`` (``get_inference_statistics``). Both are typed values computed by the
+DataPlane (app/servekit/services/model_config.py, app/servekit/services/model_stats.py) and written
+as JSON by app/servekit/rest/triton_json.py, so the gRPC RPCs answer the very same content."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """The services an HTTP handler is given: Litestar dependencies injected by parameter name.
 
-A handler declares ``dataplane: Dataplane``, ``catalog: Catalog`` and/or ``control:
-Control`` and Litestar passes the DataPlane, the Catalog and the ModelControl of this
-application (app/servekit/rest/app.py wires them with
-:func:`dependencies`); that is all of the server a handler sees. The inference fast path
-(app/servekit/rest/infer.py) answers before Litestar resolves dependencies and reads the DataPlane
-from
-application state instead.
-"""
+A handler declares ``dataplane: Dataplane``, ``catalog: Catalog`` and/or ``control: Control`` and
+Litestar passes the DataPlane, the Catalog and the ModelControl of this application
+(app/servekit/rest/app.py wires them with :func:`dependencies`); that is all of the server a handler
+sees. The inference fast path (app/servekit/rest/infer.py) answers before Litestar resolves
+dependencies and reads the DataPlane from application state instead."""
 
 from __future__ import annotations
 

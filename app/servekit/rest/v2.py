@@ -1,9 +1,8 @@
 """Open Inference Protocol (V2) REST routes: health, metadata and inference.
 
 Handlers are thin: they read the path, call the DataPlane (injected: ``dataplane``, see
-app/servekit/rest/app.py) and answer. Inference, the hot path,
-lives in :mod:`servekit.rest.infer` (bodies read as raw bytes and answered as bytes).
-"""
+app/servekit/rest/app.py) and answer. Inference, the hot path, lives in :mod:`servekit.rest.infer`
+(bodies read as raw bytes and answered as bytes)."""
 
 from __future__ import annotations
 

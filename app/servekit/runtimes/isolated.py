@@ -2,11 +2,9 @@
 
 Like Triton's Python backend stub: each instance of the model is a child process
 (app/servekit/runtimes/isolated_child.py) that imports and runs the model, fed over a socket pair
-with
-raw tensor buffers (app/servekit/runtimes/isolation_wire.py). To the rest of the server this is one
-more
-runtime with ``predict`` and ``close``; what it adds is that the model's failures stay in its
-process:
+with raw tensor buffers (app/servekit/runtimes/isolation_wire.py). To the rest of the server this is
+one more runtime with ``predict`` and ``close``; what it adds is that the model's failures stay in
+its process:
 
 - the process dies (segfault, abort, the kernel's out-of-memory killer, ``os._exit``), or runs
   out of memory under ``memoryLimitBytes`` (RLIMIT_DATA), or a call runs past the model's

@@ -1,13 +1,11 @@
 """An isolated Python model's child process: ``python -m servekit.runtimes.isolated_child FD PID``.
 
 ``FD`` is its end of a socket pair with the server (app/servekit/runtimes/isolation_wire.py),
-``PID`` the
-server's process id. The first message says what to load, exactly the serve.yaml fields of the
-model (entrypoint, parameters, tensor overrides, memory limit) plus the server's import path;
+``PID`` the server's process id. The first message says what to load, exactly the serve.yaml fields
+of the model (entrypoint, parameters, tensor overrides, memory limit) plus the server's import path;
 nothing a request sends can change them. The model is built with the in-process Python runtime
 (app/servekit/runtimes/python.py), so it behaves as it would in the server; then every message is
-one
-call, answered with its outputs or its error.
+one call, answered with its outputs or its error.
 
 The child never outlives the server: the kernel kills it when the server's process dies
 (``PR_SET_PDEATHSIG``), and it exits when its socket reaches end of file. It ignores SIGINT

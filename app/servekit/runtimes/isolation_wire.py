@@ -7,12 +7,10 @@ Numeric tensors travel as their C-order bytes and are received straight into a f
 array (one copy into the kernel, one out); BYTES tensors as ``uint32`` length + bytes per
 element. Sends gather the pieces with ``sendmsg`` so a large tensor is never concatenated.
 
-Why not pickle: the server must not unpickle anything a model process sends (a model's code
-could then run code in the server). Here the child can only name a V2 datatype from the one
-table (app/servekit/datatypes.py), a shape and a byte count, which the reader checks against each
-other
-before it allocates anything beyond the stated size.
-"""
+Why not pickle: the server must not unpickle anything a model process sends (a model's code could
+then run code in the server). Here the child can only name a V2 datatype from the one table
+(app/servekit/datatypes.py), a shape and a byte count, which the reader checks against each other
+before it allocates anything beyond the stated size."""
 
 from __future__ import annotations
 

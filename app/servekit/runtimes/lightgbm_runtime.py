@@ -1,14 +1,12 @@
 """LightGBM models (``modelFormat: lightgbm``): a Booster saved with ``save_model`` (``.txt``,
 or ``.bst`` as KServe's lgbserver names it).
 
-``predict`` is the Booster's own: probabilities for a binary or multiclass objective ([-1, K]
-for K classes: one row of K per input row), values for a regression ([-1]), as MLServer's
-LightGBM runtime answers. Feature names the booster was trained with (a DataFrame) make its
-inputs one column each (a pandas ``category`` column a BYTES one with its categories, given to
-the booster as a ``category`` again);
-LightGBM's own defaults (``Column_0``, ...) mean it was trained on a matrix. Threads per call
-follow the model's ``intraOpThreads``. The file is text, not a pickle.
-"""
+``predict`` is the Booster's own: probabilities for a binary or multiclass objective ([-1, K] for K
+classes: one row of K per input row), values for a regression ([-1]), as MLServer's LightGBM runtime
+answers. Feature names the booster was trained with (a DataFrame) make its inputs one column each (a
+pandas ``category`` column a BYTES one with its categories, given to the booster as a ``category``
+again); LightGBM's own defaults (``Column_0``, ...) mean it was trained on a matrix. Threads per
+call follow the model's ``intraOpThreads``. The file is text, not a pickle."""
 
 from __future__ import annotations
 

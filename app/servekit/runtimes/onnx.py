@@ -3,11 +3,9 @@
 Metadata comes from the session (names, element types, shapes with -1 for symbolic dims), with
 serve.yaml overrides applied. Load failures are turned into reasons a user can act on: a missing
 file, a Git-LFS pointer instead of the model, a file that is not ONNX, a bad option, external data
-outside the model's folder (checked by app/servekit/formats/onnx_files.py before any session
-exists, so such
-a file is never read). Reasons may name absolute paths: the repository rewrites them before a client
-sees them (app/servekit/shown_paths.py).
-"""
+outside the model's folder (checked by app/servekit/formats/onnx_files.py before any session exists,
+so such a file is never read). Reasons may name absolute paths: the repository rewrites them before
+a client sees them (app/servekit/shown_paths.py)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,13 @@
 """scikit-learn models (``modelFormat: sklearn``): a joblib or pickle file of a fitted
 estimator or pipeline, as KServe's sklearnserver and MLServer load them.
 
-Unpickling runs code chosen by whoever wrote the file: such a model is declared in serve.yaml
-only, never pushed through the repository API (app/servekit/models/pushed_config.py). The
-estimator's ``feature_names_in_`` (fitted on a DataFrame) make its inputs one column each and
-it is given a DataFrame, each column of the datatype the fitted estimator records (BYTES for a
-text column its encoder saw, app/servekit/formats/fitted_types.py); else ``n_features_in_``
-sizes its ``input-0`` matrix. ``predict``'s
-datatype follows ``classes_`` for a classifier (INT64, BYTES for text labels), FP64 otherwise.
-"""
+Unpickling runs code chosen by whoever wrote the file: such a model is declared in serve.yaml only,
+never pushed through the repository API (app/servekit/models/pushed_config.py). The estimator's
+``feature_names_in_`` (fitted on a DataFrame) make its inputs one column each and it is given a
+DataFrame, each column of the datatype the fitted estimator records (BYTES for a text column its
+encoder saw, app/servekit/formats/fitted_types.py); else ``n_features_in_`` sizes its ``input-0``
+matrix. ``predict``'s datatype follows ``classes_`` for a classifier (INT64, BYTES for text labels),
+FP64 otherwise."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
 """Triton's model configuration extension: a ModelConfig derived from the plan and the model.
 
 Nothing is stored twice: the configuration is computed on request from the compiled ModelPlan
-(version policy, batching, instances, parameters) and the signature of the loaded version
-(input and output datatypes and shapes). The result is a typed ``ModelConfiguration``, which
-the REST adapter writes as the JSON Triton's HTTP endpoint answers
-(app/servekit/rest/triton_json.py)
-and the gRPC adapter builds ``inference.ModelConfig`` from, field by field.
-As in Triton, with ``max_batch_size > 0`` the batch dimension is not part of ``dims``.
-"""
+(version policy, batching, instances, parameters) and the signature of the loaded version (input and
+output datatypes and shapes). The result is a typed ``ModelConfiguration``, which the REST adapter
+writes as the JSON Triton's HTTP endpoint answers (app/servekit/rest/triton_json.py) and the gRPC
+adapter builds ``inference.ModelConfig`` from, field by field. As in Triton, with ``max_batch_size >
+0`` the batch dimension is not part of ``dims``."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 Transport-neutral (REST and gRPC adapters are a few lines over it). It is the one writer of the plan
 in force (held by :class:`~servekit.services.state.ServerState`), and keeps models pushed by clients
 (their files live in one folder each under the storage dir, see app/servekit/models/storage.py) and
-in-memory
-Python objects, and turns requests into repository loads:
+in-memory Python objects, and turns requests into repository loads:
 
 * ``load`` with no parameters (re)loads a model as it is known, and a serve.yaml model a
   client's ``config`` replaced as serve.yaml declares it (as Triton's load without override
@@ -26,12 +25,10 @@ Python objects, and turns requests into repository loads:
 A load request is a client's data and may not become code or reach files of its choosing, whatever
 the auth settings: its config cannot choose code (a Python model's entrypoint, parameters, runtime
 and options come from serve.yaml only; see app/servekit/models/pushed_config.py), its storageUri
-stays inside
-serve.yaml's folder, its files are only an ONNX model and the external data that model references
-(app/servekit/formats/onnx_files.py), checked before anything is written, and it is bounded by
-``server.limits`` (instances, threads, versions, how many pushed models and bytes). Nothing answered
-to a client names where pushed files live (app/servekit/shown_paths.py).
-"""
+stays inside serve.yaml's folder, its files are only an ONNX model and the external data that model
+references (app/servekit/formats/onnx_files.py), checked before anything is written, and it is
+bounded by ``server.limits`` (instances, threads, versions, how many pushed models and bytes).
+Nothing answered to a client names where pushed files live (app/servekit/shown_paths.py)."""
 
 from __future__ import annotations
 

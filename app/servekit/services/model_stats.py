@@ -1,12 +1,10 @@
 """Triton's statistics extension: which versions a statistics request covers, and their entries.
 
-app/servekit/services/stats.py records; this module takes the typed snapshots that
-``GET /v2/models[/{m}[/versions/{v}]]/stats`` (as JSON, app/servekit/rest/triton_json.py) and the
-gRPC
-ModelStatistics RPC (as protobuf, field by field) answer, so both carry the same rows. As in
-Triton: no model name means every model, no version means every ready version of the model, and
-a named version must be ready. A version that has served nothing yet reports zeros.
-"""
+app/servekit/services/stats.py records; this module takes the typed snapshots that ``GET
+/v2/models[/{m}[/versions/{v}]]/stats`` (as JSON, app/servekit/rest/triton_json.py) and the gRPC
+ModelStatistics RPC (as protobuf, field by field) answer, so both carry the same rows. As in Triton:
+no model name means every model, no version means every ready version of the model, and a named
+version must be ready. A version that has served nothing yet reports zeros."""
 
 from __future__ import annotations
 

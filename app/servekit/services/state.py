@@ -1,14 +1,12 @@
 """The server's own state: the plan in force and the switches every surface reads.
 
-``ServerState`` is the one place the compiled serve.yaml in force is held. ModelControl
-replaces it (``apply_plan``: a ``--watch`` edit or a notebook ``reload()``); everything else
-(DataPlane, ModelControl itself, the watcher, the adapters through the services) reads it from
-here on use, so no component can go on serving a stale copy. Settings marked restart-only in
+``ServerState`` is the one place the compiled serve.yaml in force is held. ModelControl replaces it
+(``apply_plan``: a ``--watch`` edit or a notebook ``reload()``); everything else (DataPlane,
+ModelControl itself, the watcher, the adapters through the services) reads it from here on use, so
+no component can go on serving a stale copy. Settings marked restart-only in
 app/servekit/config/schema.py (``RESTART_ONLY``) keep their running values in every replacement,
-together
-with what the plan derived from them (tokens, TLS material): the listeners and guards built at
-start are never out of step with the plan they are read from.
-"""
+together with what the plan derived from them (tokens, TLS material): the listeners and guards built
+at start are never out of step with the plan they are read from."""
 
 from __future__ import annotations
 

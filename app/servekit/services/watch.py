@@ -3,27 +3,25 @@
 watchfiles (Rust ``notify``) reports changes to serve.yaml's folder and to the model folders it
 names; every change, and a once-a-second look at serve.yaml's content (which also catches
 ConfigMap-style symlink swaps), re-reads the file. A valid edit becomes a new plan that
-:meth:`ModelControl.apply_plan` applies (added models load, removed unload, changed reload,
-models whose files changed on disk reload). An invalid edit is logged and recorded in
+:meth:`ModelControl.apply_plan` applies (added models load, removed unload, changed reload, models
+whose files changed on disk reload). An invalid edit is logged and recorded in
 ``control.recent_errors`` with its YAML location, and the running configuration stays as it was.
 Each server setting is marked live or restart-only where it is declared
-(app/servekit/config/schema.py,
-``RESTART_ONLY``): live ones take effect with the new plan; an edit of a restart-only one
-(listeners, tokens, TLS, storage dir) is reported as needing a restart, and the running value
-stays in force (ServerState.replace_plan).
+(app/servekit/config/schema.py, ``RESTART_ONLY``): live ones take effect with the new plan; an edit
+of a restart-only one (listeners, tokens, TLS, storage dir) is reported as needing a restart, and
+the running value stays in force (ServerState.replace_plan).
 
-Two guards stand between a half-written file and the running models. A change is applied only
-once serve.yaml has *settled*: unchanged (modification time, size and content) for
-``SETTLE_STEP_S``, waited for at most ``SETTLE_MAX_S`` (a template writer or an editor writes
-in several steps; a shell redirect truncates first). And an edit that would leave no models at
-all while models are served is refused (logged, recorded in ``recent_errors``, the running
-configuration kept) unless the file says so explicitly with a ``models:`` list (``models: []``
-unloads every model on purpose): an empty or cut-short file (``> serve.yaml``, a failed
-template render) once unloaded every model of a busy server. Every re-read goes through
-:func:`servekit.config.overrides.load_plan` with the command line's
-:class:`~servekit.config.overrides.Overrides`, so
-``--only``, ``--storage-uri`` and the listener flags hold for the edited file as they did at start
-(a setting a flag overrides is not changed by editing it, so no restart is asked for).
+Two guards stand between a half-written file and the running models. A change is applied only once
+serve.yaml has *settled*: unchanged (modification time, size and content) for ``SETTLE_STEP_S``,
+waited for at most ``SETTLE_MAX_S`` (a template writer or an editor writes in several steps; a shell
+redirect truncates first). And an edit that would leave no models at all while models are served is
+refused (logged, recorded in ``recent_errors``, the running configuration kept) unless the file says
+so explicitly with a ``models:`` list (``models: []`` unloads every model on purpose): an empty or
+cut-short file (``> serve.yaml``, a failed template render) once unloaded every model of a busy
+server. Every re-read goes through :func:`servekit.config.overrides.load_plan` with the command
+line's :class:`~servekit.config.overrides.Overrides`, so ``--only``, ``--storage-uri`` and the
+listener flags hold for the edited file as they did at start (a setting a flag overrides is not
+changed by editing it, so no restart is asked for).
 
 A serve.yaml in object storage (``servekit serve s3://bucket/prod/serve.yaml --watch``, every
 replica started from the same object) has no file events: the object is read again every

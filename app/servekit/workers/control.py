@@ -1,13 +1,11 @@
 """Model control in a worker: every change goes through the supervisor to every worker.
 
-``ClusterControl`` is the ``ModelControl`` the adapters of a worker are given. A load, unload
-or serve.yaml edit reaching this worker is checked here as far as it can be without changing
-anything (model control allowed, a valid name), then forwarded to the supervisor, which applies
-it on every worker one operation at a time (app/servekit/workers/supervisor.py) and answers once
-all have.
-What the supervisor asks a worker to apply runs through the plain ``ModelControl`` methods
-(``apply``), so the checks and the storage rules are those of a single server.
-"""
+``ClusterControl`` is the ``ModelControl`` the adapters of a worker are given. A load, unload or
+serve.yaml edit reaching this worker is checked here as far as it can be without changing anything
+(model control allowed, a valid name), then forwarded to the supervisor, which applies it on every
+worker one operation at a time (app/servekit/workers/supervisor.py) and answers once all have. What
+the supervisor asks a worker to apply runs through the plain ``ModelControl`` methods (``apply``),
+so the checks and the storage rules are those of a single server."""
 
 from __future__ import annotations
 

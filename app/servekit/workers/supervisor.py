@@ -1,14 +1,13 @@
 """The supervisor of ``server.workers``: N worker processes behind the same ports, one state.
 
-It serves nothing itself. It reserves the ports (bound with SO_REUSEPORT, never listening, so a
-port 0 becomes one concrete port every worker binds too and no other program takes it while a
-worker restarts), starts the workers (app/servekit/workers/worker.py), and talks to each over a Unix
-socket in a private folder (app/servekit/workers/protocol.py). It is the one place model control is
+It serves nothing itself. It reserves the ports (bound with SO_REUSEPORT, never listening, so a port
+0 becomes one concrete port every worker binds too and no other program takes it while a worker
+restarts), starts the workers (app/servekit/workers/worker.py), and talks to each over a Unix socket
+in a private folder (app/servekit/workers/protocol.py). It is the one place model control is
 serialised: an operation a worker forwards is applied by every worker before it is answered, and
-recorded in a journal a restarted worker replays before it opens its listeners. It restarts a
-worker that dies (a log line, and ``servekit_worker_restarts_total``), answers a worker's
-statistics read with every worker position's state and snapshots (app/servekit/workers/stats.py),
-and on
+recorded in a journal a restarted worker replays before it opens its listeners. It restarts a worker
+that dies (a log line, and ``servekit_worker_restarts_total``), answers a worker's statistics read
+with every worker position's state and snapshots (app/servekit/workers/stats.py), and on
 SIGTERM/SIGINT drains every worker.
 
 It also pings every worker over its channel (heartbeats): a worker that stops answering (stopped

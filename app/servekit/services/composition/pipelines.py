@@ -2,17 +2,14 @@
 
 The DataPlane hands a request for a pipeline here (the request kind registered for pipelines:
 services/kinds.py). Each step is a request for its model as ``DataPlane.infer`` would run it
-(steps.py: its call
-worked out once per model version; a step that is not a plain model goes through
+(steps.py: its call worked out once per model version; a step that is not a plain model goes through
 ``DataPlane.infer`` itself), so every step keeps its own executor, batching, queue limits and
-statistics, and the arrays pass from one step to the next as they are (the same numpy objects:
-no copy, no serialisation). Steps start as soon
-as their inputs exist, so independent steps run at the same time; the pipeline's deadline
-(the first of the client's, its ``timeout`` parameter and ``server.requestTimeoutSeconds``)
-is every step's. A failing step
-fails the request with the step and its model named, and the other running steps are
-cancelled (queued, they leave their queue unrun).
-"""
+statistics, and the arrays pass from one step to the next as they are (the same numpy objects: no
+copy, no serialisation). Steps start as soon as their inputs exist, so independent steps run at the
+same time; the pipeline's deadline (the first of the client's, its ``timeout`` parameter and
+``server.requestTimeoutSeconds``) is every step's. A failing step fails the request with the step
+and its model named, and the other running steps are cancelled (queued, they leave their queue
+unrun)."""
 
 from __future__ import annotations
 

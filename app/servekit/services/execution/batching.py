@@ -1,16 +1,14 @@
 """Dynamic batching: which queued requests run together, and how the answers are split back.
 
-The executor (executor.py) decides *when* a batch leaves: as soon as an
-instance
-of the model is free and requests are queued, so a request is never held back while the model
-could run it, and batching costs nothing at low load. Batches therefore form from the requests
-that queue while every instance is busy, which is exactly when stacking them pays. This module
-decides *which*: the oldest request and the later ones it can be stacked with (same input
-datatypes and same dimensions but the first), in arrival order, up to ``maxBatchSize`` rows,
-stopping at the largest preferred size reachable when there are more. Requests asking for
-different outputs still share a batch: the model computes the union and each request gets
-only its own. Nothing is padded, so nothing padded can leak into an answer.
-"""
+The executor (executor.py) decides *when* a batch leaves: as soon as an instance of the model is
+free and requests are queued, so a request is never held back while the model could run it, and
+batching costs nothing at low load. Batches therefore form from the requests that queue while every
+instance is busy, which is exactly when stacking them pays. This module decides *which*: the oldest
+request and the later ones it can be stacked with (same input datatypes and same dimensions but the
+first), in arrival order, up to ``maxBatchSize`` rows, stopping at the largest preferred size
+reachable when there are more. Requests asking for different outputs still share a batch: the model
+computes the union and each request gets only its own. Nothing is padded, so nothing padded can leak
+into an answer."""
 
 from __future__ import annotations
 

@@ -11,29 +11,25 @@ the model's compute.
   (the loop's default executor) and the loop itself are not affected.
 
 Requests wait in a queue bounded by ``maxQueueSize`` (one more: Overloaded, HTTP 429). Each may
-carry a deadline (the client's, its ``timeout`` parameter, ``server.requestTimeoutSeconds``:
-the first) and bounds on its wait (``timeout`` again, the model's
-``queueTimeoutMicroseconds``): a request expired
-while queued is answered DeadlineExceeded and never starts; one whose deadline passes while it
-runs is answered DeadlineExceeded at once. A request whose awaiting coroutine is cancelled
-(client gone) leaves the queue; if it is already running, its call's cancel flag
+carry a deadline (the client's, its ``timeout`` parameter, ``server.requestTimeoutSeconds``: the
+first) and bounds on its wait (``timeout`` again, the model's ``queueTimeoutMicroseconds``): a
+request expired while queued is answered DeadlineExceeded and never starts; one whose deadline
+passes while it runs is answered DeadlineExceeded at once. A request whose awaiting coroutine is
+cancelled (client gone) leaves the queue; if it is already running, its call's cancel flag
 (app/servekit/runtimes/cancel.py) is set once every request of that call is abandoned. The version's
 in-flight count follows the thread, not the request: an abandoned call counts until its thread
 returns, so unload and drain see the truth.
 
-With dynamic batching, a batch leaves as soon as an instance is free
-(batching.py
-says which requests go together), one loop pass after its first request arrived so that the
-requests decoded in the same pass join it. A batch of several requests always runs in the
-version's threads, where the requests arriving meanwhile queue up for the next one. A request that
-is the only one the listeners hold (low load; the HTTP listener counts one more while it reads
-several requests a loop pass: the load signal, app/servekit/services/execution/load.py) runs
-on the loop when the version's
-single-request calls are measured fast, as an unbatched version's would: at one request in
-flight a batching model then costs what an unbatched one costs, not a loop pass and a thread
-hop. A batch of one request with others in progress elsewhere in the server runs in the
-threads: on the loop it would hold back the requests that could join the next batch.
-"""
+With dynamic batching, a batch leaves as soon as an instance is free (batching.py says which
+requests go together), one loop pass after its first request arrived so that the requests decoded in
+the same pass join it. A batch of several requests always runs in the version's threads, where the
+requests arriving meanwhile queue up for the next one. A request that is the only one the listeners
+hold (low load; the HTTP listener counts one more while it reads several requests a loop pass: the
+load signal, app/servekit/services/execution/load.py) runs on the loop when the version's
+single-request calls are measured fast, as an unbatched version's would: at one request in flight a
+batching model then costs what an unbatched one costs, not a loop pass and a thread hop. A batch of
+one request with others in progress elsewhere in the server runs in the threads: on the loop it
+would hold back the requests that could join the next batch."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What the executor (executor.py) works with: its settings from serve.yaml,
-the
-requests it holds (Job) and the model calls it hands to worker threads (Work)."""
+"""What the executor (executor.py) works with: its settings from serve.yaml, the requests it holds
+(Job) and the model calls it hands to worker threads (Work)."""
 
 from __future__ import annotations
 
