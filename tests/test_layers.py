@@ -132,6 +132,20 @@ def test_architecture_md_shows_the_layer_table() -> None:
     assert [r for r in rows if r] == _layers()
 
 
+def test_the_layer_table_covers_every_module_and_folder() -> None:
+    """Every top-level module and folder of the package sits in a layer (the rest of a folder
+    is its own business), so no part escapes the import-direction check."""
+    named = {name for row in _layers() for name in re.split(r"\s*[:|]\s*", row)}
+    parts = {
+        f"servekit.{path.stem}"
+        for path in APP.glob("servekit/*")
+        if (path.suffix == ".py" and path.stem != "__init__")
+        or (path.is_dir() and (path / "__init__.py").exists())
+    }
+    assert len(parts) > 20, "the package's parts were not found"
+    assert parts <= named, f"not in the layer table: {sorted(parts - named)}"
+
+
 # ---- import circles ---------------------------------------------------------------------------
 def _folder(module: str) -> str:
     """The folder a module's file is in (a package's own folder for its __init__)."""
