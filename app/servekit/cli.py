@@ -99,6 +99,15 @@ def _parser() -> argparse.ArgumentParser:
         help="read the model's files from PATH, KServe: /mnt/models "
         "(default: the model's storageUri)",
     )
+    serve.add_argument(
+        "--model-dir", metavar="DIR", help="serve one model from DIR (default: CONFIG's models)"
+    )
+    serve.add_argument(
+        "--model-name", metavar="NAME", help="--model-dir: the model's name (default: model)"
+    )
+    serve.add_argument(
+        "--model-format", help="--model-dir: its format (default: told by the files)"
+    )
     validate = sub.add_parser(
         "validate", help="check CONFIG (and import its Python models) and print a summary"
     )
@@ -428,6 +437,16 @@ def _overrides(args: argparse.Namespace, config_uri: str | None = None) -> Overr
 
 
 def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
+    if args.model_dir is not None:  # one model, no serve.yaml (app/servekit/config/model_dir.py)
+        from servekit.config.model_dir import ModelDirError, model_dir_config_file
+
+        try:
+            args.config = str(
+                model_dir_config_file(args.model_dir, args.model_name or "model", args.model_format)
+            )
+        except ModelDirError as exc:
+            print(f"servekit: {exc}", file=sys.stderr)
+            return 1
     if args.token:
         from servekit.config.auth import TOKEN_ENV
 
