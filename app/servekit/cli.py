@@ -100,10 +100,16 @@ def _parser() -> argparse.ArgumentParser:
         "(default: the model's storageUri)",
     )
     serve.add_argument(
-        "--model-dir", metavar="DIR", help="serve one model from DIR (default: CONFIG's models)"
+        "--model-dir",
+        "--model_dir",
+        metavar="DIR",
+        help="serve one model from DIR (default: CONFIG's models)",
     )
     serve.add_argument(
-        "--model-name", metavar="NAME", help="--model-dir: the model's name (default: model)"
+        "--model-name",
+        "--model_name",
+        metavar="NAME",
+        help="--model-dir: the model's name (default: model)",
     )
     serve.add_argument(
         "--model-format", help="--model-dir: its format (default: told by the files)"
@@ -119,6 +125,14 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--image", default=f"servekit:{__version__}", help="container image")
     export.add_argument(
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
+    )
+    export.add_argument(
+        "--cluster-runtime",
+        action="store_true",
+        help="kserve: the ClusterServingRuntime kserve-servekit instead, no CONFIG (default: off)",
+    )
+    export.add_argument(
+        "--priority", type=_positive, default=1, help="--cluster-runtime: its formats' priority"
     )
     export.add_argument(
         "--autoscale",
@@ -495,6 +509,10 @@ def _export(args: argparse.Namespace) -> int:
     from servekit.export import kserve as export_kserve
     from servekit.export.scaling import PROMETHEUS_URL, Scaling, scrape_warnings
 
+    if args.cluster_runtime:  # no serve.yaml: one InferenceService a pod
+        runtime = export_kserve.cluster_runtime(args.image, priority=args.priority)
+        print(export.render([runtime], export_kserve.CLUSTER_HEADER), end="")
+        return 0
     plan = export.load_plan(args.config)
     try:
         text = export.config_text(plan)
