@@ -30,7 +30,8 @@ from kserve_pod import Pod, pod_container, start_pod, storage_initializer
 from kserve_schemas import validate_kserve
 from test_kserve_clients import kserve_python
 
-pytestmark = pytest.mark.slow
+# Training four models and starting a pod a test: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DATA = Path(__file__).with_name("data") / "kserve-e2e"
 CLIENT = Path(__file__).with_name("kserve_pod_client.py")
@@ -108,6 +109,7 @@ def _upload_models(client: Any, folder: Path) -> None:
     mlflow.sklearn.save_model(
         ElasticNet(alpha=0.1).fit(wine, quality), folder / "wine", input_example=wine.head(2),
         serialization_format=mlflow.sklearn.SERIALIZATION_FORMAT_CLOUDPICKLE,
+        pip_requirements=["scikit-learn"],  # not inferred: that imports and runs the model
     )  # fmt: skip
     settings = {
         "name": "xgboost-iris",
