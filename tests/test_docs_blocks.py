@@ -274,6 +274,7 @@ def _run_shell(block: Block, folder: Path, ports: tuple[int, int], scratch: Path
         "DOCS_WAIT": str(stand_ins / "wait_url.py"),
         "DOCS_KUBECTL": str(stand_ins / "kubectl.py"),
         "DOCS_KUBECTL_APPLIED": str(scratch / "kubectl-applied"),
+        "DOCS_TESTS_DIR": str(Path(__file__).resolve().parent),
         "DOCS_CONTAINERS": str(containers),
         # podman as this machine needs it (docs/ops.md's containers.conf), unless set already.
         "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(stand_ins / "containers.conf")),

@@ -22,6 +22,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--grpc", action="store_true", help="kserve: expose gRPC (h2c) instead of HTTP"
     )
     export.add_argument(
+        "--cluster-runtime",
+        action="store_true",
+        help="kserve: the ClusterServingRuntime kserve-servekit instead, no CONFIG (default: off)",
+    )
+    export.add_argument(
+        "--priority", type=_positive, default=1, help="--cluster-runtime: its formats' priority"
+    )
+    export.add_argument(
         "--autoscale",
         choices=["none", "hpa", "keda"],
         default="none",
@@ -74,6 +82,10 @@ def _export(args: argparse.Namespace) -> int:
     from servekit.export import kserve as export_kserve
     from servekit.export.scaling import PROMETHEUS_URL, Scaling, scrape_warnings
 
+    if args.cluster_runtime:  # no serve.yaml: one InferenceService a pod
+        runtime = export_kserve.cluster_runtime(args.image, priority=args.priority)
+        print(export.render([runtime], export_kserve.CLUSTER_HEADER), end="")
+        return 0
     plan = export.load_plan(args.config)
     try:
         text = export.config_text(plan)

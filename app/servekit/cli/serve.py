@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="read the model's files from PATH, KServe: /mnt/models "
         "(default: the model's storageUri)",
     )
+    serve.add_argument(
+        "--model-dir",
+        "--model_dir",
+        metavar="DIR",
+        help="serve one model from DIR (default: CONFIG's models)",
+    )
+    serve.add_argument(
+        "--model-name",
+        "--model_name",
+        metavar="NAME",
+        help="--model-dir: the model's name (default: model)",
+    )
+    serve.add_argument(
+        "--model-format", help="--model-dir: its format (default: told by the files)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,6 +133,16 @@ def _overrides(args: argparse.Namespace, config_uri: str | None = None) -> Overr
 
 
 def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
+    if args.model_dir is not None:  # one model, no serve.yaml (app/servekit/config/model_dir.py)
+        from servekit.config.model_dir import ModelDirError, model_dir_config_file
+
+        try:
+            args.config = str(
+                model_dir_config_file(args.model_dir, args.model_name or "model", args.model_format)
+            )
+        except ModelDirError as exc:
+            print(f"servekit: {exc}", file=sys.stderr)
+            return 1
     if args.token:
         from servekit.config.auth import TOKEN_ENV
 

@@ -1,0 +1,400 @@
+"""The ClusterServingRuntime ``kserve-servekit`` meets KServe's pod contract: KServe's e2e
+predictor cases (test/e2e/predictor/test_sklearn.py, test_xgboost.py, test_lightgbm.py,
+test_mlflow.py) served by the exported runtime through tests/kserve_pod.py (KServe's controller
+and kubelet, emulated), the model files brought from an S3 store (moto) by KServe's own storage
+initializer, the calls made by KServe's own InferenceRESTClient (V1, V2) and
+InferenceGRPCClient with KServe's own request files (tests/data/kserve-e2e/), and the answers
+held to what KServe's tests assert. The models are trained here on the same data shapes (iris;
+wine-shaped columns for MLflow): nothing is downloaded.
+
+A runtime whose args, port or probe path are wrong fails here (test_a_broken_runtime_*), as a
+pod would fail on a cluster.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from kserve_pod import Pod, pod_container, start_pod, storage_initializer
+from kserve_schemas import validate_kserve
+from test_kserve_clients import kserve_python
+
+# Training four models and starting a pod a test: minutes on a loaded 2-core machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+DATA = Path(__file__).with_name("data") / "kserve-e2e"
+CLIENT = Path(__file__).with_name("kserve_pod_client.py")
+BUCKET = "kfserving-examples"
+WINE_COLUMNS = [
+    "fixed acidity", "volatile acidity", "citric acid", "residual sugar", "chlorides",
+    "free sulfur dioxide", "total sulfur dioxide", "density", "pH", "sulphates", "alcohol",
+]  # fmt: skip
+IRIS_COLUMNS = ["sepal_length_(cm)", "sepal_width_(cm)", "petal_length_(cm)", "petal_width_(cm)"]
+
+
+# --- the store, the models, the runtime ----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A moto S3 server and the environment KServe's S3 credentials give the initializer."""
+    import boto3
+    from kserve_pod import free_port
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "S3_USE_HTTPS": "0",
+        "S3_VERIFY_SSL": "0",
+    }
+    client = boto3.client(
+        "s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    client.create_bucket(Bucket=BUCKET)
+    with warnings.catch_warnings():  # the libraries' own deprecation notes while training
+        warnings.simplefilter("ignore")
+        _upload_models(client, tmp_path_factory.mktemp("trained"))
+    yield env
+    server.stop()
+
+
+def _iris() -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    from sklearn.datasets import load_iris
+
+    x, y = load_iris(return_X_y=True)
+    return x.astype(np.float32), y
+
+
+def _upload_models(client: Any, folder: Path) -> None:
+    """The InferenceService shapes of KServe's e2e tests, under their gs:// paths' keys."""
+    import joblib
+    import lightgbm as lgb
+    import mlflow.sklearn
+    import pandas as pd
+    import xgboost as xgb
+    from sklearn import svm
+    from sklearn.linear_model import ElasticNet
+
+    x, y = _iris()
+    joblib.dump(svm.SVC(gamma="scale").fit(x, y), folder / "model.joblib")
+    booster = xgb.train({"objective": "multi:softmax", "num_class": 3}, xgb.DMatrix(x, label=y), 10)
+    booster.save_model(folder / "model.bst")
+    frame = pd.DataFrame(x, columns=IRIS_COLUMNS)
+    lgb_model = lgb.train(
+        {"objective": "multiclass", "num_class": 3, "verbose": -1}, lgb.Dataset(frame, y), 20
+    )
+    (folder / "lgb").mkdir()
+    lgb_model.save_model(folder / "lgb" / "model.bst")
+    rng = np.random.default_rng(0)
+    wine = pd.DataFrame(rng.uniform(0, 15, (200, 11)).astype(np.float32), columns=WINE_COLUMNS)
+    quality = wine["alcohol"] * 0.3 + wine["fixed acidity"] * 0.1 + 2
+    mlflow.sklearn.save_model(
+        ElasticNet(alpha=0.1).fit(wine, quality), folder / "wine", input_example=wine.head(2),
+        serialization_format=mlflow.sklearn.SERIALIZATION_FORMAT_CLOUDPICKLE,
+        pip_requirements=["scikit-learn"],  # not inferred: that imports and runs the model
+    )  # fmt: skip
+    settings = {
+        "name": "xgboost-iris",
+        "implementation": "mlserver_xgboost.XGBoostModel",
+        "parameters": {"uri": "./model.bst", "version": "v0.1.0"},
+    }
+    (folder / "model-settings.json").write_text(json.dumps(settings))
+    puts = {
+        "models/sklearn/1.0/model/model.joblib": folder / "model.joblib",
+        "models/xgboost/1.5/model/model.bst": folder / "model.bst",
+        "models/xgboost/iris/model.bst": folder / "model.bst",
+        "models/xgboost/iris/model-settings.json": folder / "model-settings.json",
+        "models/lightgbm/iris/model.bst": folder / "lgb" / "model.bst",
+        "models/lightgbm/v2/iris/model.bst": folder / "lgb" / "model.bst",
+    }
+    for path in (folder / "wine").rglob("*"):
+        if path.is_file():
+            puts[f"models/mlflow/wine/{path.relative_to(folder / 'wine')}"] = path
+    for key, path in puts.items():
+        client.upload_file(str(path), BUCKET, key)
+
+
+@pytest.fixture(scope="module")
+def runtime() -> dict[str, Any]:
+    """``servekit export kserve --cluster-runtime``, run as ops run it."""
+    out = subprocess.run(
+        [sys.executable, "-m", "servekit", "export", "kserve", "--cluster-runtime",
+         "--image", "registry.example/servekit:1"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    (doc,) = yaml.safe_load_all(out.stdout)
+    validate_kserve(doc)
+    return dict(doc)
+
+
+# --- one InferenceService through the pod --------------------------------------------------
+
+
+def inference_service(name: str, fmt: str, uri: str, **model: Any) -> dict[str, Any]:
+    """An InferenceService as KServe's e2e tests write it (predictor.model), runtime named."""
+    spec = {"modelFormat": {"name": fmt}, "runtime": "kserve-servekit", "storageUri": uri}
+    isvc = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "kserve-ci-e2e-test"},
+        "spec": {"predictor": {"minReplicas": 1, "model": {**spec, **model}}},
+    }
+    validate_kserve(isvc)
+    return isvc
+
+
+def serve(runtime: dict[str, Any], isvc: dict[str, Any], s3: dict[str, str], tmp_path: Path) -> Pod:
+    """Storage initializer, then the container, then readiness: a pod's start."""
+    models = tmp_path / "mnt-models"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    storage_initializer(
+        kserve_python(), isvc["spec"]["predictor"]["model"]["storageUri"], models, {**env, **s3}
+    )
+    pod = start_pod(pod_container(runtime, isvc), models, tmp_path / "container.log")
+    try:
+        pod.wait_ready()
+    except BaseException:
+        pod.stop()
+        raise
+    return pod
+
+
+def call(pod: Pod, calls: list[dict[str, Any]]) -> list[Any]:
+    """KServe's clients (in KServe's venv) send ``calls``; their answers, in order."""
+    for entry in calls:
+        entry["file"] = str(DATA / entry["file"])
+        entry.setdefault("url", pod.url(8080))
+        entry.setdefault("target", pod.target(8081))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    result = subprocess.run(
+        [str(kserve_python()), str(CLIENT)], input=json.dumps(calls), capture_output=True,
+        text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    answers: list[Any] = json.loads(result.stdout)
+    for entry, answer in zip(calls, answers, strict=True):
+        assert not (isinstance(answer, dict) and "error" in answer), (entry, answer, pod.output())
+    return answers
+
+
+@pytest.fixture
+def pods() -> Iterator[list[Pod]]:
+    started: list[Pod] = []
+    yield started
+    for pod in started:
+        pod.stop()
+
+
+# --- KServe's cases ------------------------------------------------------------------------
+
+
+def test_sklearn(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_sklearn.py: test_sklearn_runtime_kserve (V1) and test_sklearn_v2_runtime_mlserver
+    (V2, with its readinessProbe on /v2/models/NAME/ready). (test_sklearn_v2's binary case asks
+    for kserve-sklearnserver's output name ``output-0``; servekit names it ``predict``, as
+    MLServer, whose place it takes, does.)"""
+    name = "isvc-sklearn-v2-runtime"
+    probe = {"httpGet": {"path": f"/v2/models/{name}/ready", "port": 8080}}
+    isvc = inference_service(
+        name, "sklearn", f"s3://{BUCKET}/models/sklearn/1.0/model", readinessProbe=probe,
+        protocolVersion="v2",
+    )  # fmt: skip
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    v1, v2 = call(pod, [
+        {"kind": "rest_v1", "model": name, "file": "iris_input.json"},
+        {"kind": "rest_v2", "model": name, "file": "iris_input_v2.json"},
+    ])  # fmt: skip
+    assert v1["predictions"] == [1, 1]
+    assert v2["outputs"][0]["data"] == [1, 1]
+
+
+def test_sklearn_grpc(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_sklearn_v2_grpc: the h2c port 8081 and ``args: [--model_name, sklearn]``."""
+    isvc = inference_service(
+        "isvc-sklearn-v2-grpc", "sklearn", f"s3://{BUCKET}/models/sklearn/1.0/model",
+        ports=[{"containerPort": 8081, "name": "h2c", "protocol": "TCP"}],
+        args=["--model_name", "sklearn"],
+    )  # fmt: skip
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    (answer,) = call(pod, [{"kind": "grpc", "model": "sklearn", "file": "iris_input_v2_grpc.json"}])
+    assert answer["outputs"][0]["data"] == [1, 1]
+
+
+def test_xgboost(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_xgboost.py: test_xgboost_runtime_kserve (V1, a folder with model.bst)."""
+    name = "isvc-xgboost-runtime"
+    isvc = inference_service(name, "xgboost", f"s3://{BUCKET}/models/xgboost/1.5/model")
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    (v1,) = call(pod, [{"kind": "rest_v1", "model": name, "file": "iris_input.json"}])
+    assert v1["predictions"] == [1, 1]
+
+
+def test_xgboost_mlserver_folder(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_xgboost_v2_runtime_mlserver: the folder MLServer's runtime gets (model.bst and
+    model-settings.json), V2 REST, and gRPC as test_xgboost_v2_grpc."""
+    name = "isvc-xgboost-v2-runtime"
+    isvc = inference_service(
+        name, "xgboost", f"s3://{BUCKET}/models/xgboost/iris", protocolVersion="v2",
+        env=[{"name": "MLSERVER_MODEL_PARALLEL_WORKERS", "value": "0"}],
+    )  # fmt: skip
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    v2, grpc = call(pod, [
+        {"kind": "rest_v2", "model": name, "file": "iris_input_v2.json"},
+        {"kind": "grpc", "model": name, "file": "iris_input_v2_grpc.json"},
+    ])  # fmt: skip
+    assert v2["outputs"][0]["data"] == [1.0, 1.0]
+    assert grpc["outputs"][0]["data"] == [1.0, 1.0]
+
+
+def test_xgboost_single_model_file(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_xgboost_single_model_file: the storageUri names one object, model.bst."""
+    name = "isvc-xgboost-v2-single"
+    isvc = inference_service(name, "xgboost", f"s3://{BUCKET}/models/xgboost/iris/model.bst")
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    (v2,) = call(pod, [{"kind": "rest_v2", "model": name, "file": "iris_input_v2.json"}])
+    assert v2["outputs"][0]["data"] == [1.0, 1.0]
+
+
+def test_lightgbm(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_lightgbm.py: test_lightgbm_runtime_kserve (V1), test_lightgbm_v2_kserve (V2) and
+    test_lightgbm_v2_grpc: the class probabilities of each row (class 1 for KServe's rows).
+    KServe's V1 case sends named columns under ``inputs`` (iris_input_v3.json), which servekit's
+    V1 does not read: the V1 call here sends iris_input.json's ``instances``."""
+    name = "isvc-lightgbm-runtime"
+    isvc = inference_service(name, "lightgbm", f"s3://{BUCKET}/models/lightgbm/iris")
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    answers = call(pod, [
+        {"kind": "rest_v1", "model": name, "file": "iris_input.json"},
+        {"kind": "rest_v2", "model": name, "file": "iris_input_v2.json"},
+        {"kind": "grpc", "model": name, "file": "iris_input_v2_grpc.json"},
+    ])  # fmt: skip
+    v1, v2, grpc = answers
+    assert [int(np.argmax(row)) for row in v1["predictions"]] == [1, 1]
+    for answer in (v2, grpc):
+        probabilities = np.array(answer["outputs"][0]["data"]).reshape(2, 3)
+        assert list(np.argmax(probabilities, axis=1)) == [1, 1]
+        assert np.allclose(probabilities.sum(axis=1), 1.0)
+    assert v2["outputs"][0]["data"] == grpc["outputs"][0]["data"]
+
+
+def test_mlflow(
+    runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """test_mlflow_v2_runtime_kserve: an MLflow folder, V2 with content_type pd
+    (mlflow_input_v2.json); the answer is the model's own prediction for that row."""
+    import mlflow.pyfunc
+    import pandas as pd
+
+    name = "isvc-mlflow-v2-runtime"
+    probe = {"httpGet": {"path": f"/v2/models/{name}/ready", "port": 8080}}
+    isvc = inference_service(
+        name, "mlflow", f"s3://{BUCKET}/models/mlflow/wine", protocolVersion="v2",
+        readinessProbe=probe,
+    )  # fmt: skip
+    pods.append(pod := serve(runtime, isvc, s3, tmp_path))
+    (v2,) = call(pod, [{"kind": "rest_v2", "model": name, "file": "mlflow_input_v2.json"}])
+    request = json.loads((DATA / "mlflow_input_v2.json").read_text())
+    row = pd.DataFrame({t["name"]: np.array(t["data"], np.float32) for t in request["inputs"]})
+    expected = mlflow.pyfunc.load_model(str(tmp_path / "mnt-models")).predict(row)
+    assert v2["outputs"][0]["data"] == pytest.approx([float(expected[0])])
+
+
+# --- the contract holds both ways: a broken runtime fails -----------------------------------
+
+
+def _broken(runtime: dict[str, Any], how: str) -> dict[str, Any]:
+    broken = copy.deepcopy(runtime)
+    container = broken["spec"]["containers"][0]
+    args = container["args"]
+    if how == "args":  # the model mount not passed: servekit looks for serve.yaml instead
+        index = args.index("--model-dir")
+        del args[index : index + 2]
+    elif how == "port":
+        args[args.index("--http-port") + 1] = "9090"
+    elif how == "probe":
+        container["readinessProbe"]["httpGet"]["path"] = "/v2/health/readiness"
+    return broken
+
+
+@pytest.mark.parametrize("how", ["args", "port", "probe"])
+def test_a_broken_runtime_never_turns_ready(
+    how: str, runtime: dict[str, Any], s3: dict[str, str], tmp_path: Path, pods: list[Pod]
+) -> None:
+    isvc = inference_service("isvc-sklearn", "sklearn", f"s3://{BUCKET}/models/sklearn/1.0/model")
+    models = tmp_path / "mnt-models"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    storage_initializer(kserve_python(), f"s3://{BUCKET}/models/sklearn/1.0/model", models,
+                        {**env, **s3})  # fmt: skip
+    pod = start_pod(pod_container(_broken(runtime, how), isvc), models, tmp_path / "c.log")
+    pods.append(pod)
+    with pytest.raises(AssertionError, match=r"exited|not ready within"):
+        pod.wait_ready(timeout=20)
+
+
+def test_a_bad_model_folder_stops_the_pod_naming_its_files(
+    runtime: dict[str, Any], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """Two formats in /mnt/models: the container exits with one line naming the files, never
+    ready (KServe would show it in the pod's log and CrashLoopBackOff)."""
+    models = tmp_path / "mnt-models"
+    models.mkdir()
+    (models / "model.joblib").write_bytes(b"\x80\x04N.")
+    (models / "model.txt").write_text("tree\n")
+    isvc = inference_service("isvc-bad", "sklearn", "s3://nowhere/bad")
+    pod = start_pod(pod_container(runtime, isvc), models, tmp_path / "c.log")
+    pods.append(pod)
+    with pytest.raises(AssertionError, match="exited"):
+        pod.wait_ready(timeout=30)
+    assert not pod.probe("readinessProbe")
+    lines = [line for line in pod.output().splitlines() if line.strip()]
+    assert lines == [
+        "servekit: the model folder holds files of several formats (lightgbm, sklearn; files: "
+        "model.joblib, model.txt): keep one model, or say which with --model-format"
+    ]
+
+
+def test_a_pickle_that_does_not_load_never_turns_ready(
+    runtime: dict[str, Any], tmp_path: Path, pods: list[Pod]
+) -> None:
+    """A model.joblib that begins as a pickle but breaks off passes the start-up check; its
+    load fails, so the pod is live and never ready, the reason in its log."""
+    models = tmp_path / "mnt-models"
+    models.mkdir()
+    (models / "model.joblib").write_bytes(b"\x80\x04\x95\x10\x00\x00")
+    isvc = inference_service("isvc-truncated", "sklearn", "s3://nowhere/truncated")
+    pod = start_pod(pod_container(runtime, isvc), models, tmp_path / "c.log")
+    pods.append(pod)
+    with pytest.raises(AssertionError, match="not ready within"):
+        pod.wait_ready(timeout=20)
+    assert pod.process.poll() is None and pod.probe("livenessProbe")
+    assert "could not be read as a joblib or pickle file" in pod.output()
