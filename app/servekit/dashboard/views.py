@@ -24,10 +24,7 @@ from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
 from servekit.services import (
-    DISPATCH_INCOMPATIBLE,
-    DISPATCH_MAX_SIZE,
-    DISPATCH_PREFERRED_SIZE,
-    DISPATCH_QUEUE_DRAINED,
+    DISPATCH_REASONS,
     QUEUE_BUCKETS_S,
     Catalog,
     DataPlane,
@@ -229,18 +226,6 @@ def version_stats(catalog: Catalog, name: str, number: int) -> dict[str, Any]:
         # The last minutes, per slot of the rolling window: the latency chart's points.
         "recent": [asdict(point) for point in catalog.window(name, number)],
     }
-
-
-DISPATCH_REASONS: dict[str, str] = {
-    DISPATCH_QUEUE_DRAINED: "Queue empty when an instance freed",
-    DISPATCH_PREFERRED_SIZE: "Reached a preferred batch size",
-    DISPATCH_MAX_SIZE: "Reached maxBatchSize",
-    DISPATCH_INCOMPATIBLE: "Others waiting had other shapes",
-}
-"""Why a dynamic batch stopped at its size (app/servekit/services/execution/batching.py), as
-the model page words it. There is no "delay expired": servekit never holds a batch back waiting
-for more requests (a batch leaves as soon as an instance is free), so a small batch means the
-queue held nothing more when an instance freed."""
 
 
 def dispatch_reasons(counts: dict[str, int]) -> list[dict[str, Any]]:

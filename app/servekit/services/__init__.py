@@ -15,10 +15,7 @@ from __future__ import annotations
 from servekit.services import grps as grps_calls
 from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane
-from servekit.services.execution.batching import INCOMPATIBLE as DISPATCH_INCOMPATIBLE
-from servekit.services.execution.batching import MAX_SIZE as DISPATCH_MAX_SIZE
-from servekit.services.execution.batching import PREFERRED_SIZE as DISPATCH_PREFERRED_SIZE
-from servekit.services.execution.batching import QUEUE_DRAINED as DISPATCH_QUEUE_DRAINED
+from servekit.services.execution.batching import REASONS as DISPATCH_REASONS
 from servekit.services.metrics import make_registry
 from servekit.services.model_config import (
     ModelConfiguration,
@@ -41,10 +38,7 @@ from servekit.services.watch import (
 
 __all__ = [
     "CUDA_UNSUPPORTED",
-    "DISPATCH_INCOMPATIBLE",
-    "DISPATCH_MAX_SIZE",
-    "DISPATCH_PREFERRED_SIZE",
-    "DISPATCH_QUEUE_DRAINED",
+    "DISPATCH_REASONS",
     "QUEUE_BUCKETS_S",
     "Catalog",
     "DataPlane",

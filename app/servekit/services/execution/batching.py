@@ -30,6 +30,15 @@ MAX_SIZE = "max_size"
 PREFERRED_SIZE = "preferred_size"
 INCOMPATIBLE = "incompatible"
 """Requests were waiting, but none could be stacked with the oldest (other dimensions)."""
+REASONS: dict[str, str] = {
+    QUEUE_DRAINED: "Queue empty when an instance freed",
+    PREFERRED_SIZE: "Reached a preferred batch size",
+    MAX_SIZE: "Reached maxBatchSize",
+    INCOMPATIBLE: "Others waiting had other shapes",
+}
+"""Why a dynamic batch stopped at its size, in words (the dashboard's model page shows them).
+There is no "delay expired": a batch leaves as soon as an instance is free, so a small batch
+means the queue held nothing more when an instance freed."""
 
 
 class Batchable(Protocol):
