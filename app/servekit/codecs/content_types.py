@@ -232,8 +232,12 @@ def _listed(names: list[str]) -> str:
 
 def mark_outputs(outputs: list[Tensor]) -> list[Tensor]:
     """``outputs`` with the content type MLServer's clients decode them by: ``str`` on BYTES,
-    ``np`` on the rest."""
+    ``np`` on the rest; a 1-D output's shape ``[N]`` said ``[N, 1]``, one row per request
+    row, as MLServer's NumpyCodec says it (``inject_batch_dimension``). Only the shape
+    changes: the data is the same (KServe V1 answers it as the flat list of predictions)."""
     for tensor in outputs:
+        if len(tensor.shape) == 1:
+            tensor.shape = (tensor.shape[0], 1)
         tensor.parameters = {
             **tensor.parameters,
             CONTENT_TYPE: STRING if tensor.datatype == "BYTES" else NUMPY,
