@@ -1,0 +1,391 @@
+"""MLServer project folders served by servekit, answered as a real MLServer 1.7.1 answers them.
+
+The folders are MLServer's own examples (SeldonIO/MLServer ``docs/examples/``: ``sklearn``,
+``xgboost``, ``lightgbm``, ``mms``, ``model-repository``), written here with the same file names
+and the same ``settings.json`` / ``model-settings.json`` fields, their models trained in the test
+on the same data shapes (no downloads). The slow tests start ``mlserver start FOLDER`` and
+``servekit serve FOLDER`` on the same folder, send the requests the examples' READMEs send, and
+compare the answers field by field. MLServer runs with ``MLSERVER_PARALLEL_WORKERS=0`` (its
+inference worker processes do not start under this environment's uvloop), which changes where
+MLServer runs the model, not what it answers. MLServer's runtimes are never imported here: its
+package ``__init__`` cannot be imported beside servekit's protos (tests/mlserver_codecs.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from needs import missing
+from servers import start_server
+from waits import wait_until
+
+from servekit.cli import main as cli_main
+from servekit.config import mlserver_project
+from servekit.config.loader import parse_config
+from servekit.config.overrides import load_plan
+
+MLSERVER_VERSION = "v0.1.0"
+MLSERVER_RUNTIMES_INSTALL = (
+    'pip install -e ".[test]" && pip install --no-deps mlserver-xgboost==1.7.1 '
+    "mlserver-mlflow==1.7.1"
+)
+"""mlserver-sklearn and mlserver-lightgbm come with the test extra; MLServer's xgboost and
+mlflow runtimes are installed without their dependencies, which would bring xgboost's CUDA
+build and the whole of MLflow where xgboost-cpu and mlflow-skinny are the same modules."""
+
+
+# -- the example folders ---------------------------------------------------------------------
+def _json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=4), encoding="utf-8")
+
+
+def _settings(name: str, implementation: str, uri: str | None = None) -> dict[str, Any]:
+    parameters: dict[str, Any] = {"version": MLSERVER_VERSION}
+    if uri is not None:
+        parameters = {"uri": uri, **parameters}
+    return {"name": name, "implementation": implementation, "parameters": parameters}
+
+
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn import datasets
+
+    digits = datasets.load_digits()
+    return digits.images.reshape(len(digits.images), -1), digits.target
+
+
+def _svm(path: Path) -> np.ndarray:
+    """MLServer's sklearn example: an SVC on the 8x8 digits; its first test row."""
+    import joblib
+    from sklearn import svm
+
+    x, y = _digits()
+    classifier = svm.SVC(gamma=0.001)
+    classifier.fit(x[: len(x) // 2], y[: len(y) // 2])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    joblib.dump(classifier, path)
+    return x[len(x) // 2 : len(x) // 2 + 1]
+
+
+def _mushrooms(path: Path) -> np.ndarray:
+    """MLServer's xgboost example: a binary:logistic Booster on the 126 one-hot mushroom
+    features (agaricus), saved as JSON; a test row."""
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((300, 126)) < 0.2).astype(np.float32)
+    y = (x[:, 3] + x[:, 7] > 0).astype(np.float32)
+    booster = xgb.train(
+        {"max_depth": 2, "eta": 1, "objective": "binary:logistic"}, xgb.DMatrix(x, label=y), 2
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    booster.save_model(str(path))
+    return x[:1]
+
+
+def _iris(path: Path) -> np.ndarray:
+    """MLServer's lightgbm example: a multiclass Booster on iris; a test row."""
+    import lightgbm as lgb
+    from sklearn import datasets
+
+    x, y = datasets.load_iris(return_X_y=True)
+    params = {"objective": "multiclass", "num_class": 3, "verbose": -1}
+    booster = lgb.train(params, lgb.Dataset(x, label=y), num_boost_round=5)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    booster.save_model(str(path))
+    return x[:1]
+
+
+def sklearn_example(folder: Path) -> list[tuple[str, np.ndarray]]:
+    row = _svm(folder / "mnist-svm.joblib")
+    _json(folder / "settings.json", {"debug": "true"})
+    uri = "./mnist-svm.joblib"
+    _json(folder / "model-settings.json", _settings("mnist-svm", SKLEARN, uri))
+    return [("mnist-svm", row)]
+
+
+def xgboost_example(folder: Path) -> list[tuple[str, np.ndarray]]:
+    row = _mushrooms(folder / "mushroom-xgboost.json")
+    _json(folder / "settings.json", {"debug": "true"})
+    uri = "./mushroom-xgboost.json"
+    _json(folder / "model-settings.json", _settings("mushroom-xgboost", XGBOOST, uri))
+    return [("mushroom-xgboost", row)]
+
+
+def lightgbm_example(folder: Path) -> list[tuple[str, np.ndarray]]:
+    row = _iris(folder / "iris-lightgbm.bst")
+    _json(folder / "settings.json", {"debug": "true"})
+    uri = "./iris-lightgbm.bst"
+    _json(folder / "model-settings.json", _settings("iris-lgb", LIGHTGBM, uri))
+    return [("iris-lgb", row)]
+
+
+def mms_example(folder: Path) -> list[tuple[str, np.ndarray]]:
+    """``mms`` and ``model-repository``: two models in folders of their own, no ``uri``."""
+    digits = _svm(folder / "models" / "mnist-svm" / "model.joblib")
+    mushroom = _mushrooms(folder / "models" / "mushroom-xgboost" / "model.json")
+    _json(folder / "settings.json", {"debug": "true"})
+    for name, implementation in (("mnist-svm", SKLEARN), ("mushroom-xgboost", XGBOOST)):
+        _json(folder / "models" / name / "model-settings.json", _settings(name, implementation))
+    return [("mnist-svm", digits), ("mushroom-xgboost", mushroom)]
+
+
+SKLEARN = "mlserver_sklearn.SKLearnModel"
+XGBOOST = "mlserver_xgboost.XGBoostModel"
+LIGHTGBM = "mlserver_lightgbm.LightGBMModel"
+EXAMPLES = {
+    "sklearn": sklearn_example,
+    "xgboost": xgboost_example,
+    "lightgbm": lightgbm_example,
+    "mms": mms_example,
+    "model-repository": mms_example,
+}
+
+
+# -- the folder as a config (in process) -----------------------------------------------------
+def test_the_sklearn_example_is_a_config(tmp_path: Path) -> None:
+    sklearn_example(tmp_path)
+    converted = mlserver_project.convert(tmp_path, environ={})
+    assert converted.config == {
+        "models": [
+            {
+                "name": "mnist-svm",
+                "modelFormat": {"name": "sklearn"},
+                "storageUri": "mnist-svm.joblib",
+                "versionLabels": {MLSERVER_VERSION: 1},
+            }
+        ]
+    }
+    assert converted.notes == []  # `debug` has no meaning here and is not worth a warning
+    plan = load_plan(tmp_path)
+    (model,) = plan.models
+    assert (model.name, model.implementation, model.problem) == ("mnist-svm", "sklearn", None)
+    assert model.versions[0].path == tmp_path.resolve() / "mnist-svm.joblib"
+
+
+def test_every_model_settings_file_is_a_model(tmp_path: Path) -> None:
+    mms_example(tmp_path)
+    config = mlserver_project.convert(tmp_path, environ={}).config
+    assert [(m["name"], m["modelFormat"]["name"], m["storageUri"]) for m in config["models"]] == [
+        ("mnist-svm", "sklearn", "models/mnist-svm/model.joblib"),
+        ("mushroom-xgboost", "xgboost", "models/mushroom-xgboost/model.json"),
+    ]
+
+
+def test_settings_and_environment_become_server_settings(tmp_path: Path) -> None:
+    sklearn_example(tmp_path)
+    settings = {"debug": True, "http_port": 9090, "server_name": "mine", "cors_settings": {}}
+    _json(tmp_path / "settings.json", {**settings, "metrics_port": 9092})
+    model = _settings("mnist-svm", SKLEARN, "./mnist-svm.joblib")
+    _json(tmp_path / "model-settings.json", {**model, "max_batch_size": 16,
+                                              "max_batch_time": 0.002, "warm_workers": True})  # fmt: skip
+    environ = {"MLSERVER_GRPC_PORT": "9091", "MLSERVER_HTTP_PORT": "1"}  # the file wins
+    converted = mlserver_project.convert(tmp_path, environ)
+    assert converted.config["server"] == {"httpPort": 9090, "grpcPort": 9091, "name": "mine"}
+    (entry,) = converted.config["models"]
+    assert entry["maxBatchSize"] == 16
+    assert entry["dynamicBatching"] == {"maxQueueDelayMicroseconds": 2000}
+    assert converted.notes == [
+        "settings.json: cors_settings",
+        "settings.json: metrics_port",
+        "model-settings.json: warm_workers",
+    ]
+
+
+def test_kserve_environment_names_the_model(tmp_path: Path) -> None:
+    """kserve-mlserver's pod: no model-settings.json, the model told by the environment."""
+    mounted = tmp_path / "mnt" / "models"
+    _svm(mounted / "model.joblib")
+    environ = {
+        "MLSERVER_MODEL_IMPLEMENTATION": SKLEARN,
+        "MLSERVER_MODEL_NAME": "sklearn-iris",
+        "MLSERVER_MODEL_URI": str(mounted),
+        "MLSERVER_HTTP_PORT": "8080",
+        "MLSERVER_GRPC_PORT": "9000",
+    }
+    project = tmp_path / "project"
+    _json(project / "settings.json", {})
+    config = mlserver_project.convert(project, environ).config
+    assert config["server"] == {"httpPort": 8080, "grpcPort": 9000}
+    assert config["models"] == [
+        {
+            "name": "sklearn-iris",
+            "modelFormat": {"name": "sklearn"},
+            "storageUri": str(mounted / "model.joblib"),
+        }
+    ]
+
+
+def test_convert_prints_a_serve_yaml(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sklearn_example(tmp_path)
+    _json(tmp_path / "settings.json", {"debug": "true", "metrics_port": 8082})
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["convert", "mlserver", "."]) == 0
+    text = capsys.readouterr().out
+    assert "#   settings.json: metrics_port" in text
+    (tmp_path / "serve.yaml").write_text(text, encoding="utf-8")
+    config = parse_config(text)
+    assert config.models[0].storage_uri == "mnist-svm.joblib"
+    assert not mlserver_project.is_project(tmp_path)  # a serve.yaml beside it now decides
+    assert cli_main(["validate", str(tmp_path / "serve.yaml")]) == 0
+
+
+def test_validate_reads_the_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mms_example(tmp_path)
+    assert cli_main(["validate", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "mnist-svm: format sklearn" in out and "mushroom-xgboost: format xgboost" in out
+
+
+def test_a_broken_model_settings_file_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "model-settings.json").write_text("{not json", encoding="utf-8")
+    assert cli_main(["validate", str(tmp_path)]) == 1
+    assert "model-settings.json: (top level): invalid JSON" in capsys.readouterr().err
+    _json(tmp_path / "model-settings.json", {"name": "x", "implementation": "NoModule"})
+    assert cli_main(["validate", str(tmp_path)]) == 1
+    assert "write it as module.Class" in capsys.readouterr().err
+
+
+# -- the same folder under MLServer 1.7.1 and servekit ---------------------------------------
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def real_mlserver(folder: Path) -> Iterator[str]:
+    """``mlserver start FOLDER`` (MLServer 1.7.1, the test extra) on free loopback ports."""
+    import httpx
+
+    for runtime in ("mlserver_sklearn", "mlserver_xgboost", "mlserver_lightgbm"):
+        if importlib.util.find_spec(runtime) is None:  # found, not imported: see the docstring
+            missing(f"MLServer's runtime {runtime}", MLSERVER_RUNTIMES_INSTALL)
+
+    http = _free_port()
+    env = {
+        **os.environ,
+        "MLSERVER_HTTP_PORT": str(http),
+        "MLSERVER_GRPC_PORT": str(_free_port()),
+        "MLSERVER_METRICS_PORT": str(_free_port()),
+        "MLSERVER_HOST": "127.0.0.1",
+        "MLSERVER_PARALLEL_WORKERS": "0",
+    }
+    log = (folder.parent / f"mlserver-{folder.name}.log").open("w")
+    command = [sys.executable, "-c", "from mlserver.cli import main; main()", "start", "."]
+    process = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{http}"
+
+    def ready() -> bool:
+        assert process.poll() is None, (folder.parent / f"mlserver-{folder.name}.log").read_text()
+        try:
+            return httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(ready, timeout=120, what="MLServer's readiness")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        log.close()
+
+
+def _readme_request(row: np.ndarray) -> dict[str, Any]:
+    """The request the examples' READMEs send: one FP32 row named ``predict``."""
+    return {"inputs": [{"name": "predict", "shape": list(row.shape), "datatype": "FP32",
+                        "data": row.astype(np.float32).tolist()}]}  # fmt: skip
+
+
+def _outputs(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: o.get(k) for k in ("name", "datatype", "shape", "parameters")}
+            for o in answer["outputs"]]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", sorted(EXAMPLES))
+def test_servekit_answers_as_mlserver(tmp_path: Path, example: str) -> None:
+    import httpx
+
+    folder = tmp_path / example
+    rows = EXAMPLES[example](folder)
+    answers: dict[str, list[dict[str, Any]]] = {}
+    with real_mlserver(folder) as url:
+        answers["mlserver"] = [
+            httpx.post(
+                f"{url}/v2/models/{name}/versions/{MLSERVER_VERSION}/infer",
+                json=_readme_request(row),
+                timeout=30,
+            ).json()
+            for name, row in rows
+        ]
+    served = start_server(folder, grpc=False)
+    try:
+        answers["servekit"] = [
+            httpx.post(
+                f"{served.http_url}/v2/models/{name}/versions/{MLSERVER_VERSION}/infer",
+                json=_readme_request(row),
+                timeout=30,
+            ).json()
+            for name, row in rows
+        ]
+    finally:
+        assert served.stop() == 0, served.log()
+    for mine, theirs in zip(answers["servekit"], answers["mlserver"], strict=True):
+        assert "error" not in mine, mine
+        assert mine["model_name"] == theirs["model_name"]
+        assert _outputs(mine) == _outputs(theirs)
+        for ours, real in zip(mine["outputs"], theirs["outputs"], strict=True):
+            np.testing.assert_allclose(ours["data"], real["data"], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_model_repository_example(tmp_path: Path) -> None:
+    """``model-repository``'s README: the index, an unload, the index again."""
+    import httpx
+
+    folder = tmp_path / "model-repository"
+    mms_example(folder)
+
+    def walk(url: str) -> list[Any]:
+        seen: list[Any] = []
+        seen.append(httpx.post(f"{url}/v2/repository/index", json={}).json())
+        unloaded = httpx.post(f"{url}/v2/repository/models/mushroom-xgboost/unload")
+        seen.append(unloaded.status_code)
+        seen.append(httpx.post(f"{url}/v2/repository/index", json={}).json())
+        return seen
+
+    with real_mlserver(folder) as url:
+        theirs = walk(url)
+    served = start_server(folder, grpc=False)
+    try:
+        mine = walk(served.http_url)
+    finally:
+        assert served.stop() == 0, served.log()
+
+    def states(seen: list[Any]) -> list[Any]:
+        rows = [sorted((r["name"], r["state"]) for r in seen[0]), seen[1]]
+        return [*rows, sorted((r["name"], r["state"]) for r in seen[2])]
+
+    assert states(mine) == states(theirs)
