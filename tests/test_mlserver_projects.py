@@ -188,8 +188,8 @@ def test_settings_and_environment_become_server_settings(tmp_path: Path) -> None
     settings = {"debug": True, "http_port": 9090, "server_name": "mine", "cors_settings": {}}
     _json(tmp_path / "settings.json", {**settings, "metrics_port": 9092})
     model = _settings("mnist-svm", SKLEARN, "./mnist-svm.joblib")
-    _json(tmp_path / "model-settings.json", {**model, "max_batch_size": 16,
-                                              "max_batch_time": 0.002, "warm_workers": True})  # fmt: skip
+    batching = {"max_batch_size": 16, "max_batch_time": 0.002, "warm_workers": True}
+    _json(tmp_path / "model-settings.json", {**model, **batching})
     environ = {"MLSERVER_GRPC_PORT": "9091", "MLSERVER_HTTP_PORT": "1"}  # the file wins
     converted = mlserver_project.convert(tmp_path, environ)
     assert converted.config["server"] == {"httpPort": 9090, "grpcPort": 9091, "name": "mine"}

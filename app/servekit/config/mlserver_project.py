@@ -57,7 +57,7 @@ BUILTINS: dict[str, Builtin] = {
     "mlserver_mlflow.MLflowRuntime": Builtin("mlflow", ()),
 }
 
-# settings.json keys that mean something to servekit: key -> (serve.yaml server key, convert)
+# settings.json keys that mean something to servekit: key -> its serve.yaml `server:` key
 _SERVER_KEYS: dict[str, str] = {
     "http_port": "httpPort",
     "grpc_port": "grpcPort",
@@ -117,7 +117,7 @@ def render(converted: Converted, folder: str) -> str:
     if converted.notes:
         head.append("# Not carried over (no servekit meaning):")
         head += [f"#   {note}" for note in converted.notes]
-    body = yaml.safe_dump(converted.config, sort_keys=False, allow_unicode=True)
+    body = str(yaml.safe_dump(converted.config, sort_keys=False, allow_unicode=True))
     return "\n".join(head) + "\n" + body
 
 
@@ -270,7 +270,8 @@ def _read_json(file: Path) -> dict[str, Any]:
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError(file.name, [ConfigIssue("", None, f"cannot read: {exc.strerror}")]) from None
+        why = f"cannot read: {exc.strerror}"
+        raise ConfigError(file.name, [ConfigIssue("", None, why)]) from None
     except ValueError as exc:
         raise ConfigError(file.name, [ConfigIssue("", None, f"invalid JSON: {exc}")]) from None
     if not isinstance(data, dict):
