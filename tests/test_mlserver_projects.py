@@ -389,3 +389,161 @@ def test_the_model_repository_example(tmp_path: Path) -> None:
         return [*rows, sorted((r["name"], r["state"]) for r in seen[2])]
 
     assert states(mine) == states(theirs)
+
+
+# -- custom runtimes: the user's MLModel subclass --------------------------------------------
+NUMPYRO_STAND_IN = '''
+import json
+from typing import Optional
+
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import decode_args
+from mlserver.utils import get_model_uri
+
+
+class NumpyroModel(MLModel):
+    """MLServer's custom example with numpyro and jax swapped for their arithmetic: the same
+    load (samples read through get_model_uri), the same @decode_args predict and shapes."""
+
+    async def load(self) -> bool:
+        model_uri = await get_model_uri(self._settings)
+        with open(model_uri) as model_file:
+            raw_samples = json.load(model_file)
+        self._samples = {k: np.array(v) for k, v in raw_samples.items()}
+        return True
+
+    @decode_args
+    async def predict(
+        self,
+        marriage: Optional[np.ndarray] = None,
+        age: Optional[np.ndarray] = None,
+        divorce: Optional[np.ndarray] = None,
+    ) -> np.ndarray:
+        mu = self._samples["a"].mean()
+        if marriage is not None:
+            mu = mu + self._samples["bM"].mean() * marriage
+        if age is not None:
+            mu = mu + self._samples["bA"].mean() * age
+        return np.asarray(np.mean(mu))
+'''
+
+
+def custom_example(folder: Path) -> None:
+    """MLServer's ``custom`` example: models.py, numpyro-divorce.json, model-settings.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "models.py").write_text(NUMPYRO_STAND_IN, encoding="utf-8")
+    samples = {"a": [0.01, -0.02, 0.03], "bM": [0.35, 0.4, 0.45], "bA": [-0.6, -0.55, -0.5]}
+    _json(folder / "numpyro-divorce.json", samples)
+    _json(folder / "settings.json", {"debug": "true"})
+    model = {"name": "numpyro-divorce", "implementation": "models.NumpyroModel",
+             "parameters": {"uri": "./numpyro-divorce.json"}}  # fmt: skip
+    _json(folder / "model-settings.json", model)
+
+
+CUSTOM_REQUEST = {  # NumpyCodec.encode_input(name="marriage", payload=np.array([28.0]))
+    "inputs": [{"name": "marriage", "shape": [1], "datatype": "FP64",
+                "parameters": {"content_type": "np"}, "data": [28.0]}]
+}  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_custom_runtime_answers_as_in_mlserver(tmp_path: Path) -> None:
+    import httpx
+
+    folder = tmp_path / "custom"
+    custom_example(folder)
+    with real_mlserver(folder) as url:
+        theirs = httpx.post(f"{url}/v2/models/numpyro-divorce/infer", json=CUSTOM_REQUEST).json()
+    served = start_server(folder, grpc=False)
+    try:
+        mine = httpx.post(
+            f"{served.http_url}/v2/models/numpyro-divorce/infer", json=CUSTOM_REQUEST
+        ).json()
+    finally:
+        assert served.stop() == 0, served.log()
+    assert "error" not in mine, mine
+    assert _outputs(mine) == _outputs(theirs)
+    np.testing.assert_allclose(mine["outputs"][0]["data"], theirs["outputs"][0]["data"])
+
+
+BROKEN = """
+import time
+
+import numpy as np
+from mlserver import MLModel
+from mlserver.codecs import decode_args
+
+
+class Echo(MLModel):
+    @decode_args
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+
+class FailsToLoad(Echo):
+    async def load(self) -> bool:
+        raise RuntimeError("no weights here")
+
+
+class Refuses(Echo):
+    async def load(self) -> bool:
+        return False
+
+
+class Raises(MLModel):
+    @decode_args
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        raise ValueError("the model refuses this")
+
+
+class Hangs(MLModel):
+    @decode_args
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        time.sleep(3600)
+        return x
+"""
+
+
+@pytest.mark.slow
+def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> None:
+    """load() raising or returning False, predict() raising or hanging (isolated), a module
+    that does not import: each model says why, the others serve."""
+    import httpx
+
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "broken.py").write_text(BROKEN, encoding="utf-8")
+    for name in ("FailsToLoad", "Refuses", "Raises", "Hangs"):
+        settings = {"name": name.lower(), "implementation": f"broken.{name}"}
+        _json(folder / "models" / name.lower() / "model-settings.json", settings)
+    missing_module = {"name": "nomodule", "implementation": "not_there.Model"}
+    _json(folder / "models" / "nomodule" / "model-settings.json", missing_module)
+    # The converted serve.yaml, with the hanging model isolated as any Python model may be.
+    config = mlserver_project.convert(folder, environ={}).config
+    for model in config["models"]:
+        if model["name"] == "hangs":
+            model.update(isolation="process", timeoutSeconds=2)
+    (folder / "serve.yaml").write_text(json.dumps(config), encoding="utf-8")
+    served = start_server(folder / "serve.yaml", grpc=False, wait_ready=False)
+    try:
+        url = served.http_url
+
+        def index() -> dict[str, dict[str, Any]]:
+            rows = httpx.post(f"{url}/v2/repository/index", json={}).json()
+            return {row["name"]: row for row in rows}
+
+        wait_until(lambda: all(r["state"] != "LOADING" for r in index().values()), 60)
+        rows = index()
+        assert "no weights here" in rows["failstoload"]["reason"], rows
+        assert "load() returned False" in rows["refuses"]["reason"], rows
+        assert "cannot import 'not_there'" in rows["nomodule"]["reason"], rows
+        request = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP64", "data": [1.0]}]}
+        raised = httpx.post(f"{url}/v2/models/raises/infer", json=request)
+        assert raised.status_code == 500
+        assert "the model raised ValueError: the model refuses this" in raised.json()["error"]
+        hung = httpx.post(f"{url}/v2/models/hangs/infer", json=request, timeout=30)
+        assert hung.status_code == 503, hung.text
+        assert httpx.post(f"{url}/v2/models/raises/infer", json=request).status_code == 500
+    finally:
+        assert served.stop() == 0, served.log()
