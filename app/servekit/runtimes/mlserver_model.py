@@ -20,8 +20,11 @@ an event loop of the instance's own (one instance serves one request at a time, 
 thread), never on the server's loop. The request reaches ``predict`` as MLServer's
 ``InferenceRequest`` (``@decode_args`` and the model's ``decode``/``encode`` helpers work as in
 MLServer, reading the content types its metadata gives), and its ``InferenceResponse`` comes
-back as arrays. servekit needs each tensor's name, datatype and shape before the first request
-(the Python runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them.
+back as arrays, answered with MLServer's output content types (``ModelSignature.content_types``).
+servekit needs each tensor's name, datatype and shape before the first request (the Python
+runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them, else a
+``@decode_args`` predict's arguments and return (:func:`hinted`). Not carried over yet:
+``predict_stream``, ``metadata`` (servekit answers its own), ``mlserver.log`` metrics.
 """
 
 from __future__ import annotations
