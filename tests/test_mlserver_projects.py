@@ -141,13 +141,58 @@ def mms_example(folder: Path) -> list[tuple[str, np.ndarray]]:
     return [("mnist-svm", digits), ("mushroom-xgboost", mushroom)]
 
 
+WINE = [
+    "fixed acidity",
+    "volatile acidity",
+    "citric acid",
+    "residual sugar",
+    "chlorides",
+    "free sulfur dioxide",
+    "total sulfur dioxide",
+    "density",
+    "pH",
+    "sulphates",
+    "alcohol",
+]
+WINE_ROW = [7.4, 0.7, 0, 1.9, 0.076, 11, 34, 0.9978, 3.51, 0.56, 9.4]
+"""The mlflow README's request: one FP32 input of shape [1] per wine column."""
+
+
+def mlflow_example(folder: Path) -> list[tuple[str, np.ndarray]]:
+    """MLServer's mlflow example: an ElasticNet on the 11 wine-quality columns saved by MLflow
+    with its signature, at the README's ``mlruns/0/<run>/artifacts/model``."""
+    import warnings
+
+    import pandas as pd
+    from sklearn.linear_model import ElasticNet
+
+    with warnings.catch_warnings():  # MLflow warns on its own imports
+        warnings.simplefilter("ignore")
+        import mlflow.sklearn
+        from mlflow.models import infer_signature
+
+        rng = np.random.default_rng(0)
+        x = pd.DataFrame(rng.random((100, len(WINE))) * 10, columns=WINE)
+        model = ElasticNet(alpha=0.5, l1_ratio=0.5).fit(x, x["alcohol"] * 0.3 + 2)
+        uri = "./mlruns/0/6cd26d62883641188b4f7616725ed838/artifacts/model"
+        signature = infer_signature(x, model.predict(x))
+        mlflow.sklearn.save_model(
+            model, str(folder / uri), signature=signature, serialization_format="cloudpickle"
+        )
+    settings = {"name": "wine-classifier", "implementation": MLFLOW, "parameters": {"uri": uri}}
+    _json(folder / "model-settings.json", settings)
+    return [("wine-classifier", np.array([WINE_ROW]))]
+
+
 SKLEARN = "mlserver_sklearn.SKLearnModel"
 XGBOOST = "mlserver_xgboost.XGBoostModel"
 LIGHTGBM = "mlserver_lightgbm.LightGBMModel"
+MLFLOW = "mlserver_mlflow.MLflowRuntime"
 EXAMPLES = {
     "sklearn": sklearn_example,
     "xgboost": xgboost_example,
     "lightgbm": lightgbm_example,
+    "mlflow": mlflow_example,
     "mms": mms_example,
     "model-repository": mms_example,
 }
@@ -274,7 +319,7 @@ def real_mlserver(folder: Path) -> Iterator[str]:
     """``mlserver start FOLDER`` (MLServer 1.7.1, the test extra) on free loopback ports."""
     import httpx
 
-    for runtime in ("mlserver_sklearn", "mlserver_xgboost", "mlserver_lightgbm"):
+    for runtime in ("mlserver_sklearn", "mlserver_xgboost", "mlserver_lightgbm", "mlserver_mlflow"):
         if importlib.util.find_spec(runtime) is None:  # found, not imported: see the docstring
             missing(f"MLServer's runtime {runtime}", MLSERVER_RUNTIMES_INSTALL)
 
@@ -312,10 +357,21 @@ def real_mlserver(folder: Path) -> Iterator[str]:
         log.close()
 
 
-def _readme_request(row: np.ndarray) -> dict[str, Any]:
-    """The request the examples' READMEs send: one FP32 row named ``predict``."""
+def _readme_request(name: str, row: np.ndarray) -> dict[str, Any]:
+    """The request the examples' READMEs send: one FP32 row named ``predict`` (the mlflow
+    README: one FP32 input per column)."""
+    if name == "wine-classifier":
+        return {"inputs": [{"name": column, "shape": [1], "datatype": "FP32", "data": [value]}
+                           for column, value in zip(WINE, row[0], strict=True)]}  # fmt: skip
     return {"inputs": [{"name": "predict", "shape": list(row.shape), "datatype": "FP32",
                         "data": row.astype(np.float32).tolist()}]}  # fmt: skip
+
+
+def _path(name: str) -> str:
+    """The README's route: the version MLServer's settings name (the mlflow README has none)."""
+    if name == "wine-classifier":
+        return f"/v2/models/{name}/infer"
+    return f"/v2/models/{name}/versions/{MLSERVER_VERSION}/infer"
 
 
 def _outputs(answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -333,20 +389,14 @@ def test_servekit_answers_as_mlserver(tmp_path: Path, example: str) -> None:
     answers: dict[str, list[dict[str, Any]]] = {}
     with real_mlserver(folder) as url:
         answers["mlserver"] = [
-            httpx.post(
-                f"{url}/v2/models/{name}/versions/{MLSERVER_VERSION}/infer",
-                json=_readme_request(row),
-                timeout=30,
-            ).json()
+            httpx.post(f"{url}{_path(name)}", json=_readme_request(name, row), timeout=30).json()
             for name, row in rows
         ]
     served = start_server(folder, grpc=False)
     try:
         answers["servekit"] = [
             httpx.post(
-                f"{served.http_url}/v2/models/{name}/versions/{MLSERVER_VERSION}/infer",
-                json=_readme_request(row),
-                timeout=30,
+                f"{served.http_url}{_path(name)}", json=_readme_request(name, row), timeout=30
             ).json()
             for name, row in rows
         ]
@@ -355,6 +405,9 @@ def test_servekit_answers_as_mlserver(tmp_path: Path, example: str) -> None:
     for mine, theirs in zip(answers["servekit"], answers["mlserver"], strict=True):
         assert "error" not in mine, mine
         assert mine["model_name"] == theirs["model_name"]
+        if example == "mlflow":  # MLServer names an MLflow model's unnamed output "output-1";
+            for output in theirs["outputs"]:  # servekit's MLflow runtime calls it "predict"
+                output["name"] = "predict"
         assert _outputs(mine) == _outputs(theirs)
         for ours, real in zip(mine["outputs"], theirs["outputs"], strict=True):
             np.testing.assert_allclose(ours["data"], real["data"], rtol=1e-6)
