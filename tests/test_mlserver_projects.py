@@ -523,6 +523,7 @@ def test_a_custom_runtime_answers_as_in_mlserver(tmp_path: Path) -> None:
 BROKEN = """
 import time
 
+import mlserver
 import numpy as np
 from mlserver import MLModel
 from mlserver.codecs import decode_args
@@ -550,6 +551,13 @@ class Raises(MLModel):
         raise ValueError("the model refuses this")
 
 
+class Logs(MLModel):
+    @decode_args
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        mlserver.log(rows_seen=len(x))
+        return x
+
+
 class Hangs(MLModel):
     @decode_args
     async def predict(self, x: np.ndarray) -> np.ndarray:
@@ -567,7 +575,7 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
     folder = tmp_path / "broken"
     folder.mkdir()
     (folder / "broken.py").write_text(BROKEN, encoding="utf-8")
-    for name in ("FailsToLoad", "Refuses", "Raises", "Hangs"):
+    for name in ("FailsToLoad", "Refuses", "Raises", "Logs", "Hangs"):
         settings = {"name": name.lower(), "implementation": f"broken.{name}"}
         _json(folder / "models" / name.lower() / "model-settings.json", settings)
     missing_module = {"name": "nomodule", "implementation": "not_there.Model"}
@@ -595,6 +603,11 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
         raised = httpx.post(f"{url}/v2/models/raises/infer", json=request)
         assert raised.status_code == 500
         assert "the model raised ValueError: the model refuses this" in raised.json()["error"]
+        logged = httpx.post(f"{url}/v2/models/logs/infer", json=request)
+        assert logged.status_code == 200, logged.text
+        assert logged.json()["outputs"][0]["data"] == [1.0], logged.text
+        metrics = httpx.get(f"{url}/metrics").text  # mlserver.log: a histogram of the model's
+        assert 'rows_seen_count{model="logs",version="1"} 1' in metrics, metrics[-2000:]
         hung = httpx.post(f"{url}/v2/models/hangs/infer", json=request, timeout=30)
         assert hung.status_code == 503, hung.text
         assert httpx.post(f"{url}/v2/models/raises/infer", json=request).status_code == 500

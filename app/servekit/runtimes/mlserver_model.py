@@ -13,7 +13,8 @@ generated protos register the same ``inference.*`` names as servekit's in protob
 pool: in servekit's process that import fails. :func:`enter_library` enters the package with
 its folder on ``__path__`` and without its ``__init__``, and gives the names a model imports
 from it (``MLModel``, ``ModelSettings``, ``Settings``, ``register``, ``log``, ``__version__``)
-from their own modules: MLServer's types, codecs and base class, never its server.
+from their own modules (``log`` and ``register`` are servekit's: see :func:`log`): MLServer's
+types, codecs and base class, never its server.
 
 The instance's ``load``, ``predict`` and ``unload`` are coroutines: each runs to completion on
 an event loop of the instance's own (one instance serves one request at a time, in its worker
@@ -24,7 +25,8 @@ back as arrays, answered with MLServer's output content types (``ModelSignature.
 servekit needs each tensor's name, datatype and shape before the first request (the Python
 runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them, else a
 ``@decode_args`` predict's arguments and return (:func:`hinted`). Not carried over yet:
-``predict_stream``, ``metadata`` (servekit answers its own), ``mlserver.log`` metrics.
+``predict_stream``, ``metadata`` (servekit answers its own). ``mlserver.log`` and
+``mlserver.register`` give servekit's own custom metrics (histograms in ``/metrics``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from servekit import custom_metrics
 from servekit.datatypes import DATATYPES, as_bytes_array, from_numpy
 from servekit.runtimes.base import Arrays, LoadError
 
@@ -54,10 +57,25 @@ _EXPORTS = {
     "MLModel": "mlserver.model",
     "ModelSettings": "mlserver.settings",
     "Settings": "mlserver.settings",
-    "register": "mlserver.metrics",
-    "log": "mlserver.metrics",
     "__version__": "mlserver.version",
 }
+
+
+def register(name: str, description: str) -> custom_metrics.Histogram:
+    """``mlserver.register``: a histogram of the model version running (or loading) now, in
+    servekit's ``/metrics`` (app/servekit/custom_metrics.py)."""
+    return custom_metrics.histogram(name, description)
+
+
+def log(**metrics: float) -> None:
+    """``mlserver.log(name=value, ...)``: each value observed in its histogram, labelled with
+    the model and version whose predict runs (MLServer's labels are model_name and
+    model_version; servekit's custom metrics say model and version)."""
+    for name, value in metrics.items():
+        custom_metrics.histogram(name, name).observe(value)
+
+
+_OURS = {"register": register, "log": log}
 
 
 def enter_library() -> None:
@@ -76,6 +94,8 @@ def enter_library() -> None:
 
 
 def _library_attribute(name: str) -> Any:
+    if name in _OURS:
+        return _OURS[name]
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(
@@ -135,6 +155,7 @@ class MLServerModel:
         data["name"] = data.get("name") or name
         data["implementation"] = model_class
         self._loop = asyncio.new_event_loop()
+        self._labels = custom_metrics.LOADING.get()  # this version's, for mlserver.log
         try:
             settings = ModelSettings(**data)
             # parameters.uri is relative to model-settings.json, which MLServer's projects keep
@@ -166,7 +187,11 @@ class MLServerModel:
                 for name, array in inputs.items()
             ]
         )
-        response = self._loop.run_until_complete(self._model.predict(request))
+        labels = custom_metrics.LOADING.set(self._labels)
+        try:
+            response = self._loop.run_until_complete(self._model.predict(request))
+        finally:
+            custom_metrics.LOADING.reset(labels)
         out: Arrays = {}
         for output in response.outputs:
             if output.datatype == "BYTES":

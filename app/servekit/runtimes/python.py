@@ -357,10 +357,13 @@ def build(
     if mlserver_model.SETTINGS_KEY in parameters:  # an MLServer project's custom runtime
         mlserver_model.enter_library()
     target = resolve_entrypoint(entrypoint)
+    guessed: frozenset[str] = frozenset()
     if mlserver_model.is_model_class(target) and not (inputs and outputs):
         found = mlserver_model.hinted(target)  # type: ignore[arg-type]
         if found is None:
             raise LoadError(mlserver_model.UNDECLARED)
+        if not outputs:  # their shapes are MLServer's codecs' to say: only datatypes checked
+            guessed = frozenset(t.name for t in found[1])
         inputs = inputs or found[0]  # type: ignore[assignment]
         outputs = outputs or found[1]  # type: ignore[assignment]
     built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
@@ -383,7 +386,7 @@ def build(
             "cannot use dynamic batching; remove dynamic_batching from its config"
         )
     model = PythonModel(built, signature, by_name, name, decoupled)
-    model.loose_outputs = guessed_output_shapes(predict, outputs)
+    model.loose_outputs = guessed_output_shapes(predict, outputs) | guessed
     return model
 
 
