@@ -526,7 +526,8 @@ import time
 import mlserver
 import numpy as np
 from mlserver import MLModel
-from mlserver.codecs import decode_args
+from mlserver.codecs import StringCodec, decode_args
+from mlserver.types import InferenceResponse
 
 
 class Echo(MLModel):
@@ -558,6 +559,18 @@ class Logs(MLModel):
         return x
 
 
+class Words(MLModel):  # streams: one response per word of its prompt
+
+    async def predict_stream(self, payloads):
+        async for payload in payloads:
+            text = StringCodec.decode_input(payload.inputs[0])[0]
+            for word in text.split():
+                yield InferenceResponse(
+                    model_name=self.name,
+                    outputs=[StringCodec.encode_output("text_output", [word])],
+                )
+
+
 class Hangs(MLModel):
     @decode_args
     async def predict(self, x: np.ndarray) -> np.ndarray:
@@ -569,7 +582,8 @@ class Hangs(MLModel):
 @pytest.mark.slow
 def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> None:
     """load() raising or returning False, predict() raising or hanging (isolated), a module
-    that does not import: each model says why, the others serve."""
+    that does not import: each model says why, the others serve (one logging metrics, one
+    streaming with predict_stream)."""
     import httpx
 
     folder = tmp_path / "broken"
@@ -578,6 +592,10 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
     for name in ("FailsToLoad", "Refuses", "Raises", "Logs", "Hangs"):
         settings = {"name": name.lower(), "implementation": f"broken.{name}"}
         _json(folder / "models" / name.lower() / "model-settings.json", settings)
+    words = {"name": "words", "implementation": "broken.Words",
+             "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1]}],
+             "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [1]}]}  # fmt: skip
+    _json(folder / "models" / "words" / "model-settings.json", words)
     missing_module = {"name": "nomodule", "implementation": "not_there.Model"}
     _json(folder / "models" / "nomodule" / "model-settings.json", missing_module)
     # The converted serve.yaml, with the hanging model isolated as any Python model may be.
@@ -608,6 +626,13 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
         assert logged.json()["outputs"][0]["data"] == [1.0], logged.text
         metrics = httpx.get(f"{url}/metrics").text  # mlserver.log: a histogram of the model's
         assert 'rows_seen_count{model="logs",version="1"} 1' in metrics, metrics[-2000:]
+        body = {"text_input": "to be or not"}
+        with httpx.stream("POST", f"{url}/v2/models/words/generate_stream", json=body) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        events = [json.loads(line.removeprefix("data: ")) for line in lines]
+        assert all("text_output" in e for e in events), events
+        assert [e["text_output"] for e in events] == ["to", "be", "or", "not"]
         hung = httpx.post(f"{url}/v2/models/hangs/infer", json=request, timeout=30)
         assert hung.status_code == 503, hung.text
         assert httpx.post(f"{url}/v2/models/raises/infer", json=request).status_code == 500

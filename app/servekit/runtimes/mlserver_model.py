@@ -24,8 +24,9 @@ MLServer, reading the content types its metadata gives), and its ``InferenceResp
 back as arrays, answered with MLServer's output content types (``ModelSignature.content_types``).
 servekit needs each tensor's name, datatype and shape before the first request (the Python
 runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them, else a
-``@decode_args`` predict's arguments and return (:func:`hinted`). Not carried over yet:
-``predict_stream``, ``metadata`` (servekit answers its own). ``mlserver.log`` and
+``@decode_args`` predict's arguments and return (:func:`hinted`). A runtime with its own
+``predict_stream`` is a decoupled model (:class:`MLServerStreamModel`). Not carried over yet:
+``metadata`` (servekit answers its own). ``mlserver.log`` and
 ``mlserver.register`` give servekit's own custom metrics (histograms in ``/metrics``).
 """
 
@@ -37,6 +38,7 @@ import importlib.util
 import inspect
 import sys
 import types
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,42 +175,81 @@ class MLServerModel:
 
     def predict(self, inputs: Arrays) -> Arrays:
         """One request through MLServer's types: arrays in, arrays out."""
-        from mlserver.codecs import NumpyCodec
-        from mlserver.types import InferenceRequest, RequestInput
-
-        request = InferenceRequest(
-            inputs=[
-                RequestInput(
-                    name=name,
-                    shape=list(array.shape),
-                    datatype=from_numpy(array.dtype).name,
-                    data=_wire_data(array),
-                )
-                for name, array in inputs.items()
-            ]
-        )
         labels = custom_metrics.LOADING.set(self._labels)
         try:
-            response = self._loop.run_until_complete(self._model.predict(request))
+            response = self._loop.run_until_complete(self._model.predict(_request(inputs)))
         finally:
             custom_metrics.LOADING.reset(labels)
-        out: Arrays = {}
-        for output in response.outputs:
-            if output.datatype == "BYTES":
-                values = output.data.root if hasattr(output.data, "root") else output.data
-                flat = [v if isinstance(v, bytes) else str(v).encode() for v in values]
-                array = as_bytes_array(np.array(flat, dtype=object))
-                out[output.name] = array.reshape(output.shape)
-            else:
-                decoded = NumpyCodec.decode_output(output)
-                out[output.name] = np.asarray(decoded, DATATYPES[output.datatype].dtype)
-        return out
+        return _arrays(response)
 
     def unload(self) -> None:
         try:
             self._loop.run_until_complete(self._model.unload())
         finally:
             self._loop.close()
+
+
+class MLServerStreamModel(MLServerModel):
+    """A runtime whose ``predict_stream`` is its own: a decoupled Python model (each
+    response it yields is one response of the stream, python_stream.py), its generator
+    stepped on the server's loop as MLServer steps it on its own."""
+
+    async def predict(self, inputs: Arrays) -> AsyncGenerator[Arrays, None]:  # type: ignore[override]
+        request = _request(inputs)
+
+        async def payloads() -> AsyncGenerator[Any, None]:
+            yield request
+
+        # Each step may run in another context (python_stream.py steps it): the labels are
+        # set again, not reset by token, around the model's own code.
+        before = custom_metrics.LOADING.get()
+        custom_metrics.LOADING.set(self._labels)
+        try:
+            async for response in self._model.predict_stream(payloads()):
+                yield _arrays(response)
+        finally:
+            custom_metrics.LOADING.set(before)
+
+
+def adapter_for(model_class: type) -> type[MLServerModel]:
+    """The adapter of ``model_class``: streaming when it overrides ``predict_stream``."""
+    base = sys.modules["mlserver.model"].MLModel
+    own = getattr(model_class, "predict_stream", None) is not base.predict_stream
+    return MLServerStreamModel if own else MLServerModel
+
+
+def _request(inputs: Arrays) -> Any:
+    """Arrays as MLServer's InferenceRequest (its model's metadata gives the content types)."""
+    from mlserver.types import InferenceRequest, RequestInput
+
+    return InferenceRequest(
+        inputs=[
+            RequestInput(
+                name=name,
+                shape=list(array.shape),
+                datatype=from_numpy(array.dtype).name,
+                data=_wire_data(array),
+            )
+            for name, array in inputs.items()
+        ]
+    )
+
+
+def _arrays(response: Any) -> Arrays:
+    """MLServer's InferenceResponse as arrays, in its outputs' shapes."""
+    from mlserver.codecs import NumpyCodec
+
+    out: Arrays = {}
+    for output in response.outputs:
+        if output.datatype == "BYTES":
+            values = output.data.root if hasattr(output.data, "root") else output.data
+            flat = [v if isinstance(v, bytes) else str(v).encode() for v in values]
+            array = as_bytes_array(np.array(flat, dtype=object))
+            out[output.name] = array.reshape(output.shape)
+        else:
+            decoded = NumpyCodec.decode_output(output)
+            out[output.name] = np.asarray(decoded, DATATYPES[output.datatype].dtype)
+    return out
 
 
 def _wire_data(array: np.ndarray) -> list[Any]:

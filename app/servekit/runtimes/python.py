@@ -142,7 +142,7 @@ def _instantiate(target: object, parameters: dict[str, Any], name: str = "") -> 
         return target
     try:
         if mlserver_model.is_model_class(target):  # an MLServer custom runtime
-            return mlserver_model.MLServerModel(target, parameters, name)
+            return mlserver_model.adapter_for(target)(target, parameters, name)
         instance = target()
         loader = getattr(instance, "load", None)
         if callable(loader):
