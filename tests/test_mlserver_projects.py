@@ -304,6 +304,8 @@ def test_a_broken_model_settings_file_is_a_config_error(
     _json(tmp_path / "model-settings.json", {"name": "x", "implementation": "NoModule"})
     assert cli_main(["validate", str(tmp_path)]) == 1
     assert "write it as module.Class" in capsys.readouterr().err
+    assert cli_main(["convert", "mlserver", str(tmp_path / "elsewhere")]) == 1
+    assert "no such file" in capsys.readouterr().err
 
 
 # -- the same folder under MLServer 1.7.1 and servekit ---------------------------------------

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from servekit.config.loader import ConfigError, ConfigIssue, validator_message
+from servekit.config.loader import ConfigError, ConfigIssue, ConfigMissing, validator_message
 from servekit.config.schema import MAX_QUEUE_DELAY_MICROSECONDS, ServeConfig
 
 SETTINGS = "settings.json"
@@ -124,6 +124,9 @@ def render(converted: Converted, folder: str) -> str:
 def convert(folder: Path, environ: Mapping[str, str] | None = None) -> Converted:
     """``folder``'s settings.json and model-settings.json files (and the ``MLSERVER_*``
     environment) as serve.yaml data; ConfigError for a file that cannot be read."""
+    if not folder.is_dir():
+        issue = ConfigIssue("", None, "not a folder (an MLServer project is one)")
+        raise ConfigMissing(str(folder), [issue])
     env = os.environ if environ is None else environ
     out = Converted({})
     settings = _read_json(folder / SETTINGS) if (folder / SETTINGS).is_file() else {}
