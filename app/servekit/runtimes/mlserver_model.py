@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from servekit import custom_metrics
 from servekit.datatypes import DATATYPES, as_bytes_array, from_numpy
+from servekit.observability import custom_metrics
 from servekit.runtimes.base import Arrays, LoadError
 
 SETTINGS_KEY = "mlserver"
@@ -65,7 +65,7 @@ _EXPORTS = {
 
 def register(name: str, description: str) -> custom_metrics.Histogram:
     """``mlserver.register``: a histogram of the model version running (or loading) now, in
-    servekit's ``/metrics`` (app/servekit/custom_metrics.py)."""
+    servekit's ``/metrics`` (app/servekit/observability/custom_metrics.py)."""
     return custom_metrics.histogram(name, description)
 
 
