@@ -52,7 +52,8 @@ def check(client: Any, rows: pd.DataFrame, pipe: Any) -> None:
     )
     arrays = client.infer("people", rows, frame=False)
     assert isinstance(arrays, dict)
-    np.testing.assert_array_equal(arrays["predict"], pipe.predict(rows))
+    # Over the wire [N, 1] (MLServer's shape), in the server's process the model's own [N]
+    np.testing.assert_array_equal(np.ravel(arrays["predict"]), pipe.predict(rows))
     when = pd.DataFrame({"when": pd.to_datetime(["2024-05-01 10:00"]), "n": [3]})
     (echoed,) = client.infer("echo", when)["predict"]
     assert echoed == "when:datetime64[us]=2024-05-01 10:00:00|n:int64=3"
@@ -92,7 +93,7 @@ def test_add_model_serves_natively_what_skl2onnx_cannot_convert(tmp_path: Path) 
             again = remote.infer("people", rows, outputs=["predict", "predict_proba"])
             pd.testing.assert_frame_equal(again, first)
             np.testing.assert_array_equal(
-                remote.infer("logged", {"input-0": x[:5]})["predict"], logged_first
+                remote.infer("logged", {"input-0": x[:5]})["predict"], logged_first.reshape(-1, 1)
             )
         finally:
             remote.close()

@@ -1,5 +1,6 @@
-"""``servekit validate`` and ``servekit schema``: check serve.yaml as ``servekit serve`` would
-read it (more strictly), and print the JSON Schema editors check it against."""
+"""``servekit validate``, ``servekit schema`` and ``servekit convert``: check serve.yaml as
+``servekit serve`` would read it (more strictly), print the JSON Schema editors check it
+against, and print the serve.yaml of an MLServer project folder."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
 
-COMMANDS = ("validate", "schema")
+COMMANDS = ("validate", "schema", "convert")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,6 +25,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     validate.add_argument("config", nargs="?", default="serve.yaml", help=STORED_CONFIG_HELP)
     sub.add_parser("schema", help="print the JSON Schema of serve.yaml")
+    convert = sub.add_parser("convert", help="print the serve.yaml of another server's project")
+    convert.add_argument("source", choices=["mlserver"], help="an MLServer project folder")
+    convert.add_argument("folder", help="the folder holding settings.json, model-settings.json")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +36,21 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(json_schema(), indent=2))
         return 0
+    if args.command == "convert":
+        return with_config_errors(lambda: _convert(args.folder))
     return with_config_errors(lambda: _validate_args(args))
+
+
+def _convert(folder: str) -> int:
+    """``servekit convert mlserver FOLDER``: the folder's serve.yaml, with what did not carry
+    over as comments (app/servekit/config/mlserver_project.py)."""
+    from pathlib import Path
+
+    from servekit.config import mlserver_project
+
+    converted = mlserver_project.convert(Path(folder))
+    print(mlserver_project.render(converted, folder), end="")
+    return 0
 
 
 def _validate_args(args: argparse.Namespace) -> int:

@@ -49,8 +49,14 @@ class ConfigMissing(ConfigError):
 
 
 def load_config(path: str | Path) -> ServeConfig:
-    """Load and validate a serve.yaml file (environment overrides applied)."""
+    """Load and validate a serve.yaml file (environment overrides applied), or an MLServer
+    project folder (app/servekit/config/mlserver_project.py)."""
     file = Path(path)
+    if file.is_dir():
+        from servekit.config import mlserver_project
+
+        if mlserver_project.is_project(file):
+            return mlserver_project.load(file)
     try:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError as exc:

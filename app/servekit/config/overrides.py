@@ -92,7 +92,8 @@ def plan_config(
     if path is None:
         return compile_plan(config, base_dir or Path.cwd(), None)
     file = path.resolve()
-    return compile_plan(config, base_dir or file.parent, file)
+    folder = file if file.is_dir() else file.parent  # an MLServer project is a folder
+    return compile_plan(config, base_dir or folder, file)
 
 
 def apply_overrides(config: ServeConfig, path: str, overrides: Overrides) -> ServeConfig:

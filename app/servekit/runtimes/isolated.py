@@ -551,10 +551,11 @@ def _signature(raw: object) -> ModelSignature:
                 raise ValueError(f"tensor {name!r} of datatype {datatype!r}")
             if not isinstance(shape, list) or not all(type(d) is int and d >= -1 for d in shape):
                 raise ValueError(f"tensor {name!r} of shape {shape!r}")
-            out.append(TensorSpec(name, datatype, tuple(shape)))
+            out.append(TensorSpec(name, datatype, tuple(shape), item.get("optional") is True))
         return tuple(out)
 
-    return ModelSignature(specs(raw["inputs"]), specs(raw["outputs"]))
+    content_types = raw.get("content_types") is True  # an MLServer custom runtime's
+    return ModelSignature(specs(raw["inputs"]), specs(raw["outputs"]), content_types=content_types)
 
 
 def _exit_reason(child: _Child) -> str:

@@ -109,6 +109,7 @@ def _load(sock: socket.socket, header: dict[str, Any]) -> PythonModel | None:
         "inputs": [s.as_dict() for s in model.signature.inputs],
         "outputs": [s.as_dict() for s in model.signature.outputs],
         "loose": sorted(model.loose_outputs),
+        "content_types": model.signature.content_types,
     }
     send_message(sock, {"ok": True, "signature": signature}, {})
     return model

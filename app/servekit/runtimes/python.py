@@ -46,6 +46,7 @@ import sys
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -53,7 +54,8 @@ import numpy as np
 
 from servekit.datatypes import DATATYPES, as_bytes_array
 from servekit.errors import Internal, InvalidArgument, ServeError, Unimplemented, logged_reference
-from servekit.runtimes.base import CALLING_MODEL, Arrays, LoadError, Predict
+from servekit.runtimes import mlserver_model
+from servekit.runtimes.base import CALLING_MODEL, Arrays, LoadError, Predict, mark_optional
 from servekit.runtimes.python_hints import guessed_output_shapes, signature_of
 from servekit.runtimes.python_stream import is_generator_function, steps
 from servekit.shown_paths import hide_paths
@@ -135,10 +137,12 @@ def _is_user_module(module: Any) -> bool:
     return not any(path.is_relative_to(root) for root in installed)
 
 
-def _instantiate(target: object, parameters: dict[str, Any]) -> object:
+def _instantiate(target: object, parameters: dict[str, Any], name: str = "") -> object:
     if not inspect.isclass(target):
         return target
     try:
+        if mlserver_model.is_model_class(target):  # an MLServer custom runtime
+            return mlserver_model.adapter_for(target)(target, parameters, name)
         instance = target()
         loader = getattr(instance, "load", None)
         if callable(loader):
@@ -350,8 +354,19 @@ def build(
     max_batch_size: int = 0,
 ) -> PythonModel:
     """``load`` from the fields it needs (an isolated model's child process has no plan)."""
+    if mlserver_model.SETTINGS_KEY in parameters:  # an MLServer project's custom runtime
+        mlserver_model.enter_library()
     target = resolve_entrypoint(entrypoint)
-    built = [_instantiate(target, dict(parameters)) for _ in range(instances)]
+    guessed: frozenset[str] = frozenset()
+    if mlserver_model.is_model_class(target) and not (inputs and outputs):
+        found = mlserver_model.hinted(target)  # type: ignore[arg-type]
+        if found is None:
+            raise LoadError(mlserver_model.UNDECLARED)
+        if not outputs:  # their shapes are MLServer's codecs' to say: only datatypes checked
+            guessed = frozenset(t.name for t in found[1])
+        inputs = inputs or found[0]  # type: ignore[assignment]
+        outputs = outputs or found[1]  # type: ignore[assignment]
+    built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
     predict = _predict_of(built[0])
     if grps_message or takes_grps_message(predict):
         if inputs or outputs or max_batch_size:
@@ -361,6 +376,9 @@ def build(
             )
         return GrpsMessageModel(built, MESSAGE_SIGNATURE, message_codec())
     signature, by_name = signature_of(predict, inputs, outputs)
+    signature = mark_optional(signature, inputs)
+    if mlserver_model.is_model_class(target):
+        signature = replace(signature, content_types=True)
     decoupled = is_generator_function(predict)
     if decoupled and batching:
         raise LoadError(
@@ -368,7 +386,7 @@ def build(
             "cannot use dynamic batching; remove dynamic_batching from its config"
         )
     model = PythonModel(built, signature, by_name, name, decoupled)
-    model.loose_outputs = guessed_output_shapes(predict, outputs)
+    model.loose_outputs = guessed_output_shapes(predict, outputs) | guessed
     return model
 
 

@@ -1,0 +1,258 @@
+"""MLServer custom runtimes (a user's ``mlserver.MLModel`` subclass) as servekit Python models.
+
+An MLServer project's ``implementation: models.MyModel`` becomes a Python model
+(app/servekit/config/mlserver_project.py) whose entrypoint is that class, with its
+model-settings.json under ``parameters.mlserver``. The Python runtime (python.py) builds each
+instance through :class:`MLServerModel` instead of calling the class itself, so the model gets
+the executor, isolation, batching and statistics of any Python model, and the same errors: an
+implementation that does not import, a ``load()`` that raises or returns False, a ``predict()``
+that raises or (isolated) hangs.
+
+``import mlserver`` runs MLServer's package ``__init__``, which imports its gRPC server, whose
+generated protos register the same ``inference.*`` names as servekit's in protobuf's default
+pool: in servekit's process that import fails. :func:`enter_library` enters the package with
+its folder on ``__path__`` and without its ``__init__``, and gives the names a model imports
+from it (``MLModel``, ``ModelSettings``, ``Settings``, ``register``, ``log``, ``__version__``)
+from their own modules (``log`` and ``register`` are servekit's: see :func:`log`): MLServer's
+types, codecs and base class, never its server.
+
+The instance's ``load``, ``predict`` and ``unload`` are coroutines: each runs to completion on
+an event loop of the instance's own (one instance serves one request at a time, in its worker
+thread), never on the server's loop. The request reaches ``predict`` as MLServer's
+``InferenceRequest`` (``@decode_args`` and the model's ``decode``/``encode`` helpers work as in
+MLServer, reading the content types its metadata gives), and its ``InferenceResponse`` comes
+back as arrays, answered with MLServer's output content types (``ModelSignature.content_types``).
+servekit needs each tensor's name, datatype and shape before the first request (the Python
+runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them, else a
+``@decode_args`` predict's arguments and return (:func:`hinted`). A runtime with its own
+``predict_stream`` is a decoupled model (:class:`MLServerStreamModel`). Not carried over yet:
+``metadata`` (servekit answers its own). ``mlserver.log`` and
+``mlserver.register`` give servekit's own custom metrics (histograms in ``/metrics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import sys
+import types
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servekit.datatypes import DATATYPES, as_bytes_array, from_numpy
+from servekit.observability import custom_metrics
+from servekit.runtimes.base import Arrays, LoadError
+
+SETTINGS_KEY = "mlserver"
+"""The Python model parameter holding the model's model-settings.json."""
+UNDECLARED = (
+    "an MLServer custom runtime needs its inputs and outputs (name, datatype, shape) in "
+    "model-settings.json: servekit checks requests against them before predict runs"
+)
+_EXPORTS = {
+    "MLModel": "mlserver.model",
+    "ModelSettings": "mlserver.settings",
+    "Settings": "mlserver.settings",
+    "__version__": "mlserver.version",
+}
+
+
+def register(name: str, description: str) -> custom_metrics.Histogram:
+    """``mlserver.register``: a histogram of the model version running (or loading) now, in
+    servekit's ``/metrics`` (app/servekit/observability/custom_metrics.py)."""
+    return custom_metrics.histogram(name, description)
+
+
+def log(**metrics: float) -> None:
+    """``mlserver.log(name=value, ...)``: each value observed in its histogram, labelled with
+    the model and version whose predict runs (MLServer's labels are model_name and
+    model_version; servekit's custom metrics say model and version)."""
+    for name, value in metrics.items():
+        custom_metrics.histogram(name, name).observe(value)
+
+
+_OURS = {"register": register, "log": log}
+
+
+def enter_library() -> None:
+    """Make ``import mlserver`` give MLServer's library without its server (see the module
+    docstring); nothing when it is not installed or is imported already."""
+    if "mlserver" in sys.modules:
+        return
+    spec = importlib.util.find_spec("mlserver")
+    if spec is None or spec.origin is None:
+        return
+    package = types.ModuleType("mlserver")
+    package.__path__ = [str(Path(spec.origin).parent)]
+    package.__file__ = spec.origin
+    package.__getattr__ = _library_attribute  # type: ignore[method-assign]
+    sys.modules["mlserver"] = package
+
+
+def _library_attribute(name: str) -> Any:
+    if name in _OURS:
+        return _OURS[name]
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(
+            f"mlserver.{name}: servekit gives MLServer's types, codecs and MLModel base class, "
+            "not its server"
+        )
+    return getattr(importlib.import_module(module), name)
+
+
+def is_model_class(target: object) -> bool:
+    """Whether ``target`` is a subclass of MLServer's ``MLModel`` (imported already when the
+    user's module subclasses it)."""
+    base = getattr(sys.modules.get("mlserver.model"), "MLModel", None)
+    return inspect.isclass(target) and base is not None and issubclass(target, base)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """A tensor as the Python runtime reads a declared one (serve.yaml's TensorOverride)."""
+
+    name: str
+    datatype: str | None
+    shape: list[int] | None
+    optional: bool = False
+    labels: list[str] | None = None
+    format: str | None = None
+
+
+def hinted(model_class: type) -> tuple[tuple[Declared, ...], tuple[Declared, ...]] | None:
+    """The tensors of a ``@decode_args`` predict, as MLServer reads them: one input per
+    argument (optional when it has a default), outputs ``output-0``, ``output-1``, ... for the
+    values it returns. Their datatype is not in the hints (MLServer takes any): FP64, which
+    model-settings.json's ``inputs``/``outputs`` may say otherwise. None: predict takes the
+    whole InferenceRequest, whose tensors only model-settings.json can name."""
+    predict = getattr(model_class, "predict", None)
+    inner = getattr(predict, "__wrapped__", None)
+    if inner is None:
+        return None
+    params = list(inspect.signature(inner).parameters.values())[1:]  # after self
+    inputs = tuple(
+        Declared(p.name, "FP64", [-1], optional=p.default is not p.empty) for p in params
+    )
+    returns = inspect.signature(inner).return_annotation
+    several = getattr(returns, "__origin__", None) is tuple
+    count = len(getattr(returns, "__args__", ())) if several else 1
+    outputs = tuple(Declared(f"output-{i}", "FP64", [-1]) for i in range(count))
+    return inputs, outputs
+
+
+class MLServerModel:
+    """One instance of an MLModel subclass, driven as a Python model with one dict argument."""
+
+    def __init__(self, model_class: type, parameters: dict[str, Any], name: str) -> None:
+        from mlserver.settings import ModelSettings
+
+        data = dict(parameters.get(SETTINGS_KEY) or {})
+        data["name"] = data.get("name") or name
+        data["implementation"] = model_class
+        self._loop = asyncio.new_event_loop()
+        self._labels = custom_metrics.LOADING.get()  # this version's, for mlserver.log
+        try:
+            settings = ModelSettings(**data)
+            # parameters.uri is relative to model-settings.json, which MLServer's projects keep
+            # beside the module of their runtime (get_model_uri reads _source).
+            folder = Path(inspect.getfile(model_class)).parent
+            settings._source = str(folder / "model-settings.json")
+            self._model = model_class(settings)
+            ready = self._loop.run_until_complete(self._model.load())
+        except Exception:
+            self._loop.close()
+            raise
+        if ready is False:
+            self._loop.close()
+            raise LoadError(f"{model_class.__name__}.load() returned False")
+
+    def predict(self, inputs: Arrays) -> Arrays:
+        """One request through MLServer's types: arrays in, arrays out."""
+        labels = custom_metrics.LOADING.set(self._labels)
+        try:
+            response = self._loop.run_until_complete(self._model.predict(_request(inputs)))
+        finally:
+            custom_metrics.LOADING.reset(labels)
+        return _arrays(response)
+
+    def unload(self) -> None:
+        try:
+            self._loop.run_until_complete(self._model.unload())
+        finally:
+            self._loop.close()
+
+
+class MLServerStreamModel(MLServerModel):
+    """A runtime whose ``predict_stream`` is its own: a decoupled Python model (each
+    response it yields is one response of the stream, python_stream.py), its generator
+    stepped on the server's loop as MLServer steps it on its own."""
+
+    async def predict(self, inputs: Arrays) -> AsyncGenerator[Arrays, None]:  # type: ignore[override]
+        request = _request(inputs)
+
+        async def payloads() -> AsyncGenerator[Any, None]:
+            yield request
+
+        # Each step may run in another context (python_stream.py steps it): the labels are
+        # set again, not reset by token, around the model's own code.
+        before = custom_metrics.LOADING.get()
+        custom_metrics.LOADING.set(self._labels)
+        try:
+            async for response in self._model.predict_stream(payloads()):
+                yield _arrays(response)
+        finally:
+            custom_metrics.LOADING.set(before)
+
+
+def adapter_for(model_class: type) -> type[MLServerModel]:
+    """The adapter of ``model_class``: streaming when it overrides ``predict_stream``."""
+    base = sys.modules["mlserver.model"].MLModel
+    own = getattr(model_class, "predict_stream", None) is not base.predict_stream
+    return MLServerStreamModel if own else MLServerModel
+
+
+def _request(inputs: Arrays) -> Any:
+    """Arrays as MLServer's InferenceRequest (its model's metadata gives the content types)."""
+    from mlserver.types import InferenceRequest, RequestInput
+
+    return InferenceRequest(
+        inputs=[
+            RequestInput(
+                name=name,
+                shape=list(array.shape),
+                datatype=from_numpy(array.dtype).name,
+                data=_wire_data(array),
+            )
+            for name, array in inputs.items()
+        ]
+    )
+
+
+def _arrays(response: Any) -> Arrays:
+    """MLServer's InferenceResponse as arrays, in its outputs' shapes."""
+    from mlserver.codecs import NumpyCodec
+
+    out: Arrays = {}
+    for output in response.outputs:
+        if output.datatype == "BYTES":
+            values = output.data.root if hasattr(output.data, "root") else output.data
+            flat = [v if isinstance(v, bytes) else str(v).encode() for v in values]
+            array = as_bytes_array(np.array(flat, dtype=object))
+            out[output.name] = array.reshape(output.shape)
+        else:
+            decoded = NumpyCodec.decode_output(output)
+            out[output.name] = np.asarray(decoded, DATATYPES[output.datatype].dtype)
+    return out
+
+
+def _wire_data(array: np.ndarray) -> list[Any]:
+    if array.dtype == object:
+        return [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)]
+    return list(array.reshape(-1).tolist())
