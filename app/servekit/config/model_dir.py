@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from servekit.config.mlserver_project import BUILTINS
+
 FORMATS = ("sklearn", "xgboost", "lightgbm", "mlflow", "onnx")
 """What ``--model-format`` accepts (KServe's modelFormat names)."""
 
@@ -46,14 +48,6 @@ BY_NAME = {
 BY_SUFFIX = {".joblib": "sklearn", ".pkl": "sklearn", ".pickle": "sklearn", ".ubj": "xgboost",
              ".bst": "xgboost", ".onnx": "onnx"}  # fmt: skip
 """Other names of a one-file model (``iris.joblib``); .json and .txt say too little alone."""
-
-MLSERVER_IMPLEMENTATIONS = {
-    "mlserver_sklearn.SKLearnModel": "sklearn",
-    "mlserver_xgboost.XGBoostModel": "xgboost",
-    "mlserver_lightgbm.LightGBMModel": "lightgbm",
-    "mlserver_mlflow.MLflowRuntime": "mlflow",
-}
-"""MLServer's runtimes of the formats servekit serves itself."""
 
 PICKLE_STARTS = (b"\x80", b"(", b"c", b"}", b"]", b"x", b"\x1f\x8b", b"BZh", b"\xfd7zXZ",
                  b"\x04\x22\x4d\x18")  # fmt: skip
@@ -191,15 +185,16 @@ def _mlserver_settings(path: Path) -> tuple[str, Path]:
     if not isinstance(settings, dict):
         raise ModelDirError("model-settings.json in the model folder is not a JSON object")
     implementation = settings.get("implementation")
-    fmt = MLSERVER_IMPLEMENTATIONS.get(str(implementation))
-    if fmt is None:
-        known = ", ".join(MLSERVER_IMPLEMENTATIONS)
+    builtin = BUILTINS.get(str(implementation))  # MLServer's runtimes of servekit's formats
+    if builtin is None:
+        known = ", ".join(BUILTINS)
         raise ModelDirError(
             f"model-settings.json names implementation {implementation!r}: servekit serves "
             f"{known} from a folder"
         )
     parameters = settings.get("parameters")
     uri = parameters.get("uri") if isinstance(parameters, dict) else None
+    fmt = builtin.format
     if uri is None:
         return fmt, path
     target = (path / str(uri)).resolve()
