@@ -150,6 +150,14 @@ def offset_of(repo: Repo) -> list[float]:
         ({"modelFormat": {"name": "python"}, "parameters": {}}, "parameters"),
         ({"parameters": {"path": {"string_value": "other.pkl"}}}, "parameters"),
         ({"backend": "python", "parameters": {"extra": {"string_value": "1"}}}, "parameters"),
+        # an MLServer custom runtime's class and settings (app/servekit/runtimes/mlserver_model.py)
+        (
+            {
+                "modelFormat": {"name": "python"},
+                "parameters": {"mlserver": {"implementation": "os.system"}},
+            },
+            "parameters",
+        ),
         ({"modelFormat": {"name": "python"}, "entrypoint": "rules_models:leaky"}, "entrypoint"),
         # servekit's own importer: the PyTorch converter
         (

@@ -88,7 +88,7 @@ async def serve_infer(scope: Scope, receive: Receive, send: Send) -> None:
     fast: FastPath = scope["litestar_app"].state.fast_path
     handler = cast("HTTPRouteHandler", scope["route_handler"])
     limit = handler.resolve_request_max_body_size() or math.inf
-    await answer(fast, limit, scope, receive, send, check_host=False)
+    await answer(fast, limit, scope, receive, send)
 
 
 async def answer(
@@ -97,13 +97,11 @@ async def answer(
     scope: Scope,
     receive: Receive,
     send: Send,
-    check_host: bool,
 ) -> bool:
-    """Answer one inference request (JSON, binary extension or raw binary); ``limit``: the
-    route's ``request_max_body_size``. With ``check_host``, a ``Host`` header Litestar's router
-    would refuse (400) makes it decline, before reading anything: it returns False and the
-    caller hands the request to Litestar."""
-    answered = await respond(fast, limit, scope, receive, check_host)
+    """Answer one inference request on Litestar's route (JSON, binary extension or raw
+    binary); ``limit``: the route's ``request_max_body_size``. Litestar has checked the
+    ``Host`` already, so :func:`respond` need not."""
+    answered = await respond(fast, limit, scope, receive, False)
     if answered is None:
         return False
     headers, content, is_large = answered
