@@ -103,6 +103,22 @@ def supported_formats(plan: ServePlan) -> list[Manifest]:
     return list(merged.values())
 
 
+def _servekit_container(image: str, args: list[str]) -> Manifest:
+    """What both KServe runtimes' containers share: the name KServe merges an
+    InferenceService's predictor into, servekit with ``args``, and the probes (live as soon as
+    the listeners are open; ready once the model has loaded; an InferenceService's own
+    readinessProbe, such as /v2/models/NAME/ready, replaces it)."""
+    return {
+        "name": "kserve-container",
+        "image": image,
+        "command": ["servekit"],
+        "args": args,
+        "env": [STORAGE_ENV],
+        "livenessProbe": probe("/v2/health/live", HTTP_PORT, period=10, failures=3),
+        "readinessProbe": probe("/v2/health/ready", HTTP_PORT, period=5, failures=2),
+    }
+
+
 def _kserve_container(image: str) -> Manifest:
     args = [
         "serve", f"{CONFIG_DIR}/serve.yaml", "--only", "{{.Name}}",
@@ -111,14 +127,7 @@ def _kserve_container(image: str) -> Manifest:
         "--workers", "1",  # the predictor's CPU request below is one core
     ]  # fmt: skip
     return {
-        # KServe merges the InferenceService's predictor into the container of this name.
-        "name": "kserve-container",
-        "image": image,
-        "command": ["servekit"],
-        "args": args,
-        "env": [STORAGE_ENV],
-        "livenessProbe": probe("/v2/health/live", HTTP_PORT, period=10, failures=3),
-        "readinessProbe": probe("/v2/health/ready", HTTP_PORT, period=5, failures=2),
+        **_servekit_container(image, args),
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "securityContext": {**container_security(), "runAsNonRoot": True, "runAsUser": UID},
         "volumeMounts": [
@@ -218,16 +227,7 @@ def cluster_runtime(image: str, *, priority: int = DEFAULT_PRIORITY) -> Manifest
         # args (appended by KServe) may say --workers=N with N cores
     ]  # fmt: skip
     container: Manifest = {
-        # KServe merges the InferenceService's predictor into the container of this name.
-        "name": "kserve-container",
-        "image": image,
-        "command": ["servekit"],
-        "args": args,
-        "env": [STORAGE_ENV],
-        # Live as soon as the listeners are open; ready once the model has loaded (an
-        # InferenceService's own readinessProbe, such as /v2/models/NAME/ready, replaces it).
-        "livenessProbe": probe("/v2/health/live", HTTP_PORT, period=10, failures=3),
-        "readinessProbe": probe("/v2/health/ready", HTTP_PORT, period=5, failures=2),
+        **_servekit_container(image, args),
         "resources": {
             "requests": {"cpu": "1", "memory": "2Gi"},
             "limits": {"cpu": "1", "memory": "2Gi"},
