@@ -106,5 +106,7 @@ class Deadlines(HttpToolsProtocol):
         self._close_with(408, f"request headers not received within {seconds:g} s")
 
     def _close_with(self, status: int, message: str) -> None:
-        """Answer ``status`` (unless a response already started) and close the connection."""
+        """Answer ``status`` (unless a response already started) and close the connection:
+        the connection's own (``EdgeProtocol._close_with`` in connection.py), declared here
+        because the timers call it; this base class is never used alone."""
         raise NotImplementedError
