@@ -25,18 +25,21 @@ from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
 from servekit.services import (
     DISPATCH_REASONS,
+    ON_DEMAND_REASONS,
     QUEUE_BUCKETS_S,
     Catalog,
     DataPlane,
     Duration,
+    MemoryStatus,
     ModelControl,
+    ModelMemory,
     ModelState,
     ModelView,
     VersionView,
 )
 from servekit.shown_paths import shown_storage_uri
 
-_QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
+_QUIET_REASONS = {"", "not loaded", "unloaded", *ON_DEMAND_REASONS}  # chosen, not failures
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,55 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         # Closed to every request (a public bind without that group's token): no token helps.
         "closed": [group.value for group in access.closed],
         "workers": workers(catalog) if admin else [],
+        "memory": memory_summary(catalog.memory()) if admin else None,
     }
+
+
+def memory_summary(status: MemoryStatus) -> dict[str, Any] | None:
+    """The home page's line on model memory: what the loaded models hold against
+    ``server.modelMemory``; None when there is no budget and nothing loads on demand."""
+    on_demand = sum(m.on_demand for m in status.models)
+    if status.budget_bytes is None and not on_demand:
+        return None
+    return {
+        "used": _mib(status.used_bytes),
+        "budget": _mib(status.budget_bytes) if status.budget_bytes is not None else None,
+        "on_demand": on_demand,
+        "loaded_on_demand": sum(m.on_demand and m.loaded for m in status.models),
+    }
+
+
+def memory_label(model: ModelMemory | None) -> str:
+    """A model's memory as the index shows it: "on demand", its measured size, or both."""
+    if model is None:
+        return ""
+    size = _mib(model.resident_bytes) if model.resident_bytes is not None else ""
+    return ", ".join(part for part in ("on demand" if model.on_demand else "", size) if part)
+
+
+def model_memory(model: ModelMemory | None) -> dict[str, Any] | None:
+    """The model page's Memory section: measured size, on-demand loads and their time."""
+    if model is None or (model.resident_bytes is None and not model.on_demand):
+        return None
+    average = model.load_seconds_total / model.loads if model.loads else None
+    return {
+        "on_demand": model.on_demand,
+        "loaded": model.loaded,
+        "resident": _mib(model.resident_bytes) if model.resident_bytes is not None else None,
+        "resident_bytes": model.resident_bytes,
+        "loads": model.loads,
+        "unloads": model.unloads,
+        "last_load_ms": _ms(model.last_load_seconds),
+        "avg_load_ms": _ms(average),
+    }
+
+
+def _mib(size: int | None) -> str:
+    return "—" if size is None else f"{size / 2**20:.1f} MiB"
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1e3, 1)
 
 
 def workers(catalog: Catalog) -> list[dict[str, Any]]:
@@ -155,8 +206,13 @@ def _logged_error(item: LoggedError) -> dict[str, Any]:
 
 
 def index_rows(catalog: Catalog) -> list[dict[str, Any]]:
-    """Repository index: one row per model version (one per model if it has none)."""
-    return [row for model in catalog.models() for row in index_rows_of(model)]
+    """Repository index: one row per model version (one per model if it has none), each
+    with its model's memory label (``memory_label``)."""
+    memory = {m.name: m for m in catalog.memory().models}
+    rows = [row for model in catalog.models() for row in index_rows_of(model)]
+    for row in rows:
+        row["memory"] = memory_label(memory.get(row["name"]))
+    return rows
 
 
 def index_rows_of(model: ModelView) -> list[dict[str, Any]]:
@@ -300,6 +356,7 @@ def model_detail(dataplane: DataPlane, catalog: Catalog, name: str) -> dict[str,
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
         "warmup": warmup(model),
+        "memory": model_memory(next((m for m in catalog.memory().models if m.name == name), None)),
         "pipeline": pipeline_steps(catalog, plan.pipeline),
         "openai": config.openai.kind if config is not None and config.openai else None,
         # its predict yields (the serving version): the V2 infer form would answer 501, so the
