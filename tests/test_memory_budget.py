@@ -170,3 +170,14 @@ def test_a_pipeline_step_on_demand_is_refused(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="a pipeline's steps load at start"):
         plan_of(f"models:\n  - {step}\n  - {pipeline}\n", tmp_path)
+
+
+async def test_a_model_that_fails_to_load_is_not_loaded_again_by_every_request(
+    serve: Serve, tmp_path: Path
+) -> None:
+    services = await serve(served(["broken"], -1, None, tmp_path / "record"))  # -1 MiB: fails
+    for _ in range(3):
+        with pytest.raises(Unavailable, match=r"failed to load on demand: .*negative dimensions"):
+            await infer(services, "broken")
+    (figures,) = services.catalog.memory().models
+    assert figures.loads == 1

@@ -19,9 +19,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from servers import running_server
+
+import servekit
 
 pytestmark = pytest.mark.slow  # a real server process
 
@@ -135,6 +138,8 @@ def test_fifty_models_under_a_budget_of_five(tmp_path: Path) -> None:
             unloaded = next(r["name"] for r in index if r["state"] == "UNAVAILABLE")
             metadata = client.get(f"/v2/models/{unloaded}")
             ready = client.get(f"/v2/models/{unloaded}/ready").status_code
+            pages = {path: client.get(path).text for path in ("/", "/models", "/models/m00")}
+            rows = client.get("/dashboard/api/models").json()
         after = rss(pid)
     elapsed = time.monotonic() - started
 
@@ -160,6 +165,11 @@ def test_fifty_models_under_a_budget_of_five(tmp_path: Path) -> None:
     # An unloaded model: not ready, its metadata from serve.yaml (as Triton's from config).
     assert ready == 503
     assert metadata.status_code == 200 and metadata.json()["inputs"][0]["name"] == "x"
+    # The dashboard: memory used against the budget, each model's size, loads and unloads.
+    assert "Model memory:" in pages["/"] and 'data-bind="memory-budget">44.0 MiB' in pages["/"]
+    assert 'data-bind="memory"' in pages["/models"] and "on demand, 8." in pages["/models"]
+    assert "Loads on demand" in pages["/models/m00"] and "Unloaded for room" in pages["/models/m00"]
+    assert all(r["memory"].startswith("on demand, 8.") for r in rows if r["name"] != "big")
     # A model too big for the budget: a clear error, and no Retry-After (retrying cannot help).
     assert too_big.status_code == 503 and "Retry-After" not in too_big.headers
     assert "more than server.modelMemory" in too_big.json()["error"]
@@ -171,3 +181,30 @@ def test_fifty_models_under_a_budget_of_five(tmp_path: Path) -> None:
         f"mean load {mean_load_ms:.1f} ms; peak over baseline {over / MIB:.1f} MiB "
         f"(budget {BUDGET / MIB:.1f} MiB, one model {MODEL_MIB} MiB); after {after / MIB:.0f} MiB"
     )
+
+
+def test_a_notebook_reads_the_same_figures(tmp_path: Path) -> None:
+    """``server.memory()`` in a notebook: the budget, what is held, and each model's size,
+    loads and unloads, as /metrics reports them."""
+    shutil.copy(HERE / "memory_models.py", tmp_path / "memory_models.py")
+    config = tmp_path / "serve.yaml"
+    record = tmp_path / "record"
+    config.write_text(
+        f"server: {{modelMemory: {int(1.5 * MODEL_MIB * MIB)}}}\nmodels:\n"
+        + entry("a", MODEL_MIB, record)
+        + entry("b", MODEL_MIB, record)
+    )
+    with servekit.serve(config, http_port=0, grpc_port=None) as server:
+        assert server.models.states() == {"a": "UNAVAILABLE", "b": "UNAVAILABLE"}
+        x = np.ones(1, np.float32)
+        assert server.infer("a", {"x": x})["output"][0] == 2.0
+        assert server.infer("b", {"x": x})["output"][0] == 2.0  # a makes room for b
+        memory = server.memory()
+        assert server.models.states() == {"a": "UNAVAILABLE", "b": "READY"}
+    assert memory["budget_bytes"] == int(1.5 * MODEL_MIB * MIB)
+    a, b = memory["models"]["a"], memory["models"]["b"]
+    assert (a["loads"], a["unloads"], a["loaded"]) == (1, 1, False)
+    assert (b["loads"], b["unloads"], b["loaded"]) == (1, 0, True)
+    assert b["resident_bytes"] >= MODEL_MIB * MIB * 0.9
+    assert memory["used_bytes"] == b["resident_bytes"]
+    assert a["last_load_seconds"] > 0 and not record.exists()

@@ -20,6 +20,7 @@ import yaml
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
+from servekit.dashboard.memory import memory_label, memory_summary, model_memory
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
@@ -30,9 +31,7 @@ from servekit.services import (
     Catalog,
     DataPlane,
     Duration,
-    MemoryStatus,
     ModelControl,
-    ModelMemory,
     ModelState,
     ModelView,
     VersionView,
@@ -83,53 +82,6 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         "workers": workers(catalog) if admin else [],
         "memory": memory_summary(catalog.memory()) if admin else None,
     }
-
-
-def memory_summary(status: MemoryStatus) -> dict[str, Any] | None:
-    """The home page's line on model memory: what the loaded models hold against
-    ``server.modelMemory``; None when there is no budget and nothing loads on demand."""
-    on_demand = sum(m.on_demand for m in status.models)
-    if status.budget_bytes is None and not on_demand:
-        return None
-    return {
-        "used": _mib(status.used_bytes),
-        "budget": _mib(status.budget_bytes) if status.budget_bytes is not None else None,
-        "on_demand": on_demand,
-        "loaded_on_demand": sum(m.on_demand and m.loaded for m in status.models),
-    }
-
-
-def memory_label(model: ModelMemory | None) -> str:
-    """A model's memory as the index shows it: "on demand", its measured size, or both."""
-    if model is None:
-        return ""
-    size = _mib(model.resident_bytes) if model.resident_bytes is not None else ""
-    return ", ".join(part for part in ("on demand" if model.on_demand else "", size) if part)
-
-
-def model_memory(model: ModelMemory | None) -> dict[str, Any] | None:
-    """The model page's Memory section: measured size, on-demand loads and their time."""
-    if model is None or (model.resident_bytes is None and not model.on_demand):
-        return None
-    average = model.load_seconds_total / model.loads if model.loads else None
-    return {
-        "on_demand": model.on_demand,
-        "loaded": model.loaded,
-        "resident": _mib(model.resident_bytes) if model.resident_bytes is not None else None,
-        "resident_bytes": model.resident_bytes,
-        "loads": model.loads,
-        "unloads": model.unloads,
-        "last_load_ms": _ms(model.last_load_seconds),
-        "avg_load_ms": _ms(average),
-    }
-
-
-def _mib(size: int | None) -> str:
-    return "—" if size is None else f"{size / 2**20:.1f} MiB"
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1e3, 1)
 
 
 def workers(catalog: Catalog) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ heaps, after an unload and before a measured load. Neither does anything but on 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 from collections.abc import Callable, Iterable
@@ -67,10 +66,14 @@ MMAP_THRESHOLD = 1024 * 1024
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
 
+_EXACT: list[bool] = []
+"""Holds True once ``exact_frees`` has set the threshold (``give_back`` does nothing before)."""
+
+
 @functools.cache
 def _libc() -> ctypes.CDLL | None:
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc = ctypes.CDLL(None)  # the process's own symbols: glibc's, where it is glibc
         libc.malloc_trim, libc.mallopt  # noqa: B018 (glibc has both; others may not)
     except (OSError, AttributeError, TypeError):
         return None
@@ -83,7 +86,10 @@ def exact_frees() -> bool:
     module docstring): a large block then leaves the process as soon as it is freed. Called
     when models load on demand; False where it cannot be set (not glibc)."""
     libc = _libc()
-    return libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    done = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+    if done:
+        _EXACT.append(True)
+    return done
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -92,10 +98,10 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def give_back() -> None:
-    """Return the heap memory freed so far to the system (glibc ``malloc_trim``; nothing
-    elsewhere): what an unloaded model held stops counting in the RSS, and a load that follows
-    is measured from real pages, not from freed ones it reuses. Milliseconds: call it from a
-    worker thread."""
-    trim = _malloc_trim()
+    """Return the heap memory freed so far to the system (glibc ``malloc_trim``), once
+    ``exact_frees`` is in force (a server with on-demand models; nothing otherwise): what an
+    unloaded model held stops counting in the RSS, and a load that follows is measured from
+    real pages, not from freed ones it reuses. Milliseconds: call it from a worker thread."""
+    trim = _malloc_trim() if _EXACT else None
     if trim is not None:
         trim(0)

@@ -16,7 +16,7 @@ one's measured size is its own; the size of a model not measured yet is taken to
 largest one measured so far, so the budget can be passed by at most one model's size until its
 load is measured, and what it passes by is then given back at once. A model that alone needs
 more than the budget leaves for on-demand models is unloaded again and refused with a clear
-error until its entry changes.
+error until its entry changes, as is a model whose load failed.
 """
 
 from __future__ import annotations
@@ -118,7 +118,9 @@ class OnDemand:
         self._waiting: dict[str, int] = {}
         """Requests waiting for (or just woken by) a model's load: it is not unloaded then."""
         self._records: dict[str, _Record] = {}
-        self._too_big: dict[str, tuple[ModelPlan, str]] = {}
+        self._refused: dict[str, tuple[ModelPlan, str]] = {}
+        """Models whose on-demand load failed or that are too big, with why, until their entry
+        changes (an edit, a repository load): not loaded again by every request."""
         self.fetch: Callable[[ModelPlan], Awaitable[ModelPlan]] | None = None
         """Brings a remote model's files before it loads (ModelControl's, set by the server)."""
         plan = state.plan
@@ -151,11 +153,11 @@ class OnDemand:
         """Load ``name`` for a request that expires at ``deadline`` (``time.monotonic()``;
         None: it waits for the load). Unavailable with ``Retry-After`` when the load would
         not be done in time (it goes on), or with the reason when it cannot load."""
-        refused = self._too_big.get(name)
+        refused = self._refused.get(name)
         if refused is not None:
             if refused[0] is self._repository.get(name).plan:
                 raise Unavailable(refused[1])
-            del self._too_big[name]  # its entry changed: try again
+            del self._refused[name]  # its entry changed: try again
         self._waiting[name] = self._waiting.get(name, 0) + 1
         try:
             task = self._loads.get(name)
@@ -221,7 +223,9 @@ class OnDemand:
             record.last_seconds = seconds
             record.loaded_at = time.time()
             if loaded.plan is not loadable or loaded.failed_versions() or not loaded.versions:
-                raise Unavailable(f"model {name!r} failed to load: {loaded.reason()}")
+                message = f"model {name!r} failed to load on demand: {loaded.reason()}"
+                self._refused[name] = (self._repository.get(name).plan, message)
+                raise Unavailable(message)
             record.size = _size(loaded)
             log.info(
                 "loaded %s on demand in %.3f s, resident %s", name, seconds, megabytes(record.size),
@@ -239,7 +243,7 @@ class OnDemand:
             f"server.modelMemory ({megabytes(budget)}) leaves for models loaded on demand "
             f"({megabytes(self._room(budget))}); raise server.modelMemory or shrink the model"
         )
-        self._too_big[plan.name] = (plan, message)
+        self._refused[plan.name] = (plan, message)
         self._repository.record_error("load", message, plan.name)
         return Unavailable(message)
 
