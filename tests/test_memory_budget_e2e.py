@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from servers import running_server
+from waits import wait_until
 
 import servekit
 
@@ -135,10 +136,25 @@ def test_fifty_models_under_a_budget_of_five(tmp_path: Path) -> None:
             )
             text = client.get("/metrics").text
             index = client.post("/v2/repository/index", json={}).json()
-            unloaded = next(r["name"] for r in index if r["state"] == "UNAVAILABLE")
+            unloaded = next(
+                r["name"] for r in index if r["state"] == "UNAVAILABLE" and r["name"] in names
+            )
             metadata = client.get(f"/v2/models/{unloaded}")
             ready = client.get(f"/v2/models/{unloaded}/ready").status_code
             pages = {path: client.get(path).text for path in ("/", "/models", "/models/m00")}
+            # A request that cannot wait as long as a load takes (1 us): 503 with Retry-After
+            # at once, while the load goes on and the retry finds the model.
+            body = {
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}],
+                "parameters": {"timeout": 1},
+            }
+            hurried = client.post(f"/v2/models/{unloaded}/infer", json=body)
+            wait_until(
+                lambda: client.get(f"/v2/models/{unloaded}/ready").status_code == 200,
+                what=f"{unloaded} to finish loading after the hurried request",
+            )
+            del body["parameters"]
+            retried = client.post(f"/v2/models/{unloaded}/infer", json=body)
             rows = client.get("/dashboard/api/models").json()
         after = rss(pid)
     elapsed = time.monotonic() - started
@@ -170,6 +186,9 @@ def test_fifty_models_under_a_budget_of_five(tmp_path: Path) -> None:
     assert 'data-bind="memory"' in pages["/models"] and "on demand, 8." in pages["/models"]
     assert "Loads on demand" in pages["/models/m00"] and "Unloaded for room" in pages["/models/m00"]
     assert all(r["memory"].startswith("on demand, 8.") for r in rows if r["name"] != "big")
+    assert hurried.status_code == 503 and int(hurried.headers["Retry-After"]) >= 1
+    assert "loading on demand" in hurried.json()["error"]
+    assert retried.status_code == 200
     # A model too big for the budget: a clear error, and no Retry-After (retrying cannot help).
     assert too_big.status_code == 503 and "Retry-After" not in too_big.headers
     assert "more than server.modelMemory" in too_big.json()["error"]
