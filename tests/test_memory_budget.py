@@ -134,9 +134,12 @@ def test_model_memory_is_bytes_or_a_share_of_ram() -> None:
     half = budget_bytes("50%")
     assert half is not None and half > 0
     assert budget_bytes("25%") == pytest.approx(half / 2, rel=1e-6)
-    for wrong in ("140%", "40 %", "lots", 100):
-        with pytest.raises(ConfigError):
+    for wrong in ("140%", "100.5%", "0%", "40 %", "lots", 100, True):
+        with pytest.raises(ConfigError, match=r"give bytes .* or a percentage of RAM"):
             parse_config(f"server: {{modelMemory: {wrong!r}}}\nmodels: []\n")
+    for right, value in (("'12.5%'", "12.5%"), ("'2147483648'", 2**31), (2**31, 2**31)):
+        config = parse_config(f"server: {{modelMemory: {right}}}\nmodels: []\n")
+        assert config.server.model_memory == value
 
 
 @pytest.mark.parametrize(

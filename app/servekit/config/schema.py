@@ -391,10 +391,36 @@ SharedMemoryMode = Annotated[Literal["off", "system"], BeforeValidator(_yaml_off
 """``server.sharedMemory``: ``off`` or ``system`` (``off`` unquoted in YAML is false)."""
 
 
-ModelMemory = (
-    Annotated[int, Field(ge=1024 * 1024)]
-    | Annotated[str, Field(pattern=r"^(100|[1-9][0-9]?)(\.[0-9]+)?%$")]
-)
+_PERCENT = re.compile(r"^[0-9]{1,3}(\.[0-9]+)?%$")
+
+
+def _model_memory(value: object) -> int | str:
+    """``server.modelMemory``: a whole number of bytes of at least 1 MiB (digits too: an
+    environment variable's value is text), or a percentage more than 0 and at most 100."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1024 * 1024:
+        return value
+    if isinstance(value, str) and _PERCENT.match(value) and 0 < float(value[:-1]) <= 100:
+        return value
+    raise ValueError(
+        'give bytes (a whole number, at least 1048576: 1 MiB) or a percentage of RAM ("40%", '
+        "more than 0 and at most 100)"
+    )
+
+
+ModelMemory = Annotated[
+    int | str,
+    BeforeValidator(_model_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1024 * 1024},
+                {"type": "string", "pattern": _PERCENT.pattern},
+            ]
+        }
+    ),
+]
 """``server.modelMemory``: bytes (at least 1 MiB) or a percentage of RAM, ``"40%"``."""
 
 
