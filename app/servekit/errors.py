@@ -78,6 +78,8 @@ class ServeError(Exception):
     (at most :data:`MESSAGE_SHOWN` characters: a backstop for text echoed from a request)."""
 
     code: ErrorCode = ErrorCode.INTERNAL
+    retry_after_seconds: int | None = None
+    """When set, how long the client should wait before trying again (HTTP ``Retry-After``)."""
 
     def __init__(self, message: str) -> None:
         message = clipped(message)
@@ -98,9 +100,15 @@ class NotFound(ServeError):
 
 
 class Unavailable(ServeError):
-    """The model exists but is not ready (loading, failed, unloading)."""
+    """The model exists but is not ready (loading, failed, unloading); with
+    ``retry_after_seconds`` when it is known to be ready by then (a model loading on demand)."""
 
     code = ErrorCode.UNAVAILABLE
+
+    def __init__(self, message: str, retry_after_seconds: int | None = None) -> None:
+        super().__init__(message)
+        if retry_after_seconds is not None:
+            self.retry_after_seconds = max(1, retry_after_seconds)
 
 
 class ResourceExhausted(ServeError):
@@ -121,7 +129,7 @@ class Overloaded(ServeError):
 
     def __init__(self, message: str, retry_after_seconds: int = 1) -> None:
         super().__init__(message)
-        self.retry_after_seconds = max(1, retry_after_seconds)
+        self.retry_after_seconds: int = max(1, retry_after_seconds)
 
 
 class DeadlineExceeded(ServeError):

@@ -120,13 +120,16 @@ class ServeKit:
         self.dataplane = DataPlane(
             self.state, self.repository, self.statistics, extensions, shared_memory, sequences
         )
-        self.catalog = Catalog(self.state, self.repository, self.statistics, sequences)
+        self.catalog = Catalog(
+            self.state, self.repository, self.statistics, sequences, self.dataplane.on_demand
+        )
         self._worker = worker
         self.control = (
             ModelControl(self.state, self.repository)
             if worker is None
             else worker.make_control(self.state, self.repository)
         )
+        self.dataplane.on_demand.fetch = self.control.fetched  # a remote model's files
         self.addresses: Addresses | None = None
         self._http: _EmbeddedUvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
@@ -317,6 +320,7 @@ class ServeKit:
             self._http = None
         self.dataplane.shared_memory.close()  # close every region clients registered
         await self.control.close()  # no more looks at remote storage
+        await self.dataplane.on_demand.close()  # on-demand loads under way stop
         await self.repository.close()
         tracing.flush()  # the last requests' spans
 

@@ -138,6 +138,12 @@ class ModelPlan:
     """serve.yaml's ``sequenceBatching`` (app/servekit/services/sequences/ runs it); a
     field, not read through ``config``, because every request of every model asks for it."""
 
+    @property
+    def on_demand(self) -> bool:
+        """serve.yaml's ``load: onDemand``: loaded by its first request, not at start, and
+        unloaded under ``server.modelMemory`` (app/servekit/services/memory.py)."""
+        return self.config is not None and self.config.load == "onDemand"
+
     def labels(self, output: str) -> tuple[str, ...]:
         """Class labels of ``output``: serve.yaml's ``outputs[].labels``, else labels.txt."""
         for tensor in self.outputs or ():
@@ -165,7 +171,11 @@ class ServePlan:
 
     def loads_at_start(self, name: str) -> bool:
         """Whether ``server.startupModels`` asks for ``name``: at start, and for a model a
-        serve.yaml edit adds (the one statement of the rule; --only selects its model too)."""
+        serve.yaml edit adds (the one statement of the rule; --only selects its model too).
+        A ``load: onDemand`` model never does: its first request loads it."""
+        model = self.model(name)
+        if model is not None and model.on_demand:
+            return False
         choice = self.server.startup_models
         return choice == "all" or (isinstance(choice, list) and name in choice)
 

@@ -112,6 +112,12 @@ class _Checker:
                     f"step {j} runs model {step.model!r}, which serve.yaml does not serve "
                     f"(models: {known})",
                 )
+            elif target.load == "onDemand":
+                self.add(
+                    ["pipeline", j, "model"],
+                    f"step {j} runs model {step.model!r}, which is load: onDemand; a "
+                    "pipeline's steps load at start (a pipeline is ready when they are)",
+                )
             for own, tensor in step.outputs.items():
                 if tensor in declared:
                     self.add(

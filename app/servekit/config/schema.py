@@ -391,6 +391,39 @@ SharedMemoryMode = Annotated[Literal["off", "system"], BeforeValidator(_yaml_off
 """``server.sharedMemory``: ``off`` or ``system`` (``off`` unquoted in YAML is false)."""
 
 
+_PERCENT = re.compile(r"^[0-9]{1,3}(\.[0-9]+)?%$")
+
+
+def _model_memory(value: object) -> int | str:
+    """``server.modelMemory``: a whole number of bytes of at least 1 MiB (digits too: an
+    environment variable's value is text), or a percentage more than 0 and at most 100."""
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1024 * 1024:
+        return value
+    if isinstance(value, str) and _PERCENT.match(value) and 0 < float(value[:-1]) <= 100:
+        return value
+    raise ValueError(
+        'give bytes (a whole number, at least 1048576: 1 MiB) or a percentage of RAM ("40%", '
+        "more than 0 and at most 100)"
+    )
+
+
+ModelMemory = Annotated[
+    int | str,
+    BeforeValidator(_model_memory),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1024 * 1024},
+                {"type": "string", "pattern": _PERCENT.pattern},
+            ]
+        }
+    ),
+]
+"""``server.modelMemory``: bytes (at least 1 MiB) or a percentage of RAM, ``"40%"``."""
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server.
 
@@ -456,7 +489,15 @@ class ServerConfig(Section):
     """Remote model storage (`s3://`, `gs://`, `az://`, `https://` storageUris): the local
     cache and its bounds."""
     startup_models: Literal["all", "none"] | list[str] = Field("all", json_schema_extra=LIVE)
-    """Which models load at start: all, none, or a list of names (Triton's explicit mode)."""
+    """Which models load at start: all, none, or a list of names (Triton's explicit mode).
+    Models marked `load: onDemand` never load at start, whatever this says."""
+    model_memory: ModelMemory | None = Field(None, json_schema_extra=LIVE)
+    """Memory the models of one server process may hold, as bytes or a percentage of the
+    machine's RAM (`"40%"`; a container's memory limit when lower): models marked
+    `load: onDemand` are unloaded, least recently used first and never while a request uses
+    them, to keep the measured resident size of every loaded model within it (models loaded at
+    start count and stay). Each model's size is measured when it loads (docs/models.md,
+    "Load on demand"). Default: no budget (on-demand models stay loaded once loaded)."""
     watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
     inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
@@ -766,6 +807,11 @@ class ModelConfig(Section):
     instances: int = Field(1, ge=1, le=INT32_MAX)
     """Number of model instances serving requests in parallel: each has its own session (or
     Python object) and its own worker thread."""
+    load: Literal["atStart", "onDemand"] = "atStart"
+    """When the model loads: `atStart` (as `server.startupModels` says) or `onDemand`: not at
+    start, but by its first inference request, which waits for the load (within its deadline,
+    else 503 with `Retry-After`); under `server.modelMemory` it is unloaded again when memory
+    is needed and it has been used least recently. Not for pipelines or sequence models."""
     max_queue_size: int = Field(1024, ge=0, le=INT32_MAX)
     """Most requests that may wait for an instance of this model; one more is refused at once
     with HTTP 429 (and `Retry-After`) / gRPC RESOURCE_EXHAUSTED, rather than waiting on a
@@ -875,6 +921,11 @@ class ModelConfig(Section):
             # A Python model's lists are its whole signature (other formats' are overrides,
             # checked against the loaded model when a request comes).
             check_fits(self.openai.kind, _declared(self.inputs), _declared(self.outputs))
+        if self.load == "onDemand" and self.sequence_batching is not None:
+            raise ValueError(
+                "load: onDemand is not for a sequence model (unloading it would lose its "
+                "sequences' state)"
+            )
         if self.isolation != "process" and (
             self.timeout_seconds is not None or self.memory_limit_bytes is not None
         ):
@@ -903,6 +954,8 @@ class ModelConfig(Section):
         given = [key for key, value in own.items() if value is not None]
         if self.isolation != "none":
             given.append("isolation")
+        if self.load != "atStart":
+            given.append("load")
         if given:
             raise ValueError(
                 f"a pipeline runs other models and has no {', '.join(given)} (set them on the "

@@ -20,11 +20,13 @@ import yaml
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
+from servekit.dashboard.memory import memory_label, memory_summary, model_memory
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
 from servekit.services import (
     DISPATCH_REASONS,
+    ON_DEMAND_REASONS,
     QUEUE_BUCKETS_S,
     Catalog,
     DataPlane,
@@ -36,7 +38,7 @@ from servekit.services import (
 )
 from servekit.shown_paths import shown_storage_uri
 
-_QUIET_REASONS = {"", "not loaded", "unloaded"}  # states a user chose, not failures
+_QUIET_REASONS = {"", "not loaded", "unloaded", *ON_DEMAND_REASONS}  # chosen, not failures
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         # Closed to every request (a public bind without that group's token): no token helps.
         "closed": [group.value for group in access.closed],
         "workers": workers(catalog) if admin else [],
+        "memory": memory_summary(catalog.memory()) if admin else None,
     }
 
 
@@ -155,8 +158,13 @@ def _logged_error(item: LoggedError) -> dict[str, Any]:
 
 
 def index_rows(catalog: Catalog) -> list[dict[str, Any]]:
-    """Repository index: one row per model version (one per model if it has none)."""
-    return [row for model in catalog.models() for row in index_rows_of(model)]
+    """Repository index: one row per model version (one per model if it has none), each
+    with its model's memory label (``memory_label``)."""
+    memory = {m.name: m for m in catalog.memory().models}
+    rows = [row for model in catalog.models() for row in index_rows_of(model)]
+    for row in rows:
+        row["memory"] = memory_label(memory.get(row["name"]))
+    return rows
 
 
 def index_rows_of(model: ModelView) -> list[dict[str, Any]]:
@@ -300,6 +308,7 @@ def model_detail(dataplane: DataPlane, catalog: Catalog, name: str) -> dict[str,
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
         "warmup": warmup(model),
+        "memory": model_memory(next((m for m in catalog.memory().models if m.name == name), None)),
         "pipeline": pipeline_steps(catalog, plan.pipeline),
         "openai": config.openai.kind if config is not None and config.openai else None,
         # its predict yields (the serving version): the V2 infer form would answer 501, so the

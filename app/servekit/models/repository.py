@@ -22,12 +22,14 @@ from servekit.codecs.grps_message import CODEC as GRPS_MESSAGES
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
 from servekit.errors import Unavailable, shown_name, unknown_model, version_not_integral
+from servekit.models import resident
 from servekit.models.remote_progress import Download
 from servekit.models.warmup import WarmupError, warm_up
 from servekit.observability.custom_metrics import LOADING
 from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes import load_runtime
 from servekit.runtimes.base import LoadError, ModelRuntime, Supervised
+from servekit.runtimes.isolated import IsolatedModel
 from servekit.runtimes.python import MESSAGE_CODECS
 from servekit.shown_paths import hide_paths
 
@@ -81,6 +83,9 @@ class VersionEntry:
     prepared: Any = None
     """What the DataPlane works out once for this version's requests, built with its
     executor (app/servekit/services/prepared.py; this layer does not know its type)."""
+    resident_bytes: int | None = None
+    """Resident memory its load took (resident.py; None: not measured), what
+    ``server.modelMemory`` counts."""
 
     def __post_init__(self) -> None:
         self.idle.set()
@@ -305,15 +310,16 @@ class ModelRepository:
             raise ValueError(f"model {plan.name!r} is loaded; reload or unload it instead")
         self._models[plan.name] = ModelEntry(plan, _unloaded(plan, reason))
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, reason: str = "unloaded") -> None:
         """Unload a model: new requests are refused, in-flight ones finish, then it is freed
-        (and it is no longer asked for: see ``requested``)."""
+        (and it is no longer asked for: see ``requested``); ``reason`` is what the index
+        then says."""
         self.get(name)
         self.requested.discard(name)
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
             entry = self.get(name)  # a load may have finished while we waited for the lock
-            self._models[name] = ModelEntry(entry.plan, _unloaded(entry.plan, "unloaded"))
+            self._models[name] = ModelEntry(entry.plan, _unloaded(entry.plan, reason))
             await _retire(entry)
 
     async def remove(self, name: str) -> None:
@@ -363,6 +369,8 @@ def _load_version(plan: ModelPlan, source: VersionSource, base_dir: Path) -> Ver
         return VersionEntry(source.version, State.UNAVAILABLE, source.problem or plan.problem or "")
     # Metrics the model's code creates while it loads are labelled with this version.
     LOADING.set((plan.name, str(source.version)))  # this thread's load only (to_thread's copy)
+    resident.give_back()  # freed pages reused by this load would not show in the RSS
+    before = resident.rss_bytes()
     try:
         runtime = load_runtime(plan, source)
     except LoadError as exc:
@@ -388,7 +396,18 @@ def _load_version(plan: ModelPlan, source: VersionSource, base_dir: Path) -> Ver
         log.info("%s version %s: %s", plan.name, source.version, runtime.note)
     entry = VersionEntry(source.version, State.READY, runtime.note, runtime)
     entry.warmup_s = seconds if calls else None
+    entry.resident_bytes = _resident(runtime, before)
     return entry
+
+
+def _resident(runtime: ModelRuntime, before: int | None) -> int | None:
+    """What loading ``runtime`` added to this process's resident memory, plus its child
+    processes' (an isolated model's); None where RSS cannot be read."""
+    after = resident.rss_bytes()
+    if before is None or after is None:
+        return None
+    children = resident.children_bytes(runtime.pids()) if isinstance(runtime, IsolatedModel) else 0
+    return max(0, after - before) + children
 
 
 def _close_quietly(runtime: ModelRuntime) -> None:

@@ -15,6 +15,7 @@ the notebook holding the handle started the server.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ from servekit.notebook import registry
 from servekit.notebook.launcher import ServerThread
 from servekit.project import save as saving
 from servekit.server import ServeKit
-from servekit.services import Catalog, DataPlane, ModelControl
+from servekit.services import Catalog, DataPlane, MemoryStatus, ModelControl
 from servekit.types import InferRequest, RequestedOutput, Tensor
 
 
@@ -158,6 +159,23 @@ class Server:
             return [row.as_dict() for row in catalog.index()]
 
         return html.ModelTable(self._thread.run(index()))
+
+    def memory(self) -> dict[str, Any]:
+        """Model memory: ``server.modelMemory`` in bytes (``budget_bytes``, None: none), what
+        the loaded models hold (``used_bytes``), and by model its measured resident size, and
+        for a ``load: onDemand`` model its loads on demand, their time and its unloads (as the
+        dashboard and /metrics show them)."""
+        catalog = self._catalog()
+
+        async def status() -> MemoryStatus:
+            return catalog.memory()
+
+        found = self._thread.run(status())
+        return {
+            "budget_bytes": found.budget_bytes,
+            "used_bytes": found.used_bytes,
+            "models": {m.name: dataclasses.asdict(m) for m in found.models},
+        }
 
     def add_model(
         self,

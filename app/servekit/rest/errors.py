@@ -9,7 +9,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
 from servekit.codecs import openai as openai_codec
-from servekit.errors import HTTP_STATUS, ErrorCode, Overloaded, ServeError, internal_error
+from servekit.errors import HTTP_STATUS, ErrorCode, ServeError, internal_error
 from servekit.http.client_left import ClientLeft
 
 log = logging.getLogger("servekit.http")
@@ -29,7 +29,7 @@ CHALLENGE = {"WWW-Authenticate": 'Bearer realm="servekit"'}
 
 def serve_error_handler(_: Request, exc: ServeError) -> Response[dict[str, str]]:  # type: ignore[type-arg]
     headers = CHALLENGE if exc.code is ErrorCode.UNAUTHENTICATED else None
-    if isinstance(exc, Overloaded):  # RFC 9110: how long to back off before retrying
+    if exc.retry_after_seconds is not None:  # RFC 9110: how long to back off before retrying
         headers = {"Retry-After": str(exc.retry_after_seconds)}
     return error_response(HTTP_STATUS[exc.code], exc.message, headers)
 

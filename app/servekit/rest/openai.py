@@ -43,7 +43,6 @@ from servekit.errors import (
     HTTP_STATUS,
     ErrorCode,
     NotFound,
-    Overloaded,
     ServeError,
     internal_error,
 )
@@ -111,7 +110,7 @@ def _error(
 
 def _serve_error(_: AnyRequest, exc: ServeError) -> Response[dict[str, Any]]:
     headers = CHALLENGE if exc.code is ErrorCode.UNAUTHENTICATED else None
-    if isinstance(exc, Overloaded):
+    if exc.retry_after_seconds is not None:
         headers = {"Retry-After": str(exc.retry_after_seconds)}
     return _error(HTTP_STATUS[exc.code], exc.message, exc, headers)
 

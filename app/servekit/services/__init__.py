@@ -16,6 +16,7 @@ from servekit.services import grps as grps_calls
 from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane
 from servekit.services.execution.batching import REASONS as DISPATCH_REASONS
+from servekit.services.memory import ON_DEMAND_REASONS, MemoryStatus, ModelMemory
 from servekit.services.metrics import make_registry
 from servekit.services.model_config import (
     ModelConfiguration,
@@ -39,13 +40,16 @@ from servekit.services.watch import (
 __all__ = [
     "CUDA_UNSUPPORTED",
     "DISPATCH_REASONS",
+    "ON_DEMAND_REASONS",
     "QUEUE_BUCKETS_S",
     "Catalog",
     "DataPlane",
     "Duration",
     "DurationStat",
+    "MemoryStatus",
     "ModelConfiguration",
     "ModelControl",
+    "ModelMemory",
     "ModelState",
     "ModelView",
     "RemoteConfigError",

@@ -15,6 +15,7 @@ from servekit.models.repository import ModelEntry, ModelRepository, State
 from servekit.results import IndexRow, LoggedError
 from servekit.services.composition.pipelines import steps_waiting, with_steps_waiting
 from servekit.services.execution.executor import ModelExecutor
+from servekit.services.memory import MemoryStatus, OnDemand
 from servekit.services.model_stats import VersionStatistics, model_statistics
 from servekit.services.sequences.batcher import SequenceCounts
 from servekit.services.sequences.handler import Sequences
@@ -40,8 +41,12 @@ class Catalog:
         repository: ModelRepository,
         statistics: Statistics,
         sequences: Sequences,
+        on_demand: OnDemand | None = None,
     ) -> None:
+        """``on_demand``: the DataPlane's loader of ``load: onDemand`` models, whose figures
+        ``memory`` reads."""
         self._state = state
+        self._on_demand = on_demand
         self._repository = repository
         self.statistics = statistics
         """Every version's figures (what each request's account writes)."""
@@ -81,6 +86,13 @@ class Catalog:
         reason), ready ones only if asked; a pipeline whose steps cannot run is not READY."""
         rows = with_steps_waiting(self._repository, self._repository.index())
         return [r for r in rows if r.state == State.READY.value] if ready_only else rows
+
+    def memory(self) -> MemoryStatus:
+        """``server.modelMemory``, what the loaded models hold, and each model's measured
+        resident size, on-demand loads, unloads and load times (memory.py)."""
+        if self._on_demand is None:
+            return MemoryStatus(None, 0, ())
+        return self._on_demand.status()
 
     def recent_errors(self) -> list[LoggedError]:
         """Failed loads and rejected serve.yaml edits, newest last (a copy)."""

@@ -40,6 +40,7 @@ from servekit.services.execution.inputs import check_request
 from servekit.services.extensions import BINARY_DATA
 from servekit.services.kinds import RequestKind, handler_for
 from servekit.services.loading import VersionSetup
+from servekit.services.memory import OnDemand, declared_metadata
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.prepared import PreparedVersion
 from servekit.services.readiness import models_not_ready, not_ready_reason
@@ -95,6 +96,7 @@ class DataPlane:
         )
         """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
+        self.on_demand = OnDemand(state, repository, self.statistics)  # load: onDemand
         # Executors and kinds are set when a version loads and executors re-tuned when the
         # plan changes: never on a request's path.
         setup = VersionSetup(state, repository, self.statistics, self._kinds, self._calls)
@@ -194,7 +196,13 @@ class DataPlane:
         return steps_ready
 
     def model_metadata(self, name: str, version: str | None = None) -> ModelMetadata:
-        entry, found = self._repository.resolve(name, version)
+        try:
+            entry, found = self._repository.resolve(name, version)
+        except Unavailable:  # an on-demand model not loaded: from serve.yaml, if it says all
+            declared = declared_metadata(self._repository.get(name).plan)
+            if declared is None:
+                raise
+            return declared
         signature = _signature(found)
         versions = tuple(str(v) for v in entry.ready_versions())
         runtime = found.runtime
@@ -232,7 +240,11 @@ class DataPlane:
         if state.draining and state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         started = time.perf_counter_ns()
-        entry, version = self._repository.resolve(request.model_name, request.model_version)
+        try:
+            entry, version = self._repository.resolve(request.model_name, request.model_version)
+        except Unavailable as error:  # an on-demand model not loaded: its request loads it
+            entry, version = await self.on_demand.loaded(request, deadline, error)
+            started = time.perf_counter_ns()  # the load is counted apart (memory.py)
         plan = entry.plan
         prepared: PreparedVersion | None = version.prepared
         if prepared is not None:
@@ -317,7 +329,10 @@ class DataPlane:
         as for :meth:`infer` (a decoupled model's stream is ended by its client, not by a
         deadline).
         """
-        entry, version = self._repository.resolve(request.model_name, request.model_version)
+        try:
+            entry, version = self._repository.resolve(request.model_name, request.model_version)
+        except Unavailable as error:
+            entry, version = await self.on_demand.loaded(request, deadline, error)
         runtime, prepared = version.runtime, version.prepared
         kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
         if runtime is None or not runtime.decoupled or kind is not None:  # answers once

@@ -15,6 +15,7 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
+    SummaryMetricFamily,
 )
 from prometheus_client.registry import Collector
 
@@ -137,6 +138,50 @@ class CatalogCollector(Collector):
         yield from (success, failure, rows, executions, seconds, state)
         yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
         yield from (pending, inflight, cached)
+        yield from _memory_metrics(self._catalog)
+
+
+def _memory_metrics(catalog: Catalog) -> Iterator[Metric]:
+    """Each model's measured resident size, on-demand loads (with their time) and unloads,
+    and ``server.modelMemory`` against what the loaded models hold: this process's own
+    (each worker keeps its own budget)."""
+    status = catalog.memory()
+    used = GaugeMetricFamily(
+        "servekit_model_memory_used_bytes",
+        "Measured resident memory of the loaded models (the sum server.modelMemory bounds)",
+    )
+    used.add_metric([], status.used_bytes)
+    yield used
+    if status.budget_bytes is not None:
+        budget = GaugeMetricFamily(
+            "servekit_model_memory_budget_bytes", "server.modelMemory in bytes"
+        )
+        budget.add_metric([], status.budget_bytes)
+        yield budget
+    resident = GaugeMetricFamily(
+        "servekit_model_resident_bytes",
+        "Resident memory the model's last load took (process RSS before and after it, plus "
+        "its child processes'); kept while an on-demand model is unloaded",
+        labels=["model"],
+    )
+    loads = SummaryMetricFamily(
+        "servekit_model_load_seconds",
+        "Loads of an on-demand model by its requests, and how long they took (what its first "
+        "request waited)",
+        labels=["model"],
+    )
+    unloads = CounterMetricFamily(
+        "servekit_model_unloads",
+        "On-demand models unloaded, least recently used first, to stay within server.modelMemory",
+        labels=["model"],
+    )
+    for model in status.models:
+        if model.resident_bytes is not None:
+            resident.add_metric([model.name], model.resident_bytes)
+        if model.on_demand:
+            loads.add_metric([model.name], model.loads, model.load_seconds_total)
+            unloads.add_metric([model.name], model.unloads)
+    yield from (resident, loads, unloads)
 
 
 def _sequence_metrics(

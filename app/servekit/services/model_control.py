@@ -68,6 +68,7 @@ from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
 from servekit.runtimes.python_check import python_problems
 from servekit.services.composition.pipelines import with_steps_waiting
+from servekit.services.memory import NOT_LOADED
 from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
@@ -165,7 +166,7 @@ class ModelControl:
         # Not under the lock: clients may load and unload while start-up models load (the
         # repository serialises loads per model), as the watcher waits for this to finish.
         for model in plan.models:
-            self._repository.register(model)
+            self._repository.register(model, NOT_LOADED if model.on_demand else "not loaded")
         # Remote models download side by side (each in a thread) while the local ones load:
         # a large download keeps no other model from serving.
         starting = [m for m in plan.models if plan.loads_at_start(m.name)]
@@ -196,6 +197,10 @@ class ModelControl:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._refresher
             self._refresher = None
+
+    async def fetched(self, plan: ModelPlan) -> ModelPlan:
+        """``plan`` with a remote storageUri's files at hand (an on-demand model's load)."""
+        return await self._fetched(plan)
 
     async def _fetched(self, plan: ModelPlan) -> ModelPlan:
         """``plan`` with a remote storageUri's files at hand (downloaded in a thread, so the
@@ -416,7 +421,7 @@ class ModelControl:
         done["added" if before is None else "reloaded"].append(plan.name)
         if not should_load:
             self._release_push(plan.name, plan)
-            self._repository.register(plan)
+            self._repository.register(plan, NOT_LOADED if plan.on_demand else "not loaded")
             self._fingerprints[plan.name] = fingerprint(plan)
             self._overridden.discard(plan.name)
             return
@@ -502,7 +507,8 @@ class ModelControl:
             storage.discard(self.storage_dir, folder)
             raise load_failed(plan.name, InvalidArgument(entry.reason()))
         self._fingerprints[plan.name] = fingerprint(plan)
-        self._repository.requested.add(plan.name)  # loaded on request: now asked for
+        if not plan.on_demand:  # loaded on request: now asked for (on demand: it may go)
+            self._repository.requested.add(plan.name)
         self._release_push(plan.name, plan)
         if folder is not None:
             self._pushed[plan.name] = folder

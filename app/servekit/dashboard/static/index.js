@@ -92,6 +92,8 @@ function newBody(name) {
         el("div", { class: "model-head-inner" },
           el("a", { class: "model-link", href: url, text: name }),
           el("span", { class: "badge", dataset: { bind: "model-state" } }),
+          el("span", { class: "tag", dataset: { bind: "memory" }, hidden: true,
+            title: "load: onDemand, and the resident memory its load took" }),
           el("span", { class: "actions" },
             el("a", { class: "btn small", href: `${url}/try`, text: "Try it" }),
             controls === "none" ? null : [button("load", "Load"), button("unload", "Unload", "danger")]),
@@ -112,6 +114,9 @@ function updateBody(body, versions) {
     badge.textContent = state;
     badge.className = `badge state-${state.toLowerCase()}${versions[0].model_failed ? " failed" : ""}`;
   }
+  const memory = body.querySelector('[data-bind="memory"]');
+  memory.textContent = versions[0].memory || "";
+  memory.hidden = !versions[0].memory;
   const load = body.querySelector('[data-action="load"]');
   if (load) load.textContent = state === "READY" ? "Reload" : "Load";
   const signature = JSON.stringify(versions);
