@@ -393,7 +393,7 @@ SharedMemoryMode = Annotated[Literal["off", "system"], BeforeValidator(_yaml_off
 
 class KubernetesConfig(Section):
     """What ``servekit export kserve`` writes for the pods and their scaling
-    (docs/kubernetes.md, "serve.yaml's server.kubernetes"); a running server ignores it."""
+    (docs/kserve.md, "serve.yaml's server.kubernetes"); a running server ignores it."""
 
     deployment_mode: Literal["Standard", "Knative"] = "Standard"
     """KServe's deployment mode of each InferenceService (its annotation
@@ -564,7 +564,7 @@ class ServerConfig(Section):
     accepted from clients on this host only, for objects owned by the server's user and
     closed to group and others (mode 0600). docs/shared-memory.md."""
     kubernetes: KubernetesConfig = Field(KubernetesConfig(), json_schema_extra=LIVE)
-    """The pods and scaling of `servekit export kserve` (docs/kubernetes.md); a running server
+    """The pods and scaling of `servekit export kserve` (docs/kserve.md); a running server
     ignores it."""
     requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
     """Python packages the project's image installs (`servekit build`), one PEP 508
