@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pickle
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -149,18 +150,19 @@ def _estimator_bytes() -> bytes:
 
 @pytest.mark.slow  # starts servekit serve
 @pytest.mark.parametrize(
-    ("cut", "words"),
+    ("cut", "words", "workers"),
     [
-        (0.5, "model.joblib could not be read as a joblib or pickle file: EOFError"),
-        (None, "holds a dict, which has no predict method"),
+        (0.5, "model.joblib could not be read as a joblib or pickle file: EOFError", 1),
+        (None, "holds a dict, which has no predict method", 1),
+        (0.5, "model.joblib could not be read as a joblib or pickle file: EOFError", 2),
     ],
 )
 def test_a_model_that_does_not_load_stops_the_pod(
-    tmp_path: Path, cut: float | None, words: str
+    tmp_path: Path, cut: float | None, words: str, workers: int
 ) -> None:
     """A file that passes the format checks but does not load (truncated; not an estimator)
     stops ``--model-dir`` after its load failed: one line naming the folder's files, exit 1,
-    readiness never true while it ran."""
+    readiness never true while it ran; with a supervisor and its workers too."""
     import httpx
     from servers import start_server
 
@@ -170,7 +172,16 @@ def test_a_model_that_does_not_load_stops_the_pod(
     argv = [
         sys.executable, "-m", "servekit", "serve", "--model-dir", str(folder),
         "--model-name", "iris", "--host", "127.0.0.1", "--http-port", "0", "--no-grpc",
+        "--workers", str(workers),
     ]  # fmt: skip
+    if workers > 1:  # the workers never listen: the supervisor's exit is what there is to see
+        process = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+        assert process.returncode == 1, process.stdout + process.stderr
+        assert "listening" not in process.stdout
+        (line,) = [e for e in process.stderr.splitlines() if "did not load" in e]
+        assert "files: README.md, model.joblib" in line and words in line, line
+        assert "Traceback" not in process.stderr and str(tmp_path) not in line
+        return
     server = start_server(tmp_path / "serve.yaml", command=argv, wait_ready=False)
     answers: list[int] = []
     try:

@@ -168,7 +168,9 @@ def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
         config = str(Path(args.config).absolute())
         _print_closed(plan)
         try:
-            return supervisor.serve(plan, config, overrides, workers, level)
+            return supervisor.serve(
+                plan, config, overrides, workers, level, model_dir=args.model_dir
+            )
         except OSError as exc:
             logging.getLogger("servekit").error("servekit: %s", exc)
             return 1
@@ -261,7 +263,7 @@ async def _model_dir_failure(server: ServeKit, signals: StopSignals, model_dir: 
     or None. A pod serving one model has nothing to offer without it: exiting lets the kubelet
     restart it and show why, where a server left up would stay unready with no sign outside.
     (A serve.yaml of several models keeps serving the others.)"""
-    from servekit.config.model_dir import folder_files
+    from servekit.config.model_dir import load_failure
 
     loading = asyncio.ensure_future(server.wait_until_loaded())
     stopping = asyncio.ensure_future(signals.received.wait())
@@ -273,8 +275,4 @@ async def _model_dir_failure(server: ServeKit, signals: StopSignals, model_dir: 
     rows = [row for row in server.control.index() if row.state != "READY"]
     if not rows:
         return None
-    why = "; ".join(dict.fromkeys(row.reason for row in rows if row.reason)) or "no version"
-    return (
-        f"model {rows[0].name} did not load from the model folder (files: "
-        f"{folder_files(model_dir)}): {why}"
-    )
+    return load_failure(rows[0].name, [row.reason for row in rows], model_dir)

@@ -93,6 +93,14 @@ def folder_files(folder: str | Path) -> str:
         return "unreadable"
 
 
+def load_failure(model: str, reasons: list[str], folder: str | Path) -> str:
+    """The one line ``servekit serve --model-dir`` stops with when its model did not load."""
+    why = "; ".join(dict.fromkeys(r for r in reasons if r)) or "no version"
+    return (
+        f"model {model} did not load from the model folder (files: {folder_files(folder)}): {why}"
+    )
+
+
 def _format_and_file(path: Path, given: str | None) -> tuple[str, Path]:
     if given is not None and given not in FORMATS:
         raise ModelDirError(
