@@ -243,7 +243,7 @@ sys.exit(f"{url} did not answer within 90 s")
 """
 
 
-KUBECTL = """import base64, os, sys
+KUBECTL = """import base64, os, shutil, subprocess, sys
 from pathlib import Path
 import yaml
 from kubernetes_validate import utils as kv
@@ -271,9 +271,32 @@ def check(doc, where):
         sys.exit(f"{where}: {doc['kind']} {doc['metadata'].get('name')}: {error.message}")
 
 
+def real_kubectl():
+    # Debian's kubectl (kubernetes-client), found on PATH past this stand-in's folder
+    here = Path(__file__).resolve().parent
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p and Path(p).resolve() != here]
+    found = shutil.which("kubectl", path=os.pathsep.join(path))
+    if found is None:
+        sys.exit("kubectl is not installed (add kubernetes-client to .ci/run's apt-get line)")
+    return found
+
+
+def kustomize(args):
+    # kustomize needs no cluster: the real kubectl builds it
+    os.execv(real_kubectl(), ["kubectl", "kustomize", *args])
+
+
 def apply(args):
+    if len(args) == 2 and args[0] == "-k":  # kustomize's build, then as -f
+        built = subprocess.run([real_kubectl(), "kustomize", args[1]], capture_output=True,
+                               text=True, timeout=120)
+        if built.returncode != 0:
+            sys.exit(built.stderr)
+        target = APPLIED.with_name(f"kustomized-{os.getpid()}.yaml")
+        target.write_text(built.stdout)
+        args = ["-f", str(target)]
     if args[:1] != ["-f"] or len(args) != 2:
-        sys.exit(f"kubectl stand-in: apply takes -f FILE, not {args}")
+        sys.exit(f"kubectl stand-in: apply takes -f FILE or -k DIR, not {args}")
     docs = [d for d in yaml.safe_load_all(Path(args[1]).read_text()) if d]
     if not docs:
         sys.exit(f"{args[1]}: no manifests")
@@ -316,7 +339,7 @@ def port_forward(args):
 
 
 COMMANDS = {("apply",): apply, ("create", "secret"): create_secret,
-            ("port-forward",): port_forward}
+            ("port-forward",): port_forward, ("kustomize",): kustomize}
 for words, command in COMMANDS.items():
     if tuple(sys.argv[1 : 1 + len(words)]) == words:
         command(sys.argv[1 + len(words) :])
@@ -327,8 +350,10 @@ else:
 """The ``kubectl`` stand-in: there is no cluster, so ``apply -f FILE`` validates FILE's
 manifests against Kubernetes' OpenAPI schemas (kubernetes-validate, strict: an unknown field
 fails; a custom resource, which has no schema offline, is named as not validated),
-``create secret generic`` validates the Secret it would create from the files it names, and
-``port-forward svc/NAME`` checks that a Service NAME with those ports was applied."""
+``apply -k DIR`` does so with what the real ``kubectl kustomize DIR`` builds (kustomize needs no
+cluster, so ``kustomize`` itself is the real one), ``create secret generic`` validates the
+Secret it would create from the files it names, and ``port-forward svc/NAME`` checks that a
+Service NAME with those ports was applied."""
 
 
 def write_stand_ins(folder: Path) -> Path:

@@ -3,8 +3,12 @@ and the one-line refusal of a folder that cannot be served (app/servekit/config/
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,3 +132,79 @@ def test_serve_refuses_a_bad_folder_before_starting(
     err = capsys.readouterr().err
     assert err.startswith("servekit: no model file servekit recognises") and "readme.md" in err
     assert err.count("\n") == 1 and str(tmp_path) not in err
+
+
+def _estimator_bytes() -> bytes:
+    """A real scikit-learn model as joblib writes it (the bytes KServe's storage would bring)."""
+    import io
+
+    import joblib
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    data = np.arange(40, dtype=np.float64).reshape(10, 4)
+    buffer = io.BytesIO()
+    joblib.dump(LogisticRegression().fit(data, [0, 1] * 5), buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.slow  # starts servekit serve
+@pytest.mark.parametrize(
+    ("cut", "words", "workers"),
+    [
+        (0.5, "model.joblib could not be read as a joblib or pickle file: EOFError", 1),
+        (None, "holds a dict, which has no predict method", 1),
+        (0.5, "model.joblib could not be read as a joblib or pickle file: EOFError", 2),
+    ],
+)
+def test_a_model_that_does_not_load_stops_the_pod(
+    tmp_path: Path, cut: float | None, words: str, workers: int
+) -> None:
+    """A file that passes the format checks but does not load (truncated; not an estimator)
+    stops ``--model-dir`` after its load failed: one line naming the folder's files, exit 1,
+    readiness never true while it ran; with a supervisor and its workers too."""
+    import httpx
+    from servers import start_server
+
+    data = _estimator_bytes()
+    body = data[: int(len(data) * cut)] if cut is not None else PICKLE
+    folder = _folder(tmp_path, {"model.joblib": body, "README.md": b"iris"})
+    argv = [
+        sys.executable, "-m", "servekit", "serve", "--model-dir", str(folder),
+        "--model-name", "iris", "--host", "127.0.0.1", "--http-port", "0", "--no-grpc",
+        "--workers", str(workers),
+    ]  # fmt: skip
+    if workers > 1:  # the workers never listen: the supervisor's exit is what there is to see
+        process = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+        assert process.returncode == 1, process.stdout + process.stderr
+        assert "listening" not in process.stdout
+        (line,) = [e for e in process.stderr.splitlines() if "did not load" in e]
+        assert "files: README.md, model.joblib" in line and words in line, line
+        assert "Traceback" not in process.stderr and str(tmp_path) not in line
+        return
+    server = start_server(tmp_path / "serve.yaml", command=argv, wait_ready=False)
+    answers: list[int] = []
+    try:
+        with server.http_client(timeout=5.0) as client:
+            deadline = time.monotonic() + 60
+            while server.alive() and time.monotonic() < deadline:
+                with contextlib.suppress(httpx.TransportError):
+                    answers.append(client.get("/v2/health/ready").status_code)
+    finally:
+        code = server.stop()
+    assert code == 1, server.log()
+    assert 200 not in answers
+    log = server.log()
+    assert "Traceback" not in log
+    (line,) = [entry for entry in log.splitlines() if "ERROR" in entry]
+    assert "files: README.md, model.joblib" in line and words in line
+    assert str(tmp_path) not in line
+
+
+def test_folder_files_names_the_files_never_the_path(tmp_path: Path) -> None:
+    from servekit.config.model_dir import folder_files
+
+    folder = _folder(tmp_path, {"model.joblib": PICKLE, "1/model.onnx": b"\x08"})
+    assert folder_files(folder) == "1/, model.joblib"
+    assert folder_files(folder / "model.joblib") == "model.joblib"
+    assert folder_files(tmp_path / "gone") == "unreadable"

@@ -9,13 +9,16 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servekit import gc_tuning
 from servekit.cli.shared import STORED_CONFIG_HELP, local_config, with_config_errors
 from servekit.config.compiler import ServePlan
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
+
+if TYPE_CHECKING:  # imported when serving: `servekit --help` stays quick
+    from servekit.server import ServeKit, StopSignals
 
 COMMANDS = ("serve",)
 
@@ -165,7 +168,9 @@ def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
         config = str(Path(args.config).absolute())
         _print_closed(plan)
         try:
-            return supervisor.serve(plan, config, overrides, workers, level)
+            return supervisor.serve(
+                plan, config, overrides, workers, level, model_dir=args.model_dir
+            )
         except OSError as exc:
             logging.getLogger("servekit").error("servekit: %s", exc)
             return 1
@@ -178,11 +183,10 @@ def _serve(args: argparse.Namespace, config_uri: str | None = None) -> int:
         loop_factory = None
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
-            runner.run(_run(plan, overrides))
+            return runner.run(_run(plan, overrides, args.model_dir))
     except OSError as exc:
         logging.getLogger("servekit").error("servekit: %s", exc)
         return 1
-    return 0
 
 
 def _print_closed(plan: ServePlan) -> None:
@@ -211,7 +215,9 @@ def _warn_public_without_token(plan: ServePlan) -> None:
     )
 
 
-async def _run(plan: ServePlan, overrides: Overrides) -> None:
+async def _run(plan: ServePlan, overrides: Overrides, model_dir: str | None = None) -> int:
+    """Serve until SIGTERM/SIGINT (0); with ``--model-dir``, stop at once (1) if the model did
+    not load."""
     from servekit.observability import logs
     from servekit.server import ServeKit, StopSignals
 
@@ -223,6 +229,12 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
         addresses.listening_line(), fmt, http=addresses.http_url, grpc=addresses.grpc_target
     )
     _print_closed(plan)
+    if model_dir is not None:
+        failure = await _model_dir_failure(server, signals, model_dir)
+        if failure is not None:
+            logging.getLogger("servekit").error("servekit: %s", failure)
+            await server.stop(grace=0)  # never ready: nothing was accepted to finish
+            return 1
     watcher = None
     if plan.server.watch:
         from servekit.services import watch_config
@@ -243,3 +255,24 @@ async def _run(plan: ServePlan, overrides: Overrides) -> None:
     if watcher is not None:
         watcher.cancel()
     await signals.stop(server)
+    return 0
+
+
+async def _model_dir_failure(server: ServeKit, signals: StopSignals, model_dir: str) -> str | None:
+    """Wait for the start-up load (or a stop signal); why ``--model-dir``'s model did not load,
+    or None. A pod serving one model has nothing to offer without it: exiting lets the kubelet
+    restart it and show why, where a server left up would stay unready with no sign outside.
+    (A serve.yaml of several models keeps serving the others.)"""
+    from servekit.config.model_dir import load_failure
+
+    loading = asyncio.ensure_future(server.wait_until_loaded())
+    stopping = asyncio.ensure_future(signals.received.wait())
+    await asyncio.wait((loading, stopping), return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not loading.done():
+        loading.cancel()
+        return None
+    rows = [row for row in server.control.index() if row.state != "READY"]
+    if not rows:
+        return None
+    return load_failure(rows[0].name, [row.reason for row in rows], model_dir)

@@ -18,7 +18,9 @@ app/servekit/config/versions.py. The format is told by the files when not given:
 
 A folder that cannot be served (no recognised file, files of two formats, a pickle that is not
 one) is refused before anything starts, in one line naming the folder's files (never its path,
-which is the pod's business), so the pod never turns ready and its log says why.
+which is the pod's business), so the pod never turns ready and its log says why. A model file
+that looks right but does not load (a truncated pickle) stops ``servekit serve --model-dir``
+once its load failed, in one line too (app/servekit/cli/serve.py).
 """
 
 from __future__ import annotations
@@ -80,6 +82,23 @@ def model_dir_config_file(folder: str | Path, name: str, model_format: str | Non
     target = Path(tempfile.mkdtemp(prefix="servekit-model-")) / "serve.yaml"
     target.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return target
+
+
+def folder_files(folder: str | Path) -> str:
+    """The folder's files by name, for a message (the file's own name when it is one)."""
+    path = Path(folder)
+    try:
+        return _shown([path.name] if path.is_file() else _listing(path))
+    except OSError:
+        return "unreadable"
+
+
+def load_failure(model: str, reasons: list[str], folder: str | Path) -> str:
+    """The one line ``servekit serve --model-dir`` stops with when its model did not load."""
+    why = "; ".join(dict.fromkeys(r for r in reasons if r)) or "no version"
+    return (
+        f"model {model} did not load from the model folder (files: {folder_files(folder)}): {why}"
+    )
 
 
 def _format_and_file(path: Path, given: str | None) -> tuple[str, Path]:

@@ -424,6 +424,62 @@ ModelMemory = Annotated[
 """``server.modelMemory``: bytes (at least 1 MiB) or a percentage of RAM, ``"40%"``."""
 
 
+class KubernetesConfig(Section):
+    """What ``servekit export kserve`` writes for the pods and their scaling
+    (docs/kserve.md, "serve.yaml's server.kubernetes"); a running server ignores it."""
+
+    deployment_mode: Literal["Standard", "Knative"] = "Standard"
+    """KServe's deployment mode of each InferenceService (its annotation
+    `serving.kserve.io/deploymentMode`): `Standard` (a Deployment and an HPA; the pod's
+    `terminationGracePeriodSeconds` is set from `drainDelaySeconds` and `drainSeconds`) or
+    `Knative` (Knative owns the pod's stop: its queue-proxy drains and its revision timeout is
+    the grace period)."""
+    min_replicas: int = Field(1, ge=0, le=10_000)
+    """Fewest pods of each InferenceService (its predictor's `minReplicas`); 0 (scale to zero)
+    needs `deploymentMode: Knative`."""
+    max_replicas: int = Field(10, ge=1, le=10_000)
+    """Most pods of each InferenceService (`maxReplicas`), at least `minReplicas`."""
+    scale_metric: Literal["cpu", "memory", "concurrency", "rps"] | None = None
+    """What KServe's autoscaler scales on (`scaleMetric`): `cpu` or `memory` (utilization, in
+    percent of the request) in either mode, `concurrency` or `rps` (requests in flight or per
+    second, per pod) with `deploymentMode: Knative` only. Default: KServe's (cpu in
+    `Standard`, concurrency in `Knative`)."""
+    scale_target: int | None = Field(None, ge=1, le=1_000_000)
+    """The value of `scaleMetric` each pod is kept at (`scaleTarget`): percent for cpu and
+    memory, requests for concurrency and rps. Default: KServe's (80% cpu; Knative's 100
+    concurrent requests); needed with `scaleMetric: memory`, which KServe has no default for."""
+    startup_seconds: int = Field(600, ge=10, le=86_400)
+    """How long a pod may take from its start to ready: loading its model and warming it up.
+    The container's startupProbe (on `/v2/health/ready`) allows this long before the kubelet
+    restarts it; liveness checks begin once it is ready."""
+
+    @model_validator(mode="after")
+    def _fits_the_mode(self) -> KubernetesConfig:
+        knative = self.deployment_mode == "Knative"
+        if self.scale_metric in ("concurrency", "rps") and not knative:
+            raise ValueError(
+                f"scaleMetric {self.scale_metric} is Knative's (its autoscaler counts requests): "
+                "set deploymentMode: Knative, or scale on cpu or memory"
+            )
+        if self.min_replicas == 0 and not knative:
+            raise ValueError(
+                "minReplicas 0 (scale to zero) needs deploymentMode: Knative; Standard keeps "
+                "at least 1 pod"
+            )
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"maxReplicas {self.max_replicas} is below minReplicas {self.min_replicas}"
+            )
+        if self.scale_target is not None and self.scale_metric is None:
+            raise ValueError("scaleTarget needs scaleMetric: say what the target counts")
+        if self.scale_metric == "memory" and self.scale_target is None:
+            raise ValueError(
+                "scaleMetric memory needs scaleTarget (percent of the memory request): KServe "
+                "has no default for it"
+            )
+        return self
+
+
 class ServerConfig(Section):
     """Network and process settings of the one server.
 
@@ -548,6 +604,9 @@ class ServerConfig(Section):
     `server.auth.repository` token, and one server process (`workers: 1`); registration is
     accepted from clients on this host only, for objects owned by the server's user and
     closed to group and others (mode 0600). docs/shared-memory.md."""
+    kubernetes: KubernetesConfig = Field(KubernetesConfig(), json_schema_extra=LIVE)
+    """The pods and scaling of `servekit export kserve` (docs/kserve.md); a running server
+    ignores it."""
     requirements: list[PipRequirement] = Field([], json_schema_extra=RESTART)
     """Python packages the project's image installs (`servekit build`), one PEP 508
     requirement each: a name with optional extras, version and marker (`scipy==1.14.1`,

@@ -110,7 +110,9 @@ def warnings(plan: ServePlan, target: str) -> list[str]:
     """What the manifests cannot carry: files outside models/ (k8s), code of Python models, the
     Secret holding the tokens (ops create it: how, but never a token, is said here); and what
     they do carry that is secret: a storageUri with credentials (shown here without them)."""
-    found = timing_warnings(plan) if target == "k8s" else []
+    # the readiness probe's timing matters where servekit's drain is the pod's (not Knative's)
+    drained = target == "k8s" or plan.server.kubernetes.deployment_mode == "Standard"
+    found = timing_warnings(plan) if drained else []
     note = export_secrets.secret_note(plan.server.auth, secret_name(plan))
     if note is not None:
         found.append(note)

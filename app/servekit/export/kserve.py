@@ -6,20 +6,28 @@ with the InferenceService's name, so each pod runs ``servekit serve /etc/serveki
 batching, instances, runtime options) read from the serve.yaml ConfigMap. The ServingRuntime
 lists the formats of the plan's runtimes with their autoSelect and priority, so KServe's choice
 of runtime matches servekit's own (app/servekit/config/compiler.py). As in the Deployment, the
-container
-listens on every interface (``--host 0.0.0.0``), its probes need no token, and the tokens of
-``server.auth`` come from the Secret ops create (app/servekit/export/secrets.py); a token file may
-not lie
-in the folders KServe fills itself (the ConfigMap at /etc/servekit, the model at /mnt/models).
+container listens on every interface (``--host 0.0.0.0``), its probes need no token, and the
+tokens of ``server.auth`` come from the Secret ops create (app/servekit/export/secrets.py); a
+token file may not lie in the folders KServe fills itself (the ConfigMap at /etc/servekit, the
+model at /mnt/models).
+
+serve.yaml's ``server.kubernetes`` (KubernetesConfig in app/servekit/config/schema.py) sets each
+InferenceService's deployment mode, replicas and scale target, and the startupProbe's allowance.
+In KServe's ``Standard`` mode the pod's ``terminationGracePeriodSeconds`` covers the server's
+withdrawal and drain (``stop_timing``, as for ``servekit export k8s``). There is no preStop hook:
+SIGTERM itself opens servekit's unready-but-serving window, which a preStop ``sleep`` would only
+delay; and in ``Knative`` mode Knative refuses both fields (its queue-proxy drains first, through
+its own preStop hook, and its revision timeout is the grace period).
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from servekit.config.compiler import BUILTIN_RUNTIMES, ServePlan
 from servekit.config.model_dir import FORMATS
-from servekit.config.schema import PIPELINE_FORMAT
+from servekit.config.schema import PIPELINE_FORMAT, KubernetesConfig
 from servekit.export.k8s import (
     STORAGE_ENV,
     UID,
@@ -33,6 +41,7 @@ from servekit.export.k8s import (
     probe,
     volumes,
 )
+from servekit.export.scaling import READINESS_FAILURES, READINESS_PERIOD, stop_timing
 
 HTTP_PORT, GRPC_PORT = 8080, 8081
 """KServe routes HTTP to 8080; gRPC goes out as the ``h2c`` port when asked for."""
@@ -41,6 +50,10 @@ CONFIG_DIR = "/etc/servekit"
 PVC_PLACEHOLDER = "servekit-models"
 URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 """A storageUri KServe can fetch itself (s3://, gs://, pvc://, https://, ...)."""
+STARTUP_PERIOD = 5
+"""Seconds between two startupProbe checks; ``server.kubernetes.startupSeconds`` sets how many
+may fail."""
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 
 
 def kserve_manifests(
@@ -56,7 +69,7 @@ def kserve_manifests(
     for dup in {n for n in names if names.count(n) > 1}:
         clash = [m.name for m, n in zip(plan.models, names, strict=True) if n == dup]
         raise ExportError(f"models {', '.join(clash)} all become InferenceService {dup!r}")
-    container = _kserve_container(image)
+    container = _kserve_container(image, plan.server.kubernetes)
     used = [str(m["mountPath"]) for m in container["volumeMounts"]]
     # No pod fsGroup here (KServe owns the pod spec): token files keep Kubernetes' default mode.
     tokens = container_tokens(plan, CONFIG_DIR, used=used, filled=(CONFIG_DIR, MODEL_DIR))
@@ -103,23 +116,32 @@ def supported_formats(plan: ServePlan) -> list[Manifest]:
     return list(merged.values())
 
 
-def _servekit_container(image: str, args: list[str]) -> Manifest:
+def _servekit_container(image: str, args: list[str], settings: KubernetesConfig) -> Manifest:
     """What both KServe runtimes' containers share: the name KServe merges an
-    InferenceService's predictor into, servekit with ``args``, and the probes (live as soon as
-    the listeners are open; ready once the model has loaded; an InferenceService's own
-    readinessProbe, such as /v2/models/NAME/ready, replaces it)."""
+    InferenceService's predictor into, servekit with ``args``, and the probes. The startupProbe
+    waits for readiness (the model loaded and warmed up) for up to ``settings.startup_seconds``
+    before the kubelet restarts the container; liveness (the listeners answer) is checked once
+    it passed. Readiness is seen within 4 s (as in ``servekit export k8s``: within the default
+    ``drainDelaySeconds``); an InferenceService's own readinessProbe, such as
+    /v2/models/NAME/ready, replaces it."""
+    failures = math.ceil(settings.startup_seconds / STARTUP_PERIOD)
     return {
         "name": "kserve-container",
         "image": image,
         "command": ["servekit"],
         "args": args,
         "env": [STORAGE_ENV],
+        "startupProbe": probe(
+            "/v2/health/ready", HTTP_PORT, period=STARTUP_PERIOD, failures=failures
+        ),
         "livenessProbe": probe("/v2/health/live", HTTP_PORT, period=10, failures=3),
-        "readinessProbe": probe("/v2/health/ready", HTTP_PORT, period=5, failures=2),
+        "readinessProbe": probe(
+            "/v2/health/ready", HTTP_PORT, period=READINESS_PERIOD, failures=READINESS_FAILURES
+        ),
     }
 
 
-def _kserve_container(image: str) -> Manifest:
+def _kserve_container(image: str, settings: KubernetesConfig) -> Manifest:
     args = [
         "serve", f"{CONFIG_DIR}/serve.yaml", "--only", "{{.Name}}",
         "--storage-uri", MODEL_DIR, "--host", "0.0.0.0",
@@ -127,7 +149,7 @@ def _kserve_container(image: str) -> Manifest:
         "--workers", "1",  # the predictor's CPU request below is one core
     ]  # fmt: skip
     return {
-        **_servekit_container(image, args),
+        **_servekit_container(image, args, settings),
         "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "securityContext": {**container_security(), "runAsNonRoot": True, "runAsUser": UID},
         "volumeMounts": [
@@ -162,12 +184,31 @@ def _inference_service(
     if grpc:
         spec["protocolVersion"] = "grpc-v2"
         spec["ports"] = [{"name": "h2c", "containerPort": GRPC_PORT, "protocol": "TCP"}]
+    annotations[DEPLOYMENT_MODE] = plan.server.kubernetes.deployment_mode
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {"name": name, "labels": labels(plan), "annotations": annotations},
-        "spec": {"predictor": {"model": spec}},
+        "spec": {"predictor": {**predictor_scaling(plan), "model": spec}},
     }
+
+
+def predictor_scaling(plan: ServePlan) -> Manifest:
+    """The predictor's replicas and scale target from ``server.kubernetes``, and in KServe's
+    Standard mode the pod's grace period: the withdrawal, the drain and a margin
+    (app/servekit/export/scaling.py), so the kubelet never kills a draining pod."""
+    settings = plan.server.kubernetes
+    found: Manifest = {
+        "minReplicas": settings.min_replicas,
+        "maxReplicas": settings.max_replicas,
+    }
+    if settings.scale_metric is not None:
+        found["scaleMetric"] = settings.scale_metric
+    if settings.scale_target is not None:
+        found["scaleTarget"] = settings.scale_target
+    if settings.deployment_mode == "Standard":
+        found["terminationGracePeriodSeconds"] = stop_timing(plan).grace_seconds
+    return found
 
 
 def _pipeline_notes(plan: ServePlan, index: int) -> dict[str, str]:
@@ -227,7 +268,8 @@ def cluster_runtime(image: str, *, priority: int = DEFAULT_PRIORITY) -> Manifest
         # args (appended by KServe) may say --workers=N with N cores
     ]  # fmt: skip
     container: Manifest = {
-        **_servekit_container(image, args),
+        # no serve.yaml: the startupProbe allows server.kubernetes.startupSeconds' default
+        **_servekit_container(image, args, KubernetesConfig()),
         "resources": {
             "requests": {"cpu": "1", "memory": "2Gi"},
             "limits": {"cpu": "1", "memory": "2Gi"},

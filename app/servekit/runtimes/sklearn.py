@@ -58,7 +58,8 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
             "environment"
         ) from None
     except Exception as exc:
-        raise LoadError(f"{path} could not be read as a joblib or pickle file: {exc}") from None
+        why = str(exc) or type(exc).__name__  # a truncated file: EOFError, no message
+        raise LoadError(f"{path} could not be read as a joblib or pickle file: {why}") from None
     first = estimators[0]
     if not hasattr(first, "predict"):
         raise LoadError(f"{path} holds a {type(first).__name__}, which has no predict method")

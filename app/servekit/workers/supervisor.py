@@ -168,9 +168,18 @@ class Journal:
 
 class Supervisor:
     def __init__(
-        self, plan: ServePlan, config: str, overrides: Overrides, workers: int, log_level: str
+        self,
+        plan: ServePlan,
+        config: str,
+        overrides: Overrides,
+        workers: int,
+        log_level: str,
+        model_dir: str | None = None,
     ) -> None:
         self.plan = plan
+        self.model_dir = model_dir
+        """``servekit serve --model-dir``'s folder: its one model failing to load on the first
+        worker to join fails the start (app/servekit/cli/serve.py says why)."""
         self.config = config
         self.overrides = overrides
         self.count = workers
@@ -315,6 +324,15 @@ class Supervisor:
         no operation lands between its replay and its joining). A model that loaded at start
         on this worker but not on another (or the other way round) is failed everywhere."""
         slot = self.slots[index]
+        failures = {name: reason for name, reason in summary.items() if reason}
+        if self.model_dir is not None and failures:
+            from servekit.config.model_dir import load_failure
+
+            if not self.failed_start.is_set():  # said once, by the first worker to join
+                name, reason = next(iter(failures.items()))
+                log.error("servekit: %s", load_failure(name, [reason], self.model_dir))
+                self.failed_start.set()
+            return
         # Watched from now on: a worker that hangs while it replays is killed, not waited for
         # under the lock (which would hold up every repository operation).
         slot.channel, slot.beat = channel, asyncio.get_running_loop().time()
@@ -648,8 +666,17 @@ def _reserve(host: str, port: int) -> list[socket.socket]:
     return bind_http(host, port, reuse_port=True, listen=False)
 
 
-def serve(plan: ServePlan, config: str, overrides: Overrides, workers: int, log_level: str) -> int:
-    """``servekit serve`` with ``workers`` > 1: run the supervisor until SIGTERM/SIGINT."""
-    supervisor = Supervisor(plan, config, overrides, workers, log_level)
+def serve(
+    plan: ServePlan,
+    config: str,
+    overrides: Overrides,
+    workers: int,
+    log_level: str,
+    *,
+    model_dir: str | None = None,
+) -> int:
+    """``servekit serve`` with ``workers`` > 1: run the supervisor until SIGTERM/SIGINT (or
+    until ``--model-dir``'s model failed to load)."""
+    supervisor = Supervisor(plan, config, overrides, workers, log_level, model_dir)
     supervisor.reserve_ports()
     return asyncio.run(supervisor.run())
