@@ -63,6 +63,7 @@ def hide_admin_data(model: dict[str, Any]) -> dict[str, Any]:
         "storage_uri": None,
         "entrypoint": None,
         "warmup": None,
+        "traffic": None,
         "pipeline": steps,
     }
     return {**model, **hidden, "versions": versions, "admin_hidden": True}

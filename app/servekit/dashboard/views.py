@@ -20,6 +20,7 @@ import yaml
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
+from servekit.dashboard.traffic import traffic
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
@@ -300,6 +301,7 @@ def model_detail(dataplane: DataPlane, catalog: Catalog, name: str) -> dict[str,
         "config": model_config(dataplane, name),
         "serve_yaml_text": _yaml_entry(config),
         "warmup": warmup(model),
+        "traffic": traffic(catalog, model),
         "pipeline": pipeline_steps(catalog, plan.pipeline),
         "openai": config.openai.kind if config is not None and config.openai else None,
         # its predict yields (the serving version): the V2 infer form would answer 501, so the
