@@ -26,8 +26,10 @@ from servekit.observability.metrics import render
 from servekit.observability.request_ids import CURRENT, RequestInfo
 from servekit.services import make_registry
 from servekit.services import traffic as traffic_module
+from servekit.services.stats import VersionStats
 from servekit.services.traffic import agree, choose, draw
 from servekit.types import InferRequest, Tensor
+from servekit.workers.stats import add_json, stats_to_json
 
 SPLIT = '    traffic: {"2": 90, "3": 10}\n'
 REQUESTS = 5000
@@ -280,3 +282,14 @@ def test_a_pipeline_or_a_sequence_model_has_no_traffic(tmp_path: Path) -> None:
         load_config(path)
     sequence = "    sequenceBatching: {}\n    shadow: {version: 3, share: 0.5}\n"
     assert "not offered for a sequence model" in problems(tmp_path, sequence)
+
+
+def test_shadow_counts_add_up_over_workers() -> None:
+    """A worker's snapshot carries its shadow counts; the statistics of several add them."""
+    mine, theirs = VersionStats(), VersionStats()
+    mine.shadow.update(agreed=3, dropped=1)
+    theirs.shadow.update(agreed=2, disagreed=4)
+    total = VersionStats()
+    for stats in (mine, theirs):
+        add_json(total, stats_to_json(stats))
+    assert total.shadow == {"agreed": 5, "dropped": 1, "disagreed": 4}

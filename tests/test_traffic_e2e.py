@@ -9,6 +9,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from servers import ServerProcess, start_server
 from traffic_models import model_yaml, write_model
 from waits import wait_until
 
+import servekit
 from servekit.config.traffic import TRAFFIC_KEY_HEADER, routing_of
 from servekit.services.traffic import choose, draw
 
@@ -35,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("traffic")
     entries = []
     for name, versions, extra in (
-        ("canary", {2: "double", 3: "double"}, '    traffic: {"2": 90, "3": 10}\n'),
+        ("canary", {2: "double", 3: "triple"}, '    traffic: {"2": 90, "3": 10}\n'),
         ("shadowed", {2: "double", 3: "sleep"},
          "    defaultVersion: 2\n    shadow: {version: 3, share: 0.2}\n"),
         ("plain", {2: "double", 3: "sleep"}, "    defaultVersion: 2\n"),
@@ -171,3 +173,28 @@ def test_the_shadow_agreement_is_in_statistics_metrics_and_the_model_page(
     assert 'id="shadow-agreement"' in page and "<td data-agreement>100%</td>" in page, page
     agreed = page.split('data-shadow="agreed">', 1)[1].split("<", 1)[0]
     assert int(agreed) > 0
+
+
+def test_the_notebook_and_the_client_send_a_traffic_key(server: ServerProcess) -> None:
+    """``traffic_key=`` of ``servekit.connect(...).infer`` (the header over HTTP) and of a
+    notebook server's ``infer`` (in process) reach the version the key's hash chooses: version 2
+    doubles, version 3 triples."""
+    routing = routing_of({"2": 90, "3": 10}, None, {})
+    assert routing is not None
+    config = Path(server.log_path).parent / "serve.yaml"
+    x = np.arange(1, 4, dtype=np.float32)
+    remote = servekit.connect(server.http_url)
+    factors = set()
+    try:
+        with servekit.serve(config, http_port=0, grpc_port=None, name="traffic-notebook") as nb:
+            for n in range(30):
+                key = f"analyst-{n}"
+                factor = choose(routing, draw(key.encode()))  # the version is the factor
+                factors.add(factor)
+                for handle in (remote, nb):
+                    for _ in range(3):
+                        y = handle.infer("canary", {"x": x}, traffic_key=key)["y"]
+                        np.testing.assert_array_equal(y, x * factor)
+    finally:
+        remote.close()
+    assert factors == {2, 3}  # (5 of these 30 keys reach version 3)

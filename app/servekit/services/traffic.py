@@ -154,8 +154,8 @@ class Traffic:
         task.add_done_callback(self._tasks.discard)
 
     async def _shadow(self, key: tuple[str, int], copy: InferRequest, served: list[Tensor]) -> None:
-        """Run one copy and count how its answer compares with the served one."""
-        outcome = "failed"
+        """Run one copy and count how its answer compares with the served one (a copy
+        cancelled by the loop's end is not counted)."""
         try:
             answer = await self._run(copy, None, None, False)
             outcome = "agreed" if agree(served, answer.outputs) else "disagreed"
@@ -163,8 +163,8 @@ class Traffic:
             outcome = "failed"
         finally:
             self._waiting[key] -= 1
-            shadow = self._statistics.of(*key).shadow
-            shadow[outcome] = shadow.get(outcome, 0) + 1
+        shadow = self._statistics.of(*key).shadow
+        shadow[outcome] = shadow.get(outcome, 0) + 1
 
     def waiting(self) -> int:
         """Shadow copies waiting or running, over every model."""
