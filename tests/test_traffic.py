@@ -18,6 +18,7 @@ from inprocess import Serve, Services
 from traffic_models import model_yaml, write_model
 from waits import async_wait_until
 
+from servekit.cli import main
 from servekit.config.loader import ConfigError, load_config
 from servekit.config.overrides import load_plan
 from servekit.config.traffic import TRAFFIC_KEY_HEADER, Routing, routing_of
@@ -293,3 +294,13 @@ def test_shadow_counts_add_up_over_workers() -> None:
     for stats in (mine, theirs):
         add_json(total, stats_to_json(stats))
     assert total.shadow == {"agreed": 5, "dropped": 1, "disagreed": 4}
+
+
+def test_validate_prints_the_split_and_the_shadow(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = write_model(tmp_path, "m", {2: "double", 3: "double", 4: "double"})
+    extra = SPLIT + '    shadow: {version: "4", share: 0.2}\n'
+    (tmp_path / "serve.yaml").write_text("models:\n" + model_yaml("m", module, "m", extra))
+    assert main(["validate", str(tmp_path / "serve.yaml")]) == 0
+    assert "versions 2,3,4, traffic 2: 90%, 3: 10%; shadow 4 gets 20%" in capsys.readouterr().out

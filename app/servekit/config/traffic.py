@@ -132,3 +132,17 @@ def missing_versions(routing: Routing, served: set[int]) -> str | None:
         f"traffic and shadow name version {which}, which the model does not serve (its version "
         f"policy serves: {have})"
     )
+
+
+def describe(routing: Routing) -> str:
+    """``routing`` in a few words, as ``servekit validate`` prints it:
+    ``traffic 2: 90%, 3: 10%; shadow 4 gets 20%``."""
+    parts = []
+    if routing.versions:
+        starts = (0.0, *routing.bounds[:-1])
+        shares = [round((b - a) * 100, 6) for a, b in zip(starts, routing.bounds, strict=True)]
+        split = ", ".join(f"{v}: {p:g}%" for v, p in zip(routing.versions, shares, strict=True))
+        parts.append(f"traffic {split}")
+    if routing.shadow is not None:
+        parts.append(f"shadow {routing.shadow} gets {routing.share * 100:g}%")
+    return "; ".join(parts)
