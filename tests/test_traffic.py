@@ -23,6 +23,7 @@ from servekit.config.loader import ConfigError, load_config
 from servekit.config.overrides import load_plan
 from servekit.config.traffic import TRAFFIC_KEY_HEADER, Routing, routing_of
 from servekit.dashboard.traffic import traffic
+from servekit.models.repository import State
 from servekit.observability.metrics import render
 from servekit.observability.request_ids import CURRENT, RequestInfo
 from servekit.services import make_registry
@@ -151,12 +152,10 @@ async def test_a_split_version_that_is_not_ready_gives_its_share_to_the_serving_
 ) -> None:
     split = '    traffic: {"1": 50, "2": 50}\n'
     services = await start(serve, tmp_path, {1: "double", 2: "double"}, split)
-    await services.control.load("m")  # both ready: both answer
     infer = services.dataplane.infer
     assert {(await infer(request())).model_version for _ in range(200)} == {"1", "2"}
-    services.kit.repository.get("m").versions[1].state = type(
-        services.kit.repository.get("m").versions[1].state
-    ).UNAVAILABLE
+    # version 1 stops serving (an isolated model's process restarting is set so the same way)
+    services.kit.repository.get("m").versions[1].state = State.UNAVAILABLE
     assert {(await infer(request())).model_version for _ in range(200)} == {"2"}
 
 
@@ -304,3 +303,22 @@ def test_validate_prints_the_split_and_the_shadow(
     (tmp_path / "serve.yaml").write_text("models:\n" + model_yaml("m", module, "m", extra))
     assert main(["validate", str(tmp_path / "serve.yaml")]) == 0
     assert "versions 2,3,4, traffic 2: 90%, 3: 10%; shadow 4 gets 20%" in capsys.readouterr().out
+
+
+@pytest.mark.anyio
+async def test_a_decoupled_models_streams_follow_the_split(serve: Serve, tmp_path: Path) -> None:
+    module = write_model(tmp_path, "m", {2: "double", 3: "triple"})
+    entry = model_yaml("m", module, "m", SPLIT, attribute="Streaming")
+    services = await serve("models:\n" + entry)
+    routing = ninety_ten()
+    for n in range(20):
+        key = f"user-{n}"
+        token = CURRENT.set(keyed(key))
+        try:
+            answers = [a async for a in services.dataplane.infer_stream(request())]
+        finally:
+            CURRENT.reset(token)
+        number = choose(routing, draw(key.encode()))
+        assert [a.model_version for a in answers] == [str(number)] * 2
+        x = np.arange(3, dtype=np.float32)
+        np.testing.assert_array_equal(answers[0].outputs[0].data, x * number)

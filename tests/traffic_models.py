@@ -38,6 +38,16 @@ class Model:
         if self.kind == "nudge":
             return {{"y": x * 2 + np.float32(1e-7)}}
         return {{"y": x * 2}}
+
+
+class Streaming:  # a decoupled model (its predict yields): twice y = 2x (double) or 3x
+
+    def __init__(self):
+        self.factor = 2 if KIND == "double" else 3
+
+    def predict(self, x):
+        for _ in range(2):
+            yield {{"y": x * self.factor}}
 """
 
 
@@ -57,13 +67,19 @@ def write_model(root: Path, folder: str, versions: dict[int, str]) -> str:
 
 
 def model_yaml(
-    name: str, module: str, folder: str, extra: str = "", policy: str = "{all: {}}"
+    name: str,
+    module: str,
+    folder: str,
+    extra: str = "",
+    policy: str = "{all: {}}",
+    attribute: str = "Model",
 ) -> str:
-    """One serve.yaml model entry (``extra``: more of its keys, indented four spaces)."""
+    """One serve.yaml model entry (``extra``: more of its keys, indented four spaces;
+    ``attribute``: ``Model``, or ``Streaming`` for the decoupled one)."""
     return (
         f"  - name: {name}\n"
         f"    modelFormat: {{name: python}}\n"
-        f"    entrypoint: {module}:Model\n"
+        f"    entrypoint: {module}:{attribute}\n"
         f"    storageUri: {folder}\n"
         f"    versionPolicy: {policy}\n"
         f"    inputs: [{{name: x, datatype: FP32, shape: [-1]}}]\n"
