@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from inprocess import Serve, Services
+from inprocess import Serve, Services, plan_of
 from traffic_models import model_yaml, write_model
 from waits import async_wait_until
 
@@ -322,3 +322,27 @@ async def test_a_decoupled_models_streams_follow_the_split(serve: Serve, tmp_pat
         assert [a.model_version for a in answers] == [str(number)] * 2
         x = np.arange(3, dtype=np.float32)
         np.testing.assert_array_equal(answers[0].outputs[0].data, x * number)
+
+
+@pytest.mark.anyio
+async def test_an_edited_split_applies_without_reloading_the_versions(
+    serve: Serve, tmp_path: Path
+) -> None:
+    module = write_model(tmp_path, "m", {2: "double", 3: "triple"})
+    services = await serve("models:\n" + model_yaml("m", module, "m", SPLIT))
+    loaded = dict(services.kit.repository.get("m").versions)
+    edited = "models:\n" + model_yaml("m", module, "m", '    traffic: {"2": 0, "3": 100}\n')
+    done = await services.control.apply_plan(plan_of(edited, tmp_path))
+    assert done["reloaded"] == ["m"] and not done["failed"]
+    now = services.kit.repository.get("m").versions
+    assert all(now[number] is loaded[number] for number in (2, 3))  # not loaded again
+    answers = [await services.dataplane.infer(request()) for _ in range(50)]
+    assert {a.model_version for a in answers} == {"3"}
+    np.testing.assert_array_equal(answers[0].outputs[0].data, np.arange(3, dtype=np.float32) * 3)
+    shadow = edited + "    shadow: {version: 2, share: 1}\n"
+    await services.control.apply_plan(plan_of(shadow, tmp_path))
+    now = services.kit.repository.get("m").versions
+    assert all(now[number] is loaded[number] for number in (2, 3))
+    await services.dataplane.infer(request())
+    stats = services.catalog.version_stats("m", 2)
+    await async_wait_until(lambda: stats.shadow == {"disagreed": 1}, timeout=10)
