@@ -198,3 +198,47 @@ def test_the_notebook_and_the_client_send_a_traffic_key(server: ServerProcess) -
     finally:
         remote.close()
     assert factors == {2, 3}  # (5 of these 30 keys reach version 3)
+
+
+def test_two_workers_agree_on_each_key_and_add_up_the_shadow(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Under ``--workers 2`` (each new connection may reach either worker, SO_REUSEPORT): a
+    key reaches one version whichever worker draws it (the hash is the same in both), and the
+    shadow's counts, kept by each worker, add up in the statistics and /metrics."""
+    root = tmp_path_factory.mktemp("traffic-workers")
+    module = write_model(root, "m", {2: "double", 3: "triple"})
+    extra = '    traffic: {"2": 90, "3": 10}\n    shadow: {version: 3, share: 1}\n'
+    (root / "serve.yaml").write_text("models:\n" + model_yaml("m", module, "m", extra))
+    routing = routing_of({"2": 90, "3": 10}, None, {})
+    assert routing is not None
+    server = start_server(root / "serve.yaml", grpc=False, extra=["--workers", "2"])
+    try:
+        body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [3], "data": [1, 2, 3]}]}
+        copied = 0
+        for n in range(30):
+            key = f"tenant-{n}"
+            expected = str(choose(routing, draw(key.encode())))
+            for _ in range(4):  # a new connection each: either worker
+                with server.http_client(timeout=10) as http:
+                    answer = http.post("/v2/models/m/infer", json=body,
+                                       headers={TRAFFIC_KEY_HEADER: key})  # fmt: skip
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["model_version"] == expected
+                copied += expected == "2"  # version 2's answers are copied to 3
+        assert copied > 0
+
+        def disagreed() -> int:
+            with server.http_client(timeout=10) as http:
+                entry = http.get("/v2/models/m/versions/3/stats").json()["model_stats"][0]
+            return int(entry.get("shadow", {}).get("disagreed", 0))
+
+        wait_until(lambda: disagreed() == copied, timeout=30)  # 2x served, 3x shadowed
+        with server.http_client(timeout=10) as http:
+            metrics = http.get("/metrics").text
+        sample = (
+            f'servekit_shadow_copies_total{{model="m",outcome="disagreed",version="3"}} {copied}'
+        )
+        assert sample + ".0" in metrics
+    finally:
+        assert server.stop() == 0, server.log()
