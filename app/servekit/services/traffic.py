@@ -166,10 +166,6 @@ class Traffic:
         shadow = self._statistics.of(*key).shadow
         shadow[outcome] = shadow.get(outcome, 0) + 1
 
-    def waiting(self) -> int:
-        """Shadow copies waiting or running, over every model."""
-        return sum(self._waiting.values())
-
 
 def _copy(request: InferRequest, version: int) -> InferRequest:
     """The shadow's request: the same inputs (copied when writable, so the served model cannot
