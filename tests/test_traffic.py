@@ -9,6 +9,7 @@ dashboard) are in tests/test_traffic_e2e.py.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -346,3 +347,17 @@ async def test_an_edited_split_applies_without_reloading_the_versions(
     await services.dataplane.infer(request())
     stats = services.catalog.version_stats("m", 2)
     await async_wait_until(lambda: stats.shadow == {"disagreed": 1}, timeout=10)
+
+
+@pytest.mark.anyio
+async def test_a_graceful_stop_does_not_wait_for_shadow_copies(
+    serve: Serve, tmp_path: Path
+) -> None:
+    extra = "    defaultVersion: 2\n" + SHADOW_ALL
+    services = await start(serve, tmp_path, {2: "double", 3: "sleep"}, extra)
+    for _ in range(40):  # 40 copies of 50 ms each wait for version 3's one instance: 2 s
+        await services.dataplane.infer(request())
+    started = time.monotonic()
+    await services.stop()
+    assert time.monotonic() - started < 1.0
+    assert services.dataplane.in_flight() == 0

@@ -97,6 +97,13 @@ class Traffic:
         """Copies per (model, shadow version) waiting or running."""
         self._tasks: set[asyncio.Task[None]] = set()
         """The copies' tasks (kept: the loop holds tasks weakly)."""
+        state.drain_begun.append(self.cancel)
+
+    def cancel(self) -> None:
+        """Cancel the copies waiting or running (a stopping server: no client waits for them,
+        so a graceful stop does not wait for them either); they are not counted."""
+        for task in list(self._tasks):
+            task.cancel()
 
     def pinned(self, entry: ModelEntry, request: InferRequest) -> InferRequest:
         """``request`` naming the version it reaches: the split's choice when that version is
