@@ -14,6 +14,7 @@ from servekit.config.compiler import ServePlan
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
 from servekit.config.overrides import Overrides
 from servekit.config.overrides import load_plan as load_overridden
+from servekit.config.traffic import describe
 
 COMMANDS = ("validate", "schema", "convert")
 
@@ -90,9 +91,10 @@ def _validate(path: str, config_uri: str | None = None) -> int:
         if model.remote is not None:
             versions = "fetched at start"
         status = f"  problem: {model.problem}" if model.problem else ""
+        routing = f", {describe(model.routing)}" if model.routing is not None else ""
         print(
             f"  {model.name}: format {model.format_name}, runtime {model.runtime}, "
-            f"versions {versions}{status}"
+            f"versions {versions}{routing}{status}"
         )
     return 0
 

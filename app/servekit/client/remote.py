@@ -24,6 +24,7 @@ from urllib.parse import quote, urlsplit
 from servekit.client import frames, html, sources, wire
 from servekit.client.transport import Reply, Transport, check
 from servekit.config.auth import ApiGroup
+from servekit.config.traffic import TRAFFIC_KEY_HEADER
 from servekit.errors import Unauthenticated
 from servekit.formats import convert
 from servekit.project import files as saving
@@ -289,6 +290,7 @@ class RemoteServer:
         version: int | str | None = None,
         outputs: Sequence[str] | None = None,
         frame: bool | None = None,
+        traffic_key: str | None = None,
     ) -> Any:
         """Run ``model`` on ``inputs`` (name -> array or list, a bare array for a model of one
         input, or a pandas DataFrame: one input per column, as MLServer's PandasCodec sends
@@ -296,6 +298,8 @@ class RemoteServer:
         ``inputs`` is one).
 
         Arrays keep their dtype; lists and scalars take the dtype the model declares.
+        ``traffic_key`` (sent as the ``servekit-traffic-key`` header) keeps requests with the
+        same key on one version of a model with serve.yaml ``traffic``.
         """
         parameters: dict[str, dict[str, str]] = {}
         if frames.is_frame(inputs):
@@ -319,6 +323,7 @@ class RemoteServer:
             {
                 "Content-Type": "application/octet-stream",
                 "Inference-Header-Content-Length": str(header_length),
+                **({} if traffic_key is None else {TRAFFIC_KEY_HEADER: traffic_key}),
             },
         )
         length = reply.headers.get("inference-header-content-length")

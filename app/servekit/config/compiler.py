@@ -38,6 +38,7 @@ from servekit.config.schema import (
 )
 from servekit.config.sequences import SequenceBatching
 from servekit.config.tls import TlsError, TlsFiles, resolve_tls
+from servekit.config.traffic import Routing, missing_versions, routing_of
 from servekit.config.versions import (
     VersionSource,
     discover_versions,
@@ -137,6 +138,9 @@ class ModelPlan:
     sequence: SequenceBatching | None = None
     """serve.yaml's ``sequenceBatching`` (app/servekit/services/sequences/ runs it); a
     field, not read through ``config``, because every request of every model asks for it."""
+    routing: Routing | None = None
+    """serve.yaml's ``traffic`` and ``shadow`` as version numbers (app/servekit/services/
+    traffic.py applies them); a field for the same reason as ``sequence``."""
 
     @property
     def on_demand(self) -> bool:
@@ -230,7 +234,13 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
             )
             continue
         options = resolve_options(runtime.options, model.runtime_options, cores, total_instances)
-        models.append(plan_model(model, runtime, options, base_dir))
+        planned = plan_model(model, runtime, options, base_dir)
+        models.append(planned)
+        missing = routing_problem(planned)
+        if missing is not None:
+            key = "traffic" if model.traffic is not None else "shadow"
+            line = line_in_file(config_path, ["models", index, key])
+            issues.append(ConfigIssue(f"models[{index}].{key}", line, missing))
     try:
         access = resolve_policy(config.server.auth, base_dir)
         access = close_public_groups(access, config.server.host, config.server.model_control)
@@ -252,6 +262,25 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
     return ServePlan(
         config.server, tuple(models), tuple(runtimes.values()), base_dir, config_path, access, tls
     )
+
+
+def routing_problem(plan: ModelPlan) -> str | None:
+    """Why a local model's ``traffic`` or ``shadow`` names a version its version policy does
+    not serve (None: it does, or the model has neither, or its versions are not known until it
+    is fetched: then a version not ready is skipped, app/servekit/services/traffic.py)."""
+    routing = plan.routing
+    if routing is None or plan.remote is not None or plan.problem is not None:
+        return None
+    served = {v.version for v in plan.versions if v.problem is None}
+    missing = missing_versions(routing, served)
+    unsplit = missing is None and not routing.versions and plan.default_version is None
+    if unsplit and routing.shadow == max(served, default=None):
+        return (
+            f"shadow version {routing.shadow} is the highest, the one requests naming no "
+            "version reach, so it would get no copies: say which version serves them with "
+            "defaultVersion or traffic"
+        )
+    return missing
 
 
 def sequence_issues(config: ServeConfig, config_path: Path | None) -> list[ConfigIssue]:
@@ -435,6 +464,7 @@ def plan_model(
         labels_file=labels,
         remote=remote,
         sequence=model.sequence_batching,
+        routing=routing_of(model.traffic, model.shadow, model.version_labels),
     )
 
 

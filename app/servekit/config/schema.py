@@ -32,6 +32,7 @@ from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema_base import Section
 from servekit.config.sequences import SequenceBatching
+from servekit.config.traffic import ShadowConfig, TrafficSplit, routing_of
 from servekit.shown_paths import shown_uri
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
@@ -921,6 +922,16 @@ class ModelConfig(Section):
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
+    traffic: TrafficSplit | None = None
+    """How requests naming no version are shared between versions, `{"2": 90, "3": 10}`
+    (percentages adding up to 100; versions by number or label): a canary. A request with a
+    `servekit-traffic-key` header (gRPC metadata) always reaches the same version for the same
+    key; requests naming a version are untouched. Not with defaultVersion."""
+    shadow: ShadowConfig | None = None
+    """A version that also gets a copy of a share of the requests naming no version,
+    `{version: "3", share: 0.2}`: its answer never reaches the client and is compared with the
+    one that did (agreement in statistics, metrics and the dashboard); copies wait in a
+    bounded queue and are dropped (and counted) when it is full, so it never slows the answer."""
     openai: OpenAISettings | None = None
     """Serve this model on the OpenAI-compatible routes (`/openai/v1/`) as `{kind: chat}`,
     `completion` or `embedding` (`openai: chat` for short); its declared inputs and outputs
@@ -985,6 +996,7 @@ class ModelConfig(Section):
                 "load: onDemand is not for a sequence model (unloading it would lose its "
                 "sequences' state)"
             )
+        self._routing_checked()
         if self.isolation != "process" and (
             self.timeout_seconds is not None or self.memory_limit_bytes is not None
         ):
@@ -993,6 +1005,23 @@ class ModelConfig(Section):
                 "in the server's process cannot be stopped or limited on its own)"
             )
         return self
+
+    def _routing_checked(self) -> None:
+        """traffic and shadow name versions a request may reach (app/servekit/config/traffic.py
+        resolves them); the compiler checks that the version policy serves them."""
+        if self.traffic is None and self.shadow is None:
+            return
+        if self.default_version is not None and self.traffic is not None:
+            raise ValueError(
+                "give defaultVersion or traffic, not both (traffic decides where requests "
+                "naming no version go)"
+            )
+        if self.sequence_batching is not None:
+            raise ValueError(
+                "traffic and shadow are not offered for a sequence model (the requests of a "
+                "sequence must all reach one version)"
+            )
+        routing_of(self.traffic, self.shadow, self.version_labels)
 
     def _pipeline_checked(self) -> ModelConfig:
         """A pipeline runs other models: it has steps and declared tensors, and nothing of a
@@ -1009,6 +1038,8 @@ class ModelConfig(Section):
             "dynamicBatching": self.dynamic_batching,
             "sequenceBatching": self.sequence_batching,
             "runtimeOptions": self.runtime_options,
+            "traffic": self.traffic,
+            "shadow": self.shadow,
         }
         given = [key for key, value in own.items() if value is not None]
         if self.isolation != "none":

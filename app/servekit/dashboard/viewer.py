@@ -64,6 +64,7 @@ def hide_admin_data(model: dict[str, Any]) -> dict[str, Any]:
         "entrypoint": None,
         "warmup": None,
         "memory": None,
+        "traffic": None,
         "pipeline": steps,
     }
     return {**model, **hidden, "versions": versions, "admin_hidden": True}

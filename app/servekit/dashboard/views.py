@@ -21,6 +21,7 @@ from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
 from servekit.dashboard.memory import memory_label, memory_summary, model_memory
+from servekit.dashboard.traffic import traffic
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
@@ -309,6 +310,7 @@ def model_detail(dataplane: DataPlane, catalog: Catalog, name: str) -> dict[str,
         "serve_yaml_text": _yaml_entry(config),
         "warmup": warmup(model),
         "memory": model_memory(next((m for m in catalog.memory().models if m.name == name), None)),
+        "traffic": traffic(catalog, model),
         "pipeline": pipeline_steps(catalog, plan.pipeline),
         "openai": config.openai.kind if config is not None and config.openai else None,
         # its predict yields (the serving version): the V2 infer form would answer 501, so the

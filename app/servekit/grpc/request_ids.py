@@ -62,14 +62,17 @@ def _writes(handler: Any, behaviour: Any) -> bool:
 
 def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
     """The call's request: the client's ID, else ModelInfer's ``id``, else a new one; and
-    the client's peer (a client's share of sequence slots)."""
-    info = _named(context, request)
+    the client's peer (a client's share of sequence slots) and metadata (a header the
+    services read: ``RequestInfo.sent_headers``)."""
+    metadata = context.invocation_metadata() or ()
+    info = _named(metadata, request)
     info.client = context.peer()
+    info.sent_headers = metadata
     return info
 
 
-def _named(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
-    for key, value in context.invocation_metadata() or ():
+def _named(metadata: Any, request: Any) -> RequestInfo:
+    for key, value in metadata:
         if key == HEADER:
             sent = accepted(value)
             if sent is not None:

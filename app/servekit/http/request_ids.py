@@ -41,7 +41,8 @@ def begin(cycle: Any, counted: bool = False) -> Token[RequestInfo | None]:
     info = _new(RequestInfo)
     scope = cycle.scope
     info.client = scope["client"]  # (host, port): a client's share of sequence slots
-    for name, value in scope["headers"]:  # lower-case names (uvicorn)
+    info.sent_headers = given = scope["headers"]  # lower-case names (uvicorn)
+    for name, value in given:
         if name == HEADER_BYTES:
             sent = accepted(value)
             if sent is not None:

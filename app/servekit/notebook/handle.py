@@ -29,11 +29,13 @@ import numpy as np
 from servekit.client import RemoteServer, frames, html, sources, wire
 from servekit.config.auth import ApiGroup
 from servekit.config.compiler import ServePlan
+from servekit.config.traffic import TRAFFIC_KEY_HEADER
 from servekit.datatypes import from_numpy
 from servekit.errors import ServeError
 from servekit.formats import convert, native
 from servekit.notebook import registry
 from servekit.notebook.launcher import ServerThread
+from servekit.observability.request_ids import CURRENT, RequestInfo, new_id
 from servekit.project import save as saving
 from servekit.server import ServeKit
 from servekit.services import Catalog, DataPlane, MemoryStatus, ModelControl
@@ -393,6 +395,7 @@ class Server:
         version: int | str | None = None,
         outputs: Sequence[str] | None = None,
         frame: bool | None = None,
+        traffic_key: str | None = None,
     ) -> Any:
         """Run ``model`` on ``inputs`` (name -> array or list, a bare array for a model of one
         input, or a pandas DataFrame: one input per column) in process; name -> numpy array,
@@ -400,7 +403,9 @@ class Server:
         app/servekit/client/frames.py).
 
         Goes through the same DataPlane (validation, version choice, batching, statistics) as
-        HTTP and gRPC requests, without encoding anything.
+        HTTP and gRPC requests, without encoding anything. ``traffic_key`` is what the
+        ``servekit-traffic-key`` header is over the wire: the same key, the same version of a
+        model with serve.yaml ``traffic``.
         """
         parameters: dict[str, dict[str, str]] = {}
         request_parameters: dict[str, Any] = {}
@@ -435,6 +440,10 @@ class Server:
             request = InferRequest(
                 model, tensors, model_version=label, outputs=wanted, parameters=request_parameters
             )
+            if traffic_key is not None:  # as the adapters record a header (this task's own)
+                info = RequestInfo(new_id(), False)
+                info.sent_headers = ((TRAFFIC_KEY_HEADER, traffic_key),)
+                CURRENT.set(info)
             response = await dataplane.infer(request)
             return {t.name: t.data for t in response.outputs}
 

@@ -50,6 +50,11 @@ class RequestInfo:
     client: Any = None
     """Who sent it, as its transport said: ASGI's ``(host, port)``, grpcio's peer text
     (``ipv4:127.0.0.1:51234``); None in process. :func:`client_address` reads the address."""
+    sent_headers: Any = None
+    """The request's headers as its transport gave them (HTTP: uvicorn's ``(bytes, bytes)``
+    pairs, lower-case names; gRPC: the invocation metadata's ``(str, str)`` pairs; None in
+    process), kept by reference and read only by the rare feature that needs one
+    (:func:`sent_header`), so no request pays for a header it does not use."""
 
     def __init__(self, request_id: str, sent: bool) -> None:
         self.id = request_id
@@ -79,6 +84,22 @@ def adopt_body_id(body_id: str) -> None:
     info = CURRENT.get()
     if info is not None:
         info.adopt(body_id)
+
+
+def sent_header(name: str) -> bytes | None:
+    """The value of the running request's header (gRPC metadata key) ``name``, lower case
+    (None: not sent, or no request is running)."""
+    info = CURRENT.get()
+    headers = info.sent_headers if info is not None else None
+    if not headers:
+        return None
+    encoded = name.encode()
+    for key, value in headers:
+        if key == encoded:
+            return value if isinstance(value, bytes) else None
+        if key == name:
+            return value.encode() if isinstance(value, str) else value
+    return None
 
 
 def new_id() -> str:

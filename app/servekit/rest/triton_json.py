@@ -142,6 +142,13 @@ def statistics_json(rows: tuple[VersionStatistics, ...]) -> dict[str, Any]:
 
 
 def _version(row: VersionStatistics) -> dict[str, Any]:
+    entry = _triton_version(row)
+    if row.shadow:  # servekit's own: a shadow version's copies by outcome
+        entry["shadow"] = dict(row.shadow)
+    return entry
+
+
+def _triton_version(row: VersionStatistics) -> dict[str, Any]:
     return {
         "name": row.name,
         "version": row.version,

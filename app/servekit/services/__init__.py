@@ -28,6 +28,7 @@ from servekit.services.model_control import ModelControl
 from servekit.services.model_stats import DurationStat, VersionStatistics
 from servekit.services.shared_memory import CUDA_UNSUPPORTED
 from servekit.services.stats import QUEUE_BUCKETS_S, Duration, WorkerState, WorkerStatus
+from servekit.services.traffic import OUTCOMES as SHADOW_OUTCOMES
 from servekit.services.views import ModelState, ModelView, VersionView
 from servekit.services.watch import (
     RemoteConfigError,
@@ -42,6 +43,7 @@ __all__ = [
     "DISPATCH_REASONS",
     "ON_DEMAND_REASONS",
     "QUEUE_BUCKETS_S",
+    "SHADOW_OUTCOMES",
     "Catalog",
     "DataPlane",
     "Duration",

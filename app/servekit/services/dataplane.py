@@ -48,6 +48,7 @@ from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
 from servekit.services.state import CallCount, ServerState
 from servekit.services.stats import Statistics
+from servekit.services.traffic import Traffic
 from servekit.types import (
     InferRequest,
     InferResponse,
@@ -88,6 +89,8 @@ class DataPlane:
         """Validate, run and answer one inference request (see ``_infer``), its tensors read
         from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
+        self._traffic = Traffic(self._infer, repository, self.statistics, state)
+        """serve.yaml's traffic and shadow: requests naming no version of such a model."""
         if sequences is None:
             sequences = Sequences(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (
@@ -246,6 +249,8 @@ class DataPlane:
             entry, version = await self.on_demand.loaded(request, deadline, error)
             started = time.perf_counter_ns()  # the load is counted apart (memory.py)
         plan = entry.plan
+        if plan.routing is not None and not request.model_version:  # traffic, shadow
+            return await self._traffic.infer(entry, request, deadline, arrived, step)
         prepared: PreparedVersion | None = version.prepared
         if prepared is not None:
             handler = prepared.handler
@@ -338,6 +343,13 @@ class DataPlane:
         if runtime is None or not runtime.decoupled or kind is not None:  # answers once
             yield await self.infer(request, deadline, arrived)
             return
+        if entry.plan.routing is not None and not request.model_version:  # traffic (no shadow)
+            request = self._traffic.pinned(entry, request)
+            entry, version = self._repository.resolve(request.model_name, request.model_version)
+            runtime = version.runtime
+            if runtime is None or not runtime.decoupled:
+                yield await self.infer(request, deadline, arrived)
+                return
         if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
         started = time.perf_counter_ns()

@@ -107,6 +107,12 @@ class CatalogCollector(Collector):
             "cannot be reached (server.storage.whenUnreachable), else 0",
             labels=["model"],
         )
+        shadows = CounterMetricFamily(
+            "servekit_shadow_copies",
+            "Copies of requests a shadow version (serve.yaml shadow) got, by outcome: agreed or "
+            "disagreed with the answer served, failed, dropped (its queue was full)",
+            labels=[*labels, "outcome"],
+        )
         for (name, number), (waiting, started) in sorted(self._catalog.load().items()):
             pending.add_metric([name, str(number)], waiting)
             inflight.add_metric([name, str(number)], started)
@@ -135,9 +141,11 @@ class CatalogCollector(Collector):
                 _histograms(stats, key, batch_sizes, queue_seconds)
                 for reason, count in sorted(stats.batch_reasons.items()):
                     dispatches.add_metric([*key, reason], count)
+                for outcome, count in sorted(stats.shadow.items()):
+                    shadows.add_metric([*key, outcome], count)
         yield from (success, failure, rows, executions, seconds, state)
         yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
-        yield from (pending, inflight, cached)
+        yield from (pending, inflight, cached, shadows)
         yield from _memory_metrics(self._catalog)
 
 

@@ -413,6 +413,14 @@ class ModelControl:
         if before is not None and self._unchanged(before, plan, old, new_plan):
             return
         entry = self._entry(plan.name)
+        if (
+            entry is not None
+            and before is not None
+            and self._routing_only(before, plan, old, new_plan)
+        ):
+            entry.plan = plan  # a new traffic split or shadow: the next request follows it
+            done["reloaded"].append(plan.name)
+            return
         loaded = entry is not None and entry.is_loaded()
         if before is None and new_plan.loads_at_start(plan.name):
             self._repository.requested.add(plan.name)
@@ -550,6 +558,15 @@ class ModelControl:
             and runtime_a == runtime_b
             and self._fingerprints.get(a.name) == fingerprint(b)
         )
+
+    def _routing_only(self, a: ModelPlan, b: ModelPlan, old: ServePlan, new: ServePlan) -> bool:
+        """Only ``traffic`` or ``shadow`` changed: applied to the loaded versions as they are,
+        so moving a canary's share reloads nothing."""
+        if a.config is None or b.config is None or a.routing == b.routing:
+            return False
+        routed = {"traffic": b.config.traffic, "shadow": b.config.shadow}
+        moved = replace(a, routing=b.routing, config=a.config.model_copy(update=routed))
+        return self._unchanged(moved, b, old, new)
 
 
 def _check_name(name: str) -> None:

@@ -54,6 +54,10 @@ class VersionStatistics:
     cache_hit: DurationStat
     cache_miss: DurationStat
     batch_stats: tuple[BatchStatistics, ...]
+    shadow: tuple[tuple[str, int], ...] = ()
+    """This version as a shadow (serve.yaml ``shadow``): its copies by outcome (agreed,
+    disagreed, failed, dropped); empty for a version that is no shadow. servekit's own: the
+    JSON answer carries it as ``shadow``, the gRPC message has no field for it."""
 
 
 def model_statistics(
@@ -100,6 +104,7 @@ def snapshot(stats: VersionStats, name: str, version: str) -> VersionStatistics:
             BatchStatistics(size, DurationStat(d.count, 0), _stat(d), DurationStat(d.count, 0))
             for size, d in sorted(stats.batch_sizes.items())
         ),
+        shadow=tuple(sorted(stats.shadow.items())),
     )
 
 

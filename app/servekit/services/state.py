@@ -41,6 +41,7 @@ class ServerState:
 
     __slots__ = (
         "_plan",
+        "drain_begun",
         "drain_started",
         "draining",
         "grpc_calls",
@@ -100,11 +101,16 @@ class ServerState:
         self.plan_changed: list[Callable[[], None]] = []
         """Called after each ``replace_plan`` (the DataPlane re-tunes its executors there, so
         no request checks for an edit)."""
+        self.drain_begun: list[Callable[[], None]] = []
+        """Called by ``begin_drain`` (the DataPlane's shadow copies are cancelled there: a
+        stop waits for the clients' requests, not for copies no client waits for)."""
 
     def begin_drain(self) -> None:
         """Refuse inference requests that arrive from now on (those already accepted finish)."""
         self.drain_started = time.monotonic()
         self.draining = True
+        for hook in self.drain_begun:
+            hook()
 
     def end_drain(self) -> None:
         """Accept requests again (a stopped server that starts anew)."""

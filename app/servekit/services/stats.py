@@ -99,6 +99,7 @@ class VersionStats:
         "_success",
         "batch_reasons",
         "fail",
+        "shadow",
     )
 
     def __init__(self) -> None:
@@ -119,6 +120,10 @@ class VersionStats:
         self.batch_reasons: dict[str, int] = {}
         """Why dynamic batches stopped where they did (by reason: see
         app/servekit/services/execution/batching.py)."""
+        self.shadow: dict[str, int] = {}
+        """This version as a shadow (serve.yaml ``shadow``): its copies of other versions'
+        requests by outcome, ``agreed``, ``disagreed``, ``failed``, ``dropped`` (queue full)
+        (app/servekit/services/traffic.py)."""
         self._recent: deque[tuple[int, list[int]]] = deque(maxlen=WINDOW_SLOTS)
 
     # -- the figures (each folds what is pending first) ---------------------------------------

@@ -50,6 +50,7 @@ def stats_to_json(stats: VersionStats) -> dict[str, Any]:
     out["batch_sizes"] = [[size, d.count, d.ns] for size, d in stats.batch_sizes.items()]
     out["queue_histogram"] = list(stats.queue_histogram)
     out["batch_reasons"] = dict(stats.batch_reasons)
+    out["shadow"] = dict(stats.shadow)
     return out
 
 
@@ -67,6 +68,8 @@ def add_json(into: VersionStats, data: dict[str, Any]) -> None:
         into.queue_histogram[bucket] += int(count)
     for reason, count in data["batch_reasons"].items():
         into.batch_reasons[str(reason)] = into.batch_reasons.get(str(reason), 0) + int(count)
+    for outcome, count in data.get("shadow", {}).items():
+        into.shadow[str(outcome)] = into.shadow.get(str(outcome), 0) + int(count)
 
 
 def merge(snapshots: Iterable[Snapshot]) -> Snapshot:
