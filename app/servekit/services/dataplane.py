@@ -22,14 +22,12 @@ from servekit.config.compiler import ServePlan
 from servekit.config.schema import GrpsStreaming
 from servekit.errors import (
     Internal,
-    InvalidArgument,
     ServeError,
     Unavailable,
 )
 from servekit.models.calls import install as install_calls
 from servekit.models.repository import ModelRepository, State, VersionEntry
 from servekit.results import ServerMetadata
-from servekit.runtimes.base import predict_stream
 from servekit.services.account import Account
 from servekit.services.classification import classified
 from servekit.services.composition.model_calls import ModelCalls
@@ -48,13 +46,13 @@ from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
 from servekit.services.state import CallCount, ServerState
 from servekit.services.stats import Statistics
+from servekit.services.streaming import streamed
 from servekit.services.traffic import Traffic
 from servekit.types import (
     InferRequest,
     InferResponse,
     ModelMetadata,
     ModelSignature,
-    Tensor,
 )
 from servekit.version import __version__
 
@@ -352,32 +350,12 @@ class DataPlane:
                 return
         if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
-        started = time.perf_counter_ns()
         stats = self.statistics.of(entry.plan.name, version.version)
-        with Account(stats, request.model_name, started) as account:
-            account.hold(version)
-            feed, wanted, classes, _ = check_request(
-                request, runtime.signature, entry.plan.max_batch_size
-            )
-            if classes:
-                raise InvalidArgument("classification is not offered for a decoupled model")
-            input_done = time.perf_counter_ns()
-            results = predict_stream(runtime, feed, [s.name for s in wanted])
-            async with aclosing(results):
-                async for result in results:
-                    yield InferResponse(
-                        model_name=entry.plan.name,
-                        model_version=str(version.version),
-                        outputs=[
-                            Tensor(s.name, s.datatype, tuple(result[s.name].shape), result[s.name])
-                            for s in wanted
-                        ],
-                        id=request.id,
-                    )
-                    if self._state.stopping:
-                        raise Unavailable("the server is shutting down; the stream ends here")
-            spent = time.perf_counter_ns() - input_done
-            account.succeeded(1, 0, input_done - started, spent, 0, executed=True)
+        async with aclosing(
+            streamed(entry.plan, version, runtime, request, stats, self._state)
+        ) as out:
+            async for response in out:
+                yield response
 
     def decoupled(self, name: str, version: str | None = None) -> bool:
         """Whether the version a request for (name, version) would use streams its responses
