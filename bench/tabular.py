@@ -14,11 +14,12 @@ digits (``load_digits``, nothing downloaded). The same folder is served by:
   (inference in the server's process: on one core a worker process only adds a hop);
 
 and the same ``.joblib`` by servekit from a serve.yaml with ``maxBatchSize`` and no
-``dynamicBatching`` (batching off: one request per call) and with ``convert: onnx``. Each server
+``dynamicBatching`` (unbatched: one request per call) and with ``convert: onnx``. Each server
 is pinned to CPU 0 and driven from CPU 1 by ``wrk`` (``bench/wrk/post.lua``) with the README's
 request (one FP32 row of 64 named ``predict``, REST JSON) at 1 and 16 connections, rounds
 interleaved; every server's answer is checked against the estimator's own first. ``x MLServer``
-is each round's ratio to MLServer's requests/s in the same round.
+is each round's ratio to MLServer's requests/s in the same round; ``x MLServer CPU``: MLServer's
+server CPU time per request over the row's (medians), which the neighbours' load moves less.
 """
 
 from __future__ import annotations
@@ -48,9 +49,9 @@ START, END = "<!-- tabular:start -->", "<!-- tabular:end -->"
 MODEL = "mnist-svm"
 VERSION = "v0.1.0"
 SERVEKIT = "servekit"
-OFF = "servekit, batching off"
-ONNX = "servekit, convert: onnx"
-MLSERVER = "MLServer 1.7.1"
+OFF = "servekit, unbatched"
+ONNX = "servekit, onnx"
+MLSERVER = "MLServer"
 WAYS = (SERVEKIT, OFF, ONNX, MLSERVER)
 CONNECTIONS = (1, 16)
 
@@ -175,25 +176,27 @@ def render(
         START,
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; load average {before} before, "
-        f"{after} after.",
-        f"`python bench/tabular.py --duration {args.duration:g} --repeat {args.repeat}`: "
-        f"medians of {args.repeat} rounds [range].",
+        f"{after} after; `python bench/tabular.py --duration {args.duration:g} --repeat "
+        f"{args.repeat}`, medians of {args.repeat} rounds [ratio range].",
         "",
-        "| server | conns | requests/s | p50 us | server CPU us/req | x MLServer |",
+        "| server | conns | requests/s | x MLServer | CPU us/req | x MLServer CPU |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for c in CONNECTIONS:
-        theirs = [r["rps"] for r in runs[(MLSERVER, c)]]
+        theirs = runs[(MLSERVER, c)]
+        their_cpu = statistics.median(r["cpu_us_per_request"] or 0 for r in theirs)
         for way in WAYS:
             cell = runs[(way, c)]
-            rps = [r["rps"] for r in cell]
-            ratios = [mine / other for mine, other in zip(rps, theirs, strict=True)]
-            p50 = statistics.median(r["latency_us"]["p50"] for r in cell)
+            rps = statistics.median(r["rps"] for r in cell)
             cpu = statistics.median(r["cpu_us_per_request"] or 0 for r in cell)
+            if way == MLSERVER:
+                lines.append(f"| {way} | {c} | {rps:,.0f} | - | {cpu:.0f} | - |")
+                continue
+            ratios = [r["rps"] / other["rps"] for r, other in zip(cell, theirs, strict=True)]
             lines.append(
-                f"| {way} | {c} | {statistics.median(rps):,.0f} [{min(rps):,.0f}-{max(rps):,.0f}] "
-                f"| {p50:.0f} | {cpu:.0f} | {statistics.median(ratios):.2f} "
-                f"[{min(ratios):.2f}-{max(ratios):.2f}] |"
+                f"| {way} | {c} | {rps:,.0f} | {statistics.median(ratios):.2f} "
+                f"[{min(ratios):.2f}-{max(ratios):.2f}] | {cpu:.0f} | "
+                f"{their_cpu / cpu if cpu else 0:.2f} |"
             )
     lines += ["", END]
     return "\n".join(lines)
