@@ -177,7 +177,7 @@ def render(
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; load average {before} before, "
         f"{after} after; `python bench/tabular.py --duration {args.duration:g} --repeat "
-        f"{args.repeat}`, medians of {args.repeat} rounds [ratio range].",
+        f"{args.repeat}`, medians of {args.repeat} rounds [range].",
         "",
         "| server | conns | requests/s | x MLServer | CPU us/req | x MLServer CPU |",
         "|---|---:|---:|---:|---:|---:|",
