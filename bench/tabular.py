@@ -1,36 +1,39 @@
-"""A 100-tree RandomForest over REST JSON: servekit native, servekit ``convert: onnx``, MLServer.
+"""MLServer's sklearn example served by servekit and by MLServer 1.7.1, in the same run.
 
-    python bench/tabular.py [--duration 5] [--write docs/performance.md]
+    python bench/tabular.py [--duration 5] [--repeat 3] [--write docs/performance.md]
 
-issue 24's measurement: one scikit-learn ``RandomForestClassifier(n_estimators=100)`` fitted
-here (2,000 rows of 10 features, full-depth trees) and saved with joblib, served three ways in
-the same run, each server pinned to CPU 0 and driven from CPU 1 at 1 and 16 requests in flight
-(one row per request, ``predict`` answered):
+Issue 39's measurement. The folder is MLServer's own example (SeldonIO/MLServer
+``docs/examples/sklearn``: ``settings.json``, ``model-settings.json`` naming
+``mlserver_sklearn.SKLearnModel`` and ``./mnist-svm.joblib``), its model trained here as the
+example trains it: ``svm.SVC(gamma=0.001)`` on the first half of scikit-learn's bundled 8x8
+digits (``load_digits``, nothing downloaded). The same folder is served by:
 
-- **servekit native**: ``modelFormat: sklearn`` (scikit-learn's ``predict`` in a worker thread);
-- **servekit convert: onnx**: the same file with ``convert: onnx`` (ONNX Runtime);
-- **MLServer 1.7.1**: its scikit-learn runtime (``mlserver-sklearn``, the runtime KServe runs
-  for sklearn models), ``parallel_workers: 0`` (inference in the server's process: on one CPU a
-  worker process only adds a hop);
-- **do-nothing ASGI** (bench/noop_asgi.py on uvicorn): the ceiling of any Python server here.
+- **servekit** (``servekit serve FOLDER``): its scikit-learn runtime, with the default batching
+  of row-wise models (app/servekit/services/execution/jobs.py);
+- **MLServer 1.7.1** (``mlserver start FOLDER``, the test extra), ``MLSERVER_PARALLEL_WORKERS=0``
+  (inference in the server's process: on one core a worker process only adds a hop);
 
-MLServer's sklearn runtime is installed by this script into a virtualenv of its own
-(``bench/.venvs/mlserver-sklearn``, ``--system-site-packages`` so that it runs the same
-scikit-learn and MLServer 1.7.1 as the rest), never by a test. The same JSON body goes to every
-server, and every answer is checked against the estimator's own prediction first.
+and the same ``.joblib`` by servekit from a serve.yaml with ``maxBatchSize`` and no
+``dynamicBatching`` (unbatched: one request per call) and with ``convert: onnx``. Each server
+is pinned to CPU 0 and driven from CPU 1 by ``wrk`` (``bench/wrk/post.lua``) with the README's
+request (one FP32 row of 64 named ``predict``, REST JSON) at 1 and 16 connections, rounds
+interleaved; every server's answer is checked against the estimator's own first. ``x MLServer``
+is each round's ratio to MLServer's requests/s in the same round; ``x MLServer CPU``: MLServer's
+server CPU time per request over the row's (medians), which the neighbours' load moves less.
 """
 
 from __future__ import annotations
 
 import argparse
-import http.client
+import importlib.util
 import json
 import os
 import socket
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -38,64 +41,36 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from pipeline import drive, wait_ready  # noqa: E402
 from procs import Server, load_average  # noqa: E402
 from report import machine, write_section  # noqa: E402
+from run import SERVER_CPU, measure, run_wrk, wait_ready  # noqa: E402
 
-SERVER_CPU, CLIENT_CPU = "0", "1"
 START, END = "<!-- tabular:start -->", "<!-- tabular:end -->"
-VENV = HERE / ".venvs" / "mlserver-sklearn"
-MLSERVER_SKLEARN = "mlserver-sklearn==1.7.1"
-FEATURES = 10
+MODEL = "mnist-svm"
+VERSION = "v0.1.0"
+SERVEKIT = "servekit"
+OFF = "servekit, unbatched"
+ONNX = "servekit, onnx"
+MLSERVER = "MLServer"
+WAYS = (SERVEKIT, OFF, ONNX, MLSERVER)
+CONNECTIONS = (1, 16)
 
 
-def fit(folder: Path) -> tuple[Path, Any, Any]:
-    """The forest as ``folder/model.joblib``; returns the path, the forest and one row."""
+def example(folder: Path) -> Any:
+    """MLServer's sklearn example in ``folder``; returns the estimator and the README's row."""
     import joblib
-    import numpy as np
-    from sklearn.ensemble import RandomForestClassifier
+    from sklearn import datasets, svm
 
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(2000, FEATURES))
-    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int)
-    forest = RandomForestClassifier(n_estimators=100, random_state=0).fit(x, y)
-    path = folder / "model.joblib"
-    joblib.dump(forest, path)
-    return path, forest, x[:1]
-
-
-def body(row: Any) -> bytes:
-    tensor = {"name": "input-0", "datatype": "FP64", "shape": [1, FEATURES],
-              "data": row.ravel().tolist()}  # fmt: skip
-    return json.dumps({"inputs": [tensor]}).encode()
-
-
-def infer(model: str, payload: bytes) -> Any:
-    def call(conn: http.client.HTTPConnection) -> Any:
-        conn.request("POST", f"/v2/models/{model}/infer", payload,
-                     {"Content-Type": "application/json"})  # fmt: skip
-        response = conn.getresponse()
-        data = response.read()
-        if response.status != 200:
-            raise RuntimeError(f"{model}: {response.status} {data[:300]!r}")
-        answer = json.loads(data)
-        return answer["outputs"][0]["data"] if "outputs" in answer else answer
-
-    return call
-
-
-def ensure_venv() -> Path:
-    """MLServer's sklearn runtime in a venv of its own (built once)."""
-    python = VENV / "bin" / "python"
-    marker = VENV / ".complete"
-    if marker.is_file() and marker.read_text() == MLSERVER_SKLEARN:
-        return python
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)], check=True)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    MLSERVER_SKLEARN], check=True, env=env)  # fmt: skip
-    marker.write_text(MLSERVER_SKLEARN)
-    return python
+    digits = datasets.load_digits()
+    x = digits.images.reshape(len(digits.images), -1)
+    half = len(x) // 2
+    classifier = svm.SVC(gamma=0.001).fit(x[:half], digits.target[:half])
+    joblib.dump(classifier, folder / "mnist-svm.joblib")
+    (folder / "settings.json").write_text(json.dumps({"debug": "true"}, indent=4))
+    settings = {"name": MODEL, "implementation": "mlserver_sklearn.SKLearnModel",
+                "parameters": {"uri": "./mnist-svm.joblib", "version": VERSION}}  # fmt: skip
+    (folder / "model-settings.json").write_text(json.dumps(settings, indent=4))
+    return classifier, x[half : half + 1]
 
 
 def free_port() -> int:
@@ -106,132 +81,122 @@ def free_port() -> int:
         return port
 
 
-def mlserver(python: Path, folder: Path, model: Path) -> Server:
-    http_port = free_port()
-    settings = {"host": "127.0.0.1", "http_port": http_port, "grpc_port": free_port(),
-                "metrics_port": free_port(), "parallel_workers": 0,
-                "debug": False}  # fmt: skip
-    (folder / "settings.json").write_text(json.dumps(settings))
-    (folder / "rf").mkdir()
-    (folder / "rf" / "model-settings.json").write_text(json.dumps({
-        "name": "rf", "implementation": "mlserver_sklearn.SKLearnModel",
-        "parameters": {"uri": str(model)},
-    }))  # fmt: skip
-    env_path = os.environ.pop("PYTHONPATH", None)
-    try:
-        return Server([str(python), "-m", "mlserver.cli.main", "start", str(folder)], SERVER_CPU,
-                      r"Uvicorn running on http://127\.0\.0\.1:(\d+)", cwd=folder)  # fmt: skip
-    finally:
-        if env_path is not None:
-            os.environ["PYTHONPATH"] = env_path
+def start_mlserver(folder: Path) -> Server:
+    http = free_port()
+    os.environ.update(MLSERVER_HTTP_PORT=str(http), MLSERVER_GRPC_PORT=str(free_port()),
+                      MLSERVER_METRICS_PORT=str(free_port()), MLSERVER_HOST="127.0.0.1",
+                      MLSERVER_PARALLEL_WORKERS="0")  # fmt: skip
+    argv = [sys.executable, "-c", "from mlserver.cli import main; main()", "start", "."]
+    return Server(argv, SERVER_CPU, rf"Uvicorn running on http://127\.0\.0\.1:({http})", folder)
+
+
+def start_servekit(target: Path) -> Server:
+    argv = [sys.executable, "-m", "servekit", "serve", str(target), "--http-port", "0",
+            "--no-grpc", "--host", "127.0.0.1", "--log-level", "warning"]  # fmt: skip
+    return Server(argv, SERVER_CPU, r"listening http://127\.0\.0\.1:(\d+)", ROOT)
+
+
+def answer(url: str, body: bytes) -> list[Any]:
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as reply:
+        data: list[Any] = json.loads(reply.read())["outputs"][0]["data"]
+        return data
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
+    parser.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--write", type=Path, help="write the table into this markdown file")
     args = parser.parse_args()
-    python = ensure_venv()
-    os.sched_setaffinity(0, {int(CLIENT_CPU)})
+    if importlib.util.find_spec("mlserver_sklearn") is None:
+        raise SystemExit("bench: MLServer's sklearn runtime is missing: pip install -e '.[test]'")
     before = load_average()
-    results: dict[tuple[str, int], dict[str, float]] = {}
-    notes: list[str] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
-        model, forest, row = fit(folder)
-        want = forest.predict(row).tolist()
-        payload = body(row)
-        (folder / "serve.yaml").write_text(
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    servers: dict[str, tuple[Server, str]] = {}
+    os.environ["PYTHONPATH"] = str(ROOT / "app")  # this checkout's servekit
+    with tempfile.TemporaryDirectory(prefix="servekit-tabular-") as scratch:
+        folder = Path(scratch) / "sklearn"
+        folder.mkdir()
+        classifier, row = example(folder)
+        want = classifier.predict(row).tolist()
+        tensor = {"name": "predict", "shape": [1, 64], "datatype": "FP32",
+                  "data": row.astype("float32").tolist()}  # fmt: skip
+        body = Path(scratch) / "body.json"
+        body.write_bytes(json.dumps({"inputs": [tensor]}).encode())
+        yaml = Path(scratch) / "serve.yaml"
+        joblib_file = folder / "mnist-svm.joblib"
+        yaml = Path(scratch) / "serve.yaml"
+        yaml.write_text(
             "models:\n"
-            f"  - {{name: rf, modelFormat: {{name: sklearn}}, storageUri: {model}}}\n"
-            f"  - {{name: rf-onnx, modelFormat: {{name: sklearn}}, storageUri: {model},\n"
-            "     convert: onnx}\n"
+            f"  - {{name: mnist-svm-off, modelFormat: {{name: sklearn}},\n"
+            f"     storageUri: {joblib_file}, maxBatchSize: 64}}\n"
+            f"  - {{name: mnist-svm-onnx, modelFormat: {{name: sklearn}},\n"
+            f"     storageUri: {joblib_file}, convert: onnx}}\n"
         )
-        os.environ["PYTHONPATH"] = str(ROOT / "app")  # this checkout's servekit
-        argv = [sys.executable, "-m", "servekit", "serve", str(folder / "serve.yaml"),
-                "--http-port", "0", "--grpc-port", "0", "--host", "127.0.0.1",
-                "--log-level", "warning"]  # fmt: skip
-        servers: dict[str, tuple[Server, str]] = {}
-        server = Server(argv, SERVER_CPU, r"listening http://127\.0\.0\.1:(\d+)", cwd=ROOT)
-        servers["servekit native"] = (server, "rf")
-        servers["servekit convert: onnx"] = (server, "rf-onnx")
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-            wait_ready(conn)
-            conn.request("GET", "/v2/repository/index")
-            notes.append(conn.getresponse().read().decode())
-            for way in ("servekit native", "servekit convert: onnx"):
-                check(way, infer(servers[way][1], payload)(conn), want)
-            conn.close()
-            for c in (1, 16):
-                for way in ("servekit native", "servekit convert: onnx"):
-                    results[(way, c)] = drive(server.port, infer(servers[way][1], payload), c,
-                                              args.duration)  # fmt: skip
+            mine = start_servekit(folder)
+            path = f"/v2/models/{MODEL}/versions/{VERSION}/infer"
+            servers[SERVEKIT] = (mine, f"http://127.0.0.1:{mine.port}{path}")
+            other = start_servekit(yaml)
+            base = f"http://127.0.0.1:{other.port}"
+            servers[OFF] = (other, f"{base}/v2/models/mnist-svm-off/infer")
+            servers[ONNX] = (other, f"{base}/v2/models/mnist-svm-onnx/infer")
+            theirs = start_mlserver(folder)
+            servers[MLSERVER] = (theirs, f"http://127.0.0.1:{theirs.port}{path}")
+            for way, (_, url) in servers.items():
+                wait_ready(url.split("/v2/")[0] + "/v2/health/ready")
+                got = answer(url, body.read_bytes())
+                if got != want:
+                    raise SystemExit(f"{way} answers {got}, the estimator {want}")
+                run_wrk(url, body, None, 16, 1.0)  # warm-up
+            for round_no in range(1, args.repeat + 1):
+                print(f"round {round_no}/{args.repeat} (load average {load_average()})", flush=True)
+                for c in CONNECTIONS:
+                    for way, (server, url) in servers.items():
+                        result = measure(server, url, body, None, c, args.duration)
+                        runs.setdefault((way, c), []).append(result)
+                        print(f"  {way:26s} c={c:<3d} {result['rps']:8.0f} req/s", flush=True)
         finally:
-            server.stop()
-        ml_folder = folder / "mlserver"
-        ml_folder.mkdir()
-        ml = mlserver(python, ml_folder, model)
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", ml.port, timeout=60)
-            wait_ready(conn)
-            check("MLServer", infer("rf", payload)(conn), want)
-            conn.close()
-            for c in (1, 16):
-                results[("MLServer 1.7.1 sklearn", c)] = drive(ml.port, infer("rf", payload), c,
-                                                              args.duration)  # fmt: skip
-        finally:
-            ml.stop()
-        noop = Server([sys.executable, str(HERE / "noop_asgi.py"), "--server", "uvicorn"],
-                      SERVER_CPU, r"listening (\d+)")  # fmt: skip
-        try:
-            for c in (1, 16):
-                results[("do-nothing ASGI (uvicorn)", c)] = drive(
-                    noop.port, infer("x", payload), c, args.duration
-                )
-        finally:
-            noop.stop()
-    section = render(results, before, load_average(), args.duration)
+            for server, _ in servers.values():
+                server.stop()
+    section = render(runs, before, load_average(), args)
     print(section)
-    print("\n".join(notes), file=sys.stderr)
     if args.write:
         write_section(args.write, section, START, END)
 
 
-def check(way: str, got: Any, want: list[int]) -> None:
-    if list(got) != want:
-        raise SystemExit(f"{way} answers {got}, the estimator {want}")
-
-
-WAYS = (
-    "servekit native",
-    "servekit convert: onnx",
-    "MLServer 1.7.1 sklearn",
-    "do-nothing ASGI (uvicorn)",
-)
-
-
 def render(
-    results: dict[tuple[str, int], dict[str, float]], before: str, after: str, seconds: float
+    runs: dict[tuple[str, int], list[dict[str, Any]]],
+    before: str,
+    after: str,
+    args: argparse.Namespace,
 ) -> str:
     lines = [
         START,
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on {machine()}; load average {before} before, "
-        f"{after} after.",
-        f"`python bench/tabular.py --duration {seconds:g}`",
+        f"{after} after; `python bench/tabular.py --duration {args.duration:g} --repeat "
+        f"{args.repeat}`, medians of {args.repeat} rounds [range].",
         "",
-        "| server | in flight | requests/s | p50 | x MLServer | x servekit native |",
+        "| server | conns | requests/s | x MLServer | CPU us/req | x MLServer CPU |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for c in (1, 16):
-        mlserver_rps = results[("MLServer 1.7.1 sklearn", c)]["rps"]
-        native_rps = results[("servekit native", c)]["rps"]
+    for c in CONNECTIONS:
+        theirs = runs[(MLSERVER, c)]
+        their_cpu = statistics.median(r["cpu_us_per_request"] or 0 for r in theirs)
         for way in WAYS:
-            cell = results[(way, c)]
+            cell = runs[(way, c)]
+            rps = statistics.median(r["rps"] for r in cell)
+            cpu = statistics.median(r["cpu_us_per_request"] or 0 for r in cell)
+            if way == MLSERVER:
+                lines.append(f"| {way} | {c} | {rps:,.0f} | - | {cpu:.0f} | - |")
+                continue
+            ratios = [r["rps"] / other["rps"] for r, other in zip(cell, theirs, strict=True)]
             lines.append(
-                f"| {way} | {c} | {cell['rps']:,.0f} | {cell['p50_ms']:.2f} ms | "
-                f"{cell['rps'] / mlserver_rps:.2f} | {cell['rps'] / native_rps:.2f} |"
+                f"| {way} | {c} | {rps:,.0f} | {statistics.median(ratios):.2f} "
+                f"[{min(ratios):.2f}-{max(ratios):.2f}] | {cpu:.0f} | "
+                f"{their_cpu / cpu if cpu else 0:.2f} |"
             )
     lines += ["", END]
     return "\n".join(lines)

@@ -92,6 +92,11 @@ CONVERTIBLE = frozenset({"sklearn", "xgboost", "lightgbm"})
 """Runtimes whose models ``convert: onnx`` turns into ONNX at load
 (app/servekit/runtimes/converted.py)."""
 
+ROW_WISE = CONVERTIBLE
+"""Runtimes whose models answer each row of a call on its own (the library's ``predict`` of N
+rows is N predicts of one), so the requests waiting for one are stacked into one call by
+default (app/servekit/services/execution/jobs.py); not MLflow, whose pyfunc may be any code."""
+
 
 @dataclass(frozen=True)
 class ResolvedOptions:

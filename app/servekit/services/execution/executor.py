@@ -27,9 +27,12 @@ requests arriving meanwhile queue up for the next one. A request that is the onl
 hold (low load; the HTTP listener counts one more while it reads several requests a loop pass: the
 load signal, app/servekit/services/execution/load.py) runs on the loop when the version's
 single-request calls are measured fast, as an unbatched version's would: at one request in flight a
-batching model then costs what an unbatched one costs, not a loop pass and a thread hop. A batch of
-one request with others in progress elsewhere in the server runs in the threads: on the loop it
-would hold back the requests that could join the next batch."""
+batching model then costs what an unbatched one costs, not a loop pass and a thread hop; one that
+must run in the threads starts there at once, without the loop pass. A batch of one request with
+others in progress elsewhere in the server runs in the threads: on the loop it would hold back the
+requests that could join the next batch. Batching is on with serve.yaml's ``dynamicBatching``, and
+by default for row-wise models (scikit-learn, XGBoost, LightGBM; ``ExecutorSettings.batch_rows``).
+"""
 
 from __future__ import annotations
 
@@ -296,9 +299,12 @@ class ModelExecutor:
         if expiry is not None:
             job.timer = loop.call_later(max(0.0, expiry - time.monotonic()), self._expire, job)
         if self._idle:
-            # Requests decoded in this same loop pass may join (batching), or run right after
-            # (an unbatched version on the loop: ``_gathers``).
-            if self.settings.batch_rows or self._gathers(job, queue_by is None):
+            # Requests decoded in this same loop pass may join (batching, unless this is the
+            # one request the listeners hold: it starts now, as an unbatched one would), or run
+            # right after (an unbatched version on the loop: ``_gathers``).
+            if (
+                self.settings.batch_rows and (len(self._queue) > 1 or self.in_progress() != 1)
+            ) or self._gathers(job, queue_by is None):
                 if self._soon is None:
                     self._soon = loop.call_soon(self._dispatch)
             elif self.placement.mode is Mode.LEARNING and self._idle == self.settings.instances:

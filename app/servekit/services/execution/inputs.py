@@ -130,12 +130,14 @@ def check_request(
     """The runtime's feed (name -> array), the outputs to compute, the class counts asked for
     (None: none) and the request's rows (1 for a model without a batch dimension). A tabular
     model's inputs are MLServer's content types, columns or a matrix (the codec
-    app/servekit/codecs/content_types.py reads them)."""
+    app/servekit/codecs/content_types.py reads them); its rows are always counted, as its calls
+    stack the rows of the requests waiting (app/servekit/services/execution/jobs.py)."""
     tabular = signature.tabular
-    if tabular is None:
-        feed = validate_inputs(request, signature.input_index, max_batch_size)
-    else:
-        feed, _ = tabular_feed(request, signature.inputs, tabular, max_batch_size)
+    if tabular is not None:
+        feed, rows = tabular_feed(request, signature.inputs, tabular, max_batch_size)
+        wanted, classes = requested_outputs(request, signature)
+        return feed, wanted, classes, rows
+    feed = validate_inputs(request, signature.input_index, max_batch_size)
     wanted, classes = requested_outputs(request, signature)
     rows = 1
     if max_batch_size > 0 and request.inputs and request.inputs[0].shape:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
-from servekit.config.compiler import ModelPlan
+from servekit.config.compiler import ROW_WISE, ModelPlan
 from servekit.observability.request_ids import CURRENT
 from servekit.runtimes.base import Arrays
 from servekit.services.execution import batching
@@ -31,7 +31,8 @@ class ExecutorSettings:
     max_queue_size: int
     queue_timeout_s: float
     batch_rows: int
-    """maxBatchSize when dynamic batching is on, else 0 (one request per call)."""
+    """Most rows a call stacks from the requests waiting: maxBatchSize when dynamic batching is
+    on, ``ROW_BATCH`` for a row-wise model that sets neither, else 0 (one request per call)."""
     preferred: frozenset[int]
 
     @classmethod
@@ -45,9 +46,27 @@ class ExecutorSettings:
             inline_below_ns=inline_below_ns,
             max_queue_size=config.max_queue_size if config is not None else 0,
             queue_timeout_s=(config.queue_timeout_microseconds / 1e6) if config else 0.0,
-            batch_rows=plan.max_batch_size if dynamic is not None else 0,
+            batch_rows=_batch_rows(plan, dynamic is not None),
             preferred=frozenset(dynamic.preferred_batch_size) if dynamic else frozenset(),
         )
+
+
+ROW_BATCH = 64
+"""Most rows a call of a row-wise model (a scikit-learn, XGBoost or LightGBM model) stacks when
+serve.yaml sets no ``maxBatchSize``: its library answers each row on its own, and most of a call
+of a few rows is the library's own per-call cost (an SVC on the 8x8 digits: 101 us for one row,
+417 us for 16), so the requests waiting for it share one call. As with ``dynamicBatching``, a
+request never waits for company while the model is free."""
+
+
+def _batch_rows(plan: ModelPlan, dynamic: bool) -> int:
+    """Rows a call may stack (``ExecutorSettings.batch_rows``). A ``maxBatchSize`` without
+    ``dynamicBatching`` is Triton's meaning, no batching: the way to turn the default off."""
+    if dynamic:
+        return plan.max_batch_size
+    if plan.max_batch_size == 0 and plan.implementation in ROW_WISE and plan.sequence is None:
+        return ROW_BATCH
+    return 0
 
 
 class Job:
