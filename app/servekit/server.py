@@ -319,6 +319,8 @@ class ServeKit:
         await self.control.close()  # no more looks at remote storage
         await self.repository.close()
         tracing.flush()  # the last requests' spans
+        if self.state.payloads is not None:  # the events still queued, then its thread ends
+            await asyncio.to_thread(self.state.payloads.close)
 
 
 class StopSignals:

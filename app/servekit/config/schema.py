@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from servekit.config.hosts import check_entry
 from servekit.config.openai import Declared, OpenAISettings, check_fits
+from servekit.config.payload_log import PayloadLogConfig
 from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema_base import Section
@@ -499,6 +500,9 @@ class ServerConfig(Section):
     tracing: TracingConfig = Field(TracingConfig(), json_schema_extra=RESTART)
     """OpenTelemetry traces sent to an OTLP collector (docs/observability.md, "Traces"); the
     standard `OTEL_*` variables win where both set the same thing."""
+    payload_log: PayloadLogConfig | None = Field(None, json_schema_extra=RESTART)
+    """Record the requests and answers of the models marked `payloadLog: true` to a JSON-lines
+    file or an HTTP endpoint (KServe's logger format): docs/observability.md, "Payload log"."""
     shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
     """Triton's system shared memory extension (clients on this host register POSIX shared
     memory objects and name them in inference requests instead of sending tensors): `off`
@@ -816,6 +820,9 @@ class ModelConfig(Section):
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
+    payload_log: bool = False
+    """Write this model's requests and answers to the payload log (`server.payloadLog`, which
+    says where, which share and which parts)."""
     openai: OpenAISettings | None = None
     """Serve this model on the OpenAI-compatible routes (`/openai/v1/`) as `{kind: chat}`,
     `completion` or `embedding` (`openai: chat` for short); its declared inputs and outputs

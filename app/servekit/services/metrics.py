@@ -137,6 +137,27 @@ class CatalogCollector(Collector):
         yield from (success, failure, rows, executions, seconds, state)
         yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
         yield from (pending, inflight, cached)
+        yield from _payload_log_metrics(self._catalog)
+
+
+def _payload_log_metrics(catalog: Catalog) -> Iterator[Metric]:
+    """The payload log's counts (``server.payloadLog``; nothing without one), this process's."""
+    counts = catalog.payload_log()
+    if counts is None:
+        return
+    logged = CounterMetricFamily(
+        "servekit_payload_log_logged", "Payload log events the sink took (server.payloadLog)"
+    )
+    logged.add_metric([], counts.logged)
+    dropped = CounterMetricFamily(
+        "servekit_payload_log_dropped",
+        "Payload log events dropped, by reason (queue_full: the sink was slower than the "
+        "requests; sink_failed: it refused, timed out or answered an error)",
+        labels=["reason"],
+    )
+    dropped.add_metric(["queue_full"], counts.queue_full)
+    dropped.add_metric(["sink_failed"], counts.sink_failed)
+    yield from (logged, dropped)
 
 
 def _sequence_metrics(
