@@ -237,3 +237,27 @@ def dropped(metrics: str) -> float:
         for line in metrics.splitlines()
         if line.startswith("servekit_payload_log_dropped_total{")
     )
+
+
+def test_a_notebook_reads_the_counts(tmp_path: Path) -> None:
+    import servekit
+
+    config = write_config(tmp_path, "http://127.0.0.1:9/")  # port 9 (discard): refused
+    config.write_text(
+        config.read_text().replace(
+            "{sink: http, url: 'http://127.0.0.1:9/'}", "{sink: file, path: log/p.jsonl}"
+        )
+    )
+    x = np.ones((1, 16), np.float32)
+    with servekit.serve(str(config), http_port=0, grpc_port=None) as server:
+        server.infer("add_sub", {"INPUT0": x, "INPUT1": x})
+        wait_until(lambda: (server.payload_log or {}).get("logged") == 2, what="two logged")
+        assert server.payload_log == {
+            "sink": "file p.jsonl",
+            "logged": 2,
+            "dropped": 0,
+            "queue_full": 0,
+            "sink_failed": 0,
+        }
+    lines = (tmp_path / "log" / "p.jsonl").read_text().splitlines()
+    assert [json.loads(line)["type"] for line in lines] == [REQUEST, RESPONSE]

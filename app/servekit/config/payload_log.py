@@ -47,7 +47,8 @@ class PayloadLogConfig(Section):
     """Log the answer (its outputs): type `org.kubeflow.serving.inference.response`, only for
     a request answered without error (as KServe's logger)."""
     max_bytes: int = Field(100 * 1024 * 1024, ge=1024)
-    """`sink: file`: size at which the file is rotated (default 100 MiB)."""
+    """`sink: file`: size at which the file is rotated (default 100 MiB); events are written
+    in groups of at most 64, so a file may pass it by one group."""
     backup_count: int = Field(5, ge=1, le=1000)
     """`sink: file`: rotated files kept (`path.1` the newest); older ones are deleted."""
 

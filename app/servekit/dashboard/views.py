@@ -78,6 +78,22 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         # Closed to every request (a public bind without that group's token): no token helps.
         "closed": [group.value for group in access.closed],
         "workers": workers(catalog) if admin else [],
+        "payload_log": payload_log(catalog) if admin else None,
+    }
+
+
+def payload_log(catalog: Catalog) -> dict[str, Any] | None:
+    """The Payload log card (``server.payloadLog``; None without one): where it goes, as pages
+    may show it, and what it logged and dropped in this process (admin data, as statistics)."""
+    counts = catalog.payload_log()
+    if counts is None:
+        return None
+    return {
+        "sink": catalog.payload_sink(),
+        "logged": counts.logged,
+        "dropped": counts.dropped,
+        "queue_full": counts.queue_full,
+        "sink_failed": counts.sink_failed,
     }
 
 

@@ -48,6 +48,9 @@ RESPONSE = "org.kubeflow.serving.inference.response"
 """KServe's CloudEvent type of a logged answer (``CEInferenceResponse``)."""
 CAPACITY = 256
 """Events waiting for the sink at most (KServe's logger queues 100); one more is dropped."""
+BATCH = 64
+"""Most events the log's thread takes off the queue at once: the file sink writes them as one
+write (one flush, one rotation check), the HTTP sink one POST each, as KServe's logger."""
 TIMEOUT_S = 2.0
 """Longest the HTTP sink waits to connect, or for each read of its answer."""
 RETRY_S = 1.0
@@ -95,10 +98,22 @@ class PayloadCounts:
         return self.queue_full + self.sink_failed
 
 
-class Sink(Protocol):
-    """Where events go: ``write`` raises when the event was not taken."""
+Ready = list[tuple[PayloadEvent, bytes]]
+"""Events with their JSON, in the order they were offered: what a sink is handed at once."""
 
-    def write(self, event: PayloadEvent, body: bytes, source: str) -> None: ...
+
+class SinkFailed(Exception):
+    """A sink took the first ``taken`` events it was handed, then failed (``__cause__``)."""
+
+    def __init__(self, taken: int) -> None:
+        super().__init__(taken)
+        self.taken = taken
+
+
+class Sink(Protocol):
+    """Where events go: ``write`` takes them all, or raises :class:`SinkFailed`."""
+
+    def write(self, events: Ready, source: str) -> None: ...
 
     def close(self) -> None: ...
 
@@ -158,10 +173,17 @@ class FileSink:
         )
         self._handler.setFormatter(logging.Formatter("%(message)s"))
 
-    def write(self, event: PayloadEvent, body: bytes, source: str) -> None:
-        line = orjson.dumps({**attributes(event, source), "data": orjson.Fragment(body)})
-        record = logging.makeLogRecord({"msg": line.decode(), "levelno": logging.INFO})
-        self._handler.emit(record)
+    def write(self, events: Ready, source: str) -> None:
+        """One write of every event's line (the file may pass ``max_bytes`` by one batch)."""
+        lines = [
+            orjson.dumps({**attributes(event, source), "data": orjson.Fragment(body)}).decode()
+            for event, body in events
+        ]
+        record = logging.makeLogRecord({"msg": "\n".join(lines), "levelno": logging.INFO})
+        try:
+            self._handler.emit(record)
+        except Exception as exc:
+            raise SinkFailed(0) from exc
 
     def close(self) -> None:
         self._handler.close()
@@ -191,7 +213,14 @@ class HttpSink:
             )
         return http.client.HTTPConnection(self._host, self._port, timeout=TIMEOUT_S)
 
-    def write(self, event: PayloadEvent, body: bytes, source: str) -> None:
+    def write(self, events: Ready, source: str) -> None:
+        for taken, (event, body) in enumerate(events):
+            try:
+                self._post(event, body, source)
+            except Exception as exc:
+                raise SinkFailed(taken) from exc
+
+    def _post(self, event: PayloadEvent, body: bytes, source: str) -> None:
         headers = {
             f"Ce-{name.capitalize()}": value
             for name, value in attributes(event, source).items()
@@ -222,34 +251,47 @@ class HttpSink:
 
 
 class PayloadLog:
-    """The queue, the thread and the counts around one sink (see the module docstring)."""
+    """The queue, the thread and the counts around one sink (see the module docstring).
+
+    The queue is a ``SimpleQueue`` (no lock taken on the request's side) bounded by counting:
+    what the request's thread put in minus what the log's thread took out is what waits, and
+    past ``capacity`` an event is dropped before it is even made (:meth:`admits`)."""
 
     def __init__(self, sink: Sink, source: Callable[[], str], capacity: int = CAPACITY) -> None:
         """``source``: ``Ce-Source`` (the server's address, read when an event is sent)."""
         self.sink = sink
         self._source = source
-        self._queue: queue.Queue[PayloadEvent | None] = queue.Queue(capacity)
+        self._capacity = capacity
+        self._queue: queue.SimpleQueue[PayloadEvent | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._down_until = 0.0
         self._warned = -WARN_EVERY_S
         # Each count is written by one thread only (no lock): the request's or the log's.
+        self._put = 0
         self._full = 0
         self._refused = 0
+        self._taken = 0
         self._logged = 0
         self._failed = 0
 
-    def offer(self, event: PayloadEvent) -> None:
-        """Queue ``event`` for the sink, or drop and count it at once (a full queue, a sink
-        left alone after failing): never waits."""
+    def admits(self, events: int) -> bool:
+        """Whether a request's ``events`` may be offered; if not (the queue is full, or a sink
+        that failed is left alone), they are counted dropped now, before anything is made."""
         if self._down_until and time.monotonic() < self._down_until:
-            self._refused += 1
-            return
+            self._refused += events
+            return False
+        if self._put - self._taken >= self._capacity:
+            self._full += events
+            return False
+        return True
+
+    def offer(self, event: PayloadEvent) -> None:
+        """Queue ``event`` for the sink (admitted by :meth:`admits`); never waits. The queue
+        may hold a few more than ``capacity``: the events of requests admitted together."""
         if self._thread is None:
             self._start()
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
-            self._full += 1
+        self._put += 1
+        self._queue.put(event)
 
     def counts(self) -> PayloadCounts:
         return PayloadCounts(self._logged, self._full, self._failed + self._refused)
@@ -260,24 +302,52 @@ class PayloadLog:
         thread.start()
 
     def _run(self) -> None:
-        sink = self.sink
-        take = self._queue.get
-        while (event := take()) is not None:
-            if self._down_until and time.monotonic() < self._down_until:
-                self._failed += 1
-                continue
+        take, more = self._queue.get, self._queue.get_nowait
+        while True:
+            batch = [take()]
+            while batch[-1] is not None and len(batch) < BATCH:
+                try:
+                    batch.append(more())
+                except queue.Empty:
+                    break
+            stop = batch[-1] is None
+            events = [event for event in batch if event is not None]
+            self._taken += len(events)
+            self._deliver(events)
+            if stop:
+                break
+        self.sink.close()
+
+    def _deliver(self, events: list[PayloadEvent]) -> None:
+        """Hand ``events`` to the sink, counting what it took and what was dropped."""
+        if not events:
+            return
+        if self._down_until and time.monotonic() < self._down_until:
+            self._failed += len(events)
+            return
+        ready: Ready = []
+        for event in events:
             try:
-                sink.write(event, event.body(), self._source())
-            except Exception as exc:
+                ready.append((event, event.body()))
+            except Exception as exc:  # a value JSON cannot hold: this event only
                 self._failed += 1
-                self._down_until = time.monotonic() + RETRY_S
                 self._warn(exc)
-                continue
-            self._down_until = 0.0
-            self._logged += 1
-        sink.close()
+        if not ready:
+            return
+        try:
+            self.sink.write(ready, self._source())
+        except SinkFailed as failed:
+            self._logged += failed.taken
+            self._failed += len(ready) - failed.taken
+            self._down_until = time.monotonic() + RETRY_S
+            cause = failed.__cause__
+            self._warn(cause if isinstance(cause, Exception) else failed)
+            return
+        self._down_until = 0.0
+        self._logged += len(ready)
 
     def _warn(self, error: Exception) -> None:
+        """Say in the server's log why events are dropped (at most once a minute)."""
         now = time.monotonic()
         if now - self._warned < WARN_EVERY_S:
             return
@@ -295,15 +365,6 @@ class PayloadLog:
         thread = self._thread
         if thread is None:
             return
-        while True:
-            try:
-                self._queue.put_nowait(None)
-                break
-            except queue.Full:  # the oldest events make room for the end mark
-                try:
-                    self._queue.get_nowait()
-                    self._full += 1
-                except queue.Empty:
-                    pass
+        self._queue.put(None)
         thread.join(timeout)
         self._thread = None

@@ -77,7 +77,9 @@ def with_payload_log(
         settings = state.plan.server.payload_log
         if settings is None or not _marked(repository, request.model_name):
             return await infer(request, deadline, arrived, step)
-        if random.random() >= settings.sample_ratio:
+        if random.random() >= settings.sample_ratio or not payloads.admits(
+            settings.inputs + settings.outputs
+        ):
             return await infer(request, deadline, arrived, step)
         info = CURRENT.get()
         request_id = info.id if info is not None else (request.id or new_id())
