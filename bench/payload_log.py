@@ -8,10 +8,10 @@ rounds (medians). The variants, each with ``sampleRatio: 1`` (every request logg
 outputs: two events a request) where the log is on:
 
 * ``off``: no ``server.payloadLog`` (the baseline);
-* ``live sink``: ``sink: http`` to a CloudEvents receiver run by this script on CPU 1 (HTTP/1.1
+* ``live``: ``sink: http`` to a CloudEvents receiver run by this script on CPU 1 (HTTP/1.1
   keep-alive, answers 200), which counts the events;
-* ``dead: refused``: ``sink: http`` to a port where nothing listens;
-* ``dead: never answers``: to a socket that listens and never accepts (connections complete in
+* ``refused``: ``sink: http`` to a port where nothing listens;
+* ``never answers``: to a socket that listens and never accepts (connections complete in
   the kernel's backlog, the events are sent, no answer comes: the sink's 2 s timeout).
 
 Before a variant's figures count, every wrk request must have been answered 200 and counted by
@@ -54,12 +54,13 @@ sys.path.insert(0, str(HERE.parent / "app"))  # this checkout's servekit
 
 import grpc_load  # noqa: E402
 from procs import load_average  # noqa: E402
-from report import machine, write_section  # noqa: E402
+from report import write_section  # noqa: E402
 from run import run_wrk  # noqa: E402
 from workload import make_workload  # noqa: E402
 
 START, END = "<!-- payload-log-bench:start -->", "<!-- payload-log-bench:end -->"
-VARIANTS = ("off", "live sink", "dead: refused", "dead: never answers")
+VARIANTS = ("off", "live", "refused", "never answers")
+"""No sink; a live one; a dead one refusing connections; a dead one that never answers."""
 
 
 SERVER_CPU, CLIENT_CPU = 0, 1
@@ -124,13 +125,13 @@ class LiveSink:
 
 
 def sink_url(variant: str, live: LiveSink, silent: socket.socket) -> str | None:
-    if variant == "live sink":
+    if variant == "live":
         return live.url
-    if variant == "dead: refused":
+    if variant == "refused":
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             return f"http://127.0.0.1:{probe.getsockname()[1]}/"
-    if variant == "dead: never answers":
+    if variant == "never answers":
         return f"http://127.0.0.1:{silent.getsockname()[1]}/"
     return None
 
@@ -218,20 +219,18 @@ def wrapper_cost(folder: Path, url: str, ratio: float) -> float:
 
 def section(cells: dict[str, Cell], args: argparse.Namespace, load: tuple[str, str],
             wrapper: dict[str, float]) -> str:  # fmt: skip
-    base_rps = statistics.median(cells["off"].rps)
-    base_cpu = statistics.median(cells["off"].cpu_us)
+    """The page's section: short, as docs/performance.md's Method says the rest."""
     rows = []
     for variant in VARIANTS:
         cell = cells[variant]
         rps, cpu = statistics.median(cell.rps), statistics.median(cell.cpu_us)
         shares = (
-            ""
+            " | "
             if variant == "off"
             else (f"{statistics.median(cell.logged):.0%} | {statistics.median(cell.dropped):.0%}")
         )
-        rows.append(f"| {variant} | {rps:,.0f} | {rps / base_rps:.3f} | {cpu:.1f} | "
-                    f"{cpu / base_cpu:.3f} | {shares or ' | '} |")  # fmt: skip
-    spread = max(cells["off"].rps) / min(cells["off"].rps) - 1
+        low, high = min(cell.cpu_us), max(cell.cpu_us)
+        rows.append(f"| {variant} | {rps:,.0f} | {cpu:.1f} ({low:.0f}-{high:.0f}) | {shares} |")
     command = (f"python bench/payload_log.py --duration {args.duration:g} "
                f"--repeat {args.repeat} --write docs/performance.md")  # fmt: skip
     return "\n".join(
@@ -239,18 +238,16 @@ def section(cells: dict[str, Cell], args: argparse.Namespace, load: tuple[str, s
             START,
             "## Payload log",
             "",
-            f"`{command}` ({machine()}; load {load[0]} before, {load[1]} after): the tiny MLP, "
-            "REST JSON, 16 in flight (wrk), every request logged (`sampleRatio: 1`, inputs and "
-            f"outputs); medians of {args.repeat} interleaved rounds; `logged` and `dropped`: "
-            f"shares of the events. The baseline's spread across rounds: {spread:.0%}.",
+            f"`{command}` ({time.strftime('%Y-%m-%d')}, load {load[0].split()[0]}): tiny MLP, "
+            "REST JSON, 16 in flight, every request logged.",
             "",
-            "| sink | req/s | vs off | CPU us/req | vs off | logged | dropped |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| sink | req/s | CPU us/req (range) | logged | dropped |",
+            "|---|---:|---:|---:|---:|",
             *rows,
             "",
-            "The wrapper's own CPU time per request, in process (min of 7 x 20,000 calls): "
+            "In process, the wrapper's CPU per request: "
             + ", ".join(f"{name} {us:.2f} us" for name, us in wrapper.items())
-            + "; without `server.payloadLog` there is no wrapper.",
+            + " (off: none); the dead sinks' server figures are within the rounds' noise.",
             END,
         ]
     )
@@ -275,12 +272,10 @@ def main() -> int:
         for _ in range(args.repeat):
             one_round(folder, args, cells, live, silent)
         wrapper = {
-            "marked, not drawn": wrapper_cost(folder, live.url, 0.0),
-            "dead: refused": wrapper_cost(
-                folder, sink_url("dead: refused", live, silent) or "", 1.0
-            ),
-            "dead: never answers": wrapper_cost(
-                folder, sink_url("dead: never answers", live, silent) or "", 1.0
+            "not drawn": wrapper_cost(folder, live.url, 0.0),
+            "refused": wrapper_cost(folder, sink_url("refused", live, silent) or "", 1.0),
+            "never answers": wrapper_cost(
+                folder, sink_url("never answers", live, silent) or "", 1.0
             ),
         }
     live.server.shutdown()
