@@ -77,8 +77,8 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
         # Closed to every request (a public bind without that group's token): no token helps.
         "closed": [group.value for group in access.closed],
-        "workers": workers(catalog) if admin else [],
         "payload_log": payload_log(catalog) if admin else None,
+        "workers": workers(catalog) if admin else [],
     }
 
 
