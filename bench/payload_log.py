@@ -186,7 +186,7 @@ def wrapper_cost(folder: Path, url: str, ratio: float) -> float:
     from servekit.config.compiler import compile_plan
     from servekit.config.loader import parse_config
     from servekit.server import ServeKit
-    from servekit.services.payload_log import with_payload_log
+    from servekit.services.payload_log import recording
     from servekit.types import InferRequest, InferResponse
 
     text = make_workload(folder).config.read_text()
@@ -201,7 +201,7 @@ def wrapper_cost(folder: Path, url: str, ratio: float) -> float:
     async def measure() -> float:
         await kit.control.start()
         assert kit.state.payloads is not None
-        wrapped = with_payload_log(kit.state, kit.repository, kit.state.payloads, bare)
+        wrapped = recording(kit.state, kit.repository, kit.state.payloads, bare)
         costs = []
         for _ in range(7):
             began = time.process_time()

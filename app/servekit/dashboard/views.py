@@ -20,6 +20,7 @@ import yaml
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
+from servekit.dashboard.payload_log import payload_log
 from servekit.errors import ServeError
 from servekit.rest.triton_json import model_config_json
 from servekit.results import LoggedError
@@ -79,21 +80,6 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         "closed": [group.value for group in access.closed],
         "payload_log": payload_log(catalog) if admin else None,
         "workers": workers(catalog) if admin else [],
-    }
-
-
-def payload_log(catalog: Catalog) -> dict[str, Any] | None:
-    """The Payload log card (``server.payloadLog``; None without one): where it goes, as pages
-    may show it, and what it logged and dropped in this process (admin data, as statistics)."""
-    counts = catalog.payload_log()
-    if counts is None:
-        return None
-    return {
-        "sink": catalog.payload_sink(),
-        "logged": counts.logged,
-        "dropped": counts.dropped,
-        "queue_full": counts.queue_full,
-        "sink_failed": counts.sink_failed,
     }
 
 

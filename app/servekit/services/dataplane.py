@@ -41,7 +41,7 @@ from servekit.services.extensions import BINARY_DATA
 from servekit.services.kinds import RequestKind, handler_for
 from servekit.services.loading import VersionSetup
 from servekit.services.model_config import ModelConfiguration, model_configuration
-from servekit.services.payload_log import payload_log_of, with_payload_log
+from servekit.services.payload_log import with_payload_log
 from servekit.services.prepared import PreparedVersion
 from servekit.services.readiness import models_not_ready, not_ready_reason
 from servekit.services.sequences.handler import Sequences
@@ -88,9 +88,7 @@ class DataPlane:
         """Validate, run and answer one inference request (see ``_infer``), its tensors read
         from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
-        payloads = state.payloads = payload_log_of(state)  # (server.payloadLog: restart-only)
-        if payloads is not None:  # models calling models (above) are not logged
-            self.infer = with_payload_log(state, repository, payloads, self.infer)
+        self.infer = with_payload_log(state, repository, self.infer)  # (not models' calls)
         if sequences is None:
             sequences = Sequences(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (

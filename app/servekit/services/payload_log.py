@@ -63,7 +63,14 @@ def source_of(state: ServerState) -> str:
     return f"http://localhost:{listening.http_port}/" if listening else "http://localhost/"
 
 
-def with_payload_log(
+def with_payload_log(state: ServerState, repository: ModelRepository, infer: Infer) -> Infer:
+    """``infer`` recording the marked models' sampled requests, or ``infer`` itself without
+    ``server.payloadLog`` (restart-only: decided once); the log made is ``state.payloads``."""
+    payloads = state.payloads = payload_log_of(state)
+    return infer if payloads is None else recording(state, repository, payloads, infer)
+
+
+def recording(
     state: ServerState, repository: ModelRepository, payloads: PayloadLog, infer: Infer
 ) -> Infer:
     """``infer`` recording the marked models' sampled requests (see the module docstring)."""
