@@ -813,6 +813,9 @@ class ModelConfig(Section):
     grps_message: bool = False
     """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
     does (also when predict's one argument is annotated GrpsMessage)."""
+    payload_log: bool = False
+    """Write this model's requests and answers to the payload log (`server.payloadLog`, which
+    says where, which share and which parts)."""
     warmup: list[WarmupSample] = []
     """Warm-up samples run at every load, before the version is READY (Triton's model_warmup):
     a failing one leaves it UNAVAILABLE with the reason; a reload warms the new version before
@@ -820,9 +823,6 @@ class ModelConfig(Section):
     version_labels: dict[Annotated[str, Field(min_length=1, max_length=64)], int] = {}
     """Names for version numbers (grps' `1.0.0: 1`): a request may name the version instead,
     and a version folder may be named by its label (`models/m/1.0.0/model.onnx`)."""
-    payload_log: bool = False
-    """Write this model's requests and answers to the payload log (`server.payloadLog`, which
-    says where, which share and which parts)."""
     openai: OpenAISettings | None = None
     """Serve this model on the OpenAI-compatible routes (`/openai/v1/`) as `{kind: chat}`,
     `completion` or `embedding` (`openai: chat` for short); its declared inputs and outputs

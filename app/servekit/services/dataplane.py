@@ -88,7 +88,6 @@ class DataPlane:
         """Validate, run and answer one inference request (see ``_infer``), its tensors read
         from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
-        self.infer = with_payload_log(state, repository, self.infer)  # (not models' calls)
         if sequences is None:
             sequences = Sequences(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (
@@ -106,6 +105,7 @@ class DataPlane:
             for version in entry.versions.values():
                 if version.runtime is not None and version.executor is None:
                     version.executor = setup(entry.plan, version)
+        self.infer = with_payload_log(state, repository, self.infer)  # (not models' calls)
 
     # -- the server ---------------------------------------------------------------------------
     @property

@@ -35,6 +35,7 @@ class CatalogCollector(Collector):
         self._catalog = catalog
 
     def collect(self) -> Iterator[Metric]:
+        yield from _payload_log_metrics(self._catalog)
         labels = ["model", "version"]
         success = CounterMetricFamily(
             "servekit_inference_success", "Successful inference requests", labels=labels
@@ -134,7 +135,6 @@ class CatalogCollector(Collector):
                 _histograms(stats, key, batch_sizes, queue_seconds)
                 for reason, count in sorted(stats.batch_reasons.items()):
                     dispatches.add_metric([*key, reason], count)
-        yield from _payload_log_metrics(self._catalog)
         yield from (success, failure, rows, executions, seconds, state)
         yield from (batch_sizes, queue_seconds, dispatches, warmup, sequences, slots)
         yield from (pending, inflight, cached)
