@@ -323,6 +323,8 @@ class ServeKit:
         await self.dataplane.on_demand.close()  # on-demand loads under way stop
         await self.repository.close()
         tracing.flush()  # the last requests' spans
+        if self.state.payloads is not None:  # the events still queued, then its thread ends
+            await asyncio.to_thread(self.state.payloads.close)
 
 
 class StopSignals:

@@ -23,6 +23,7 @@ from servekit.config.auth import (
 )
 from servekit.config.hosts import is_loopback
 from servekit.config.loader import ConfigError, ConfigIssue, line_in_file
+from servekit.config.payload_log import payload_log_issues
 from servekit.config.pipelines import PIPELINE_RUNTIME, pipeline_issues
 from servekit.config.remote_uris import local_path, remote_scheme
 from servekit.config.schema import (
@@ -262,6 +263,7 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
     issues.extend(shared_memory_issues(config.server, access, config_path))
     issues.extend(pipeline_issues(config.models, config_path))
     issues.extend(sequence_issues(config, config_path))
+    issues.extend(payload_log_issues(config, config_path, available_cores()))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(

@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from servekit.config.hosts import check_entry
 from servekit.config.openai import Declared, OpenAISettings, check_fits
+from servekit.config.payload_log import PayloadLogConfig
 from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
 from servekit.config.schema_base import Section
@@ -597,6 +598,9 @@ class ServerConfig(Section):
     tracing: TracingConfig = Field(TracingConfig(), json_schema_extra=RESTART)
     """OpenTelemetry traces sent to an OTLP collector (docs/observability.md, "Traces"); the
     standard `OTEL_*` variables win where both set the same thing."""
+    payload_log: PayloadLogConfig | None = Field(None, json_schema_extra=RESTART)
+    """Record the requests and answers of the models marked `payloadLog: true` to a JSON-lines
+    file or an HTTP endpoint (KServe's logger format): docs/observability.md, "Payload log"."""
     shared_memory: SharedMemoryMode = Field("off", json_schema_extra=RESTART)
     """Triton's system shared memory extension (clients on this host register POSIX shared
     memory objects and name them in inference requests instead of sending tensors): `off`
@@ -915,6 +919,9 @@ class ModelConfig(Section):
     grps_message: bool = False
     """Python models: predict takes the whole grps GrpsMessage and returns one, as a grps model
     does (also when predict's one argument is annotated GrpsMessage)."""
+    payload_log: bool = False
+    """Write this model's requests and answers to the payload log (`server.payloadLog`, which
+    says where, which share and which parts)."""
     warmup: list[WarmupSample] = []
     """Warm-up samples run at every load, before the version is READY (Triton's model_warmup):
     a failing one leaves it UNAVAILABLE with the reason; a reload warms the new version before

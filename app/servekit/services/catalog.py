@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from servekit.models.repository import ModelEntry, ModelRepository, State
+from servekit.observability.payloads import PayloadCounts
 from servekit.results import IndexRow, LoggedError
 from servekit.services.composition.pipelines import steps_waiting, with_steps_waiting
 from servekit.services.execution.executor import ModelExecutor
@@ -110,6 +111,18 @@ class Catalog:
             state = "stopping"
         started = self._state.started_at
         return [WorkerStatus(0, os.getpid(), state, started, 0, success, failure)]
+
+    def payload_log(self) -> PayloadCounts | None:
+        """What the payload log did (logged, dropped and why) in this process; None when
+        serve.yaml has no ``server.payloadLog``."""
+        payloads = self._state.payloads
+        return payloads.counts() if payloads is not None else None
+
+    def payload_sink(self) -> str | None:
+        """The payload log's sink as pages may show it (``http`` and the URL without user
+        info or query, or ``file`` and the file's name), None without a payload log."""
+        payloads = self._state.payloads
+        return payloads.sink.shown() if payloads is not None else None
 
     def version_stats(self, name: str, version: int) -> VersionStats:
         """The statistics of one version (zeros if it has served nothing)."""

@@ -40,6 +40,7 @@ from servekit.services.kinds import RequestKind, handler_for
 from servekit.services.loading import VersionSetup
 from servekit.services.memory import OnDemand, declared_metadata
 from servekit.services.model_config import ModelConfiguration, model_configuration
+from servekit.services.payload_log import with_payload_log
 from servekit.services.prepared import PreparedVersion
 from servekit.services.readiness import models_not_ready, not_ready_reason
 from servekit.services.sequences.handler import Sequences
@@ -107,6 +108,7 @@ class DataPlane:
             for version in entry.versions.values():
                 if version.runtime is not None and version.executor is None:
                     version.executor = setup(entry.plan, version)
+        self.infer = with_payload_log(state, repository, self.infer)  # (not models' calls)
 
     # -- the server ---------------------------------------------------------------------------
     @property

@@ -36,6 +36,7 @@ class CatalogCollector(Collector):
         self._catalog = catalog
 
     def collect(self) -> Iterator[Metric]:
+        yield from _payload_log_metrics(self._catalog)
         labels = ["model", "version"]
         success = CounterMetricFamily(
             "servekit_inference_success", "Successful inference requests", labels=labels
@@ -229,6 +230,26 @@ def _histograms(
         running += count
         queue_buckets.append((str(bound), float(running)))
     queue_seconds.add_metric(key, queue_buckets, sum_value=stats.queue.ns / 1e9)
+
+
+def _payload_log_metrics(catalog: Catalog) -> Iterator[Metric]:
+    """The payload log's counts (``server.payloadLog``; nothing without one), this process's."""
+    counts = catalog.payload_log()
+    if counts is None:
+        return
+    logged = CounterMetricFamily(
+        "servekit_payload_log_logged", "Payload log events the sink took (server.payloadLog)"
+    )
+    logged.add_metric([], counts.logged)
+    dropped = CounterMetricFamily(
+        "servekit_payload_log_dropped",
+        "Payload log events dropped, by reason (queue_full: the sink was slower than the "
+        "requests; sink_failed: it refused, timed out or answered an error)",
+        labels=["reason"],
+    )
+    dropped.add_metric(["queue_full"], counts.queue_full)
+    dropped.add_metric(["sink_failed"], counts.sink_failed)
+    yield from (logged, dropped)
 
 
 def make_registry(catalog: Catalog) -> CollectorRegistry:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from servekit.config.compiler import ServePlan
 from servekit.config.schema import RESTART_ONLY, ServerConfig
 from servekit.errors import Unavailable
+from servekit.observability.payloads import PayloadLog
 from servekit.services.execution.load import CallCount as CallCount  # (the DataPlane's)
 from servekit.services.execution.load import Load
 
@@ -49,6 +50,7 @@ class ServerState:
         "listening",
         "load",
         "online",
+        "payloads",
         "plan_changed",
         "read_together",
         "request_timeout_s",
@@ -98,6 +100,9 @@ class ServerState:
         self.stopping = False
         """The server is shutting down: streams of decoupled models end at their next response
         (with an UNAVAILABLE error) instead of holding the shutdown until its grace runs out."""
+        self.payloads: PayloadLog | None = None
+        """The payload log (``server.payloadLog``; None without one): made by the DataPlane,
+        which feeds it, read by the Catalog for its counts, closed when the server stops."""
         self.plan_changed: list[Callable[[], None]] = []
         """Called after each ``replace_plan`` (the DataPlane re-tunes its executors there, so
         no request checks for an edit)."""

@@ -37,6 +37,12 @@ function showOverview(o) {
       el("strong", { text: e.source }), " ", el("span", { class: "reason", text: e.message })),
   "No errors since the server started.");
   showWorkers(o.workers || []);
+  if (o.payload_log) {
+    setText("payload-logged", String(o.payload_log.logged));
+    setText("payload-dropped", String(o.payload_log.dropped));
+    setText("payload-queue-full", String(o.payload_log.queue_full));
+    setText("payload-sink-failed", String(o.payload_log.sink_failed));
+  }
 }
 
 /** The Workers panel's rows (the panel exists only with several workers and admin access). */
