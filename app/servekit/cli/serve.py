@@ -29,9 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument(
         "config",
         nargs="?",
-        help=f"{STORED_CONFIG_HELP} (default: ./serve.yaml; where MLSERVER_MODEL_IMPLEMENTATION "
-        "or MLSERVER_MODELS_DIR is set, as in KServe's kserve-mlserver runtime, the MLServer "
-        "project $MLSERVER_MODELS_DIR, /mnt/models unless set)",
+        help=f"{STORED_CONFIG_HELP} (default: serve.yaml), or where MLSERVER_MODEL_IMPLEMENTATION "
+        "or MLSERVER_MODELS_DIR is set (KServe's kserve-mlserver runtime) the MLServer folder "
+        "$MLSERVER_MODELS_DIR (/mnt/models unless set)",
     )
     serve.add_argument(
         "--http-port",
