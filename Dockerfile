@@ -1,7 +1,10 @@
-# servekit image: runs `servekit serve /srv/serve.yaml --host 0.0.0.0` as a non-root user (uid
-# 10001). The server's own default is loopback only, which no port mapping or Service reaches
-# from outside the container: the command names every interface, and a replacement command
-# must too. Tokens (server.auth) belong in the environment or a mounted file, not in the image.
+# servekit image: runs `servekit serve --host 0.0.0.0` in /srv, which serves /srv/serve.yaml, as a
+# non-root user (uid 10001). Where the environment is MLServer's (KServe's kserve-mlserver
+# runtime sets MLSERVER_MODEL_IMPLEMENTATION), the same command serves the MLServer project
+# $MLSERVER_MODELS_DIR (default /mnt/models) instead, as MLServer's image would. The server's
+# own default is loopback only, which no port mapping or Service reaches from outside the
+# container: the command names every interface, and a replacement command must too.
+# Tokens (server.auth) belong in the environment or a mounted file, not in the image.
 #   podman build --format docker -t servekit:0.1.0 .      (or: docker build -t servekit:0.1.0 .)
 #   podman run --rm -p 8000:8000 -p 8001:8001 servekit:0.1.0
 # The image holds this folder's serve.yaml and models/; mount your own serve.yaml over
@@ -13,6 +16,11 @@ FROM python:3.11-slim AS requirements
 WORKDIR /src
 COPY pyproject.toml ./
 RUN python3 -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); print('\n'.join(p['build-system']['requires'] + p['project']['dependencies']))" > /requirements.txt
+# The extras of the model formats KServe's runtimes serve (kserve-servekit, and kserve-mlserver
+# with this image): sklearn, xgboost, lightgbm, mlflow. The image has no GPU: xgboost-cpu, the
+# same module without CUDA's NCCL libraries (hundreds of MB).
+ARG EXTRAS="sklearn xgboost lightgbm mlflow"
+RUN python3 -c "import os, tomllib; x = tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']; print('\n'.join(r.replace('xgboost>=', 'xgboost-cpu>=') for e in os.environ['EXTRAS'].split() for r in x[e]))" > /extras.txt
 
 # ---- deps: a virtualenv with the dependencies only ------------------------------------------
 FROM python:3.11-slim AS deps
@@ -23,6 +31,8 @@ RUN python3 -m venv /opt/venv
 # lint settings) or in the code reuses the slow dependency install.
 COPY --from=requirements /requirements.txt /tmp/requirements.txt
 RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt
+COPY --from=requirements /extras.txt /tmp/extras.txt
+RUN /opt/venv/bin/pip install --no-cache-dir -r /tmp/requirements.txt -r /tmp/extras.txt
 
 # ---- wheel: servekit built from this folder, so its package data (dashboard templates, static
 # files, py.typed) ships exactly as `pip install servekit` ships it -------------------------------
@@ -42,6 +52,13 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/srv \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# LightGBM's library needs OpenMP's runtime, which the slim base lacks. Unpinned on purpose:
+# Debian's point releases replace the version (a pinned one leaves the mirror), and bookworm's
+# libgomp1 only ever gets fixes.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libgomp1 \
+    && rm -rf /var/lib/apt/lists/*
 # A system user that owns nothing but its (empty) storage folder for models pushed by clients;
 # the code, serve.yaml and models stay root-owned and read-only to the server.
 RUN groupadd --system --gid 10001 servekit \
@@ -52,7 +69,7 @@ COPY --from=deps /opt/venv /opt/venv
 COPY --from=wheel /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
-    && python3 -c "import servekit.cli, servekit.server, servekit.export.k8s"
+    && python3 -c "import servekit.cli, servekit.server, servekit.export.k8s, sklearn, xgboost, lightgbm, mlflow.pyfunc"
 WORKDIR /srv
 # serve.yaml, the modules of Python models beside it (if any), and the model files.
 COPY serve.yaml *.py ./
@@ -68,4 +85,5 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
 # servekit is PID 1 and handles SIGTERM itself: in-flight requests finish, then it exits 0.
 # The HEALTHCHECK above and the probes need no token: health stays open whatever server.auth says.
 ENTRYPOINT ["servekit"]
-CMD ["serve", "/srv/serve.yaml", "--host", "0.0.0.0"]
+# No CONFIG named: /srv/serve.yaml, or MLServer's folder in an MLServer environment (above).
+CMD ["serve", "--host", "0.0.0.0"]

@@ -19,6 +19,7 @@ import pytest
 import tiers
 from haproxy import haproxy_bin  # noqa: F401  (a fixture of the replica tests)
 from inprocess import Serve, services_factory
+from podman_image import podman_env, servekit_image  # noqa: F401  (fixtures of the image tests)
 from repo_helpers import Repo
 from servers import ServerProcess, grpc_available, start_server, write_model_store
 

@@ -20,6 +20,16 @@ folder (its path replaces ``/mnt/models`` in the container), and the pod's own n
 is one port per container port picked free on 127.0.0.1 (the port numbers of the args, env and
 probes are translated), so a runtime listening on another port than its probe asks is still
 caught. ``servekit`` as the command is this checkout's ``python -m servekit``.
+
+:func:`start_pod_in_image` is the other runner: the container as the kubelet starts it, in its
+``image:`` under podman (the image built by tests/podman_image.py), with the same env, its
+``command``/``args`` as Kubernetes applies them over the image's ENTRYPOINT/CMD, the model
+folder mounted read-only at /mnt/models, the securityContext and resources asked of podman, and
+each container port published on a free 127.0.0.1 port; nothing is translated inside.
+:func:`runtime_defaults` does what KServe's controller adds for a runtime by its
+``serving.kserve.io/server-type`` (for ``mlserver``: the ``MLSERVER_MODEL_*`` env and the
+``modelClass`` label) and :func:`legacy_model` what its webhook does with a ``predictor.sklearn``
+-style InferenceService.
 """
 
 from __future__ import annotations
@@ -33,6 +43,8 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,9 +109,55 @@ def merge(runtime_container: dict[str, Any], model_spec: dict[str, Any]) -> dict
     return merged
 
 
+LEGACY_FORMATS = ("sklearn", "xgboost", "lightgbm", "tensorflow", "pytorch", "onnx", "pmml")
+MLSERVER_CLASSES = {
+    "xgboost": "mlserver_xgboost.XGBoostModel",
+    "lightgbm": "mlserver_lightgbm.LightGBMModel",
+    "mlflow": "mlserver_mlflow.MLflowRuntime",
+}
+"""KServe's constants.MLServerModelClass*: the label value per modelFormat (default sklearn's)."""
+MLSERVER_SKLEARN = "mlserver_sklearn.SKLearnModel"
+
+
+def legacy_model(isvc: dict[str, Any]) -> dict[str, Any]:
+    """KServe's webhook (setPredictorModelDefaults): ``predictor.sklearn: {...}`` becomes
+    ``predictor.model: {modelFormat: {name: sklearn}, ...}``; other InferenceServices as given."""
+    isvc = copy.deepcopy(isvc)
+    predictor = isvc["spec"]["predictor"]
+    for name in LEGACY_FORMATS:
+        if name in predictor:
+            predictor["model"] = {"modelFormat": {"name": name}, **predictor.pop(name)}
+    return isvc
+
+
+def runtime_defaults(runtime: dict[str, Any], isvc: dict[str, Any]) -> dict[str, Any]:
+    """KServe's SetRuntimeDefaults, chosen by the runtime's server-type annotation. For
+    ``mlserver`` (SetMlServerDefaults): protocol v2 unless set; ``MLSERVER_MODEL_NAME`` (the
+    InferenceService's name) and ``MLSERVER_MODEL_URI`` (/mnt/models) when a storageUri is set,
+    else ``MLSERVER_LOAD_MODELS_AT_STARTUP=false``, each only if the env lacks it; the
+    ``modelClass`` label the runtime's env templates into MLSERVER_MODEL_IMPLEMENTATION."""
+    isvc = copy.deepcopy(isvc)
+    annotations = runtime["metadata"].get("annotations", {})
+    if annotations.get("serving.kserve.io/server-type") != "mlserver":
+        return isvc
+    model = isvc["spec"]["predictor"]["model"]
+    model.setdefault("protocolVersion", "v2")
+    if "storageUri" in model or "storage" in model:
+        added = {"MLSERVER_MODEL_NAME": isvc["metadata"]["name"], "MLSERVER_MODEL_URI": MODEL_MOUNT}
+    else:
+        added = {"MLSERVER_LOAD_MODELS_AT_STARTUP": "false"}
+    env = model.setdefault("env", [])
+    have = {entry["name"] for entry in env}
+    env += [{"name": k, "value": v} for k, v in added.items() if k not in have]
+    model_class = MLSERVER_CLASSES.get(model["modelFormat"]["name"], MLSERVER_SKLEARN)
+    isvc["metadata"].setdefault("labels", {})["modelClass"] = model_class
+    return isvc
+
+
 def pod_container(runtime: dict[str, Any], isvc: dict[str, Any]) -> dict[str, Any]:
     """The container KServe's controller would write for ``isvc`` served by ``runtime``."""
     (base,) = [c for c in runtime["spec"]["containers"] if c["name"] == "kserve-container"]
+    isvc = runtime_defaults(runtime, legacy_model(isvc))
     model = isvc["spec"]["predictor"]["model"]
     return template(merge(base, model), isvc["metadata"])
 
@@ -123,6 +181,8 @@ class Pod:
     ports: dict[int, int]
     log: Path
     events: list[str] = field(default_factory=list)
+    remove: Callable[[], None] | None = None
+    """What else stopping the pod takes (podman: removing its container)."""
 
     def url(self, container_port: int) -> str:
         return f"http://127.0.0.1:{self.ports[container_port]}"
@@ -165,6 +225,8 @@ class Pod:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
+        if self.remove is not None:  # podman: stop and remove the container; `podman run` ends
+            self.remove()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -174,15 +236,27 @@ class Pod:
                 self.process.wait(timeout=10)
 
 
-def start_pod(container: dict[str, Any], models: Path, log: Path) -> Pod:
-    """Start the container's command as the kubelet would, in a pretend network namespace."""
+def pod_ports(container: dict[str, Any]) -> dict[int, int]:
+    """The pod's ports, each given a free port on this machine: Knative's, the declared ones,
+    and every port number the args name (--grpc-port 8081)."""
     ports = {KNATIVE_PORT: free_port()}
     for entry in container.get("ports", []):
         ports.setdefault(int(entry["containerPort"]), free_port())
-    # Every port number the args name (--grpc-port 8081) is a port of the pod's namespace.
     for arg in container.get("args", []):
         for number in re.findall(r"(?:^|=)(80[0-9][0-9]|9[0-9]{3})$", arg):
             ports.setdefault(int(number), free_port())
+    return ports
+
+
+def knative_env() -> dict[str, str]:
+    """What Knative sets in the user container."""
+    return {"PORT": str(KNATIVE_PORT), "K_SERVICE": "isvc-predictor",
+            "K_CONFIGURATION": "isvc-predictor", "K_REVISION": "isvc-predictor-00001"}  # fmt: skip
+
+
+def start_pod(container: dict[str, Any], models: Path, log: Path) -> Pod:
+    """Start the container's command as the kubelet would, in a pretend network namespace."""
+    ports = pod_ports(container)
 
     def local(arg: str) -> str:
         arg = arg.replace(MODEL_MOUNT, str(models))
@@ -200,8 +274,7 @@ def start_pod(container: dict[str, Any], models: Path, log: Path) -> Pod:
     for entry in container.get("env", []):
         env[entry["name"]] = local(str(entry["value"]))
     env["SERVEKIT_SERVER__STORAGEDIR"] = str(log.parent / "servekit-storage")  # the pod's /tmp
-    env.update(PORT=str(KNATIVE_PORT), K_SERVICE="isvc-predictor")
-    env.update(K_CONFIGURATION="isvc-predictor", K_REVISION="isvc-predictor-00001")
+    env.update(knative_env())
     workdir = log.parent / "container-root"  # the image's files, not this checkout's
     workdir.mkdir(exist_ok=True)
     handle = log.open("wb")
@@ -211,3 +284,67 @@ def start_pod(container: dict[str, Any], models: Path, log: Path) -> Pod:
     )  # fmt: skip
     handle.close()
     return Pod(container, process, ports, log)
+
+
+def podman_security(container: dict[str, Any]) -> list[str]:
+    """The container's securityContext and resource limits, asked of podman."""
+    context = container.get("securityContext", {})
+    flags: list[str] = []
+    if "ALL" in context.get("capabilities", {}).get("drop", []):
+        flags += ["--cap-drop", "ALL"]
+    if context.get("allowPrivilegeEscalation") is False:
+        flags += ["--security-opt", "no-new-privileges"]
+    if context.get("readOnlyRootFilesystem"):
+        flags += ["--read-only", "--tmpfs", "/tmp:rw,mode=1777"]
+    if "runAsUser" in context:
+        flags += [
+            "--user",
+            f"{context['runAsUser']}:{context.get('runAsGroup', context['runAsUser'])}",
+        ]
+    limits = container.get("resources", {}).get("limits", {})
+    if "cpu" in limits:  # "1", "0.5" or "100m"
+        cpu = str(limits["cpu"])
+        flags += ["--cpus", str(int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu))]
+    if "memory" in limits:  # "2Gi", "512Mi"
+        flags += ["--memory", str(limits["memory"]).replace("Gi", "g").replace("Mi", "m")]
+    return flags
+
+
+def start_pod_in_image(
+    container: dict[str, Any], models: Path, log: Path, podman_env: dict[str, str]
+) -> Pod:
+    """Start the container as the kubelet would, in its ``image:`` under podman: Kubernetes'
+    ``command`` replaces the image's ENTRYPOINT (and then its CMD), ``args`` replace its CMD;
+    ``models`` is mounted read-only at /mnt/models; the container's ports published on free
+    127.0.0.1 ports; its output is ``log``. A ``runAsNonRoot`` container whose image runs as
+    root is refused, as the kubelet refuses it."""
+    name = f"kserve-pod-{uuid.uuid4().hex[:10]}"
+    ports = pod_ports(container)
+    image = container["image"]
+    if container.get("securityContext", {}).get("runAsNonRoot"):
+        user = subprocess.run(
+            ["podman", "image", "inspect", "-f", "{{.Config.User}}", image],
+            env=podman_env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert user.split(":")[0] not in ("", "0", "root"), f"the image runs as root: {user!r}"
+    for item in [models, *models.rglob("*")]:  # the storage initializer's files, to uid 10001
+        item.chmod(0o755 if item.is_dir() else 0o644)
+    env = {**{e["name"]: str(e["value"]) for e in container.get("env", [])}, **knative_env()}
+    argv = ["podman", "run", "--rm", "--name", name, "--health-interval=disable",
+            *podman_security(container), *(f"--env={k}={v}" for k, v in env.items()),
+            "-v", f"{models}:{MODEL_MOUNT}:ro",
+            *(f"-p=127.0.0.1:{host}:{port}" for port, host in ports.items())]  # fmt: skip
+    if "command" in container:
+        argv += ["--entrypoint", json.dumps(container["command"])]
+    argv += [image, *container.get("args", [])]
+    handle = log.open("wb")
+    process = subprocess.Popen(
+        argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=podman_env
+    )
+    handle.close()
+
+    def remove() -> None:
+        subprocess.run(["podman", "rm", "-f", "-t", "3", "--ignore", name], env=podman_env,
+                       capture_output=True, timeout=60)  # fmt: skip
+
+    return Pod(container, process, ports, log, remove=remove)

@@ -8,15 +8,15 @@ ServingRuntime for one InferenceService (its command and args with ``{{.Name}}``
 ConfigMap at /etc/servekit, the model at /mnt/models). Real tritonclient requests over HTTP and
 gRPC must give the same answers as ONNX Runtime run directly on the model files.
 
-Slow (the first build installs the dependencies), so the image is built once per module. It is
-skipped only off CI when podman is absent; on CI (``CI`` set) a missing podman is a failure.
+Slow (the first build installs the dependencies), so the image is built once per session
+(tests/podman_image.py, shared with the KServe pod harness). It is skipped only off CI when
+podman is absent; on CI (``CI`` set) a missing podman is a failure.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -33,19 +33,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
-from needs import missing
+from podman_image import IMAGE, REPO, podman, readable
 from tritonclient.utils import InferenceServerException
 
-REPO = Path(__file__).resolve().parents[1]
-BASE = "localhost/python:3.11-slim"
-IMAGE = "localhost/servekit:test"
-# crun refuses this machine's cgroups, and podman's default ulimits are too high here.
-CONTAINERS_CONF = (
-    '[containers]\ndefault_ulimits = ["nofile=16384:16384", "nproc=16384:16384"]\n'
-    '[engine]\nruntime = "runc"\n'
-)
-BASE_COMMAND = ["bash", str(REPO / "scripts" / "make-base-image.sh"), BASE]
-"""The offline base image, made as docs/ops.md tells ops to make it."""
 HARDENED = ["--read-only", "--tmpfs", "/tmp:rw,mode=1777", "--cap-drop", "ALL",
             "--security-opt", "no-new-privileges"]  # fmt: skip
 """What the exported securityContext asks of Kubernetes, asked of podman."""
@@ -62,40 +52,6 @@ def test_dockerfile_lint() -> None:
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
-@pytest.fixture(scope="module")
-def podman_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment for podman commands (CONTAINERS_CONF as docs/ops.md says)."""
-    if shutil.which("podman") is None:
-        missing("podman", "apt-get install buildah podman runc mmdebstrap")
-    env = dict(os.environ)
-    if "CONTAINERS_CONF" not in env:
-        conf = tmp_path_factory.mktemp("podman") / "containers.conf"
-        conf.write_text(CONTAINERS_CONF)
-        env["CONTAINERS_CONF"] = str(conf)
-    return env
-
-
-def podman(env: dict[str, str], *args: str, timeout: float = 120, check: bool = True) -> str:
-    result = subprocess.run(
-        ["podman", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)}: {result.returncode}\n{result.stderr}")
-    return result.stdout
-
-
-@pytest.fixture(scope="module")
-def image(podman_env: dict[str, str]) -> str:
-    """Build the image from the Dockerfile, unmodified; make the local base first if absent."""
-    exists = subprocess.run(["podman", "image", "exists", BASE], env=podman_env, timeout=60)
-    if exists.returncode != 0:
-        assert shutil.which("mmdebstrap"), "apt-get install mmdebstrap to make the base image"
-        subprocess.run(BASE_COMMAND, env=podman_env, check=True, timeout=900)
-    podman(podman_env, "build", "--pull=never", "--format", "docker", "-t", IMAGE, str(REPO),
-           timeout=1500)  # fmt: skip
-    return IMAGE
-
-
 def exported(target: str) -> dict[str, list[dict[str, Any]]]:
     """``servekit export TARGET`` of the repository's serve.yaml, grouped by kind."""
     out = subprocess.run(
@@ -107,13 +63,6 @@ def exported(target: str) -> dict[str, list[dict[str, Any]]]:
     for doc in yaml.safe_load_all(out):
         grouped.setdefault(doc["kind"], []).append(doc)
     return grouped
-
-
-def readable(path: Path) -> Path:
-    """Bind mounts keep host modes: let the container's non-root user read them."""
-    for item in [path, *path.rglob("*")]:
-        item.chmod(0o755 if item.is_dir() else 0o644)
-    return path
 
 
 @contextlib.contextmanager
@@ -150,18 +99,19 @@ def reference(model: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return list(ort.InferenceSession(str(model)).run(None, feeds))
 
 
-def test_image_metadata(podman_env: dict[str, str], image: str) -> None:
-    (info,) = json.loads(podman(podman_env, "image", "inspect", image))
+def test_image_metadata(podman_env: dict[str, str], servekit_image: str) -> None:
+    (info,) = json.loads(podman(podman_env, "image", "inspect", servekit_image))
     config = info["Config"]
     assert config["User"] == "10001:10001"
     assert config["Entrypoint"] == ["servekit"]
-    assert config["Cmd"] == ["serve", "/srv/serve.yaml", "--host", "0.0.0.0"]
+    assert config["Cmd"] == ["serve", "--host", "0.0.0.0"]  # /srv/serve.yaml, from WORKDIR
+    assert config["WorkingDir"] == "/srv"
     assert set(config["ExposedPorts"]) == {"8000/tcp", "8001/tcp"}
     assert "/v2/health/live" in " ".join(info["Healthcheck"]["Test"])  # kept: --format docker
 
 
 def test_image_runs_as_the_k8s_deployment(
-    podman_env: dict[str, str], image: str, tmp_path: Path
+    podman_env: dict[str, str], servekit_image: str, tmp_path: Path
 ) -> None:
     docs = exported("k8s")
     pod = docs["Deployment"][0]["spec"]["template"]["spec"]
@@ -175,7 +125,7 @@ def test_image_runs_as_the_k8s_deployment(
         *(f"--env={e['name']}={e['value']}" for e in spec["env"]),
         "-v", f"{config}:/srv/serve.yaml:ro",
         *(f"-p=127.0.0.1::{p['containerPort']}" for p in spec["ports"]),
-        image, *spec["args"],
+        servekit_image, *spec["args"],
     ]  # fmt: skip
     with running(podman_env, *args) as name:
         http = host_port(podman_env, name, 8000)
@@ -235,7 +185,7 @@ def test_image_runs_as_the_k8s_deployment(
 
 
 def test_image_runs_as_the_kserve_runtime(
-    podman_env: dict[str, str], image: str, tmp_path: Path
+    podman_env: dict[str, str], servekit_image: str, tmp_path: Path
 ) -> None:
     docs = exported("kserve")
     (spec,) = docs["ServingRuntime"][0]["spec"]["containers"]
@@ -254,7 +204,7 @@ def test_image_runs_as_the_kserve_runtime(
         "-v", f"{readable(etc)}:/etc/servekit:ro",
         "-v", f"{readable(models)}:/mnt/models:ro",
         "-p", "127.0.0.1::8080", "-p", "127.0.0.1::8081",
-        image, *command,
+        servekit_image, *command,
     ]  # fmt: skip
     with running(podman_env, *args) as name:
         http = host_port(podman_env, name, spec["readinessProbe"]["httpGet"]["port"])

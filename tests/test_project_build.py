@@ -4,7 +4,7 @@ A scikit-learn pipeline served from memory is saved (``server.save``), its serve
 ``server.requirements`` list, servekit's image built from this checkout and ``servekit build``
 makes the project's image on top; the container, run hardened as docs/ops.md says (read-only
 root, no capabilities), answers a tritonclient request with what the notebook's server
-answered. podman setup as in tests/test_container.py.
+answered. podman setup as in tests/podman_image.py.
 
 Nothing is downloaded while the project image builds: the listed requirement (numpy, with a
 marker) is one the base image already has, so pip finds it satisfied; the build log shows pip
@@ -25,18 +25,8 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 import yaml
-from test_container import (
-    BASE,
-    BASE_COMMAND,
-    HARDENED,
-    REPO,
-    host_port,
-    podman,
-    podman_env,  # noqa: F401 - the fixture
-    readable,
-    running,
-    wait_ready,
-)
+from podman_image import BASE, BASE_COMMAND, REPO, podman, readable
+from test_container import HARDENED, host_port, running, wait_ready
 
 import servekit
 
@@ -44,7 +34,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_build_saved_project_and_answer_tritonclient(
-    podman_env: dict[str, str],  # noqa: F811
+    podman_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     from sklearn.linear_model import LogisticRegression
@@ -104,7 +94,7 @@ def test_build_saved_project_and_answer_tritonclient(
 
 
 def test_build_include_models_bakes_remote_models_into_the_image(
-    podman_env: dict[str, str],  # noqa: F811
+    podman_env: dict[str, str],
     tmp_path: Path,
 ) -> None:
     """``servekit build --include-models`` against moto's S3 server: the image serves both

@@ -26,7 +26,13 @@ COMMANDS = ("serve",)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the subcommands of :data:`COMMANDS` to ``servekit``'s parser."""
     serve = sub.add_parser("serve", help="serve the models of CONFIG over HTTP and gRPC")
-    serve.add_argument("config", nargs="?", default="serve.yaml", help=STORED_CONFIG_HELP)
+    serve.add_argument(
+        "config",
+        nargs="?",
+        help=f"{STORED_CONFIG_HELP} (default: serve.yaml), or where MLSERVER_MODEL_IMPLEMENTATION "
+        "or MLSERVER_MODELS_DIR is set (KServe's kserve-mlserver runtime) the MLServer folder "
+        "$MLSERVER_MODELS_DIR (/mnt/models unless set)",
+    )
     serve.add_argument(
         "--http-port",
         type=int,
@@ -97,6 +103,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve_args(args: argparse.Namespace) -> int:
+    if args.config is None:  # no CONFIG: serve.yaml here, or MLServer's folder in its place
+        from servekit.config.mlserver_project import default_config
+
+        args.config = default_config()
     config_uri = local_config(args)  # a remote serve.yaml: args.config is now its local copy
     return _serve(args, config_uri)
 

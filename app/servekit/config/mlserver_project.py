@@ -84,12 +84,35 @@ class Converted:
     """One line per setting with no servekit meaning, naming its file and key."""
 
 
-def is_project(path: Path) -> bool:
+MODELS_DIR_ENV = "MLSERVER_MODELS_DIR"
+MODELS_DIR = "/mnt/models"
+"""MLServer's image serves ``$MLSERVER_MODELS_DIR`` (its Dockerfile sets /mnt/models, where
+KServe's storage initializer puts an InferenceService's files)."""
+IMPLEMENTATION_ENV = "MLSERVER_MODEL_IMPLEMENTATION"
+
+
+def is_project(path: Path, environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``path`` is a folder MLServer would serve and servekit has no serve.yaml for:
-    a ``settings.json`` or a ``model-settings.json`` in it or under it."""
+    a ``settings.json`` or a ``model-settings.json`` in it or under it, or any folder when
+    the environment names the model (``MLSERVER_MODEL_IMPLEMENTATION``, as KServe sets it)."""
     if not path.is_dir() or (path / SERVE_YAML).exists():
         return False
+    env = os.environ if environ is None else environ
+    if env.get(IMPLEMENTATION_ENV):
+        return True
     return (path / SETTINGS).is_file() or any(_model_settings_files(path))
+
+
+def default_config(environ: Mapping[str, str] | None = None) -> str:
+    """What ``servekit serve`` with no CONFIG serves: ./serve.yaml, or in MLServer's place, as
+    MLServer's image runs ``mlserver start $MLSERVER_MODELS_DIR``, the folder
+    ``$MLSERVER_MODELS_DIR`` (default /mnt/models) when the environment is MLServer's:
+    ``MLSERVER_MODEL_IMPLEMENTATION`` set (KServe's kserve-mlserver runtime always sets it) or
+    ``MLSERVER_MODELS_DIR`` set."""
+    env = os.environ if environ is None else environ
+    if not (env.get(IMPLEMENTATION_ENV) or env.get(MODELS_DIR_ENV)):
+        return SERVE_YAML
+    return env.get(MODELS_DIR_ENV) or MODELS_DIR
 
 
 def load(folder: Path, environ: Mapping[str, str] | None = None) -> ServeConfig:
