@@ -47,6 +47,7 @@ import numpy as np
 
 from servekit.datatypes import DATATYPES, as_bytes_array, from_numpy
 from servekit.observability import custom_metrics
+from servekit.runtimes import mlserver_wire
 from servekit.runtimes.base import Arrays, LoadError
 
 SETTINGS_KEY = "mlserver"
@@ -174,13 +175,15 @@ class MLServerModel:
             raise LoadError(f"{model_class.__name__}.load() returned False")
 
     def predict(self, inputs: Arrays) -> Arrays:
-        """One request through MLServer's types: arrays in, arrays out."""
+        """One request as MLServer hands it to its runtimes: the request document
+        (mlserver_wire.py) in, the answer document out."""
+        request = _request_of(mlserver_wire.unpack(inputs[mlserver_wire.REQUEST]))
         labels = custom_metrics.LOADING.set(self._labels)
         try:
-            response = self._loop.run_until_complete(self._model.predict(_request(inputs)))
+            response = self._loop.run_until_complete(self._model.predict(request))
         finally:
             custom_metrics.LOADING.reset(labels)
-        return _arrays(response)
+        return {mlserver_wire.RESPONSE: mlserver_wire.pack(_document_of(response))}
 
     def unload(self) -> None:
         try:
@@ -211,11 +214,66 @@ class MLServerStreamModel(MLServerModel):
             custom_metrics.LOADING.set(before)
 
 
+def streams(model_class: type) -> bool:
+    """Whether ``model_class`` overrides ``predict_stream`` (a streaming model)."""
+    base = sys.modules["mlserver.model"].MLModel
+    return getattr(model_class, "predict_stream", None) is not base.predict_stream
+
+
 def adapter_for(model_class: type) -> type[MLServerModel]:
     """The adapter of ``model_class``: streaming when it overrides ``predict_stream``."""
-    base = sys.modules["mlserver.model"].MLModel
-    own = getattr(model_class, "predict_stream", None) is not base.predict_stream
-    return MLServerStreamModel if own else MLServerModel
+    return MLServerStreamModel if streams(model_class) else MLServerModel
+
+
+def _request_of(document: dict[str, Any]) -> Any:
+    """The request document as MLServer's InferenceRequest, as its REST API parses a request:
+    data as sent (BYTES as text; bytes where the text was not UTF-8)."""
+    from mlserver.types import InferenceRequest
+
+    inputs = []
+    for item in document.get("inputs") or ():
+        if item.get("datatype") == "BYTES":
+            item = {**item, "data": [mlserver_wire.raw_element(v) for v in item["data"]]}
+        inputs.append(item)
+    return InferenceRequest.model_validate({**document, "inputs": inputs})
+
+
+def _document_of(response: Any) -> dict[str, Any]:
+    """MLServer's InferenceResponse as the answer document (mlserver_wire.py): each output's
+    name, datatype, shape, parameters and flat data, and the response's parameters."""
+    from mlserver.types import InferenceResponse
+
+    if not isinstance(response, InferenceResponse):
+        raise TypeError(f"predict() returned {type(response).__name__}, not an InferenceResponse")
+    outputs = []
+    for output in response.outputs:
+        data = output.data.root if hasattr(output.data, "root") else output.data
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": output.datatype,
+            "shape": list(output.shape),
+            "data": mlserver_wire.flat_data(data),
+        }
+        parameters = _parameters(output.parameters)
+        if parameters:
+            entry["parameters"] = parameters
+        outputs.append(entry)
+    document: dict[str, Any] = {"outputs": outputs}
+    parameters = _parameters(response.parameters)
+    if parameters:
+        document["parameters"] = parameters
+    return document
+
+
+def _parameters(parameters: Any) -> dict[str, Any]:
+    """MLServer's Parameters as MLServer's REST API writes them (what is set and not None),
+    less what never leaves its server: the headers it copies in and the decoded payload."""
+    if parameters is None:
+        return {}
+    dumped: dict[str, Any] = parameters.model_dump(exclude_unset=True, exclude_none=True)
+    for private in ("headers", "_decoded_payload"):
+        dumped.pop(private, None)
+    return dumped
 
 
 def _request(inputs: Arrays) -> Any:

@@ -358,14 +358,17 @@ def build(
         mlserver_model.enter_library()
     target = resolve_entrypoint(entrypoint)
     guessed: frozenset[str] = frozenset()
-    if mlserver_model.is_model_class(target) and not (inputs and outputs):
+    if mlserver_model.is_model_class(target):
         found = mlserver_model.hinted(target)  # type: ignore[arg-type]
-        if found is None:
-            raise LoadError(mlserver_model.UNDECLARED)
-        if not outputs:  # their shapes are MLServer's codecs' to say: only datatypes checked
-            guessed = frozenset(t.name for t in found[1])
-        inputs = inputs or found[0]  # type: ignore[assignment]
-        outputs = outputs or found[1]  # type: ignore[assignment]
+        if not mlserver_model.streams(target):  # type: ignore[arg-type]
+            return _mlserver(target, parameters, instances, inputs, outputs, name, found)
+        if not (inputs and outputs):  # a stream's tensors are checked by name (arrays)
+            if found is None:
+                raise LoadError(mlserver_model.UNDECLARED)
+            if not outputs:  # their shapes are MLServer's codecs' to say: only datatypes checked
+                guessed = frozenset(t.name for t in found[1])
+            inputs = inputs or found[0]  # type: ignore[assignment]
+            outputs = outputs or found[1]  # type: ignore[assignment]
     built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
     predict = _predict_of(built[0])
     if grps_message or takes_grps_message(predict):
@@ -388,6 +391,54 @@ def build(
     model = PythonModel(built, signature, by_name, name, decoupled)
     model.loose_outputs = guessed_output_shapes(predict, outputs) | guessed
     return model
+
+
+# -- MLServer custom runtimes ------------------------------------------------------------------
+def _mlserver(
+    target: object,
+    parameters: dict[str, Any],
+    instances: int,
+    inputs: tuple[TensorOverride, ...] | None,
+    outputs: tuple[TensorOverride, ...] | None,
+    name: str,
+    found: tuple[tuple[Any, ...], tuple[Any, ...]] | None,
+) -> PythonModel:
+    """An MLServer custom runtime that answers once: it takes the whole request, as MLServer
+    hands it over (runtimes/mlserver_wire.py), so its signature is only what its metadata
+    shows: model-settings.json's ``inputs``/``outputs``, else a ``@decode_args`` predict's."""
+    built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
+    declared_in = inputs or (found[0] if found else ())
+    declared_out = outputs or (found[1] if found else ())
+    signature = ModelSignature(
+        tuple(_declared_spec(t) for t in declared_in),
+        tuple(_declared_spec(t) for t in declared_out),
+        content_types=True,
+    )
+    return MLServerRequestModel(built, mark_optional(signature, inputs), by_name=False, name=name)
+
+
+def _declared_spec(declared: Any) -> TensorSpec:
+    shape = tuple(declared.shape) if declared.shape is not None else (-1,)
+    return TensorSpec(declared.name, declared.datatype or "BYTES", shape)
+
+
+class MLServerRequestModel(PythonModel):
+    """An MLServer custom runtime's instances: each call takes the request document and
+    gives the answer document (runtimes/mlserver_wire.py), whatever the signature says."""
+
+    def _run(self, call: Callable[..., Any], inputs: Arrays, outputs: list[str]) -> Arrays:
+        caller = CALLING_MODEL.set(self._name)
+        try:
+            result: Arrays = call(inputs)
+        except ServeError:
+            raise
+        except self.fatal:
+            raise
+        except Exception as exc:
+            raise Internal(_user_error(exc)) from None
+        finally:
+            CALLING_MODEL.reset(caller)
+        return result
 
 
 # -- models that take whole grps messages ---------------------------------------------------------

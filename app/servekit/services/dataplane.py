@@ -37,6 +37,7 @@ from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.extensions import BINARY_DATA
 from servekit.services.kinds import RequestKind, handler_for
+from servekit.services.mlserver_requests import MLServerRequests
 from servekit.services.loading import VersionSetup
 from servekit.services.memory import OnDemand, declared_metadata
 from servekit.services.model_config import ModelConfiguration, model_configuration
@@ -91,9 +92,11 @@ class DataPlane:
         """serve.yaml's traffic and shadow: requests naming no version of such a model."""
         if sequences is None:
             sequences = Sequences(self.statistics, state)
+        self._mlserver = MLServerRequests(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (
             Pipelines(self._infer, self.statistics, repository, state, self._calls.callers),
             sequences,
+            self._mlserver,
         )
         """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
@@ -338,7 +341,8 @@ class DataPlane:
             entry, version = await self.on_demand.loaded(request, deadline, error)
         runtime, prepared = version.runtime, version.prepared
         kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
-        if runtime is None or not runtime.decoupled or kind is not None:  # answers once
+        streams = kind is None or kind == self._mlserver.infer  # an MLServer predict_stream
+        if runtime is None or not runtime.decoupled or not streams:  # answers once
             yield await self.infer(request, deadline, arrived)
             return
         if entry.plan.routing is not None and not request.model_version:  # traffic (no shadow)

@@ -1,0 +1,220 @@
+"""MLServer custom runtimes served by servekit, answered as a real MLServer 1.7.1 answers them.
+
+MLServer's ``content-type`` example (tests/data/mlserver-examples/content-type: its
+``runtime.py`` and ``model-settings.json`` as published) is served unmodified by
+``mlserver start`` and by ``servekit serve``, and each request its README sends goes to both,
+over REST and over gRPC (MLServer's own stubs and converters, tests/mlserver_grpc_client.py):
+the answers must be equal field by field (status, outputs' names, datatypes, shapes, data and
+parameters, the response's parameters), and so must the model's metadata. A second runtime
+answers with what reached its ``predict`` (the request's and each input's parameters, what
+its ``decode`` and ``decode_request`` make of them), so that what MLServer passes a runtime is
+compared too, not only what an echo returns.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mlserver_server import grpc_answers, mlserver_started
+from servers import start_server
+
+EXAMPLE = Path(__file__).parent / "data" / "mlserver-examples" / "content-type"
+MODEL = "content-type-example"
+
+
+def _codecs_request() -> dict[str, Any]:
+    """The README's second request, built as it builds it: MLServer's NumpyCodec and
+    StringCodec (``use_bytes=False``) into its InferenceRequest."""
+    import numpy as np
+    from mlserver_codecs import InferenceRequest, NumpyCodec, StringCodec
+
+    payload = InferenceRequest(
+        inputs=[
+            NumpyCodec.encode_input("parameters-np", np.array([[1, 2], [3, 4]])),
+            StringCodec.encode_input("parameters-str", ["hello world 😁"], use_bytes=False),
+        ]
+    )
+    dumped: dict[str, Any] = payload.model_dump()
+    return dumped
+
+
+def readme_requests() -> list[dict[str, Any]]:
+    """The requests of the example's README, in its order (the ``img`` one is for its
+    PillowCodec, the ``pd`` one for its request codecs)."""
+    return [
+        {"inputs": [
+            {"name": "parameters-np", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4],
+             "parameters": {"content_type": "np"}},
+            {"name": "parameters-str", "datatype": "BYTES", "shape": [1],
+             "data": "hello world 😁", "parameters": {"content_type": "str"}},
+        ]},
+        _codecs_request(),
+        {"inputs": [
+            {"name": "metadata-np", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4]},
+            {"name": "metadata-str", "datatype": "BYTES", "shape": [11], "data": "hello world 😁"},
+        ]},
+        {"inputs": [
+            {"name": "image-int32", "datatype": "INT32", "shape": [8, 8], "data": [1, 0] * 32,
+             "parameters": {"content_type": "img"}},
+            {"name": "image-bytes", "datatype": "BYTES", "shape": [8, 8], "data": "10101010" * 8,
+             "parameters": {"content_type": "img"}},
+        ]},
+        {"inputs": [
+            {"name": "parameters-np", "datatype": "INT32", "shape": [2, 2], "data": [1, 2, 3, 4],
+             "parameters": {"content_type": "np"}},
+            {"name": "parameters-str", "datatype": "BYTES", "shape": [2, 11],
+             "data": ["hello world 😁", "bye bye 😁"], "parameters": {"content_type": "str"}},
+        ], "parameters": {"content_type": "pd"}},
+    ]  # fmt: skip
+
+
+def _elements(data: Any) -> list[Any]:
+    """A tensor's data as a flat list: MLServer echoes a runtime's data as it is (a bare
+    string for one BYTES element, nested lists), servekit always writes a flat list."""
+    if isinstance(data, list):
+        return [v for item in data for v in _elements(item)]
+    return [data]
+
+
+def _sizes_agree(request: dict[str, Any]) -> bool:
+    """Whether each input's data fills its shape (the V2 protocol's rule)."""
+    for item in request["inputs"]:
+        size = 1
+        for dim in item["shape"]:
+            size *= dim
+        if len(_elements(item["data"])) != size:
+            return False
+    return True
+
+
+def _fitted(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` with each BYTES input's shape made to fit its data (``[n]``)."""
+    inputs = []
+    for item in request["inputs"]:
+        if item["datatype"] == "BYTES":
+            item = {**item, "shape": [len(_elements(item["data"]))]}
+        inputs.append(item)
+    return {**request, "inputs": inputs}
+
+
+def _answer(body: dict[str, Any]) -> dict[str, Any]:
+    """What is compared of a 200 answer: the model, the response's parameters and each
+    output's name, datatype, shape, parameters and elements."""
+    return {
+        "model_name": body["model_name"],
+        "parameters": body.get("parameters") or {},
+        "outputs": [
+            {
+                "name": o["name"],
+                "datatype": o["datatype"],
+                "shape": o["shape"],
+                "parameters": o.get("parameters") or {},
+                "data": _elements(o["data"]),
+            }
+            for o in body["outputs"]
+        ],
+    }
+
+
+def _rest(url: str, model: str, requests: list[dict[str, Any]]) -> list[tuple[int, Any]]:
+    import httpx
+
+    out: list[tuple[int, Any]] = []
+    for request in requests:
+        answer = httpx.post(f"{url}/v2/models/{model}/infer", json=request, timeout=60)
+        body = answer.json() if answer.headers.get("content-type", "").startswith("app") else None
+        out.append((answer.status_code, body))
+    return out
+
+
+def _both(
+    folder: Path, model: str, ask: Callable[[str, str], Any]
+) -> tuple[Any, Any, list[str]]:
+    """``ask(http_url, grpc_target)`` of MLServer, then of servekit, on the same folder;
+    servekit's log besides."""
+    with mlserver_started(folder) as mlserver:
+        theirs = ask(mlserver.url, mlserver.grpc_target)
+    served = start_server(folder)
+    try:
+        assert served.grpc_target is not None
+        mine = ask(served.http_url, served.grpc_target)
+    finally:
+        assert served.stop() == 0, served.log()
+    return theirs, mine, served.log().splitlines()
+
+
+def _metadata(url: str, model: str) -> dict[str, Any]:
+    import httpx
+
+    found: dict[str, Any] = httpx.get(f"{url}/v2/models/{model}", timeout=30).json()
+    return found
+
+
+@pytest.mark.slow
+def test_the_content_type_example_answers_as_in_mlserver(tmp_path: Path) -> None:
+    """The README's requests over REST and gRPC; metadata over both."""
+    folder = tmp_path / "content-type"
+    shutil.copytree(EXAMPLE, folder)
+    requests = readme_requests()
+    fitted = [_fitted(r) for r in requests if not _sizes_agree(r)]
+    # and one of numbers alone, with its id and parameters (the echo fails on BYTES over gRPC)
+    with_id = {"id": "my-request-1", "inputs": requests[0]["inputs"][:1], "parameters": {"a": 1}}
+    sent = [*requests, *fitted, with_id]
+    over_grpc = [r for r in [*requests, *fitted, with_id] if _sizes_agree(r)]
+
+    def ask(url: str, target: str) -> dict[str, Any]:
+        return {
+            "rest": _rest(url, MODEL, sent),
+            "grpc": grpc_answers(target, MODEL, over_grpc),
+            "metadata": _metadata(url, MODEL),
+        }
+
+    theirs, mine, _ = _both(folder, MODEL, ask)
+
+    # REST: every request the README sends whose data fills its shape, answered alike.
+    for request, (status, body), (their_status, their_body) in zip(
+        sent, mine["rest"], theirs["rest"], strict=True
+    ):
+        if not _sizes_agree(request):
+            # MLServer hands the model BYTES data that does not fill its shape (one string
+            # for shape [11]); servekit refuses it, naming the input, as for any model.
+            assert status == 400, body
+            assert "shape" in body["error"] and "elements" in body["error"], body
+            continue
+        assert status == their_status, (request, body, their_body)
+        if status == 200:
+            assert _answer(body) == _answer(their_body), request
+        else:  # the README's img request: its PillowCodec raises NotImplementedError
+            assert "the model raised NotImplementedError" in body["error"], body
+    assert mine["rest"][-1][1]["id"] == theirs["rest"][-1][1]["id"] == "my-request-1"
+    statuses = [status for status, _ in theirs["rest"]]
+    assert statuses.count(200) >= 5 and 500 in statuses, statuses  # the test sent real cases
+
+    # gRPC, through MLServer's own client code.
+    assert len(mine["grpc"]["infer"]) == len(theirs["grpc"]["infer"]) == len(over_grpc)
+    for request, ours, real in zip(
+        over_grpc, mine["grpc"]["infer"], theirs["grpc"]["infer"], strict=True
+    ):
+        assert ("answer" in ours) == ("answer" in real), (request, ours, real)
+        if "answer" in real:
+            assert _answer(ours["answer"]) == _answer(real["answer"]), request
+        else:  # the same status, the model's own words (MLServer's are all it says)
+            assert ours["code"] == real["code"], (ours, real)
+            assert real["details"] in ours["details"], (ours, real)
+    assert mine["grpc"]["infer"][-1]["answer"]["id"] == "my-request-1"
+    # The echo runtime prints each input with json.dumps, which bytes (gRPC's BYTES, as
+    # MLServer hands them to a runtime) fail: a real case of the model raising.
+    assert any("answer" not in real for real in theirs["grpc"]["infer"])
+
+    # The model's metadata: model-settings.json's inputs with their content types.
+    for ours, real in ((mine["metadata"], theirs["metadata"]),
+                       (mine["grpc"]["metadata"], theirs["grpc"]["metadata"])):  # fmt: skip
+        assert ours["name"] == real["name"] == MODEL
+        assert ours["inputs"] == real["inputs"], (ours, real)
+        assert ours.get("outputs", []) == real.get("outputs", []), (ours, real)
+        assert (ours.get("parameters") or {}) == (real.get("parameters") or {})
