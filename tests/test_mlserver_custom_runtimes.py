@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from mlserver_server import grpc_answers, mlserver_started
 from servers import start_server
+from waits import wait_until
 
 EXAMPLE = Path(__file__).parent / "data" / "mlserver-examples" / "content-type"
 MODEL = "content-type-example"
@@ -211,10 +212,188 @@ def test_the_content_type_example_answers_as_in_mlserver(tmp_path: Path) -> None
     # MLServer hands them to a runtime) fail: a real case of the model raising.
     assert any("answer" not in real for real in theirs["grpc"]["infer"])
 
-    # The model's metadata: model-settings.json's inputs with their content types.
-    for ours, real in ((mine["metadata"], theirs["metadata"]),
-                       (mine["grpc"]["metadata"], theirs["grpc"]["metadata"])):  # fmt: skip
-        assert ours["name"] == real["name"] == MODEL
-        assert ours["inputs"] == real["inputs"], (ours, real)
-        assert ours.get("outputs", []) == real.get("outputs", []), (ours, real)
-        assert (ours.get("parameters") or {}) == (real.get("parameters") or {})
+    # The model's metadata: model-settings.json's inputs with their content types, as the
+    # runtime's metadata() gives them. Over gRPC, without their parameters: the KServe V2
+    # proto servekit speaks (Triton's, field for field) has no parameters in metadata, which
+    # MLServer's own proto adds.
+    ours, real = mine["metadata"], theirs["metadata"]
+    assert ours["name"] == real["name"] == MODEL
+    assert ours["inputs"] == real["inputs"] and real["inputs"][0]["parameters"], (ours, real)
+    assert ours["outputs"] == real["outputs"] == [], (ours, real)
+    assert ours["parameters"] == real["parameters"], (ours, real)
+
+    def bare(tensors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: t[k] for k in ("name", "datatype", "shape")} for t in tensors]
+
+    ours, real = mine["grpc"]["metadata"], theirs["grpc"]["metadata"]
+    assert bare(ours["inputs"]) == bare(real["inputs"]), (ours, real)
+
+
+# -- what reaches predict, metadata(), unload() ---------------------------------------------------
+REFLECT = '''
+import json
+import os
+
+import numpy as np
+import pandas as pd
+from mlserver import MLModel
+from mlserver.codecs import StringCodec
+from mlserver.types import InferenceRequest, InferenceResponse, MetadataModelResponse
+from mlserver.utils import get_model_uri
+
+
+def shown(parameters):
+    """Parameters as the runtime reads them, less the HTTP headers MLServer copies in."""
+    if parameters is None:
+        return None
+    return {k: v for k, v in parameters.model_dump().items() if k != "headers"}
+
+
+def described(value):
+    if isinstance(value, pd.DataFrame):
+        columns = {str(c): [str(v) for v in value[c]] for c in value.columns}
+        return {"type": "DataFrame", "columns": columns}
+    if isinstance(value, np.ndarray):
+        return {"type": "ndarray", "dtype": str(value.dtype), "shape": list(value.shape),
+                "values": value.tolist()}
+    if isinstance(value, list):
+        return {"type": "list", "values": [described(v) for v in value]}
+    return {"type": type(value).__name__, "value": repr(value)}
+
+
+class Reflect(MLModel):
+    """Answers with what reached its predict: the request's and each input's parameters, and
+    what its decode / decode_request make of them (MLServer's content types and codecs)."""
+
+    async def load(self) -> bool:
+        self._folder = await get_model_uri(self._settings)
+        return True
+
+    async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        seen = {"parameters": shown(payload.parameters), "inputs": []}
+        for item in payload.inputs:
+            seen["inputs"].append({
+                "name": item.name, "datatype": item.datatype, "shape": item.shape,
+                "parameters": shown(item.parameters), "decoded": described(self.decode(item)),
+            })
+        if payload.parameters is not None and payload.parameters.content_type:
+            seen["request"] = described(self.decode_request(payload))
+        return InferenceResponse(
+            model_name=self.name,
+            parameters={"answered_by": "Reflect"},
+            outputs=[StringCodec.encode_output("seen", [json.dumps(seen, sort_keys=True)])],
+        )
+
+    async def metadata(self) -> MetadataModelResponse:
+        found = await super().metadata()
+        found.parameters.custom = "from metadata()"
+        return found
+
+    async def unload(self) -> bool:
+        with open(os.path.join(self._folder, "unloaded.txt"), "a") as marker:
+            marker.write("unloaded\\n")
+        return True
+'''
+REFLECT_SETTINGS = {
+    "name": "reflect",
+    "implementation": "reflect.Reflect",
+    "parameters": {"content_type": "np"},
+    "inputs": [
+        {"name": "when", "datatype": "BYTES", "shape": [-1],
+         "parameters": {"content_type": "datetime"}},
+        {"name": "x", "datatype": "FP32", "shape": [-1, 2]},
+    ],
+    "outputs": [{"name": "seen", "datatype": "BYTES", "shape": [1],
+                 "parameters": {"content_type": "str"}}],
+}  # fmt: skip
+REFLECT_REQUESTS: list[dict[str, Any]] = [
+    {  # each input's content type, the request's own parameters
+        "id": "r-1",
+        "parameters": {"custom": "yes", "n": 3, "flag": True},
+        "inputs": [
+            {"name": "x", "datatype": "FP32", "shape": [2, 2], "data": [1, 2, 3, 4],
+             "parameters": {"content_type": "np"}},
+            {"name": "text", "datatype": "BYTES", "shape": [2], "data": ["héllo", "world"],
+             "parameters": {"content_type": "str"}},
+            {"name": "blob", "datatype": "BYTES", "shape": [1], "data": ["aGVsbG8="],
+             "parameters": {"content_type": "base64"}},
+            {"name": "stamp", "datatype": "BYTES", "shape": [1],
+             "data": ["2024-01-02T03:04:05"], "parameters": {"content_type": "datetime"}},
+        ],
+    },
+    {  # no content types: model-settings.json's metadata gives "when" one, "x" none
+        "inputs": [
+            {"name": "when", "datatype": "BYTES", "shape": [1], "data": ["2021-05-06T07:08:09"]},
+            {"name": "x", "datatype": "INT64", "shape": [3], "data": [1, 2, 3]},
+        ],
+    },
+    {  # a request codec: pd, one column per input
+        "parameters": {"content_type": "pd"},
+        "inputs": [
+            {"name": "a", "datatype": "INT32", "shape": [2], "data": [1, 2]},
+            {"name": "b", "datatype": "BYTES", "shape": [2], "data": ["x", "y"],
+             "parameters": {"content_type": "str"}},
+        ],
+    },
+]  # fmt: skip
+
+
+def reflect_project(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    (folder / "reflect.py").write_text(REFLECT, encoding="utf-8")
+    (folder / "model-settings.json").write_text(json.dumps(REFLECT_SETTINGS), encoding="utf-8")
+    (folder / "settings.json").write_text("{}", encoding="utf-8")
+
+
+def _seen(answer: dict[str, Any]) -> Any:
+    (output,) = answer["outputs"]
+    return json.loads(_elements(output["data"])[0])
+
+
+@pytest.mark.slow
+def test_what_reaches_predict_is_what_mlserver_passes(tmp_path: Path) -> None:
+    """The request's and each input's parameters reach predict as MLServer passes them, over
+    REST and gRPC; the runtime's own metadata() is the model's metadata; unload() runs on a
+    repository unload."""
+    import httpx
+
+    folder = tmp_path / "reflect"
+    reflect_project(folder)
+
+    def ask(url: str, target: str) -> dict[str, Any]:
+        seen = {
+            "rest": _rest(url, "reflect", REFLECT_REQUESTS),
+            "grpc": grpc_answers(target, "reflect", REFLECT_REQUESTS),
+            "metadata": _metadata(url, "reflect"),
+        }
+        unloaded = httpx.post(f"{url}/v2/repository/models/reflect/unload", timeout=30)
+        seen["unload"] = unloaded.status_code
+        marker = folder / "unloaded.txt"  # written by unload(), once the version is let go
+        wait_until(marker.exists, timeout=30, what="the runtime's unload()")
+        seen["marker"] = marker.read_text()
+        marker.unlink(missing_ok=True)
+        return seen
+
+    theirs, mine, _ = _both(folder, "reflect", ask)
+    for request, (status, body), (their_status, their_body) in zip(
+        REFLECT_REQUESTS, mine["rest"], theirs["rest"], strict=True
+    ):
+        assert status == their_status == 200, (body, their_body)
+        assert _answer(body) == _answer(their_body), request
+        assert _seen(body) == _seen(their_body), request
+    assert mine["rest"][0][1]["id"] == "r-1"
+    seen = _seen(mine["rest"][0][1])
+    assert seen["parameters"] == {"custom": "yes", "n": 3, "flag": True}
+    assert [i["decoded"]["type"] for i in seen["inputs"]] == ["ndarray", "list", "list", "list"]
+    assert _seen(mine["rest"][1][1])["inputs"][0]["decoded"]["values"][0]["type"] == "datetime"
+    assert _seen(mine["rest"][2][1])["request"]["type"] == "DataFrame"
+    for ours, real in zip(mine["grpc"]["infer"], theirs["grpc"]["infer"], strict=True):
+        assert "answer" in ours and "answer" in real, (ours, real)
+        assert _answer(ours["answer"]) == _answer(real["answer"])
+        assert _seen(ours["answer"]) == _seen(real["answer"])
+    ours, real = mine["metadata"], theirs["metadata"]
+    assert real["parameters"] == {"content_type": "np", "custom": "from metadata()"}, real
+    for key in ("name", "inputs", "outputs", "parameters"):
+        assert ours[key] == real[key], key
+    assert mine["unload"] == theirs["unload"] == 200
+    assert mine["marker"] == theirs["marker"] == "unloaded\n"

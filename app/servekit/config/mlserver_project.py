@@ -200,6 +200,8 @@ def _model(
         model["entrypoint"] = f"{module}:{attr}"
         settings = {k: v for k, v in data.items() if k in _MODEL_KEYS}
         settings["name"] = name
+        if uri is None and file is not None:
+            uri = "."  # MLServer's default: the folder of its model-settings.json
         if uri is not None:
             settings.setdefault("parameters", {})["uri"] = _relative(uri, base, folder)
         model["parameters"] = {"mlserver": settings}  # runtimes/mlserver_model.py reads it

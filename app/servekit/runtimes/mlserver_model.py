@@ -38,7 +38,8 @@ import importlib.util
 import inspect
 import sys
 import types
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,13 +167,20 @@ class MLServerModel:
             folder = Path(inspect.getfile(model_class)).parent
             settings._source = str(folder / "model-settings.json")
             self._model = model_class(settings)
-            ready = self._loop.run_until_complete(self._model.load())
+            ready = self._run(self._model.load())
         except Exception:
             self._loop.close()
             raise
         if ready is False:
             self._loop.close()
             raise LoadError(f"{model_class.__name__}.load() returned False")
+        self._model.ready = True  # as MLServer marks a model whose load() succeeded
+        try:
+            self.metadata = _metadata_of(self._run(self._model.metadata()))
+        except Exception:
+            self._run(self._model.unload())
+            self._loop.close()
+            raise
 
     def predict(self, inputs: Arrays) -> Arrays:
         """One request as MLServer hands it to its runtimes: the request document
@@ -180,16 +188,28 @@ class MLServerModel:
         request = _request_of(mlserver_wire.unpack(inputs[mlserver_wire.REQUEST]))
         labels = custom_metrics.LOADING.set(self._labels)
         try:
-            response = self._loop.run_until_complete(self._model.predict(request))
+            response = self._run(self._model.predict(request))
         finally:
             custom_metrics.LOADING.reset(labels)
         return {mlserver_wire.RESPONSE: mlserver_wire.pack(_document_of(response))}
 
     def unload(self) -> None:
+        """The runtime's ``unload()``, when its version is retired."""
         try:
-            self._loop.run_until_complete(self._model.unload())
+            self._run(self._model.unload())
         finally:
             self._loop.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """``coroutine`` run to its end on the instance's own loop: in this thread, or in a
+        thread of its own when this one runs a loop already (the server's, which retires a
+        version and so calls :meth:`unload` there)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coroutine)
+        with ThreadPoolExecutor(1, thread_name_prefix="mlserver-model") as pool:
+            return pool.submit(self._loop.run_until_complete, coroutine).result()
 
 
 class MLServerStreamModel(MLServerModel):
@@ -223,6 +243,27 @@ def streams(model_class: type) -> bool:
 def adapter_for(model_class: type) -> type[MLServerModel]:
     """The adapter of ``model_class``: streaming when it overrides ``predict_stream``."""
     return MLServerStreamModel if streams(model_class) else MLServerModel
+
+
+def _metadata_of(found: Any) -> dict[str, Any]:
+    """The model's ``metadata()`` (MLServer's MetadataModelResponse) as the tensors and
+    parameters servekit answers in model metadata: ``{"inputs": [...], "outputs": [...],
+    "parameters": {...} or None}``, each tensor's ``parameters`` as MLServer writes them."""
+
+    def tensors(items: Any) -> list[dict[str, Any]]:
+        out = []
+        for item in items or ():
+            tensor = {"name": item.name, "datatype": str(item.datatype), "shape": list(item.shape)}
+            tensor["parameters"] = _parameters(item.parameters) if item.parameters else None
+            out.append(tensor)
+        return out
+
+    parameters = _parameters(found.parameters) if found.parameters is not None else None
+    return {
+        "inputs": tensors(found.inputs),
+        "outputs": tensors(found.outputs),
+        "parameters": parameters,
+    }
 
 
 def _request_of(document: dict[str, Any]) -> Any:

@@ -407,19 +407,30 @@ def _mlserver(
     hands it over (runtimes/mlserver_wire.py), so its signature is only what its metadata
     shows: model-settings.json's ``inputs``/``outputs``, else a ``@decode_args`` predict's."""
     built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
+    metadata = getattr(built[0], "metadata", None) or {}
     declared_in = inputs or (found[0] if found else ())
     declared_out = outputs or (found[1] if found else ())
     signature = ModelSignature(
-        tuple(_declared_spec(t) for t in declared_in),
-        tuple(_declared_spec(t) for t in declared_out),
+        _metadata_specs(metadata.get("inputs"), declared_in),
+        _metadata_specs(metadata.get("outputs"), declared_out),
         content_types=True,
+        parameters=metadata.get("parameters"),
     )
     return MLServerRequestModel(built, mark_optional(signature, inputs), by_name=False, name=name)
 
 
-def _declared_spec(declared: Any) -> TensorSpec:
-    shape = tuple(declared.shape) if declared.shape is not None else (-1,)
-    return TensorSpec(declared.name, declared.datatype or "BYTES", shape)
+def _metadata_specs(shown: Any, declared: Any) -> tuple[TensorSpec, ...]:
+    """The tensors the runtime's ``metadata()`` shows (with their parameters), else those
+    model-settings.json or a ``@decode_args`` predict declare."""
+    if shown:
+        return tuple(
+            TensorSpec(t["name"], t["datatype"], tuple(t["shape"]), parameters=t["parameters"])
+            for t in shown
+        )
+    return tuple(
+        TensorSpec(t.name, t.datatype or "BYTES", tuple(t.shape) if t.shape is not None else (-1,))
+        for t in declared
+    )
 
 
 class MLServerRequestModel(PythonModel):

@@ -37,9 +37,9 @@ from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.extensions import BINARY_DATA
 from servekit.services.kinds import RequestKind, handler_for
-from servekit.services.mlserver_requests import MLServerRequests
 from servekit.services.loading import VersionSetup
 from servekit.services.memory import OnDemand, declared_metadata
+from servekit.services.mlserver_requests import MLServerRequests
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.prepared import PreparedVersion
 from servekit.services.readiness import models_not_ready, not_ready_reason
@@ -211,7 +211,8 @@ class DataPlane:
         versions = tuple(str(v) for v in entry.ready_versions())
         runtime = found.runtime
         platform = runtime.platform if runtime is not None else entry.plan.format_name
-        return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
+        inputs, outputs = signature.inputs, signature.outputs
+        return ModelMetadata(name, versions, platform, inputs, outputs, signature.parameters)
 
     # -- inference ----------------------------------------------------------------------------
     async def _infer(

@@ -90,7 +90,8 @@ def request_document(request: InferRequest, as_bytes: bool = False) -> dict[str,
     """The request as MLServer's InferenceRequest fields (mlserver_wire.py), as MLServer
     hands them to a runtime: BYTES elements as text when they came as JSON text, as bytes
     when ``as_bytes`` (gRPC's ``bytes_contents``); an ``id`` made up when the request has
-    none (MLServer's answer carries it)."""
+    none (MLServer's answer carries it); ``parameters`` always (MLServer copies the request's
+    headers into them, which servekit does not)."""
     inputs = []
     for tensor in request.inputs:
         item: dict[str, Any] = {
@@ -103,8 +104,7 @@ def request_document(request: InferRequest, as_bytes: bool = False) -> dict[str,
             item["parameters"] = dict(tensor.parameters)
         inputs.append(item)
     document: dict[str, Any] = {"id": request.id or str(uuid.uuid4()), "inputs": inputs}
-    if request.parameters:
-        document["parameters"] = dict(request.parameters)
+    document["parameters"] = dict(request.parameters)  # always there, as MLServer's are
     if request.outputs:
         document["outputs"] = [
             {"name": o.name, **({"parameters": o.parameters} if o.parameters else {})}
