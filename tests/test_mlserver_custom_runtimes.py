@@ -133,9 +133,7 @@ def _rest(url: str, model: str, requests: list[dict[str, Any]]) -> list[tuple[in
     return out
 
 
-def _both(
-    folder: Path, model: str, ask: Callable[[str, str], Any]
-) -> tuple[Any, Any, list[str]]:
+def _both(folder: Path, model: str, ask: Callable[[str, str], Any]) -> tuple[Any, Any, list[str]]:
     """``ask(http_url, grpc_target)`` of MLServer, then of servekit, on the same folder;
     servekit's log besides."""
     with mlserver_started(folder) as mlserver:
@@ -397,3 +395,76 @@ def test_what_reaches_predict_is_what_mlserver_passes(tmp_path: Path) -> None:
         assert ours[key] == real[key], key
     assert mine["unload"] == theirs["unload"] == 200
     assert mine["marker"] == theirs["marker"] == "unloaded\n"
+
+
+# -- predict_stream ------------------------------------------------------------------------------
+WORDS = '''
+from mlserver import MLModel
+from mlserver.codecs import StringCodec
+from mlserver.types import InferenceResponse
+
+
+class Words(MLModel):
+    """Streams one response per word of its prompt (MLServer's streaming runtimes' shape)."""
+
+    async def predict_stream(self, payloads):
+        async for payload in payloads:
+            text = StringCodec.decode_input(payload.inputs[0])[0]
+            for word in text.split():
+                yield InferenceResponse(
+                    model_name=self.name,
+                    outputs=[StringCodec.encode_output("text_output", [word])],
+                )
+'''
+WORDS_SETTINGS = {
+    "name": "words",
+    "implementation": "words.Words",
+    "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [-1]}],
+    "outputs": [{"name": "text_output", "datatype": "BYTES", "shape": [-1, 1]}],
+}
+WORDS_REQUEST = {
+    "id": "s-1",
+    "inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1], "data": ["to be or not"],
+                "parameters": {"content_type": "str"}}],
+}  # fmt: skip
+
+
+def _events(url: str, path: str, body: dict[str, Any]) -> tuple[int, list[dict[str, Any]]]:
+    import httpx
+
+    with httpx.stream("POST", f"{url}{path}", json=body, timeout=60) as answer:
+        lines = [line for line in answer.iter_lines() if line.startswith("data: ")]
+        status = answer.status_code
+    return status, [json.loads(line.removeprefix("data: ")) for line in lines]
+
+
+@pytest.mark.slow
+def test_a_streaming_runtime_streams_as_in_mlserver(tmp_path: Path) -> None:
+    """MLServer's ``infer_stream``: a V2 request in, one Server-Sent Event per response of the
+    runtime's predict_stream, each a V2 response."""
+    folder = tmp_path / "words"
+    folder.mkdir()
+    (folder / "words.py").write_text(WORDS, encoding="utf-8")
+    (folder / "model-settings.json").write_text(json.dumps(WORDS_SETTINGS), encoding="utf-8")
+
+    def ask(url: str, target: str) -> dict[str, Any]:
+        return {
+            "stream": _events(url, "/v2/models/words/infer_stream", WORDS_REQUEST),
+            "unary": _rest(url, "words", [WORDS_REQUEST]),
+        }
+
+    theirs, mine, _ = _both(folder, "words", ask)
+    (status, events), (their_status, their_events) = mine["stream"], theirs["stream"]
+    assert status == their_status == 200
+    assert len(events) == len(their_events) == 4, (events, their_events)
+    for event in their_events:  # MLServer's stream leaks its CloudEvents headers in-band
+        assert set(event["parameters"]) == {"headers"}, event
+        del event["parameters"]
+    assert [_answer(e) for e in events] == [_answer(e) for e in their_events]
+    assert all(e["id"] == "s-1" for e in [*events, *their_events])
+    # /infer of a streaming runtime: MLServer answers 500 (MLModel.predict raises
+    # NotImplementedError), servekit 501 as for any decoupled model on a unary route.
+    ((unary, body),), ((their_unary, _),) = mine["unary"], theirs["unary"]
+    assert (unary, their_unary) == (501, 500), (unary, their_unary)
+    assert "decoupled" in body["error"], body
+    assert [_elements(e["outputs"][0]["data"]) for e in events] == [["to"], ["be"], ["or"], ["not"]]

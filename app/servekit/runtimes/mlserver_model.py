@@ -44,19 +44,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from servekit.datatypes import DATATYPES, as_bytes_array, from_numpy
 from servekit.observability import custom_metrics
 from servekit.runtimes import mlserver_wire
 from servekit.runtimes.base import Arrays, LoadError
 
 SETTINGS_KEY = "mlserver"
 """The Python model parameter holding the model's model-settings.json."""
-UNDECLARED = (
-    "an MLServer custom runtime needs its inputs and outputs (name, datatype, shape) in "
-    "model-settings.json: servekit checks requests against them before predict runs"
-)
 _EXPORTS = {
     "MLModel": "mlserver.model",
     "ModelSettings": "mlserver.settings",
@@ -218,7 +211,7 @@ class MLServerStreamModel(MLServerModel):
     stepped on the server's loop as MLServer steps it on its own."""
 
     async def predict(self, inputs: Arrays) -> AsyncGenerator[Arrays, None]:  # type: ignore[override]
-        request = _request(inputs)
+        request = _request_of(mlserver_wire.unpack(inputs[mlserver_wire.REQUEST]))
 
         async def payloads() -> AsyncGenerator[Any, None]:
             yield request
@@ -229,7 +222,7 @@ class MLServerStreamModel(MLServerModel):
         custom_metrics.LOADING.set(self._labels)
         try:
             async for response in self._model.predict_stream(payloads()):
-                yield _arrays(response)
+                yield {mlserver_wire.RESPONSE: mlserver_wire.pack(_document_of(response))}
         finally:
             custom_metrics.LOADING.set(before)
 
@@ -315,43 +308,3 @@ def _parameters(parameters: Any) -> dict[str, Any]:
     for private in ("headers", "_decoded_payload"):
         dumped.pop(private, None)
     return dumped
-
-
-def _request(inputs: Arrays) -> Any:
-    """Arrays as MLServer's InferenceRequest (its model's metadata gives the content types)."""
-    from mlserver.types import InferenceRequest, RequestInput
-
-    return InferenceRequest(
-        inputs=[
-            RequestInput(
-                name=name,
-                shape=list(array.shape),
-                datatype=from_numpy(array.dtype).name,
-                data=_wire_data(array),
-            )
-            for name, array in inputs.items()
-        ]
-    )
-
-
-def _arrays(response: Any) -> Arrays:
-    """MLServer's InferenceResponse as arrays, in its outputs' shapes."""
-    from mlserver.codecs import NumpyCodec
-
-    out: Arrays = {}
-    for output in response.outputs:
-        if output.datatype == "BYTES":
-            values = output.data.root if hasattr(output.data, "root") else output.data
-            flat = [v if isinstance(v, bytes) else str(v).encode() for v in values]
-            array = as_bytes_array(np.array(flat, dtype=object))
-            out[output.name] = array.reshape(output.shape)
-        else:
-            decoded = NumpyCodec.decode_output(output)
-            out[output.name] = np.asarray(decoded, DATATYPES[output.datatype].dtype)
-    return out
-
-
-def _wire_data(array: np.ndarray) -> list[Any]:
-    if array.dtype == object:
-        return [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)]
-    return list(array.reshape(-1).tolist())

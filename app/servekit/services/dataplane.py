@@ -342,9 +342,8 @@ class DataPlane:
             entry, version = await self.on_demand.loaded(request, deadline, error)
         runtime, prepared = version.runtime, version.prepared
         kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
-        streams = kind is None or kind == self._mlserver.infer  # an MLServer predict_stream
-        if runtime is None or not runtime.decoupled or not streams:  # answers once
-            yield await self.infer(request, deadline, arrived)
+        if runtime is None or not runtime.decoupled or kind not in (None, self._mlserver.infer):
+            yield await self.infer(request, deadline, arrived)  # answers once
             return
         if entry.plan.routing is not None and not request.model_version:  # traffic (no shadow)
             request = self._traffic.pinned(entry, request)
@@ -355,6 +354,11 @@ class DataPlane:
                 return
         if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
+        if kind is not None:  # an MLServer runtime's predict_stream: its kind streams it
+            async with aclosing(self._mlserver.stream(entry, version, request)) as responses:
+                async for response in responses:
+                    yield response
+            return
         stats = self.statistics.of(entry.plan.name, version.version)
         async with aclosing(
             streamed(entry.plan, version, runtime, request, stats, self._state)

@@ -9,20 +9,25 @@ against a signature here: it goes to the model whole, as one document
 (app/servekit/runtimes/mlserver_wire.py), through the version's executor (its queue, threads,
 isolation and ``timeoutSeconds``) and is accounted as any request; the answer document becomes
 the response's outputs as the model wrote them. A streaming runtime (its own
-``predict_stream``) is a decoupled Python model and streams through ``DataPlane.infer_stream``.
+``predict_stream``) is a decoupled Python model: ``DataPlane.infer_stream`` hands its requests
+to :meth:`MLServerRequests.stream`, each response its ``predict_stream`` yields one answer
+document.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 from servekit.config.compiler import ModelPlan
-from servekit.errors import Internal, Unimplemented
+from servekit.errors import Internal, Unavailable, Unimplemented
 from servekit.models.repository import ModelEntry, VersionEntry
 from servekit.observability.request_ids import CURRENT
 from servekit.runtimes import mlserver_wire
+from servekit.runtimes.base import predict_stream
 from servekit.runtimes.mlserver_model import SETTINGS_KEY
 from servekit.runtimes.python import decoupled_refusal
 from servekit.services.account import Account
@@ -77,6 +82,34 @@ class MLServerRequests:
             output_ns = time.perf_counter_ns() - infer_done
             account.succeeded(1, queue_ns, input_done - started, spent, output_ns, False)
         return response
+
+    async def stream(
+        self, entry: ModelEntry, version: VersionEntry, request: InferRequest
+    ) -> AsyncGenerator[InferResponse, None]:
+        """The responses of a streaming runtime's ``predict_stream`` to one request, each as
+        the runtime wrote it (DataPlane.infer_stream's rules: counted once, a stopping server
+        ends the stream after the next response)."""
+        started = time.perf_counter_ns()
+        plan = entry.plan
+        runtime = version.runtime
+        if runtime is None:
+            raise Internal(f"model {plan.name!r} lost its runtime while in use")
+        stats = self._statistics.of(plan.name, version.version)
+        with Account(stats, plan.name, started) as account:
+            account.hold(version)
+            document = request_document(request, as_bytes=_over_grpc())
+            feed = {mlserver_wire.REQUEST: mlserver_wire.pack(document)}
+            input_done = time.perf_counter_ns()
+            results = predict_stream(runtime, feed, [mlserver_wire.RESPONSE])
+            async with aclosing(results):
+                async for result in results:
+                    response = response_of(result[mlserver_wire.RESPONSE], plan.name, version)
+                    response.id = document["id"]
+                    yield response
+                    if self._state.stopping:
+                        raise Unavailable("the server is shutting down; the stream ends here")
+            spent = time.perf_counter_ns() - input_done
+            account.succeeded(1, 0, input_done - started, spent, 0, executed=True)
 
 
 def _over_grpc() -> bool:
