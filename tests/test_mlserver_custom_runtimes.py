@@ -468,3 +468,34 @@ def test_a_streaming_runtime_streams_as_in_mlserver(tmp_path: Path) -> None:
     assert (unary, their_unary) == (501, 500), (unary, their_unary)
     assert "decoupled" in body["error"], body
     assert [_elements(e["outputs"][0]["data"]) for e in events] == [["to"], ["be"], ["or"], ["not"]]
+
+
+# -- in process -----------------------------------------------------------------------------------
+def test_requests_batched_together_are_each_answered_alone() -> None:
+    """With ``max_batch_size`` the executor may hand a runtime several requests at once (one
+    document each): each reaches predict alone and gets its own answer, in order."""
+    import mlserver_codecs  # noqa: F401  (MLServer's package entered without its server)
+    import numpy as np
+    from mlserver.model import MLModel
+    from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
+
+    from servekit.runtimes import mlserver_model, mlserver_wire
+
+    class Count(MLModel):
+        async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+            (item,) = payload.inputs
+            count = ResponseOutput(name="n", datatype="INT64", shape=[1], data=[len(item.data)])
+            return InferenceResponse(model_name=self.name, id=payload.id, outputs=[count])
+
+    model = mlserver_model.MLServerModel(Count, {"mlserver": {"name": "count"}}, "count")
+    documents = [
+        {"id": str(n), "inputs": [{"name": "x", "datatype": "FP32", "shape": [n], "data": [0] * n}]}
+        for n in (1, 3)
+    ]
+    try:
+        batched = np.concatenate([mlserver_wire.pack(d) for d in documents])  # as the executor
+        answered = model.predict({mlserver_wire.REQUEST: batched})
+    finally:
+        model.unload()
+    answers = [json.loads(bytes(a)) for a in answered[mlserver_wire.RESPONSE]]
+    assert [a["outputs"][0]["data"] for a in answers] == [[1], [3]]

@@ -178,13 +178,15 @@ class MLServerModel:
     def predict(self, inputs: Arrays) -> Arrays:
         """One request as MLServer hands it to its runtimes: the request document
         (mlserver_wire.py) in, the answer document out."""
-        request = _request_of(mlserver_wire.unpack(inputs[mlserver_wire.REQUEST]))
+        answers = []
         labels = custom_metrics.LOADING.set(self._labels)
-        try:
-            response = self._run(self._model.predict(request))
+        try:  # several documents: requests the executor batched, each answered on its own
+            for document in mlserver_wire.unpack_all(inputs[mlserver_wire.REQUEST]):
+                response = self._run(self._model.predict(_request_of(document)))
+                answers.append(_document_of(response))
         finally:
             custom_metrics.LOADING.reset(labels)
-        return {mlserver_wire.RESPONSE: mlserver_wire.pack(_document_of(response))}
+        return {mlserver_wire.RESPONSE: mlserver_wire.pack_all(answers)}
 
     def unload(self) -> None:
         """The runtime's ``unload()``, when its version is retired."""

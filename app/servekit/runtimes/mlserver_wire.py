@@ -31,18 +31,32 @@ BASE64 = "base64"
 
 def pack(document: dict[str, Any]) -> np.ndarray:
     """A document as the one-element BYTES tensor that carries it."""
-    return np.array([json.dumps(document, ensure_ascii=False).encode()], dtype=object)
+    return pack_all([document])
 
 
 def unpack(tensor: np.ndarray) -> dict[str, Any]:
     """The document a one-element BYTES tensor carries (ValueError when it carries none)."""
-    flat = as_bytes_array(np.asarray(tensor, dtype=object)).reshape(-1)
-    if flat.size != 1:
-        raise ValueError(f"expected one serialized document, got {flat.size} elements")
-    document = json.loads(bytes(flat[0]))
-    if not isinstance(document, dict):
-        raise ValueError("the serialized document is not a JSON object")
-    return document
+    documents = unpack_all(tensor)
+    if len(documents) != 1:
+        raise ValueError(f"expected one serialized document, got {len(documents)}")
+    return documents[0]
+
+
+def unpack_all(tensor: np.ndarray) -> list[dict[str, Any]]:
+    """The documents a BYTES tensor carries, one per element (several when the executor
+    batched requests together, one row each)."""
+    out = []
+    for raw in as_bytes_array(np.asarray(tensor, dtype=object)).reshape(-1):
+        document = json.loads(bytes(raw))
+        if not isinstance(document, dict):
+            raise ValueError("the serialized document is not a JSON object")
+        out.append(document)
+    return out
+
+
+def pack_all(documents: list[dict[str, Any]]) -> np.ndarray:
+    """Documents as a BYTES tensor of one element each (:func:`pack` for several)."""
+    return np.array([json.dumps(d, ensure_ascii=False).encode() for d in documents], dtype=object)
 
 
 def flat_data(data: Any, as_bytes: bool = False) -> list[Any]:
