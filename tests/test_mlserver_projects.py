@@ -527,12 +527,20 @@ class Hangs(MLModel):
     async def predict(self, x: np.ndarray) -> np.ndarray:
         time.sleep(3600)
         return x
+
+
+class Stalls(MLModel):  # in the server's process, far slower than the request's deadline
+    @decode_args
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        time.sleep(4)  # not forever: a thread cannot be stopped, and the server's stop waits
+        return x  # for it (server.drainSeconds, 5 s)
 """
 
 
 @pytest.mark.slow
 def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> None:
-    """load() raising or returning False, predict() raising or hanging (isolated), a module
+    """load() raising or returning False, predict() raising or hanging (isolated: killed at
+    its timeoutSeconds; in the server's process: answered at the request's deadline), a module
     that does not import: each model says why, the others serve (one logging metrics, one
     streaming with predict_stream)."""
     import httpx
@@ -540,7 +548,7 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
     folder = tmp_path / "broken"
     folder.mkdir()
     (folder / "broken.py").write_text(BROKEN, encoding="utf-8")
-    for name in ("FailsToLoad", "Refuses", "Raises", "Logs", "Hangs"):
+    for name in ("FailsToLoad", "Refuses", "Raises", "Logs", "Hangs", "Stalls"):
         settings = {"name": name.lower(), "implementation": f"broken.{name}"}
         _json(folder / "models" / name.lower() / "model-settings.json", settings)
     words = {"name": "words", "implementation": "broken.Words",
@@ -586,6 +594,13 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
         assert [e["text_output"] for e in events] == ["to", "be", "or", "not"]
         hung = httpx.post(f"{url}/v2/models/hangs/infer", json=request, timeout=30)
         assert hung.status_code == 503, hung.text
+        assert "ran past timeoutSeconds (2 s); its process was killed" in hung.json()["error"]
+        # Triton's timeout parameter (microseconds): the request's deadline, 0.5 s from now
+        timed = {**request, "parameters": {"timeout": 500_000}}
+        stalled = httpx.post(f"{url}/v2/models/stalls/infer", json=timed, timeout=30)
+        assert stalled.status_code == 504, stalled.text
+        assert "deadline" in stalled.json()["error"].lower(), stalled.text
         assert httpx.post(f"{url}/v2/models/raises/infer", json=request).status_code == 500
+        assert httpx.post(f"{url}/v2/models/logs/infer", json=request).status_code == 200
     finally:
         assert served.stop() == 0, served.log()
