@@ -51,6 +51,8 @@ class MLServer:
     """Its REST API, ``http://127.0.0.1:PORT``."""
     grpc_target: str
     """Its gRPC API, ``127.0.0.1:PORT``."""
+    metrics_url: str
+    """Its Prometheus metrics, ``http://127.0.0.1:PORT/metrics`` (a port of their own)."""
 
 
 @contextmanager
@@ -62,12 +64,12 @@ def mlserver_started(folder: Path) -> Iterator[MLServer]:
         if importlib.util.find_spec(runtime) is None:  # found, not imported: see the docstring
             missing(f"MLServer's runtime {runtime}", MLSERVER_RUNTIMES_INSTALL)
 
-    http, grpc = free_port(), free_port()
+    http, grpc, metrics = free_port(), free_port(), free_port()
     env = {
         **os.environ,
         "MLSERVER_HTTP_PORT": str(http),
         "MLSERVER_GRPC_PORT": str(grpc),
-        "MLSERVER_METRICS_PORT": str(free_port()),
+        "MLSERVER_METRICS_PORT": str(metrics),
         "MLSERVER_HOST": "127.0.0.1",
         "MLSERVER_PARALLEL_WORKERS": "0",
     }
@@ -86,7 +88,7 @@ def mlserver_started(folder: Path) -> Iterator[MLServer]:
 
     try:
         wait_until(ready, timeout=120, what="MLServer's readiness")
-        yield MLServer(url, f"127.0.0.1:{grpc}")
+        yield MLServer(url, f"127.0.0.1:{grpc}", f"http://127.0.0.1:{metrics}/metrics")
     finally:
         process.terminate()
         try:

@@ -14,6 +14,7 @@ compared too, not only what an echo returns.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -133,15 +134,15 @@ def _rest(url: str, model: str, requests: list[dict[str, Any]]) -> list[tuple[in
     return out
 
 
-def _both(folder: Path, model: str, ask: Callable[[str, str], Any]) -> tuple[Any, Any, list[str]]:
-    """``ask(http_url, grpc_target)`` of MLServer, then of servekit, on the same folder;
-    servekit's log besides."""
+def _both(folder: Path, model: str, ask: Callable[..., Any]) -> tuple[Any, Any, list[str]]:
+    """``ask(http_url, grpc_target, metrics_url)`` of MLServer, then of servekit, on the same
+    folder; servekit's log besides."""
     with mlserver_started(folder) as mlserver:
-        theirs = ask(mlserver.url, mlserver.grpc_target)
+        theirs = ask(mlserver.url, mlserver.grpc_target, mlserver.metrics_url)
     served = start_server(folder)
     try:
         assert served.grpc_target is not None
-        mine = ask(served.http_url, served.grpc_target)
+        mine = ask(served.http_url, served.grpc_target, f"{served.http_url}/metrics")
     finally:
         assert served.stop() == 0, served.log()
     return theirs, mine, served.log().splitlines()
@@ -166,7 +167,7 @@ def test_the_content_type_example_answers_as_in_mlserver(tmp_path: Path) -> None
     sent = [*requests, *fitted, with_id]
     over_grpc = [r for r in [*requests, *fitted, with_id] if _sizes_agree(r)]
 
-    def ask(url: str, target: str) -> dict[str, Any]:
+    def ask(url: str, target: str, metrics: str) -> dict[str, Any]:
         return {
             "rest": _rest(url, MODEL, sent),
             "grpc": grpc_answers(target, MODEL, over_grpc),
@@ -232,6 +233,7 @@ REFLECT = '''
 import json
 import os
 
+import mlserver
 import numpy as np
 import pandas as pd
 from mlserver import MLModel
@@ -268,6 +270,7 @@ class Reflect(MLModel):
         return True
 
     async def predict(self, payload: InferenceRequest) -> InferenceResponse:
+        mlserver.log(inputs_seen=len(payload.inputs))  # a custom metric
         seen = {"parameters": shown(payload.parameters), "inputs": []}
         for item in payload.inputs:
             seen["inputs"].append({
@@ -351,18 +354,19 @@ def _seen(answer: dict[str, Any]) -> Any:
 @pytest.mark.slow
 def test_what_reaches_predict_is_what_mlserver_passes(tmp_path: Path) -> None:
     """The request's and each input's parameters reach predict as MLServer passes them, over
-    REST and gRPC; the runtime's own metadata() is the model's metadata; unload() runs on a
-    repository unload."""
+    REST and gRPC; the runtime's own metadata() is the model's metadata; mlserver.log gives
+    metrics; unload() runs on a repository unload."""
     import httpx
 
     folder = tmp_path / "reflect"
     reflect_project(folder)
 
-    def ask(url: str, target: str) -> dict[str, Any]:
+    def ask(url: str, target: str, metrics: str) -> dict[str, Any]:
         seen = {
             "rest": _rest(url, "reflect", REFLECT_REQUESTS),
             "grpc": grpc_answers(target, "reflect", REFLECT_REQUESTS),
             "metadata": _metadata(url, "reflect"),
+            "metrics": httpx.get(metrics, timeout=30).text,
         }
         unloaded = httpx.post(f"{url}/v2/repository/models/reflect/unload", timeout=30)
         seen["unload"] = unloaded.status_code
@@ -393,6 +397,19 @@ def test_what_reaches_predict_is_what_mlserver_passes(tmp_path: Path) -> None:
     assert real["parameters"] == {"content_type": "np", "custom": "from metadata()"}, real
     for key in ("name", "inputs", "outputs", "parameters"):
         assert ours[key] == real[key], key
+
+    # mlserver.log: a histogram per name, labelled with the model (MLServer's labels are
+    # model_name and model_version, servekit's model and version), observed once a request.
+    def observed(text: str) -> dict[str, float]:
+        found = re.findall(r"^inputs_seen_(count|sum)\{[^}]*reflect[^}]*\} (\S+)$", text, re.M)
+        return {kind: float(value) for kind, value in found}
+
+    sent = 2 * len(REFLECT_REQUESTS)  # over REST and over gRPC
+    inputs = 2.0 * sum(len(r["inputs"]) for r in REFLECT_REQUESTS)
+    assert observed(mine["metrics"]) == {"count": sent, "sum": inputs}, mine["metrics"][-3000:]
+    # MLServer 1.7.1 with parallel_workers 0 (as here) registers them in its own registry but
+    # exports prometheus_client's default one: its /metrics never shows them.
+    assert observed(theirs["metrics"]) == {}
     assert mine["unload"] == theirs["unload"] == 200
     assert mine["marker"] == theirs["marker"] == "unloaded\n"
 
@@ -447,7 +464,7 @@ def test_a_streaming_runtime_streams_as_in_mlserver(tmp_path: Path) -> None:
     (folder / "words.py").write_text(WORDS, encoding="utf-8")
     (folder / "model-settings.json").write_text(json.dumps(WORDS_SETTINGS), encoding="utf-8")
 
-    def ask(url: str, target: str) -> dict[str, Any]:
+    def ask(url: str, target: str, metrics: str) -> dict[str, Any]:
         return {
             "stream": _events(url, "/v2/models/words/infer_stream", WORDS_REQUEST),
             "unary": _rest(url, "words", [WORDS_REQUEST]),
