@@ -16,18 +16,20 @@ from it (``MLModel``, ``ModelSettings``, ``Settings``, ``register``, ``log``, ``
 from their own modules (``log`` and ``register`` are servekit's: see :func:`log`): MLServer's
 types, codecs and base class, never its server.
 
-The instance's ``load``, ``predict`` and ``unload`` are coroutines: each runs to completion on
-an event loop of the instance's own (one instance serves one request at a time, in its worker
-thread), never on the server's loop. The request reaches ``predict`` as MLServer's
-``InferenceRequest`` (``@decode_args`` and the model's ``decode``/``encode`` helpers work as in
-MLServer, reading the content types its metadata gives), and its ``InferenceResponse`` comes
-back as arrays, answered with MLServer's output content types (``ModelSignature.content_types``).
-servekit needs each tensor's name, datatype and shape before the first request (the Python
-runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them, else a
-``@decode_args`` predict's arguments and return (:func:`hinted`). A runtime with its own
-``predict_stream`` is a decoupled model (:class:`MLServerStreamModel`). Not carried over yet:
-``metadata`` (servekit answers its own). ``mlserver.log`` and
-``mlserver.register`` give servekit's own custom metrics (histograms in ``/metrics``).
+The instance's ``load``, ``metadata``, ``predict`` and ``unload`` are coroutines: each runs to
+completion on an event loop of the instance's own (one instance serves one request at a time,
+in its worker thread), never on the server's loop. The request reaches ``predict`` whole, as
+MLServer hands it over: the request document (mlserver_wire.py) the DataPlane's request kind
+writes (app/servekit/services/mlserver_requests.py) becomes MLServer's ``InferenceRequest``
+with every input and parameter the client sent (``@decode_args`` and the model's
+``decode``/``decode_request`` helpers work as in MLServer, with the content types of the
+request and of the model's metadata), and its ``InferenceResponse`` goes back as the answer
+document, outputs and parameters as the runtime wrote them. ``metadata()`` is read once, when
+the version loads: its tensors (with their parameters) and parameters are the model's metadata
+(the tensors a ``@decode_args`` predict names, :func:`hinted`, when it shows none). A runtime
+with its own ``predict_stream`` is a decoupled model (:class:`MLServerStreamModel`), one answer
+document per response. ``mlserver.log`` and ``mlserver.register`` give servekit's own custom
+metrics (histograms in ``/metrics``).
 """
 
 from __future__ import annotations
@@ -248,7 +250,8 @@ def _metadata_of(found: Any) -> dict[str, Any]:
     def tensors(items: Any) -> list[dict[str, Any]]:
         out = []
         for item in items or ():
-            tensor = {"name": item.name, "datatype": str(item.datatype), "shape": list(item.shape)}
+            datatype = _text(item.datatype)
+            tensor = {"name": item.name, "datatype": datatype, "shape": list(item.shape)}
             tensor["parameters"] = _parameters(item.parameters) if item.parameters else None
             out.append(tensor)
         return out
@@ -286,7 +289,7 @@ def _document_of(response: Any) -> dict[str, Any]:
         data = output.data.root if hasattr(output.data, "root") else output.data
         entry: dict[str, Any] = {
             "name": output.name,
-            "datatype": output.datatype,
+            "datatype": _text(output.datatype),
             "shape": list(output.shape),
             "data": mlserver_wire.flat_data(data),
         }
@@ -299,6 +302,11 @@ def _document_of(response: Any) -> dict[str, Any]:
     if parameters:
         document["parameters"] = parameters
     return document
+
+
+def _text(datatype: Any) -> str:
+    """A datatype as its V2 name (MLServer's ``Datatype`` enum or a plain string)."""
+    return str(getattr(datatype, "value", datatype))
 
 
 def _parameters(parameters: Any) -> dict[str, Any]:
