@@ -488,6 +488,24 @@ def test_a_streaming_runtime_streams_as_in_mlserver(tmp_path: Path) -> None:
 
 
 # -- in process -----------------------------------------------------------------------------------
+def test_the_content_type_example_converts_to_a_plain_serve_yaml(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``servekit convert mlserver`` on the example: its tensors once as serve.yaml's inputs
+    and once in the runtime's settings, written out in full (no YAML anchors)."""
+    from servekit.cli import main as cli_main
+    from servekit.config.loader import parse_config
+
+    assert cli_main(["convert", "mlserver", str(EXAMPLE)]) == 0
+    text = capsys.readouterr().out
+    assert "&id" not in text and "*id" not in text, text
+    (model,) = parse_config(text).models
+    assert [(t.name, t.datatype, t.shape) for t in model.inputs or ()] == [
+        ("metadata-np", "INT32", [2, 2]),
+        ("metadata-str", "BYTES", [11]),
+    ]
+
+
 def test_requests_batched_together_are_each_answered_alone() -> None:
     """With ``max_batch_size`` the executor may hand a runtime several requests at once (one
     document each): each reaches predict alone and gets its own answer, in order."""

@@ -262,7 +262,12 @@ def _relative(uri: Any, base: Path, folder: Path) -> str:
 
 
 def _tensor(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: data[k] for k in ("name", "datatype", "shape") if k in data}
+    """A model-settings.json tensor as serve.yaml declares one (its own copy of the shape:
+    YAML would write a list shared with ``parameters.mlserver`` as an anchor and alias)."""
+    tensor = {k: data[k] for k in ("name", "datatype") if k in data}
+    if "shape" in data:
+        tensor["shape"] = list(data["shape"])
+    return tensor
 
 
 def _model_settings_files(root: Path) -> list[Path]:
