@@ -264,7 +264,7 @@ def _relative(uri: Any, base: Path, folder: Path) -> str:
 def _tensor(data: dict[str, Any]) -> dict[str, Any]:
     """A model-settings.json tensor as serve.yaml declares one (its own copy of the shape:
     YAML would write a list shared with ``parameters.mlserver`` as an anchor and alias)."""
-    tensor = {k: data[k] for k in ("name", "datatype") if k in data}
+    tensor: dict[str, Any] = {k: data[k] for k in ("name", "datatype") if k in data}
     if "shape" in data:
         tensor["shape"] = list(data["shape"])
     return tensor
