@@ -86,6 +86,7 @@ HTTP_ROUTES = [
     ("inference", "POST", "/grps/v1/infer/predict?model=mlp", "grps"),
     ("inference", "POST", "/v2/models/mlp/generate", "generate"),
     ("inference", "POST", "/v2/models/mlp/versions/1/generate_stream", "generate"),
+    ("inference", "POST", "/v2/models/mlp/infer_stream", "infer"),
     ("repository", "POST", "/v2/repository/index", None),
     ("admin", "GET", "/v2/models/mlp/config", None),
     ("admin", "GET", "/v2/models/stats", None),

@@ -13,12 +13,7 @@ package ``__init__`` cannot be imported beside servekit's protos (tests/mlserver
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from needs import missing
+from mlserver_server import mlserver_started
 from servers import start_server
 from waits import wait_until
 
@@ -36,13 +31,6 @@ from servekit.config.loader import parse_config
 from servekit.config.overrides import load_plan
 
 MLSERVER_VERSION = "v0.1.0"
-MLSERVER_RUNTIMES_INSTALL = (
-    'pip install -e ".[test]" && pip install --no-deps mlserver-xgboost==1.7.1 '
-    "mlserver-mlflow==1.7.1"
-)
-"""mlserver-sklearn and mlserver-lightgbm come with the test extra; MLServer's xgboost and
-mlflow runtimes are installed without their dependencies, which would bring xgboost's CUDA
-build and the whole of MLflow where xgboost-cpu and mlflow-skinny are the same modules."""
 
 
 # -- the example folders ---------------------------------------------------------------------
@@ -309,54 +297,11 @@ def test_a_broken_model_settings_file_is_a_config_error(
 
 
 # -- the same folder under MLServer 1.7.1 and servekit ---------------------------------------
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def real_mlserver(folder: Path) -> Iterator[str]:
-    """``mlserver start FOLDER`` (MLServer 1.7.1, the test extra) on free loopback ports."""
-    import httpx
-
-    for runtime in ("mlserver_sklearn", "mlserver_xgboost", "mlserver_lightgbm", "mlserver_mlflow"):
-        if importlib.util.find_spec(runtime) is None:  # found, not imported: see the docstring
-            missing(f"MLServer's runtime {runtime}", MLSERVER_RUNTIMES_INSTALL)
-
-    http = _free_port()
-    env = {
-        **os.environ,
-        "MLSERVER_HTTP_PORT": str(http),
-        "MLSERVER_GRPC_PORT": str(_free_port()),
-        "MLSERVER_METRICS_PORT": str(_free_port()),
-        "MLSERVER_HOST": "127.0.0.1",
-        "MLSERVER_PARALLEL_WORKERS": "0",
-    }
-    log = (folder.parent / f"mlserver-{folder.name}.log").open("w")
-    command = [sys.executable, "-c", "from mlserver.cli import main; main()", "start", "."]
-    process = subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=log)
-    url = f"http://127.0.0.1:{http}"
-
-    def ready() -> bool:
-        assert process.poll() is None, (folder.parent / f"mlserver-{folder.name}.log").read_text()
-        try:
-            return httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_until(ready, timeout=120, what="MLServer's readiness")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        log.close()
+    """``mlserver start FOLDER`` (MLServer 1.7.1, the test extra): its REST address."""
+    with mlserver_started(folder) as mlserver:
+        yield mlserver.url
 
 
 def _readme_request(name: str, row: np.ndarray) -> dict[str, Any]:
@@ -417,7 +362,7 @@ def test_servekit_answers_as_mlserver(tmp_path: Path, example: str) -> None:
 
 @pytest.mark.slow
 def test_the_model_repository_example(tmp_path: Path) -> None:
-    """``model-repository``'s README: the index, an unload, the index again."""
+    """``model-repository``'s README: the index, an unload, the index, a load, the index."""
     import httpx
 
     folder = tmp_path / "model-repository"
@@ -428,6 +373,9 @@ def test_the_model_repository_example(tmp_path: Path) -> None:
         seen.append(httpx.post(f"{url}/v2/repository/index", json={}).json())
         unloaded = httpx.post(f"{url}/v2/repository/models/mushroom-xgboost/unload")
         seen.append(unloaded.status_code)
+        seen.append(httpx.post(f"{url}/v2/repository/index", json={}).json())
+        loaded = httpx.post(f"{url}/v2/repository/models/mushroom-xgboost/load", timeout=60)
+        seen.append(loaded.status_code)
         seen.append(httpx.post(f"{url}/v2/repository/index", json={}).json())
         return seen
 
@@ -440,8 +388,9 @@ def test_the_model_repository_example(tmp_path: Path) -> None:
         assert served.stop() == 0, served.log()
 
     def states(seen: list[Any]) -> list[Any]:
-        rows = [sorted((r["name"], r["state"]) for r in seen[0]), seen[1]]
-        return [*rows, sorted((r["name"], r["state"]) for r in seen[2])]
+        index = [0, 2, 4]  # the index after each step; 1 and 3: the unload's and load's status
+        return [sorted((r["name"], r["state"]) for r in x) if i in index else x
+                for i, x in enumerate(seen)]  # fmt: skip
 
     assert states(mine) == states(theirs)
 
@@ -578,12 +527,20 @@ class Hangs(MLModel):
     async def predict(self, x: np.ndarray) -> np.ndarray:
         time.sleep(3600)
         return x
+
+
+class Stalls(MLModel):  # in the server's process, far slower than the request's deadline
+    @decode_args
+    async def predict(self, x: np.ndarray) -> np.ndarray:
+        time.sleep(4)  # not forever: a thread cannot be stopped, and the server's stop waits
+        return x  # for it (server.drainSeconds, 5 s)
 """
 
 
 @pytest.mark.slow
 def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> None:
-    """load() raising or returning False, predict() raising or hanging (isolated), a module
+    """load() raising or returning False, predict() raising or hanging (isolated: killed at
+    its timeoutSeconds; in the server's process: answered at the request's deadline), a module
     that does not import: each model says why, the others serve (one logging metrics, one
     streaming with predict_stream)."""
     import httpx
@@ -591,7 +548,7 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
     folder = tmp_path / "broken"
     folder.mkdir()
     (folder / "broken.py").write_text(BROKEN, encoding="utf-8")
-    for name in ("FailsToLoad", "Refuses", "Raises", "Logs", "Hangs"):
+    for name in ("FailsToLoad", "Refuses", "Raises", "Logs", "Hangs", "Stalls"):
         settings = {"name": name.lower(), "implementation": f"broken.{name}"}
         _json(folder / "models" / name.lower() / "model-settings.json", settings)
     words = {"name": "words", "implementation": "broken.Words",
@@ -637,6 +594,13 @@ def test_a_broken_custom_runtime_gets_a_python_models_errors(tmp_path: Path) -> 
         assert [e["text_output"] for e in events] == ["to", "be", "or", "not"]
         hung = httpx.post(f"{url}/v2/models/hangs/infer", json=request, timeout=30)
         assert hung.status_code == 503, hung.text
+        assert "ran past timeoutSeconds (2 s); its process was killed" in hung.json()["error"]
+        # Triton's timeout parameter (microseconds): the request's deadline, 0.5 s from now
+        timed = {**request, "parameters": {"timeout": 500_000}}
+        stalled = httpx.post(f"{url}/v2/models/stalls/infer", json=timed, timeout=30)
+        assert stalled.status_code == 504, stalled.text
+        assert "deadline" in stalled.json()["error"].lower(), stalled.text
         assert httpx.post(f"{url}/v2/models/raises/infer", json=request).status_code == 500
+        assert httpx.post(f"{url}/v2/models/logs/infer", json=request).status_code == 200
     finally:
         assert served.stop() == 0, served.log()

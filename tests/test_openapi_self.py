@@ -70,6 +70,8 @@ NOT_BY_SCHEMA = {
     "/v2/models/{model}/versions/{version}/generate",
     "/v2/models/{model}/generate_stream",
     "/v2/models/{model}/versions/{version}/generate_stream",
+    "/v2/models/{model}/infer_stream",
+    "/v2/models/{model}/versions/{version}/infer_stream",
     # OpenAI's bodies name a served model of the route's kind and its text
     "/openai/v1/chat/completions",
     "/openai/v1/completions",

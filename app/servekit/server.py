@@ -32,6 +32,7 @@ from servekit.rest import create_app
 from servekit.rest import extensions as rest_extensions
 from servekit.rest import generate as rest_generate
 from servekit.rest import grps as rest_grps
+from servekit.rest import infer_stream as rest_infer_stream
 from servekit.rest import openai as rest_openai
 from servekit.rest import ports as rest_ports
 from servekit.rest import repository as rest_repository
@@ -246,6 +247,7 @@ class ServeKit:
             extra_routes=[
                 *rest_extensions.ROUTES,
                 *rest_generate.ROUTES,
+                *rest_infer_stream.ROUTES,
                 *rest_openai.ROUTES,
                 *dashboard.routes(),
                 *rest_repository.ROUTES,

@@ -97,14 +97,21 @@ class TensorSpec:
     ``categories_``, a LightGBM or XGBoost categorical feature's categories), shown in
     metadata as ``parameters.categories`` (MLServer's metadata tensors carry ``parameters``)
     so that a form can offer them and the benchmark can send one; None when not known."""
+    parameters: dict[str, Any] | None = field(default=None, compare=False)
+    """Metadata only: the tensor's ``parameters`` as the model's own metadata gives them (an
+    MLServer custom runtime's, e.g. model-settings.json's ``content_type``), shown with
+    ``categories`` in metadata's ``parameters``."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "datatype": self.datatype}
         out["shape"] = list(self.shape)
         if self.optional:  # only when set: V2 metadata has no such key, clients ignore extras
             out["optional"] = True
+        parameters = dict(self.parameters or {})
         if self.categories is not None:
-            out["parameters"] = {"categories": list(self.categories)}
+            parameters["categories"] = list(self.categories)
+        if parameters or self.parameters is not None:
+            out["parameters"] = parameters
         return out
 
 
@@ -137,6 +144,9 @@ class ModelSignature:
     default_outputs: tuple[str, ...] | None = None
     """The outputs a request that names none gets (None: all). A tabular model answers
     ``predict`` alone unless ``predict_proba`` is asked for, as MLServer's runtimes do."""
+    parameters: dict[str, Any] | None = field(default=None, compare=False)
+    """The model's own metadata ``parameters`` (an MLServer custom runtime's ``metadata()``),
+    answered in model metadata; None: the model has none."""
     input_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
     output_index: dict[str, TensorSpec] = field(init=False, compare=False, repr=False)
     defaults: tuple[TensorSpec, ...] = field(init=False, compare=False, repr=False)
@@ -158,12 +168,17 @@ class ModelMetadata:
     platform: str
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    parameters: dict[str, Any] | None = None
+    """The model's own metadata parameters (``ModelSignature.parameters``); None: none."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "name": self.name,
             "versions": list(self.versions),
             "platform": self.platform,
             "inputs": [t.as_dict() for t in self.inputs],
             "outputs": [t.as_dict() for t in self.outputs],
         }
+        if self.parameters is not None:
+            out["parameters"] = dict(self.parameters)
+        return out

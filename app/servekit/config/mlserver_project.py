@@ -223,6 +223,8 @@ def _model(
         model["entrypoint"] = f"{module}:{attr}"
         settings = {k: v for k, v in data.items() if k in _MODEL_KEYS}
         settings["name"] = name
+        if uri is None and file is not None:
+            uri = "."  # MLServer's default: the folder of its model-settings.json
         if uri is not None:
             settings.setdefault("parameters", {})["uri"] = _relative(uri, base, folder)
         model["parameters"] = {"mlserver": settings}  # runtimes/mlserver_model.py reads it
@@ -283,7 +285,12 @@ def _relative(uri: Any, base: Path, folder: Path) -> str:
 
 
 def _tensor(data: dict[str, Any]) -> dict[str, Any]:
-    return {k: data[k] for k in ("name", "datatype", "shape") if k in data}
+    """A model-settings.json tensor as serve.yaml declares one (its own copy of the shape:
+    YAML would write a list shared with ``parameters.mlserver`` as an anchor and alias)."""
+    tensor: dict[str, Any] = {k: data[k] for k in ("name", "datatype") if k in data}
+    if "shape" in data:
+        tensor["shape"] = list(data["shape"])
+    return tensor
 
 
 def _model_settings_files(root: Path) -> list[Path]:

@@ -104,6 +104,8 @@ class ModelMetadata(TypedDict):
     platform: str
     inputs: list[TensorMetadata]
     outputs: list[TensorMetadata]
+    parameters: NotRequired[dict[str, Any]]
+    """An MLServer custom runtime's own metadata parameters (its ``metadata()``)."""
 
 
 class OutputTensor(TypedDict):

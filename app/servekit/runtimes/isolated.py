@@ -551,11 +551,20 @@ def _signature(raw: object) -> ModelSignature:
                 raise ValueError(f"tensor {name!r} of datatype {datatype!r}")
             if not isinstance(shape, list) or not all(type(d) is int and d >= -1 for d in shape):
                 raise ValueError(f"tensor {name!r} of shape {shape!r}")
-            out.append(TensorSpec(name, datatype, tuple(shape), item.get("optional") is True))
+            parameters = item.get("parameters")  # an MLServer runtime's metadata()
+            shown = dict(parameters) if isinstance(parameters, dict) else None
+            optional = item.get("optional") is True
+            out.append(TensorSpec(name, datatype, tuple(shape), optional, parameters=shown))
         return tuple(out)
 
     content_types = raw.get("content_types") is True  # an MLServer custom runtime's
-    return ModelSignature(specs(raw["inputs"]), specs(raw["outputs"]), content_types=content_types)
+    parameters = raw.get("parameters")
+    return ModelSignature(
+        specs(raw["inputs"]),
+        specs(raw["outputs"]),
+        content_types=content_types,
+        parameters=dict(parameters) if isinstance(parameters, dict) else None,
+    )
 
 
 def _exit_reason(child: _Child) -> str:

@@ -110,6 +110,7 @@ def _load(sock: socket.socket, header: dict[str, Any]) -> PythonModel | None:
         "outputs": [s.as_dict() for s in model.signature.outputs],
         "loose": sorted(model.loose_outputs),
         "content_types": model.signature.content_types,
+        "parameters": model.signature.parameters,
     }
     send_message(sock, {"ok": True, "signature": signature}, {})
     return model

@@ -16,18 +16,20 @@ from it (``MLModel``, ``ModelSettings``, ``Settings``, ``register``, ``log``, ``
 from their own modules (``log`` and ``register`` are servekit's: see :func:`log`): MLServer's
 types, codecs and base class, never its server.
 
-The instance's ``load``, ``predict`` and ``unload`` are coroutines: each runs to completion on
-an event loop of the instance's own (one instance serves one request at a time, in its worker
-thread), never on the server's loop. The request reaches ``predict`` as MLServer's
-``InferenceRequest`` (``@decode_args`` and the model's ``decode``/``encode`` helpers work as in
-MLServer, reading the content types its metadata gives), and its ``InferenceResponse`` comes
-back as arrays, answered with MLServer's output content types (``ModelSignature.content_types``).
-servekit needs each tensor's name, datatype and shape before the first request (the Python
-runtime's signature): model-settings.json's ``inputs`` and ``outputs`` say them, else a
-``@decode_args`` predict's arguments and return (:func:`hinted`). A runtime with its own
-``predict_stream`` is a decoupled model (:class:`MLServerStreamModel`). Not carried over yet:
-``metadata`` (servekit answers its own). ``mlserver.log`` and
-``mlserver.register`` give servekit's own custom metrics (histograms in ``/metrics``).
+The instance's ``load``, ``metadata``, ``predict`` and ``unload`` are coroutines: each runs to
+completion on an event loop of the instance's own (one instance serves one request at a time,
+in its worker thread), never on the server's loop. The request reaches ``predict`` whole, as
+MLServer hands it over: the request document (mlserver_wire.py) the DataPlane's request kind
+writes (app/servekit/services/mlserver_requests.py) becomes MLServer's ``InferenceRequest``
+with every input and parameter the client sent (``@decode_args`` and the model's
+``decode``/``decode_request`` helpers work as in MLServer, with the content types of the
+request and of the model's metadata), and its ``InferenceResponse`` goes back as the answer
+document, outputs and parameters as the runtime wrote them. ``metadata()`` is read once, when
+the version loads: its tensors (with their parameters) and parameters are the model's metadata
+(the tensors a ``@decode_args`` predict names, :func:`hinted`, when it shows none). A runtime
+with its own ``predict_stream`` is a decoupled model (:class:`MLServerStreamModel`), one answer
+document per response. ``mlserver.log`` and ``mlserver.register`` give servekit's own custom
+metrics (histograms in ``/metrics``).
 """
 
 from __future__ import annotations
@@ -38,23 +40,18 @@ import importlib.util
 import inspect
 import sys
 import types
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from servekit.datatypes import DATATYPES, as_bytes_array, from_numpy
 from servekit.observability import custom_metrics
+from servekit.runtimes import mlserver_wire
 from servekit.runtimes.base import Arrays, LoadError
 
 SETTINGS_KEY = "mlserver"
 """The Python model parameter holding the model's model-settings.json."""
-UNDECLARED = (
-    "an MLServer custom runtime needs its inputs and outputs (name, datatype, shape) in "
-    "model-settings.json: servekit checks requests against them before predict runs"
-)
 _EXPORTS = {
     "MLModel": "mlserver.model",
     "ModelSettings": "mlserver.settings",
@@ -165,28 +162,51 @@ class MLServerModel:
             folder = Path(inspect.getfile(model_class)).parent
             settings._source = str(folder / "model-settings.json")
             self._model = model_class(settings)
-            ready = self._loop.run_until_complete(self._model.load())
+            ready = self._run(self._model.load())
         except Exception:
             self._loop.close()
             raise
         if ready is False:
             self._loop.close()
             raise LoadError(f"{model_class.__name__}.load() returned False")
+        self._model.ready = True  # as MLServer marks a model whose load() succeeded
+        try:
+            self.metadata = _metadata_of(self._run(self._model.metadata()))
+        except Exception:
+            self._run(self._model.unload())
+            self._loop.close()
+            raise
 
     def predict(self, inputs: Arrays) -> Arrays:
-        """One request through MLServer's types: arrays in, arrays out."""
+        """One request as MLServer hands it to its runtimes: the request document
+        (mlserver_wire.py) in, the answer document out."""
+        answers = []
         labels = custom_metrics.LOADING.set(self._labels)
-        try:
-            response = self._loop.run_until_complete(self._model.predict(_request(inputs)))
+        try:  # several documents: requests the executor batched, each answered on its own
+            for document in mlserver_wire.unpack_all(inputs[mlserver_wire.REQUEST]):
+                response = self._run(self._model.predict(_request_of(document)))
+                answers.append(_document_of(response))
         finally:
             custom_metrics.LOADING.reset(labels)
-        return _arrays(response)
+        return {mlserver_wire.RESPONSE: mlserver_wire.pack_all(answers)}
 
     def unload(self) -> None:
+        """The runtime's ``unload()``, when its version is retired."""
         try:
-            self._loop.run_until_complete(self._model.unload())
+            self._run(self._model.unload())
         finally:
             self._loop.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """``coroutine`` run to its end on the instance's own loop: in this thread, or in a
+        thread of its own when this one runs a loop already (the server's, which retires a
+        version and so calls :meth:`unload` there)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop.run_until_complete(coroutine)
+        with ThreadPoolExecutor(1, thread_name_prefix="mlserver-model") as pool:
+            return pool.submit(self._loop.run_until_complete, coroutine).result()
 
 
 class MLServerStreamModel(MLServerModel):
@@ -195,7 +215,7 @@ class MLServerStreamModel(MLServerModel):
     stepped on the server's loop as MLServer steps it on its own."""
 
     async def predict(self, inputs: Arrays) -> AsyncGenerator[Arrays, None]:  # type: ignore[override]
-        request = _request(inputs)
+        request = _request_of(mlserver_wire.unpack(inputs[mlserver_wire.REQUEST]))
 
         async def payloads() -> AsyncGenerator[Any, None]:
             yield request
@@ -206,53 +226,95 @@ class MLServerStreamModel(MLServerModel):
         custom_metrics.LOADING.set(self._labels)
         try:
             async for response in self._model.predict_stream(payloads()):
-                yield _arrays(response)
+                yield {mlserver_wire.RESPONSE: mlserver_wire.pack(_document_of(response))}
         finally:
             custom_metrics.LOADING.set(before)
 
 
+def streams(model_class: type) -> bool:
+    """Whether ``model_class`` overrides ``predict_stream`` (a streaming model)."""
+    base = sys.modules["mlserver.model"].MLModel
+    return getattr(model_class, "predict_stream", None) is not base.predict_stream
+
+
 def adapter_for(model_class: type) -> type[MLServerModel]:
     """The adapter of ``model_class``: streaming when it overrides ``predict_stream``."""
-    base = sys.modules["mlserver.model"].MLModel
-    own = getattr(model_class, "predict_stream", None) is not base.predict_stream
-    return MLServerStreamModel if own else MLServerModel
+    return MLServerStreamModel if streams(model_class) else MLServerModel
 
 
-def _request(inputs: Arrays) -> Any:
-    """Arrays as MLServer's InferenceRequest (its model's metadata gives the content types)."""
-    from mlserver.types import InferenceRequest, RequestInput
+def _metadata_of(found: Any) -> dict[str, Any]:
+    """The model's ``metadata()`` (MLServer's MetadataModelResponse) as the tensors and
+    parameters servekit answers in model metadata: ``{"inputs": [...], "outputs": [...],
+    "parameters": {...} or None}``, each tensor's ``parameters`` as MLServer writes them."""
 
-    return InferenceRequest(
-        inputs=[
-            RequestInput(
-                name=name,
-                shape=list(array.shape),
-                datatype=from_numpy(array.dtype).name,
-                data=_wire_data(array),
-            )
-            for name, array in inputs.items()
-        ]
-    )
+    def tensors(items: Any) -> list[dict[str, Any]]:
+        out = []
+        for item in items or ():
+            datatype = _text(item.datatype)
+            tensor = {"name": item.name, "datatype": datatype, "shape": list(item.shape)}
+            tensor["parameters"] = _parameters(item.parameters) if item.parameters else None
+            out.append(tensor)
+        return out
+
+    parameters = _parameters(found.parameters) if found.parameters is not None else None
+    return {
+        "inputs": tensors(found.inputs),
+        "outputs": tensors(found.outputs),
+        "parameters": parameters,
+    }
 
 
-def _arrays(response: Any) -> Arrays:
-    """MLServer's InferenceResponse as arrays, in its outputs' shapes."""
-    from mlserver.codecs import NumpyCodec
+def _request_of(document: dict[str, Any]) -> Any:
+    """The request document as MLServer's InferenceRequest, as its REST API parses a request:
+    data as sent (BYTES as text; bytes where the text was not UTF-8)."""
+    from mlserver.types import InferenceRequest
 
-    out: Arrays = {}
+    inputs = []
+    for item in document.get("inputs") or ():
+        if item.get("datatype") == "BYTES":
+            item = {**item, "data": [mlserver_wire.raw_element(v) for v in item["data"]]}
+        inputs.append(item)
+    return InferenceRequest.model_validate({**document, "inputs": inputs})
+
+
+def _document_of(response: Any) -> dict[str, Any]:
+    """MLServer's InferenceResponse as the answer document (mlserver_wire.py): each output's
+    name, datatype, shape, parameters and flat data, and the response's parameters."""
+    from mlserver.types import InferenceResponse
+
+    if not isinstance(response, InferenceResponse):
+        raise TypeError(f"predict() returned {type(response).__name__}, not an InferenceResponse")
+    outputs = []
     for output in response.outputs:
-        if output.datatype == "BYTES":
-            values = output.data.root if hasattr(output.data, "root") else output.data
-            flat = [v if isinstance(v, bytes) else str(v).encode() for v in values]
-            array = as_bytes_array(np.array(flat, dtype=object))
-            out[output.name] = array.reshape(output.shape)
-        else:
-            decoded = NumpyCodec.decode_output(output)
-            out[output.name] = np.asarray(decoded, DATATYPES[output.datatype].dtype)
-    return out
+        data = output.data.root if hasattr(output.data, "root") else output.data
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": _text(output.datatype),
+            "shape": list(output.shape),
+            "data": mlserver_wire.flat_data(data),
+        }
+        parameters = _parameters(output.parameters)
+        if parameters:
+            entry["parameters"] = parameters
+        outputs.append(entry)
+    document: dict[str, Any] = {"outputs": outputs}
+    parameters = _parameters(response.parameters)
+    if parameters:
+        document["parameters"] = parameters
+    return document
 
 
-def _wire_data(array: np.ndarray) -> list[Any]:
-    if array.dtype == object:
-        return [v if isinstance(v, bytes) else str(v).encode() for v in array.reshape(-1)]
-    return list(array.reshape(-1).tolist())
+def _text(datatype: Any) -> str:
+    """A datatype as its V2 name (MLServer's ``Datatype`` enum or a plain string)."""
+    return str(getattr(datatype, "value", datatype))
+
+
+def _parameters(parameters: Any) -> dict[str, Any]:
+    """MLServer's Parameters as MLServer's REST API writes them (what is set and not None),
+    less what never leaves its server: the headers it copies in and the decoded payload."""
+    if parameters is None:
+        return {}
+    dumped: dict[str, Any] = parameters.model_dump(exclude_unset=True, exclude_none=True)
+    for private in ("headers", "_decoded_payload"):
+        dumped.pop(private, None)
+    return dumped

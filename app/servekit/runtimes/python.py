@@ -46,7 +46,6 @@ import sys
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -357,15 +356,9 @@ def build(
     if mlserver_model.SETTINGS_KEY in parameters:  # an MLServer project's custom runtime
         mlserver_model.enter_library()
     target = resolve_entrypoint(entrypoint)
-    guessed: frozenset[str] = frozenset()
-    if mlserver_model.is_model_class(target) and not (inputs and outputs):
+    if mlserver_model.is_model_class(target):
         found = mlserver_model.hinted(target)  # type: ignore[arg-type]
-        if found is None:
-            raise LoadError(mlserver_model.UNDECLARED)
-        if not outputs:  # their shapes are MLServer's codecs' to say: only datatypes checked
-            guessed = frozenset(t.name for t in found[1])
-        inputs = inputs or found[0]  # type: ignore[assignment]
-        outputs = outputs or found[1]  # type: ignore[assignment]
+        return _mlserver(target, parameters, instances, inputs, outputs, name, found, batching)
     built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
     predict = _predict_of(built[0])
     if grps_message or takes_grps_message(predict):
@@ -377,8 +370,6 @@ def build(
         return GrpsMessageModel(built, MESSAGE_SIGNATURE, message_codec())
     signature, by_name = signature_of(predict, inputs, outputs)
     signature = mark_optional(signature, inputs)
-    if mlserver_model.is_model_class(target):
-        signature = replace(signature, content_types=True)
     decoupled = is_generator_function(predict)
     if decoupled and batching:
         raise LoadError(
@@ -386,8 +377,67 @@ def build(
             "cannot use dynamic batching; remove dynamic_batching from its config"
         )
     model = PythonModel(built, signature, by_name, name, decoupled)
-    model.loose_outputs = guessed_output_shapes(predict, outputs) | guessed
+    model.loose_outputs = guessed_output_shapes(predict, outputs)
     return model
+
+
+# -- MLServer custom runtimes ------------------------------------------------------------------
+def _mlserver(
+    target: object,
+    parameters: dict[str, Any],
+    instances: int,
+    inputs: tuple[TensorOverride, ...] | None,
+    outputs: tuple[TensorOverride, ...] | None,
+    name: str,
+    found: tuple[tuple[Any, ...], tuple[Any, ...]] | None,
+    batching: bool,
+) -> PythonModel:
+    """An MLServer custom runtime: it takes the whole request, as MLServer hands it over
+    (runtimes/mlserver_wire.py), so its signature is only what its metadata shows:
+    model-settings.json's ``inputs``/``outputs``, else a ``@decode_args`` predict's. One
+    with its own ``predict_stream`` is decoupled (a stream of responses per request)."""
+    built = [_instantiate(target, dict(parameters), name) for _ in range(instances)]
+    metadata = getattr(built[0], "metadata", None) or {}
+    declared_in = inputs or (found[0] if found else ())
+    declared_out = outputs or (found[1] if found else ())
+    signature = ModelSignature(
+        _metadata_specs(metadata.get("inputs"), declared_in),
+        _metadata_specs(metadata.get("outputs"), declared_out),
+        content_types=True,
+        parameters=metadata.get("parameters"),
+    )
+    decoupled = mlserver_model.streams(target)  # type: ignore[arg-type]
+    if decoupled and batching:
+        raise LoadError("a streaming MLServer runtime (predict_stream) cannot use dynamic batching")
+    signature = mark_optional(signature, inputs)
+    return MLServerRequestModel(built, signature, by_name=False, name=name, decoupled=decoupled)
+
+
+def _metadata_specs(shown: Any, declared: Any) -> tuple[TensorSpec, ...]:
+    """The tensors the runtime's ``metadata()`` shows (with their parameters), else those
+    model-settings.json or a ``@decode_args`` predict declare."""
+    if shown:
+        return tuple(
+            TensorSpec(t["name"], t["datatype"], tuple(t["shape"]), parameters=t["parameters"])
+            for t in shown
+        )
+    return tuple(
+        TensorSpec(t.name, t.datatype or "BYTES", tuple(t.shape) if t.shape is not None else (-1,))
+        for t in declared
+    )
+
+
+class MLServerRequestModel(PythonModel):
+    """An MLServer custom runtime's instances: each call takes the request document and
+    gives the answer document (each step of a stream one), whatever the signature says."""
+
+    def _convert(self, result: object, wanted: list[str]) -> Arrays:
+        if not isinstance(result, dict):
+            raise Internal(f"the MLServer runtime adapter returned {type(result).__name__}")
+        return result
+
+    def _fit_rank(self, arrays: Arrays) -> Arrays:
+        return arrays
 
 
 # -- models that take whole grps messages ---------------------------------------------------------

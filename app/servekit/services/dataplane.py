@@ -39,6 +39,7 @@ from servekit.services.extensions import BINARY_DATA
 from servekit.services.kinds import RequestKind, handler_for
 from servekit.services.loading import VersionSetup
 from servekit.services.memory import OnDemand, declared_metadata
+from servekit.services.mlserver_requests import MLServerRequests
 from servekit.services.model_config import ModelConfiguration, model_configuration
 from servekit.services.payload_log import with_payload_log
 from servekit.services.prepared import PreparedVersion
@@ -92,9 +93,11 @@ class DataPlane:
         """serve.yaml's traffic and shadow: requests naming no version of such a model."""
         if sequences is None:
             sequences = Sequences(self.statistics, state)
+        self._mlserver = MLServerRequests(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (
             Pipelines(self._infer, self.statistics, repository, state, self._calls.callers),
             sequences,
+            self._mlserver,
         )
         """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
@@ -210,7 +213,8 @@ class DataPlane:
         versions = tuple(str(v) for v in entry.ready_versions())
         runtime = found.runtime
         platform = runtime.platform if runtime is not None else entry.plan.format_name
-        return ModelMetadata(name, versions, platform, signature.inputs, signature.outputs)
+        inputs, outputs = signature.inputs, signature.outputs
+        return ModelMetadata(name, versions, platform, inputs, outputs, signature.parameters)
 
     # -- inference ----------------------------------------------------------------------------
     async def _infer(
@@ -340,8 +344,8 @@ class DataPlane:
             entry, version = await self.on_demand.loaded(request, deadline, error)
         runtime, prepared = version.runtime, version.prepared
         kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
-        if runtime is None or not runtime.decoupled or kind is not None:  # answers once
-            yield await self.infer(request, deadline, arrived)
+        if runtime is None or not runtime.decoupled or kind not in (None, self._mlserver.infer):
+            yield await self.infer(request, deadline, arrived)  # answers once
             return
         if entry.plan.routing is not None and not request.model_version:  # traffic (no shadow)
             request = self._traffic.pinned(entry, request)
@@ -352,6 +356,11 @@ class DataPlane:
                 return
         if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
+        if kind is not None:  # an MLServer runtime's predict_stream: its kind streams it
+            async with aclosing(self._mlserver.stream(entry, version, request)) as responses:
+                async for response in responses:
+                    yield response
+            return
         stats = self.statistics.of(entry.plan.name, version.version)
         async with aclosing(
             streamed(entry.plan, version, runtime, request, stats, self._state)
