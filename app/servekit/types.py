@@ -137,10 +137,6 @@ class ModelSignature:
     [-1, F] input): the DataPlane then reads requests with MLServer's content types
     (app/servekit/codecs/content_types.py) instead of checking each input by name and
     datatype."""
-    content_types: bool = False
-    """The answers carry MLServer's output content types (``str`` on BYTES, ``np`` on the
-    rest), as a tabular model's do: an MLServer custom runtime
-    (app/servekit/runtimes/mlserver_model.py), whose clients decode by them."""
     default_outputs: tuple[str, ...] | None = None
     """The outputs a request that names none gets (None: all). A tabular model answers
     ``predict`` alone unless ``predict_proba`` is asked for, as MLServer's runtimes do."""

@@ -230,14 +230,14 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {len(names) - 20} more" if len(names) > 20 else "")
 
 
-def mark_outputs(outputs: list[Tensor], rows: bool = True) -> list[Tensor]:
-    """``outputs`` with the content type MLServer's clients decode them by: ``str`` on BYTES,
-    ``np`` on the rest; with ``rows`` (a tabular model's answer), a 1-D output's shape ``[N]``
-    said ``[N, 1]``, one row per request row, as MLServer's NumpyCodec says it
-    (``inject_batch_dimension``). Only the shape changes: the data is the same (KServe V1
-    answers it as the flat list of predictions)."""
+def mark_outputs(outputs: list[Tensor]) -> list[Tensor]:
+    """A tabular model's ``outputs`` with the content type MLServer's clients decode them by:
+    ``str`` on BYTES, ``np`` on the rest; a 1-D output's shape ``[N]`` said ``[N, 1]``, one
+    row per request row, as MLServer's NumpyCodec says it (``inject_batch_dimension``). Only
+    the shape changes: the data is the same (KServe V1 answers it as the flat list of
+    predictions)."""
     for tensor in outputs:
-        if rows and len(tensor.shape) == 1:
+        if len(tensor.shape) == 1:
             tensor.shape = (tensor.shape[0], 1)
         tensor.parameters = {
             **tensor.parameters,

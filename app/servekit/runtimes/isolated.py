@@ -557,12 +557,10 @@ def _signature(raw: object) -> ModelSignature:
             out.append(TensorSpec(name, datatype, tuple(shape), optional, parameters=shown))
         return tuple(out)
 
-    content_types = raw.get("content_types") is True  # an MLServer custom runtime's
     parameters = raw.get("parameters")
     return ModelSignature(
         specs(raw["inputs"]),
         specs(raw["outputs"]),
-        content_types=content_types,
         parameters=dict(parameters) if isinstance(parameters, dict) else None,
     )
 

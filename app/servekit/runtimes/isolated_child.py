@@ -109,7 +109,6 @@ def _load(sock: socket.socket, header: dict[str, Any]) -> PythonModel | None:
         "inputs": [s.as_dict() for s in model.signature.inputs],
         "outputs": [s.as_dict() for s in model.signature.outputs],
         "loose": sorted(model.loose_outputs),
-        "content_types": model.signature.content_types,
         "parameters": model.signature.parameters,
     }
     send_message(sock, {"ok": True, "signature": signature}, {})

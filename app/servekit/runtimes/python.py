@@ -403,7 +403,6 @@ def _mlserver(
     signature = ModelSignature(
         _metadata_specs(metadata.get("inputs"), declared_in),
         _metadata_specs(metadata.get("outputs"), declared_out),
-        content_types=True,
         parameters=metadata.get("parameters"),
     )
     decoupled = mlserver_model.streams(target)  # type: ignore[arg-type]

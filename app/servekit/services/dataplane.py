@@ -310,8 +310,6 @@ class DataPlane:
                 outputs = classified(outputs, classes, plan)
             if signature.tabular is not None:  # the content types MLServer's clients use
                 mark_outputs(outputs)
-            elif signature.content_types:  # an MLServer custom runtime's shapes are its own
-                mark_outputs(outputs, rows=False)
             ended = time.perf_counter_ns()
             if inline:  # the model run is counted here (the executor counted one in threads)
                 account.clocks(rows, input_done, infer_done, ended)
