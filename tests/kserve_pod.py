@@ -26,6 +26,7 @@ caught. ``servekit`` as the command is this checkout's ``python -m servekit``.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from waits import wait_until
 
 MODEL_MOUNT = "/mnt/models"
 KNATIVE_PORT = 8080
@@ -181,8 +183,17 @@ class Pod:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
+        """SIGTERM, as the kubelet stops a container, and a second one once the first is taken
+        (two at once would arrive as one): servekit would stay serving, unready, for
+        ``drainDelaySeconds`` (5 s) after the first, which no test here looks at; a second
+        signal cuts that short (tests/test_drain*.py hold the drain)."""
         if self.process.poll() is None:
             self.process.terminate()
+            taken = lambda: self.process.poll() is not None or "servekit: stopping" in self.output()  # noqa: E731
+            with contextlib.suppress(AssertionError):  # not taken: the wait below still ends it
+                wait_until(taken, 10, "the container to take SIGTERM")
+            if self.process.poll() is None:
+                self.process.terminate()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
