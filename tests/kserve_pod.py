@@ -10,7 +10,9 @@ Read from KServe's source (github.com/kserve/kserve, the commit in tests/data/ks
   ``{{.Namespace}}``, ``{{.Labels.x}}``, ``{{.Annotations.x}}``);
 * the storage-initializer init container runs ``Storage.download_files([storageUri],
   ["/mnt/models"])`` of the ``kserve-storage`` package (its ``initializer-entrypoint``), with the
-  S3 settings KServe's credential builder sets (``AWS_ENDPOINT_URL``, ``S3_USE_HTTPS``, ...);
+  store settings KServe's credential builder sets (``AWS_ENDPOINT_URL``, ``S3_USE_HTTPS``,
+  ``AZURE_STORAGE_ACCESS_KEY``, ...) and those a ClusterStorageContainer's env or the global CA
+  bundle add (``STORAGE_EMULATOR_HOST``, ``HTTPS_PROXY``, ``CA_BUNDLE_CONFIGMAP_NAME``);
 * Knative sets ``PORT``, ``K_SERVICE``, ``K_CONFIGURATION`` and ``K_REVISION``;
 * the kubelet starts the container's command with its args and env, and sends traffic only once
   the readiness probe answers 2xx, polling it every ``periodSeconds``.
@@ -34,6 +36,7 @@ each container port published on a free 127.0.0.1 port; nothing is translated in
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -50,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from waits import wait_until
 
 MODEL_MOUNT = "/mnt/models"
 KNATIVE_PORT = 8080
@@ -162,12 +166,26 @@ def pod_container(runtime: dict[str, Any], isvc: dict[str, Any]) -> dict[str, An
     return template(merge(base, model), isvc["metadata"])
 
 
-def storage_initializer(python: Path, uri: str, dest: Path, env: dict[str, str]) -> None:
-    """Run KServe's storage initializer (kserve-storage in the KServe venv) into ``dest``."""
+NOT_IN_A_POD = ("PYTHONPATH", "PYTHONHOME", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
+"""This machine's settings a storage-initializer container does not have: KServe's global CA
+bundle is exported only where SSL_CERT_FILE and REQUESTS_CA_BUNDLE are unset."""
+STORE_SETTINGS = ("AWS_", "S3_", "AZURE_", "AZ_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "HTTPS_PROXY")
+
+
+def storage_initializer(python: Path, uri: str, dest: Path, store_env: dict[str, str]) -> None:
+    """Run KServe's storage initializer (kserve-storage in the KServe venv) into ``dest``, with
+    ``store_env`` (what KServe's credential builder and storage container settings give it) as
+    its only store settings."""
     dest.mkdir(parents=True, exist_ok=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in NOT_IN_A_POD and not k.upper().startswith(STORE_SETTINGS)
+    }
     result = subprocess.run(
         [str(python), "-c", STORAGE_INIT, uri, str(dest)],
-        capture_output=True, text=True, timeout=120, env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=120, env={**env, **store_env},
+        stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert result.returncode == 0, f"storage initializer failed:\n{result.stderr[-3000:]}"
 
@@ -225,10 +243,19 @@ class Pod:
         return self.log.read_text(errors="replace")[-4000:]
 
     def stop(self) -> None:
+        """SIGTERM, as the kubelet stops a container, and a second one once the first is taken
+        (two at once would arrive as one): servekit would stay serving, unready, for
+        ``drainDelaySeconds`` (5 s) after the first, which no test here looks at; a second
+        signal cuts that short (tests/test_drain*.py hold the drain)."""
         if self.remove is not None:  # podman: stop and remove the container; `podman run` ends
             self.remove()
         if self.process.poll() is None:
             self.process.terminate()
+            taken = lambda: self.process.poll() is not None or "servekit: stopping" in self.output()  # noqa: E731
+            with contextlib.suppress(AssertionError):  # not taken: the wait below still ends it
+                wait_until(taken, 10, "the container to take SIGTERM")
+            if self.process.poll() is None:
+                self.process.terminate()
             try:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:

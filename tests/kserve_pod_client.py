@@ -5,7 +5,8 @@ and InferenceGRPCClient send the calls of KServe's e2e predictor tests (test/e2e
 stdin: a JSON list of calls, each {"kind": "rest_v1"|"rest_v2"|"grpc", "url"|"target", "model",
 "file"} (``file``: one of KServe's request files; for grpc, its "inputs" go into a
 ModelInferRequest as KServe's test does). stdout: a JSON list, one answer per call: the V1 body,
-or {"outputs": [{"name", "datatype", "shape", "data"}]}, or {"error": "..."}.
+or {"outputs": [{"name", "datatype", "shape", "data", "decoded"}]}, or {"error": "..."}.
+A grpc call's optional "parameters" (str or bool values) go into the request's parameters.
 """
 
 from __future__ import annotations
@@ -21,20 +22,27 @@ from kserve.constants.constants import PredictorProtocol
 
 
 def _outputs(response: Any) -> dict[str, Any]:
-    """The outputs as KServe's client decodes them (``as_numpy``: typed or raw contents alike);
-    ``typed`` says whether ``.data``, which KServe's gRPC e2e tests compare, was filled."""
+    """Each output's ``data``, what KServe's e2e tests compare (``response.outputs[0].data``:
+    for gRPC, the typed ``contents`` only), and ``decoded``, the client's own decoding of either
+    typed or raw contents (``as_numpy``)."""
     return {
         "outputs": [
             {
                 "name": out.name,
                 "datatype": out.datatype,
                 "shape": list(out.shape),
-                "data": out.as_numpy().reshape(-1).tolist(),
-                "typed": bool(out.data),
+                "data": list(out.data),
+                "decoded": out.as_numpy().reshape(-1).tolist(),
             }
             for out in response.outputs
         ]
     }
+
+
+def _parameter(value: Any) -> Any:
+    if isinstance(value, bool):
+        return pb.InferParameter(bool_param=value)
+    return pb.InferParameter(string_param=value)
 
 
 async def _call(call: dict[str, Any], v1: Any, v2: Any) -> Any:
@@ -48,10 +56,7 @@ async def _call(call: dict[str, Any], v1: Any, v2: Any) -> Any:
         return _outputs(response)
     client = InferenceGRPCClient(call["target"], timeout=30)
     try:
-        parameters = {
-            key: pb.InferParameter(string_param=value)
-            for key, value in call.get("parameters", {}).items()
-        }
+        parameters = {key: _parameter(value) for key, value in call.get("parameters", {}).items()}
         request = pb.ModelInferRequest(
             model_name=call["model"], inputs=data["inputs"], parameters=parameters
         )

@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.server
 import io
 import os
-import shutil
 import signal
 import socket
 import ssl
@@ -28,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import object_stores
 import onnx
 import onnx_builders
 import pytest
 import trustme
+from object_stores import azure_connection
 from servers import ServerProcess, start_server
 
 pytestmark = pytest.mark.slow
@@ -517,55 +518,15 @@ def test_https_a_tar_slip_is_refused(tmp_path: Path, https: str) -> None:
 
 # ---- Azure Blob (Azurite) and GCS (gcp-storage-emulator) ---------------------------------------
 
-AZURITE_KEY = (  # Azurite's published development account key (not a secret)
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-)
-
-
-class Emulator:
-    """A store's emulator in its own process group, up once its port answers."""
-
-    def __init__(self, argv: list[str], port: int, log_path: Path) -> None:
-        self.port = port
-        with log_path.open("w") as log:
-            self.process = subprocess.Popen(
-                argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
-            )
-        _wait(self._up, 60, argv[0])
-
-    def _up(self) -> bool:
-        with socket.socket() as probe:
-            return probe.connect_ex(("127.0.0.1", self.port)) == 0
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-
-def _azure_connection(port: int, key: str) -> str:
-    return (
-        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
-        f"AccountKey={key};BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1;"
-    )
-
 
 @pytest.fixture
 def azurite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    binary = shutil.which("azurite-blob")
-    if binary is None:
-        pytest.fail("azurite-blob is missing: npm install -g azurite (.ci/run installs it)")
-    port = _free_port()
-    emulator = Emulator(
-        [binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location",
-         str(tmp_path / "azurite"), "--silent", "--skipApiVersionCheck"],
-        port, tmp_path / "azurite.log",
-    )  # fmt: skip
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(port, AZURITE_KEY))
+    emulator = object_stores.azurite(tmp_path / "azurite")
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_connection(emulator.port))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     import adlfs
 
-    fs = adlfs.AzureBlobFileSystem(connection_string=_azure_connection(port, AZURITE_KEY))
+    fs = adlfs.AzureBlobFileSystem(connection_string=azure_connection(emulator.port))
     try:
         yield fs, emulator
     finally:
@@ -574,14 +535,8 @@ def azurite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 @pytest.fixture
 def gcs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    binary = shutil.which("gcp-storage-emulator")
-    assert binary is not None, "gcp-storage-emulator is missing: pip install -e '.[test]'"
-    port = _free_port()
-    emulator = Emulator(
-        [binary, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"],
-        port, tmp_path / "gcs.log",
-    )  # fmt: skip
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+    emulator = object_stores.gcs_emulator(tmp_path / "gcs")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{emulator.port}")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -644,7 +599,7 @@ def test_azure_blob_wrong_credentials_are_unavailable_without_the_key(
     fs.mkdir("models")
     fs.pipe("models/mlp/1/model.onnx", _model_bytes(1))
     wrong = "V3JvbmdLZXlXcm9uZ0tleVdyb25nS2V5V3JvbmdLZXk="
-    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", _azure_connection(emulator.port, wrong))
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_connection(emulator.port, wrong))
     server = start_server(_config(tmp_path, "az://models/mlp"), grpc=False)
     try:
         assert _infer(server, "local", 1)
@@ -666,9 +621,7 @@ def test_azure_blob_stopped_mid_download_leaves_nothing_half_written_and_the_old
     fs, emulator = azurite
     fs.mkdir("models")
     proxy = GatedProxy(emulator.port, hold_after=1 << 40)
-    monkeypatch.setenv(
-        "AZURE_STORAGE_CONNECTION_STRING", _azure_connection(proxy.port, AZURITE_KEY)
-    )
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azure_connection(proxy.port))
     _stopped_mid_download(tmp_path, "az://models/mlp", _putter(fs), proxy, emulator)
 
 
