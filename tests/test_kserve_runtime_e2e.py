@@ -18,10 +18,10 @@ azure-core honours, trusting the certificate's CA through KServe's global CA bun
 (``AZURE_STORAGE_ACCESS_KEY``).
 
 KServe's gRPC tests compare ``response.outputs[0].data``, which KServe's client fills from typed
-``contents`` only; servekit answers ``raw_output_contents`` (as Triton does) unless the request
-says ``binary_data_output: false`` (docs/kubernetes.md). So each gRPC case is sent twice: as
-KServe's test sends it (``.data`` is empty, the client's ``as_numpy`` holds the answer) and with
-that parameter (``.data`` is what KServe's test asserts).
+``contents`` only: a server in ``--model-dir`` mode answers a request sent with typed contents
+in typed contents (``server.grpcAnswers: asSent``, as KServe's servers and MLServer do), so
+KServe's assertion holds as its test sends the request; the same request with
+``binary_data_output: false`` says it outright and is answered the same.
 
 A runtime whose args, port or probe path are wrong fails here (test_a_broken_runtime_*), as a
 pod would fail on a cluster.
@@ -316,12 +316,11 @@ def kserve_grpc(model: str) -> list[dict[str, Any]]:
 
 
 def assert_kserve_grpc(as_sent: dict[str, Any], typed: dict[str, Any], expected: Any) -> None:
-    """KServe's assertion, ``response.outputs[0].data == expected``, holds when typed contents
-    are asked for; as KServe's test sends it, the answer comes raw: ``.data`` is empty and the
-    client's own decoding of it is ``expected``."""
-    assert typed["outputs"][0]["data"] == expected
-    assert as_sent["outputs"][0]["data"] == []
+    """KServe's assertion, ``response.outputs[0].data == expected``, as its test sends the
+    request (typed contents in, typed contents out), and with typed contents asked for."""
+    assert as_sent["outputs"][0]["data"] == expected
     assert as_sent["outputs"][0]["decoded"] == expected
+    assert typed["outputs"][0]["data"] == expected
 
 
 def triton(pod: Pod, model: str, file: str) -> list[list[Any]]:

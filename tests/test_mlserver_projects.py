@@ -191,6 +191,7 @@ def test_the_sklearn_example_is_a_config(tmp_path: Path) -> None:
     sklearn_example(tmp_path)
     converted = mlserver_project.convert(tmp_path, environ={})
     assert converted.config == {
+        "server": {"grpcAnswers": "asSent"},  # as MLServer: typed answers to typed requests
         "models": [
             {
                 "name": "mnist-svm",
@@ -198,7 +199,7 @@ def test_the_sklearn_example_is_a_config(tmp_path: Path) -> None:
                 "storageUri": "mnist-svm.joblib",
                 "versionLabels": {MLSERVER_VERSION: 1},
             }
-        ]
+        ],
     }
     assert converted.notes == []  # `debug` has no meaning here and is not worth a warning
     plan = load_plan(tmp_path)
@@ -225,7 +226,12 @@ def test_settings_and_environment_become_server_settings(tmp_path: Path) -> None
     _json(tmp_path / "model-settings.json", {**model, **batching})
     environ = {"MLSERVER_GRPC_PORT": "9091", "MLSERVER_HTTP_PORT": "1"}  # the file wins
     converted = mlserver_project.convert(tmp_path, environ)
-    assert converted.config["server"] == {"httpPort": 9090, "grpcPort": 9091, "name": "mine"}
+    assert converted.config["server"] == {
+        "httpPort": 9090,
+        "grpcPort": 9091,
+        "name": "mine",
+        "grpcAnswers": "asSent",
+    }
     (entry,) = converted.config["models"]
     assert entry["maxBatchSize"] == 16
     assert entry["dynamicBatching"] == {"maxQueueDelayMicroseconds": 2000}
@@ -250,7 +256,7 @@ def test_kserve_environment_names_the_model(tmp_path: Path) -> None:
     project = tmp_path / "project"
     _json(project / "settings.json", {})
     config = mlserver_project.convert(project, environ).config
-    assert config["server"] == {"httpPort": 8080, "grpcPort": 9000}
+    assert config["server"] == {"httpPort": 8080, "grpcPort": 9000, "grpcAnswers": "asSent"}
     assert config["models"] == [
         {
             "name": "sklearn-iris",

@@ -184,21 +184,25 @@ def typed_to_array(
 
 
 # -- responses ----------------------------------------------------------------------------------
-def encode_response(request: InferRequest, response: InferResponse) -> pb.ModelInferResponse:
+def encode_response(
+    request: InferRequest, response: InferResponse, typed_in: bool = False
+) -> pb.ModelInferResponse:
     """Encode a response: raw output contents, or typed contents if every output asked so.
 
     ``raw_output_contents`` must have one entry per output when used, so mixing is impossible:
     if any output wants raw (or is FP16, which has no typed field) all of them go raw.
+    ``typed_in`` (``server.grpcAnswers: asSent``, the request's inputs came typed): typed
+    contents unless the request asks for raw, as KServe's servers and MLServer answer.
     """
     outputs = response.outputs
-    if not request.shared_memory and not _typed_answer(request, outputs):  # the common answer
+    if not request.shared_memory and not _typed_answer(request, outputs, typed_in):  # common
         return _raw_answer(response, outputs)
     in_shm = request.outputs_in_shared_memory() if request.shared_memory else frozenset()
     if in_shm:  # only outputs not in shared memory decide (none: raw, empty entries)
         rest = [t for t in outputs if t.name not in in_shm]
-        typed = bool(rest) and _typed_answer(request, rest)
+        typed = bool(rest) and _typed_answer(request, rest, typed_in)
     else:
-        typed = _typed_answer(request, outputs)
+        typed = _typed_answer(request, outputs, typed_in)
     tensors = []
     for t in outputs:
         tensor = _OUTPUT(name=t.name, datatype=t.datatype, shape=t.shape)
@@ -252,14 +256,16 @@ def _raw_answer(response: InferResponse, outputs: list[Tensor]) -> pb.ModelInfer
     return message
 
 
-def _typed_answer(request: InferRequest, outputs: list[Tensor]) -> bool:
+def _typed_answer(request: InferRequest, outputs: list[Tensor], typed_in: bool) -> bool:
     asked = request.outputs
-    if "binary_data_output" not in request.parameters and (
-        not asked or not any(o.parameters for o in asked)  # no generator when none is named
+    if (
+        not typed_in
+        and "binary_data_output" not in request.parameters
+        and (not asked or not any(o.parameters for o in asked))  # no generator when none named
     ):
         return False  # the common case: nobody asked, answer raw
     return all(
-        t.datatype in CONTENTS_FIELD and not request.wants_binary(t.name, default=True)
+        t.datatype in CONTENTS_FIELD and not request.wants_binary(t.name, default=not typed_in)
         for t in outputs
     )
 

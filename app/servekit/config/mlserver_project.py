@@ -166,8 +166,8 @@ def convert(folder: Path, environ: Mapping[str, str] | None = None) -> Converted
         server["startupModels"] = "none"
         for file in sorted(_model_settings_files(root)):
             models.append(_model(_read_json(file), file, folder, env, out))
-    if server:
-        out.config["server"] = server
+    server["grpcAnswers"] = "asSent"  # as MLServer: typed contents to typed gRPC requests
+    out.config["server"] = server
     out.config["models"] = models
     return out
 

@@ -72,7 +72,8 @@ def model_dir_config(
         raise ModelDirError("the model folder (--model-dir) does not exist")
     fmt, uri = _format_and_file(path, model_format)
     entry = {"name": name, "modelFormat": {"name": fmt}, "storageUri": str(uri)}
-    return {"models": [entry]}
+    # KServe's servers answer typed contents to typed gRPC requests: its clients read `.data`.
+    return {"server": {"grpcAnswers": "asSent"}, "models": [entry]}
 
 
 def model_dir_config_file(folder: str | Path, name: str, model_format: str | None = None) -> Path:

@@ -58,6 +58,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self._control = control
         self._catalog = catalog
         self._calls = dataplane.grpc_calls
+        self._as_sent = dataplane.plan.server.grpc_answers == "asSent"  # a restart setting
 
     # -- health and metadata ------------------------------------------------------------------
     @guarded
@@ -108,9 +109,10 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             remaining = context.time_remaining()  # the client's deadline, None when it set none
             deadline = None if remaining is None else time.monotonic() + remaining
             response = await self._dataplane.infer(infer_request, deadline)
+            typed_in = self._as_sent and not request.raw_input_contents
             if traced:
-                return tracing.encoded(v2_proto.encode_response, infer_request, response)
-            return v2_proto.encode_response(infer_request, response)
+                return tracing.encoded(v2_proto.encode_response, infer_request, response, typed_in)
+            return v2_proto.encode_response(infer_request, response, typed_in)
         finally:
             calls.n -= 1
 
@@ -161,13 +163,14 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             traced = tracing.now() if TRACING.on else 0  # tracing: decode, encode spans
             request = v2_proto.decode_request(message)
+            typed_in = self._as_sent and not message.raw_input_contents
             if traced:
                 tracing.phase("decode", traced)
                 response = await self._dataplane.infer(request)
-                encoded = tracing.encoded(v2_proto.encode_response, request, response)
+                encoded = tracing.encoded(v2_proto.encode_response, request, response, typed_in)
             else:
                 response = await self._dataplane.infer(request)
-                encoded = v2_proto.encode_response(request, response)
+                encoded = v2_proto.encode_response(request, response, typed_in)
         except Exception as exc:
             return v2_proto.error_stream_response(message, status_of(exc)[1])
         return v2_proto.stream_response(encoded, final=True)
@@ -180,14 +183,17 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         try:
             traced = tracing.now() if TRACING.on else 0  # tracing: decode, encode spans
             request = v2_proto.decode_request(message)
+            typed_in = self._as_sent and not message.raw_input_contents
             if traced:
                 tracing.phase("decode", traced)
             async with aclosing(self._dataplane.infer_stream(request)) as responses:
                 async for response in responses:
                     if traced:
-                        encoded = tracing.encoded(v2_proto.encode_response, request, response)
+                        encoded = tracing.encoded(
+                            v2_proto.encode_response, request, response, typed_in
+                        )
                     else:
-                        encoded = v2_proto.encode_response(request, response)
+                        encoded = v2_proto.encode_response(request, response, typed_in)
                     yield v2_proto.stream_response(encoded, final=False)
         except Exception as exc:
             yield v2_proto.error_stream_response(message, status_of(exc)[1])
