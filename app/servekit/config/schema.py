@@ -585,6 +585,7 @@ class ServerConfig(Section):
     client's own deadline or `timeout` parameter may only shorten it); past it the request is
     answered 504 / DEADLINE_EXCEEDED. Default: no cap. An edit applies to the next request."""
     grps_streaming: GrpsStreaming = Field(GrpsStreaming(), json_schema_extra=LIVE)
+    """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
     grpc_answers: Literal["raw", "asSent"] = Field("raw", json_schema_extra=RESTART)
     """How gRPC inference answers carry their outputs: `raw` (`raw_output_contents`, what
     tritonclient reads, for every request that does not ask for typed contents with
@@ -592,7 +593,6 @@ class ServerConfig(Section):
     typed, raw to one that came raw: what KServe's and MLServer's servers do, whose clients
     read an answer's typed contents). `servekit serve --model-dir` and MLServer project
     folders default to `asSent`."""
-    """How grps HTTP predict requests ask for streaming, and the streamed Content-Type."""
     workers: Annotated[int, Field(ge=1, le=1024)] | Literal["auto"] = Field(
         1, json_schema_extra=RESTART
     )
