@@ -20,28 +20,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, cast
 
 from litestar import Request, Response, post
 from litestar.openapi.spec import OpenAPIType, Schema
 from litestar.params import FromPath
-from litestar.response import Stream
 
 from servekit.codecs import generate_json, v2_json
 from servekit.config.auth import ApiGroup
-from servekit.errors import InvalidArgument, ServeError, internal_error
+from servekit.errors import InvalidArgument
 from servekit.http.bodies import read_body
 from servekit.http.client_left import unless_client_leaves
 from servekit.rest.access import group_opt
+from servekit.rest.event_stream import EVENT_STREAM, event_stream
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from servekit.services import DataPlane
 from servekit.types import InferResponse
 
 log = logging.getLogger("servekit.generate")
-EVENT_STREAM = "text/event-stream"
 GENERATE: tuple[str, ...] = ("generate",)
 """The protocol extension these routes add to server metadata (Triton names it so)."""
 AnyRequest = Request[Any, Any, Any]
@@ -99,34 +98,9 @@ async def _generate_stream(
     request: AnyRequest, dataplane: DataPlane, model: str, version: str | None
 ) -> Response[Any]:
     responses = await _start(request, dataplane, model, version)
-    try:
-        first = await unless_client_leaves(request.scope, anext(responses))
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await responses.aclose()
-        raise
-    return Stream(_events(first, responses), media_type=EVENT_STREAM)
-
-
-async def _events(
-    first: InferResponse | None, responses: AsyncGenerator[InferResponse, None]
-) -> AsyncIterator[bytes]:
-    async with aclosing(responses):  # a client that disconnects stops the model
-        if first is None:
-            return
-        yield _event(generate_json.encode_response(first))
-        try:
-            async for response in responses:
-                yield _event(generate_json.encode_response(response))
-        except ServeError as exc:
-            yield _event({"error": exc.message})
-        except Exception as exc:  # the status line is gone: say so in-band
-            yield _event({"error": internal_error(log, exc, "a generate stream")})
-
-
-def _event(obj: dict[str, Any]) -> bytes:
-    return b"data: " + v2_json.dumps(obj) + b"\n\n"
+    return await event_stream(
+        request.scope, responses, generate_json.encode_response, "a generate stream"
+    )
 
 
 DOC: dict[str, Any] = {

@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 from litestar import Request, Response, post
 from litestar.params import FromPath
-from litestar.response import Stream
 
 from servekit.codecs import v2_json
 from servekit.config.auth import ApiGroup
-from servekit.errors import ServeError, internal_error
 from servekit.http.bodies import read_body
-from servekit.http.client_left import unless_client_leaves
 from servekit.rest.access import group_opt
-from servekit.rest.generate import EVENT_STREAM
+from servekit.rest.event_stream import EVENT_STREAM, event_stream
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from servekit.services import DataPlane
@@ -47,30 +42,7 @@ async def _stream(
     body = await read_body(request.scope, request.receive, limit)
     decoded = v2_json.decode_request(v2_json.loads(body), model, version)
     responses = dataplane.infer_stream(decoded, arrived=arrived)
-    try:
-        first = await unless_client_leaves(request.scope, anext(responses))
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await responses.aclose()
-        raise
-    return Stream(_events(first, responses), media_type=EVENT_STREAM)
-
-
-async def _events(
-    first: InferResponse | None, responses: AsyncGenerator[InferResponse, None]
-) -> AsyncIterator[bytes]:
-    async with aclosing(responses):  # a client that disconnects stops the model
-        if first is None:
-            return
-        yield _event(_encoded(first))
-        try:
-            async for response in responses:
-                yield _event(_encoded(response))
-        except ServeError as exc:
-            yield _event({"error": exc.message})
-        except Exception as exc:  # the status line is gone: say so in-band
-            yield _event({"error": internal_error(log, exc, "an infer stream")})
+    return await event_stream(request.scope, responses, _encoded, "an infer stream")
 
 
 def _encoded(response: InferResponse) -> dict[str, Any]:
@@ -78,10 +50,6 @@ def _encoded(response: InferResponse) -> dict[str, Any]:
         {**v2_json.output_entry(t), "data": v2_json.output_json_data(t)} for t in response.outputs
     ]
     return v2_json.response_header(response, outputs)
-
-
-def _event(obj: dict[str, Any]) -> bytes:
-    return b"data: " + v2_json.dumps(obj) + b"\n\n"
 
 
 DOC: dict[str, Any] = {
