@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
-from servekit.config.schema_base import Section
-from servekit.shown_paths import shown_uri
+from servekit.config.schema_base import Section, http_address
 
 if TYPE_CHECKING:
     from servekit.config.loader import ConfigIssue
@@ -55,16 +53,7 @@ class PayloadLogConfig(Section):
     @field_validator("url")
     @classmethod
     def _an_address(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        scheme, sep, rest = value.partition("://")
-        if not sep or scheme not in ("http", "https") or not rest.split("/", 1)[0]:
-            raise PydanticCustomError(
-                "payload_log_url",
-                "expected http://host:port/path or https://..., got '{value}'",
-                {"value": shown_uri(value)},
-            )
-        return value
+        return http_address(value, "payload_log_url", "http://host:port/path or https://...")
 
     @model_validator(mode="after")
     def _where(self) -> PayloadLogConfig:

@@ -31,10 +31,9 @@ from servekit.config.openai import Declared, OpenAISettings, check_fits
 from servekit.config.payload_log import PayloadLogConfig
 from servekit.config.pip_requirements import NAME_START, check_requirement
 from servekit.config.remote_uris import remote_scheme
-from servekit.config.schema_base import Section
+from servekit.config.schema_base import Section, http_address
 from servekit.config.sequences import SequenceBatching
 from servekit.config.traffic import ShadowConfig, TrafficSplit, routing_of
-from servekit.shown_paths import shown_uri
 
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 CTRL_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
@@ -302,16 +301,7 @@ class TracingConfig(Section):
     @field_validator("endpoint")
     @classmethod
     def _an_address(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        scheme, sep, rest = value.partition("://")
-        if not sep or scheme not in ("http", "https") or not rest.split("/", 1)[0]:
-            raise PydanticCustomError(
-                "tracing_endpoint",
-                "expected http://host:port or https://host:port, got '{value}'",
-                {"value": shown_uri(value)},
-            )
-        return value
+        return http_address(value, "tracing_endpoint", "http://host:port or https://host:port")
 
     @field_validator("headers")
     @classmethod

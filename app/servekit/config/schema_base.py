@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from servekit.shown_paths import shown_uri
 
 
 class Section(BaseModel):
@@ -18,3 +21,16 @@ class Section(BaseModel):
         use_attribute_docstrings=True,
         frozen=True,
     )
+
+
+def http_address(value: str | None, error_type: str, expected: str) -> str | None:
+    """``value`` if it is an ``http://`` or ``https://`` address with a host (None passes), else
+    an error saying ``expected``; the value is shown without its user info (a password)."""
+    if value is None:
+        return None
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("http", "https") or not rest.split("/", 1)[0]:
+        raise PydanticCustomError(
+            error_type, f"expected {expected}, got '{{value}}'", {"value": shown_uri(value)}
+        )
+    return value
