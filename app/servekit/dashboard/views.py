@@ -17,7 +17,6 @@ from typing import Any
 
 import yaml
 
-import servekit.dashboard.payload_log as payload_card
 from servekit.config.auth import GROUP_FIELDS, ApiGroup
 from servekit.config.compiler import TABULAR_IMPLEMENTATIONS
 from servekit.config.schema import ModelConfig, PipelineStep
@@ -81,7 +80,7 @@ def overview(src: Sources, *, admin: bool = False) -> dict[str, Any]:
         "protected": {name: access.protects(ApiGroup(name)) for name in GROUP_FIELDS},
         # Closed to every request (a public bind without that group's token): no token helps.
         "closed": [group.value for group in access.closed],
-        "payload_log": payload_card.payload_log(catalog) if admin else None,
+        "payload_log": catalog.payload_log_status() if admin else None,
         "workers": workers(catalog) if admin else [],
         "memory": memory_summary(catalog.memory()) if admin else None,
     }

@@ -155,17 +155,7 @@ class Server:
     def payload_log(self) -> dict[str, Any] | None:
         """The payload log (``server.payloadLog``; None without one): its sink as the dashboard
         shows it, and the events it logged and dropped (``queue_full``, ``sink_failed``)."""
-        catalog = self._catalog()
-        counts = catalog.payload_log()
-        if counts is None:
-            return None
-        return {
-            "sink": catalog.payload_sink(),
-            "logged": counts.logged,
-            "dropped": counts.dropped,
-            "queue_full": counts.queue_full,
-            "sink_failed": counts.sink_failed,
-        }
+        return self._catalog().payload_log_status()
 
     # -- models -------------------------------------------------------------------------------
     @property

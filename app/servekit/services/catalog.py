@@ -10,6 +10,7 @@ the server.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from servekit.models.repository import ModelEntry, ModelRepository, State
 from servekit.observability.payloads import PayloadCounts
@@ -123,6 +124,21 @@ class Catalog:
         info or query, or ``file`` and the file's name), None without a payload log."""
         payloads = self._state.payloads
         return payloads.sink.shown() if payloads is not None else None
+
+    def payload_log_status(self) -> dict[str, Any] | None:
+        """The payload log as the dashboard and a notebook show it: its sink
+        (:meth:`payload_sink`) and the events it logged and dropped (``queue_full``,
+        ``sink_failed``); None without one."""
+        counts = self.payload_log()
+        if counts is None:
+            return None
+        return {
+            "sink": self.payload_sink(),
+            "logged": counts.logged,
+            "dropped": counts.dropped,
+            "queue_full": counts.queue_full,
+            "sink_failed": counts.sink_failed,
+        }
 
     def version_stats(self, name: str, version: int) -> VersionStats:
         """The statistics of one version (zeros if it has served nothing)."""
