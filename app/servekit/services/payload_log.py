@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from servekit.codecs.v2_json import output_json_data
+from servekit.codecs import v2_json
 from servekit.config.payload_log import PayloadLogConfig
 from servekit.errors import ServeError
 from servekit.models.repository import ModelRepository
@@ -157,30 +157,19 @@ def request_json(request: InferRequest) -> bytes:
 
 def response_json(response: InferResponse) -> bytes:
     """The V2 JSON of an answer (every output as JSON data, whatever the client asked)."""
-    body: dict[str, Any] = {"model_name": response.model_name}
-    body["model_version"] = response.model_version
-    if response.id is not None:
-        body["id"] = response.id
-    if response.parameters:
-        body["parameters"] = response.parameters
-    body["outputs"] = [_tensor(t) for t in response.outputs]
+    body = v2_json.response_header(response, [_tensor(t) for t in response.outputs])
     return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def _tensor(tensor: Tensor) -> dict[str, Any]:
-    entry: dict[str, Any] = {
-        "name": tensor.name,
-        "datatype": tensor.datatype,
-        "shape": list(tensor.shape),
-    }
-    if tensor.parameters:
-        entry["parameters"] = dict(tensor.parameters)
+    """A tensor's V2 JSON entry (v2_json's), its BYTES as text with bytes that are not UTF-8
+    escaped: a log keeps what the answer held, where a JSON answer would refuse it."""
     data = tensor.data
-    if tensor.datatype == "BYTES" or data.dtype == np.object_:  # text; other bytes escaped
-        entry["data"] = [
+    if tensor.datatype == "BYTES" or data.dtype == np.object_:
+        values: Any = [
             x.decode("utf-8", "backslashreplace") if isinstance(x, bytes) else str(x)
             for x in data.ravel().tolist()
         ]
     else:
-        entry["data"] = output_json_data(tensor)
-    return entry
+        values = v2_json.output_json_data(tensor)
+    return {**v2_json.output_entry(tensor), "data": values}
