@@ -32,14 +32,23 @@ async def event_stream(
     scope: Scope, responses: AsyncGenerator[InferResponse, None], encode: Encode, what: str
 ) -> Response[Any]:
     """The streamed answer to ``responses`` (``what`` names the stream in a logged error)."""
+    first = await first_response(scope, responses)
+    return Stream(_events(first, responses, encode, what), media_type=EVENT_STREAM)
+
+
+async def first_response(
+    scope: Scope, responses: AsyncGenerator[InferResponse, None]
+) -> InferResponse | None:
+    """The first of ``responses`` (None: there are none), awaited before the status line so
+    that a request failing before it gets an ordinary error; on a failure or a client that
+    leaves, ``responses`` are closed (which stops the model)."""
     try:
-        first = await unless_client_leaves(scope, anext(responses))
+        return await unless_client_leaves(scope, anext(responses))
     except StopAsyncIteration:
-        first = None
+        return None
     except BaseException:
         await responses.aclose()
         raise
-    return Stream(_events(first, responses, encode, what), media_type=EVENT_STREAM)
 
 
 async def _events(

@@ -51,6 +51,7 @@ from servekit.http.client_left import ClientLeft, unless_client_leaves
 from servekit.observability.request_ids import CURRENT
 from servekit.rest.access import group_opt
 from servekit.rest.errors import CHALLENGE, client_left_handler
+from servekit.rest.event_stream import EVENT_STREAM, first_response
 from servekit.rest.inject import Catalog, Dataplane
 from servekit.rest.openapi import failures, with_media
 from servekit.services import Catalog as CatalogService
@@ -59,7 +60,6 @@ from servekit.types import InferRequest, InferResponse, ModelSignature
 
 log = logging.getLogger("servekit.openai")
 PREFIX = codec.PREFIX
-EVENT_STREAM = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
 AnyRequest = Request[Any, Any, Any]
 Answer = Response[dict[str, Any]]
@@ -264,13 +264,7 @@ async def _stream(
 ) -> Response[Any]:
     """Server-Sent Events; a failure before the first response is an ordinary error."""
     responses = dataplane.infer_stream(calls[0], arrived=arrived)
-    try:
-        first = await unless_client_leaves(scope, anext(responses))
-    except StopAsyncIteration:
-        first = None
-    except BaseException:
-        await responses.aclose()
-        raise
+    first = await first_response(scope, responses)
     events = _events(dataplane, decoded, reply, calls, arrived, first, responses)
     return Stream(events, media_type=EVENT_STREAM, headers={"Cache-Control": "no-cache"})
 
