@@ -1,7 +1,8 @@
 """The object stores' emulators on 127.0.0.1, for the tests that fetch models from them
 (test_remote_storage.py: servekit's own fetch; test_kserve_runtime_e2e.py: KServe's storage
 initializer): Azurite for Azure Blob, gcp-storage-emulator for GCS, each in its own process
-group on a free port, up once its port answers, stopped by that group.
+group on a free port, up once its port answers, stopped by that group; moto's S3 server in a
+thread (``moto_s3``).
 
 KServe's initializer builds an Azure blob URI's endpoint as ``https://ACCOUNT.blob.core.windows
 .net`` and has no setting to point it elsewhere, so ``azurite(tls=...)`` serves HTTPS with a
@@ -17,7 +18,10 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import trustme
 from waits import wait_until
@@ -93,3 +97,32 @@ def gcs_emulator(folder: Path) -> Emulator:
     port = free_port()
     argv = [binary, "start", "--host", "127.0.0.1", "--port", str(port), "--in-memory"]
     return Emulator(argv, port, folder / "gcs.log")
+
+
+@contextmanager
+def moto_s3(bucket: str) -> Iterator[tuple[dict[str, str], Any]]:
+    """A moto S3 server on a free port holding an empty ``bucket``: the environment KServe's S3
+    credentials give the storage initializer, and a boto3 client to fill the bucket with."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "S3_USE_HTTPS": "0",
+        "S3_VERIFY_SSL": "0",
+    }
+    try:
+        client = boto3.client(
+            "s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )  # fmt: skip
+        client.create_bucket(Bucket=bucket)
+        yield env, client
+    finally:
+        server.stop()

@@ -34,6 +34,7 @@ import pytest
 import yaml
 from kserve_pod import Pod, pod_container, start_pod_in_image, storage_initializer
 from kserve_schemas import validate_kserve
+from object_stores import moto_s3
 from test_kserve_clients import kserve_python
 
 # Training three models, then one container start a case: minutes on a loaded 2-core machine.
@@ -50,33 +51,13 @@ SKLEARN = f"s3://{BUCKET}/models/sklearn/1.0/model"
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A moto S3 server holding the KServe e2e models' shapes under their gs:// keys, and the
     environment KServe's S3 credentials give the storage initializer."""
-    import boto3
-    from kserve_pod import free_port
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "S3_USE_HTTPS": "0",
-        "S3_VERIFY_SSL": "0",
-    }
-    client = boto3.client(
-        "s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
-    client.create_bucket(Bucket=BUCKET)
-    folder = tmp_path_factory.mktemp("trained")
-    with warnings.catch_warnings():  # the libraries' own deprecation notes while training
-        warnings.simplefilter("ignore")
-        for key, path in _train(folder).items():
-            client.upload_file(str(path), BUCKET, key)
-    yield env
-    server.stop()
+    with moto_s3(BUCKET) as (env, client):
+        folder = tmp_path_factory.mktemp("trained")
+        with warnings.catch_warnings():  # the libraries' own deprecation notes while training
+            warnings.simplefilter("ignore")
+            for key, path in _train(folder).items():
+                client.upload_file(str(path), BUCKET, key)
+        yield env
 
 
 def _train(folder: Path) -> dict[str, Path]:

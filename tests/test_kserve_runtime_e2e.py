@@ -46,9 +46,16 @@ import pytest
 import trustme
 import yaml
 from gated_proxy import GatedProxy
-from kserve_pod import Pod, free_port, pod_container, start_pod, storage_initializer
+from kserve_pod import Pod, pod_container, start_pod, storage_initializer
 from kserve_schemas import validate_kserve
-from object_stores import AZURE_BLOB_HOST, AZURITE_KEY, azure_connection, azurite, gcs_emulator
+from object_stores import (
+    AZURE_BLOB_HOST,
+    AZURITE_KEY,
+    azure_connection,
+    azurite,
+    gcs_emulator,
+    moto_s3,
+)
 from test_kserve_clients import kserve_python
 
 # Training four models and starting a pod a test: minutes on a loaded 2-core machine.
@@ -90,29 +97,10 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def s3(trained: dict[str, Path]) -> Iterator[Store]:
     """A moto S3 server and the settings KServe's S3 credentials give the initializer."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    env = {
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "S3_USE_HTTPS": "0",
-        "S3_VERIFY_SSL": "0",
-    }
-    client = boto3.client(
-        "s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
-    client.create_bucket(Bucket=BUCKET)
-    for key, path in trained.items():
-        client.upload_file(str(path), BUCKET, key)
-    yield Store(f"s3://{BUCKET}", env)
-    server.stop()
+    with moto_s3(BUCKET) as (env, client):
+        for key, path in trained.items():
+            client.upload_file(str(path), BUCKET, key)
+        yield Store(f"s3://{BUCKET}", env)
 
 
 @pytest.fixture(scope="module")
