@@ -549,10 +549,12 @@ class ServerConfig(Section):
     watch: bool = Field(False, json_schema_extra=RESTART)
     """Apply edits of serve.yaml while running (same as `servekit serve --watch`)."""
     inline_below_microseconds: int = Field(500, ge=0, json_schema_extra=LIVE)
-    """ONNX models measured faster than this (wall time of a call, measured in the model's
-    worker threads first) run on the event loop thread, where a thread hop would cost more than
-    the model; all others run in their own worker threads (Python models always do: their code
-    may block on any call, and the loop also answers the liveness probes). A version seen
+    """ONNX models, and tabular models that are their library's own code (an XGBoost or
+    LightGBM file, a pickle made only of scikit-learn's classes), measured faster than this (wall
+    time of a call, measured in the model's worker threads first) run on the event loop thread,
+    where a thread hop would cost more than the model; all others run in their own worker
+    threads (Python models always do, as does a pickle holding a function or class of yours:
+    their code may block on any call, and the loop also answers the liveness probes). A version seen
     slower than this while on the loop goes back to its threads, and after a few such moments
     stays there until it is reloaded. 0 keeps every model off the loop. An edit starts the
     measuring over."""

@@ -37,8 +37,9 @@ class ModelRuntime(Protocol):
     may_run_inline: bool
     """Whether the executor may call ``predict`` on the event loop thread once calls are
     measured fast (app/servekit/services/execution/placement.py). Only a runtime whose calls cannot
-    block says True: pure computation whose time follows its input (ONNX Runtime; the executor also
-    keeps a request with more rows than were measured off the loop). A runtime that runs arbitrary
+    block says True: pure computation whose time follows its input (ONNX Runtime, a tabular model
+    that is its library's own code: app/servekit/runtimes/tabular.py; the executor also keeps a
+    request with more rows than were measured off the loop). A runtime that runs arbitrary
     code (a Python model may sleep, take a lock or wait on the network once in a while, after any
     number of fast calls) or waits on another process (an isolated model) says False: one blocked
     call on the loop would stall every request, liveness probes included, of every model."""

@@ -64,6 +64,7 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
         plan_outputs(plan, (TensorSpec(PREDICT, "FP64", _predict_shape(boosters[0])),)),
         [Instance({PREDICT: partial(b.predict, num_threads=threads)}) for b in boosters],
         (ValueError, TypeError, KeyError, LightGBMError),
+        may_run_inline=True,  # a model file is data: LightGBM's own computation runs it
     )
     return maybe_convert(plan, native, boosters[0])
 

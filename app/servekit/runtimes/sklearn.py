@@ -7,12 +7,20 @@ never pushed through the repository API (app/servekit/models/pushed_config.py). 
 DataFrame, each column of the datatype the fitted estimator records (BYTES for a text column its
 encoder saw, app/servekit/formats/fitted_types.py); else ``n_features_in_`` sizes its ``input-0``
 matrix. ``predict``'s datatype follows ``classes_`` for a classifier (INT64, BYTES for text labels),
-FP64 otherwise."""
+FP64 otherwise.
+
+A pickle made only of the libraries' own classes (``library_code_only``) may run on the event loop
+once measured fast, as an ONNX session does; one holding a function or class of anyone else's
+(a ``FunctionTransformer`` of the user's function, a callable kernel or metric, a custom
+estimator) may block on anything and stays in its worker threads (app/servekit/runtimes/base.py,
+``may_run_inline``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from servekit.config.compiler import ModelPlan
 from servekit.config.versions import VersionSource
@@ -35,6 +43,10 @@ from servekit.runtimes.tabular import (
 from servekit.types import TensorSpec
 
 PLATFORM = "sklearn"
+LIBRARIES = frozenset({"sklearn", "xgboost", "lightgbm", "numpy", "scipy", "pandas"})
+"""Whose classes (and numpy's ufuncs) a pickle may hold and still run on the event loop."""
+NESTING = 32
+"""How deep ``library_code_only`` follows estimators inside estimators before giving up."""
 
 
 def read(path: Path) -> Any:
@@ -68,6 +80,7 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
         plan_layout(plan, layout_of(first)),
         outputs_of(plan, first),
         [Instance(methods_of(e)) for e in estimators],
+        may_run_inline=library_code_only(first),
     )
     return maybe_convert(plan, native, first)
 
@@ -96,3 +109,26 @@ def methods_of(estimator: Any) -> dict[str, Any]:
     if hasattr(estimator, PREDICT_PROBA):
         methods[PREDICT_PROBA] = estimator.predict_proba
     return methods
+
+
+def library_code_only(value: Any, depth: int = 0) -> bool:
+    """Whether a fitted estimator, followed through its parameters (``get_params``: a
+    pipeline's steps, an ensemble's estimators, a transformer's function), is made only of
+    the classes of ``LIBRARIES``: its calls are then that library code's computation, whose
+    time follows its input. A Python function, or an object of any other module, may be
+    anyone's code: False. Plain values (numbers, text, arrays, numpy dtypes) are data."""
+    if depth > NESTING:
+        return False
+    if value is None or isinstance(value, (bool, int, float, str, bytes, np.generic, np.ndarray)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(library_code_only(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return all(library_code_only(item, depth + 1) for item in value.values())
+    kind = value if isinstance(value, type) else type(value)  # a dtype class, or an instance
+    if kind.__module__.partition(".")[0] not in LIBRARIES:
+        return False
+    get_params = getattr(value, "get_params", None)
+    if isinstance(value, type) or get_params is None:
+        return True
+    return library_code_only(get_params(deep=False), depth + 1)

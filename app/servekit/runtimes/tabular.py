@@ -15,10 +15,12 @@ names and count, its outputs. This module turns that into the V2 metadata and ru
   app/servekit/codecs/content_types.py's job; the DataPlane applies it through ``tabular``.
 * Outputs: ``predict``, and ``predict_proba`` when the model has it; a request that names no
   output gets ``predict`` only, as MLServer's runtimes answer.
-* Calls never run on the event loop (``may_run_inline`` is False): a model may take as long as
-  it likes, and pickled pipelines may block on anything. They go through the version's
-  executor like ONNX calls (queue limits, deadlines, batching when maxBatchSize and
-  dynamicBatching are set).
+* Calls go through the version's executor like ONNX calls (queue limits, deadlines, batching).
+  They may run on the event loop once measured fast (``may_run_inline``) only when the model is
+  the library's own computation, as an ONNX Runtime session's are: an XGBoost or LightGBM
+  model file (data, not code), or a pickled estimator made only of the libraries' own classes
+  (app/servekit/runtimes/sklearn.py). Any other (a pickle holding a function or class of the
+  user's, an MLflow pyfunc) may block on anything and stays in its worker threads.
 """
 
 from __future__ import annotations
@@ -150,7 +152,6 @@ class Instance:
 class TabularModel:
     """A loaded tabular model version (see the module docstring)."""
 
-    may_run_inline = False  # pickled pipelines may block on anything (runtimes/base.py)
     decoupled = False
     outputs_trusted = False
 
@@ -161,10 +162,13 @@ class TabularModel:
         outputs: tuple[TensorSpec, ...],
         instances: list[Instance],
         client_errors: tuple[type[BaseException], ...] = (ValueError, TypeError, KeyError),
+        may_run_inline: bool = False,
     ) -> None:
         """``client_errors``: what the library raises on input it cannot use (a 400, with its
-        message); anything else is the model's failure (a 500 with a logged reference)."""
+        message); anything else is the model's failure (a 500 with a logged reference).
+        ``may_run_inline``: the model is the library's own computation (the module docstring)."""
         self.platform = platform
+        self.may_run_inline = may_run_inline
         self.note = ""
         """Set by app/servekit/runtimes/converted.py when ``convert: onnx`` fell back here."""
         self.layout = layout

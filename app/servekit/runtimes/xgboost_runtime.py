@@ -83,5 +83,6 @@ def load(plan: ModelPlan, version: VersionSource) -> TabularModel | Converted:
         plan_outputs(plan, tuple(specs)),
         [Instance(m) for m in methods],
         (ValueError, TypeError, KeyError, XGBoostError),
+        may_run_inline=True,  # a model file is data: XGBoost's own computation runs it
     )
     return maybe_convert(plan, native, first)

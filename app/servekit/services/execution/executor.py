@@ -2,8 +2,8 @@
 the model's compute.
 
 * **On the event loop** (no thread hop) only for versions of a runtime that cannot block
-  (``may_run_inline``: ONNX Runtime, never Python code) measured fast, as
-  placement.py decides (never a new version's first calls, never a version
+  (``may_run_inline``: ONNX Runtime, a tabular library's own model, never Python code)
+  measured fast, as placement.py decides (never a new version's first calls, never a version
   that keeps being slow), and only for requests no larger than a call already timed fast.
 * **Otherwise in its own worker threads**, one per instance (``instances``), each with its own
   session or Python object (``ModelRuntime.predictor``). A model that hangs or raises

@@ -3,9 +3,10 @@
 On the loop a call costs no thread hop, which for a small model is most of its cost; but the
 loop serves every request of every model, so only a call that is sure to be short may run there.
 Only a runtime that says it cannot block (``may_run_inline``, app/servekit/runtimes/base.py:
-ONNX Runtime) is ever placed on the loop; a Python model's code may sleep or wait on I/O on
-any call, after any number of fast ones, and the loop also answers the liveness probes, so its
-versions start and stay in ``THREADS``. The rules, per loaded version of the others:
+ONNX Runtime, a tabular model that is its library's own code) is ever placed on the loop; a
+Python model's code may sleep or wait on I/O on any call, after any number of fast ones, and the
+loop also answers the liveness probes, so its versions start and stay in ``THREADS``. The
+rules, per loaded version of the others:
 
 * A new version's calls run in its threads and are timed there by wall clock (a model that
   sleeps, does I/O or waits on a device burns no CPU but blocks whatever thread runs it). After
