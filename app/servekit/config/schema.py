@@ -571,7 +571,8 @@ class ServerConfig(Section):
     """Graceful stop (SIGTERM after `drainDelaySeconds`, Ctrl-C, `server.stop()`): readiness is
     false and new inference requests are answered 503 / UNAVAILABLE, while queued and running
     ones finish for up to this many seconds (as Triton's `--exit-timeout-secs`); then
-    keep-alive connections close after their current response and the listeners close."""
+    keep-alive connections close after their current response and the listeners close, and the
+    process exits even if a model call never returns (the call is abandoned)."""
     request_timeout_seconds: float | None = Field(None, gt=0, json_schema_extra=LIVE)
     """Server-wide cap on how long one inference request may take, queue and compute (a
     client's own deadline or `timeout` parameter may only shorten it); past it the request is

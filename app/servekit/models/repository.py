@@ -331,8 +331,12 @@ class ModelRepository:
         self._locks.pop(name, None)
 
     async def close(self) -> None:
+        """Close every version at the server's stop, without waiting for their requests: the
+        stop's drain (``server.drainSeconds``) already gave them their time, and a call still
+        running then (a model that never returns) must not keep the process from exiting; its
+        worker thread is a daemon."""
         for entry in list(self._models.values()):
-            await _retire(entry)
+            await _retire(entry, patience=0.0)
 
     def index(self) -> list[IndexRow]:
         """Triton's repository index: one row per model version (or per model if none)."""
@@ -417,21 +421,22 @@ def _close_quietly(runtime: ModelRuntime) -> None:
         log.exception("closing a model that failed its warm-up failed")
 
 
-async def _retire(entry: ModelEntry) -> None:
-    """Close the runtimes of a replaced entry once no request uses them."""
+async def _retire(entry: ModelEntry, patience: float = DRAIN_TIMEOUT_S) -> None:
+    """Close the runtimes of a replaced entry once no request uses them, or after
+    ``patience`` seconds."""
     for version in entry.versions.values():
         if version.runtime is None:
             continue
         version.state = State.UNLOADING
-        try:
-            await asyncio.wait_for(version.idle.wait(), DRAIN_TIMEOUT_S)
-        except TimeoutError:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(version.idle.wait(), patience)
+        if version.in_flight:
             log.warning(
-                "%s version %s: %d request(s) still running after %.0f s; closing anyway",
+                "%s version %s: closing with %d request(s) still running (waited %.0f s)",
                 entry.plan.name,
                 version.version,
                 version.in_flight,
-                DRAIN_TIMEOUT_S,
+                patience,
             )
         if version.executor is not None:  # its worker threads end once their call returns
             version.executor.close()
