@@ -246,6 +246,10 @@ def test_kserve_manifests(project: Path) -> None:
         validate_definition(container, "container-v1")
     for volume in spec["volumes"]:
         validate_definition(volume, "volume-v1")
+    # Every volume is mounted: KServe's storage initializer fills /mnt/models, so the cache a
+    # plain Deployment gives remote models (s3://bucket/mlp here) has no place in this pod.
+    mounted = {m["name"] for c in spec["containers"] for m in c["volumeMounts"]}
+    assert {v["name"] for v in spec["volumes"]} == mounted
     assert spec["protocolVersions"] == ["v2", "grpc-v2"]
     # The built-in runtimes' formats (KServe then selects servekit for sklearn, xgboost,
     # lightgbm and mlflow models too), plus the declared runtime's priority for onnx "1".

@@ -75,6 +75,7 @@ def kserve_manifests(
     tokens = container_tokens(plan, CONFIG_DIR, used=used, filled=(CONFIG_DIR, MODEL_DIR))
     container["env"] = [*container["env"], *tokens.env]
     container["volumeMounts"] = [*container["volumeMounts"], *tokens.mounts]
+    mounted = {mount["name"] for mount in container["volumeMounts"]}
     runtime = {
         "apiVersion": "serving.kserve.io/v1alpha1",
         "kind": "ServingRuntime",
@@ -89,7 +90,9 @@ def kserve_manifests(
                 "prometheus.kserve.io/path": "/metrics",
             },
             "containers": [container],
-            "volumes": [*volumes(plan), *tokens.volumes],
+            # Those the container mounts: KServe's storage initializer fills /mnt/models, so
+            # the cache a plain Deployment gives remote models has no place here.
+            "volumes": [v for v in [*volumes(plan), *tokens.volumes] if v["name"] in mounted],
         },
     }
     services = [
