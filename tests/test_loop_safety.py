@@ -138,11 +138,13 @@ class _OwnRegression(LogisticRegression):  # type: ignore[misc]
         (_OwnRegression(), False),
         (make_pipeline(StandardScaler(), _OwnRegression()), False),
         (make_pipeline(StandardScaler(), LogisticRegression(), memory=joblib.Memory(None)), False),
+        (OneHotEncoder(categories=[np.array(["a", None], dtype=object)]), True),
+        (OneHotEncoder(categories=[np.array([_recorded], dtype=object)]), False),
     ],
     ids=[
         "svc", "pipeline", "one-hot", "ufunc", "column-selector", "voting", "users-function",
         "lambda-in-pipeline", "callable-kernel", "users-class", "users-class-in-pipeline",
-        "joblib-memory",
+        "joblib-memory", "object-array", "function-in-object-array",
     ],
 )  # fmt: skip
 def test_an_estimator_is_library_code_only_when_no_part_is_anyone_elses(

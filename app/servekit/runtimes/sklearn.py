@@ -119,16 +119,22 @@ def library_code_only(value: Any, depth: int = 0) -> bool:
     anyone's code: False. Plain values (numbers, text, arrays, numpy dtypes) are data."""
     if depth > NESTING:
         return False
-    if value is None or isinstance(value, (bool, int, float, str, bytes, np.generic, np.ndarray)):
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind != "O" or library_code_only(value.tolist(), depth + 1)
+    if value is None or isinstance(value, (bool, int, float, str, bytes, np.generic)):
         return True
     if isinstance(value, (list, tuple)):
         return all(library_code_only(item, depth + 1) for item in value)
     if isinstance(value, dict):
         return all(library_code_only(item, depth + 1) for item in value.values())
     kind = value if isinstance(value, type) else type(value)  # a dtype class, or an instance
-    if kind.__module__.partition(".")[0] not in LIBRARIES:
+    if str(getattr(kind, "__module__", "")).partition(".")[0] not in LIBRARIES:
         return False
     get_params = getattr(value, "get_params", None)
     if isinstance(value, type) or get_params is None:
         return True
-    return library_code_only(get_params(deep=False), depth + 1)
+    try:
+        params = get_params(deep=False)
+    except Exception:  # an estimator that cannot say its parameters cannot be vouched for
+        return False
+    return library_code_only(params, depth + 1)
