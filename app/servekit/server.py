@@ -307,9 +307,8 @@ class ServeKit:
         ):
             await asyncio.sleep(0.01)
         self.state.stopping = True  # streams still open end at their next response
-        if self.dataplane.in_flight():
-            log.warning("stopping with %d request(s) unfinished after %.1f s of drain",
-                        self.dataplane.in_flight(), grace)  # fmt: skip
+        if self.dataplane.in_flight():  # (a request and its model call each count there)
+            log.warning("stopping with requests unfinished after %.1f s of drain", grace)
         rest = max(1.0, deadline - loop.time())  # responses being written, open streams
         if self._grpc is not None:
             await self._grpc.stop(rest)
