@@ -219,18 +219,13 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
     Returns the body and the JSON header length (None when the body is pure JSON). Outputs
     written to shared memory carry no data (as Triton answers them).
     """
-    entries: list[dict[str, Any]] = []
     if not request.outputs and not request.parameters and not request.shared_memory:
         # The usual request: nothing asked of the outputs, so every one is JSON data.
         if response.id is None and not response.parameters:
             content = v2_json.encode_plain(response)
             if content is not None:
                 return content, None
-        for tensor in response.outputs:
-            entry = v2_json.output_entry(tensor)
-            entry["data"] = v2_json.output_json_data(tensor)
-            entries.append(entry)
-        return v2_json.dumps(v2_json.response_header(response, entries)), None
+        return v2_json.dumps(v2_json.json_response(response)), None
     if (
         request.outputs
         and not request.parameters
@@ -241,6 +236,7 @@ def encode_response(request: InferRequest, response: InferResponse) -> tuple[byt
         plain = _plain_binary(request, response)
         if plain is not None:
             return plain
+    entries: list[dict[str, Any]] = []
     buffers: list[Buffer] = []
     in_shm = request.outputs_in_shared_memory() if request.shared_memory else None
     for tensor in response.outputs:

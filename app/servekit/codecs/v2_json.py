@@ -473,6 +473,13 @@ def response_header(response: InferResponse, outputs: list[dict[str, Any]]) -> d
     return obj
 
 
+def json_response(response: InferResponse) -> dict[str, Any]:
+    """The V2 JSON document of ``response`` with every output's data as JSON: the answer to a
+    request that asks nothing of its outputs, and each event of an ``infer_stream``."""
+    outputs = [{**output_entry(t), "data": output_json_data(t)} for t in response.outputs]
+    return response_header(response, outputs)
+
+
 def output_entry(tensor: Tensor) -> dict[str, Any]:
     """The JSON entry of an output without its data."""
     entry: dict[str, Any] = {

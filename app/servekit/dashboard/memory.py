@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servekit.services import MemoryStatus, ModelMemory
+from servekit.services import MemoryStatus, ModelMemory, megabytes
 
 
 def memory_summary(status: MemoryStatus) -> dict[str, Any] | None:
@@ -16,8 +16,8 @@ def memory_summary(status: MemoryStatus) -> dict[str, Any] | None:
     if status.budget_bytes is None and not on_demand:
         return None
     return {
-        "used": _mib(status.used_bytes),
-        "budget": _mib(status.budget_bytes) if status.budget_bytes is not None else None,
+        "used": megabytes(status.used_bytes),
+        "budget": megabytes(status.budget_bytes) if status.budget_bytes is not None else None,
         "on_demand": on_demand,
         "loaded_on_demand": sum(m.on_demand and m.loaded for m in status.models),
     }
@@ -27,7 +27,7 @@ def memory_label(model: ModelMemory | None) -> str:
     """A model's memory as the index shows it: "on demand", its measured size, or both."""
     if model is None:
         return ""
-    size = _mib(model.resident_bytes) if model.resident_bytes is not None else ""
+    size = megabytes(model.resident_bytes) if model.resident_bytes is not None else ""
     return ", ".join(part for part in ("on demand" if model.on_demand else "", size) if part)
 
 
@@ -39,17 +39,13 @@ def model_memory(model: ModelMemory | None) -> dict[str, Any] | None:
     return {
         "on_demand": model.on_demand,
         "loaded": model.loaded,
-        "resident": _mib(model.resident_bytes) if model.resident_bytes is not None else None,
+        "resident": megabytes(model.resident_bytes) if model.resident_bytes is not None else None,
         "resident_bytes": model.resident_bytes,
         "loads": model.loads,
         "unloads": model.unloads,
         "last_load_ms": _ms(model.last_load_seconds),
         "avg_load_ms": _ms(average),
     }
-
-
-def _mib(size: int | None) -> str:
-    return "—" if size is None else f"{size / 2**20:.1f} MiB"
 
 
 def _ms(seconds: float | None) -> float | None:

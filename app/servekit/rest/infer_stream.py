@@ -28,7 +28,6 @@ from servekit.rest.event_stream import EVENT_STREAM, event_stream
 from servekit.rest.inject import Dataplane
 from servekit.rest.openapi import INFERENCE_FAILURES, failures, with_media
 from servekit.services import DataPlane
-from servekit.types import InferResponse
 
 log = logging.getLogger("servekit.infer_stream")
 AnyRequest = Request[Any, Any, Any]
@@ -42,14 +41,7 @@ async def _stream(
     body = await read_body(request.scope, request.receive, limit)
     decoded = v2_json.decode_request(v2_json.loads(body), model, version)
     responses = dataplane.infer_stream(decoded, arrived=arrived)
-    return await event_stream(request.scope, responses, _encoded, "an infer stream")
-
-
-def _encoded(response: InferResponse) -> dict[str, Any]:
-    outputs = [
-        {**v2_json.output_entry(t), "data": v2_json.output_json_data(t)} for t in response.outputs
-    ]
-    return v2_json.response_header(response, outputs)
+    return await event_stream(request.scope, responses, v2_json.json_response, "an infer stream")
 
 
 DOC: dict[str, Any] = {

@@ -62,6 +62,8 @@ def pack_all(documents: list[dict[str, Any]]) -> np.ndarray:
 def flat_data(data: Any, as_bytes: bool = False) -> list[Any]:
     """A tensor's elements (an array, a list nested or not, a bare value) as a flat JSON list
     (BYTES: text, or ``{"base64": ...}`` when not UTF-8 or ``as_bytes``)."""
+    if isinstance(data, np.ndarray) and data.dtype.kind in "biuf":
+        return list(data.reshape(-1).tolist())  # numbers: already JSON's
     return [_element(v, as_bytes) for v in flatten(data)]
 
 
@@ -81,11 +83,8 @@ def _element(value: Any, as_bytes: bool = False) -> Any:
 
 def element_bytes(value: Any) -> bytes:
     """A BYTES element of a document (text or ``{"base64": ...}``) as bytes."""
-    if isinstance(value, dict) and BASE64 in value:
-        return base64.b64decode(str(value[BASE64]))
-    if isinstance(value, bytes):
-        return value
-    return str(value).encode()
+    raw = raw_element(value)
+    return raw if isinstance(raw, bytes) else str(raw).encode()
 
 
 def raw_element(value: Any) -> Any:
@@ -104,8 +103,7 @@ def array_of(data: Any, datatype: str, shape: list[int]) -> np.ndarray:
     if len(flat) != size:
         raise ValueError(f"shape {list(shape)} holds {size} elements, its data has {len(flat)}")
     if datatype == "BYTES":
-        array = as_bytes_array(np.array([element_bytes(v) for v in flat] or [], dtype=object))
-        return array.reshape(shape)
+        return np.array([element_bytes(v) for v in flat], dtype=object).reshape(shape)
     spec = DATATYPES.get(datatype)
     if spec is None:
         raise ValueError(f"unknown datatype {datatype!r}")
@@ -120,6 +118,9 @@ def flatten(data: Any) -> list[Any]:
     if isinstance(data, list | tuple):
         out: list[Any] = []
         for item in data:
-            out.extend(flatten(item) if isinstance(item, list | tuple) else [item])
+            if isinstance(item, list | tuple):
+                out.extend(flatten(item))
+            else:
+                out.append(item)
         return out
     return [data]

@@ -16,7 +16,7 @@ from servekit.services import grps as grps_calls
 from servekit.services.catalog import Catalog
 from servekit.services.dataplane import DataPlane
 from servekit.services.execution.batching import REASONS as DISPATCH_REASONS
-from servekit.services.memory import ON_DEMAND_REASONS, MemoryStatus, ModelMemory
+from servekit.services.memory import ON_DEMAND_REASONS, MemoryStatus, ModelMemory, megabytes
 from servekit.services.metrics import make_registry
 from servekit.services.model_config import (
     ModelConfiguration,
@@ -66,6 +66,7 @@ __all__ = [
     "grps_calls",
     "is_remote_config",
     "make_registry",
+    "megabytes",
     "remote_config_copy",
     "watch_config",
 ]

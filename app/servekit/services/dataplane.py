@@ -36,7 +36,7 @@ from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.extensions import BINARY_DATA
-from servekit.services.kinds import RequestKind, handler_for
+from servekit.services.kinds import RequestKind, handler_for, stream_for
 from servekit.services.loading import VersionSetup
 from servekit.services.memory import OnDemand, declared_metadata
 from servekit.services.mlserver_requests import MLServerRequests
@@ -48,7 +48,7 @@ from servekit.services.sequences.handler import Sequences
 from servekit.services.shared_memory import Infer, SharedMemoryRegions, with_shared_memory
 from servekit.services.state import CallCount, ServerState
 from servekit.services.stats import Statistics
-from servekit.services.streaming import streamed
+from servekit.services.streaming import model_stream
 from servekit.services.traffic import Traffic
 from servekit.types import (
     InferRequest,
@@ -89,15 +89,14 @@ class DataPlane:
         """Validate, run and answer one inference request (see ``_infer``), its tensors read
         from and written to shared memory first if it names regions (shared_memory.py)."""
         self._calls = ModelCalls(self.infer)
-        self._traffic = Traffic(self._infer, repository, self.statistics, state)
+        self._traffic = Traffic(self._infer, self.statistics, state)
         """serve.yaml's traffic and shadow: requests naming no version of such a model."""
         if sequences is None:
             sequences = Sequences(self.statistics, state)
-        self._mlserver = MLServerRequests(self.statistics, state)
         self._kinds: tuple[RequestKind, ...] = (
             Pipelines(self._infer, self.statistics, repository, state, self._calls.callers),
             sequences,
-            self._mlserver,
+            MLServerRequests(self.statistics, state),
         )
         """The request kinds a version's plan may be of (kinds.py); none: a plain model."""
         install_calls(self._calls)  # servekit.models.infer from a model reaches this server
@@ -254,7 +253,7 @@ class DataPlane:
             started = time.perf_counter_ns()  # the load is counted apart (memory.py)
         plan = entry.plan
         if plan.routing is not None and not request.model_version:  # traffic, shadow
-            return await self._traffic.infer(entry, request, deadline, arrived, step)
+            return await self._traffic.infer(entry, version, request, deadline, arrived, step)
         prepared: PreparedVersion | None = version.prepared
         if prepared is not None:
             handler = prepared.handler
@@ -342,28 +341,25 @@ class DataPlane:
             entry, version = await self.on_demand.loaded(request, deadline, error)
         runtime, prepared = version.runtime, version.prepared
         kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
-        if runtime is None or not runtime.decoupled or kind not in (None, self._mlserver.infer):
+        stream = stream_for(self._kinds, entry.plan) if kind is not None else None
+        if runtime is None or not runtime.decoupled or (kind is not None and stream is None):
             yield await self.infer(request, deadline, arrived)  # answers once
             return
         if entry.plan.routing is not None and not request.model_version:  # traffic (no shadow)
-            request = self._traffic.pinned(entry, request)
-            entry, version = self._repository.resolve(request.model_name, request.model_version)
+            request, version = self._traffic.pinned(entry, version, request)
             runtime = version.runtime
             if runtime is None or not runtime.decoupled:
                 yield await self.infer(request, deadline, arrived)
                 return
         if self._state.refuses(arrived):
             raise Unavailable("the server is stopping; send the request to another replica")
-        if kind is not None:  # an MLServer runtime's predict_stream: its kind streams it
-            async with aclosing(self._mlserver.stream(entry, version, request)) as responses:
-                async for response in responses:
-                    yield response
-            return
-        stats = self.statistics.of(entry.plan.name, version.version)
-        async with aclosing(
-            streamed(entry.plan, version, runtime, request, stats, self._state)
-        ) as out:
-            async for response in out:
+        if stream is not None:  # its kind streams it (an MLServer runtime's predict_stream)
+            responses = stream(entry, version, request)
+        else:
+            stats = self.statistics.of(entry.plan.name, version.version)
+            responses = model_stream(entry.plan, version, runtime, request, stats, self._state)
+        async with aclosing(responses):
+            async for response in responses:
                 yield response
 
     def decoupled(self, name: str, version: str | None = None) -> bool:

@@ -5,12 +5,15 @@ in their own way; the DataPlane does not ask which a model is on every request. 
 registered with the DataPlane once, and when a version loads the DataPlane asks the kinds in
 turn which serves its plan: that kind's handler is kept with the version
 (``PreparedVersion.handler``) and ``DataPlane.infer`` hands it the resolved request. A version
-no kind claims is a plain model call, which the DataPlane runs itself.
+no kind claims is a plain model call, which the DataPlane runs itself. A kind whose decoupled
+models stream (an MLServer runtime's ``predict_stream``) also has a ``stream`` method
+(:class:`Streams`), which ``DataPlane.infer_stream`` hands such a request; a decoupled model of
+a kind without one answers once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol
 
 from servekit.config.compiler import ModelPlan
@@ -50,6 +53,19 @@ class RequestKind(Protocol):
     ) -> Awaitable[InferResponse]:
         """The kind's :class:`Handler`."""
         ...
+
+
+Streams = Callable[[ModelEntry, VersionEntry, InferRequest], AsyncGenerator[InferResponse, None]]
+"""A request kind's ``stream``: the responses of a decoupled model of that kind to one request."""
+
+
+def stream_for(kinds: tuple[RequestKind, ...], plan: ModelPlan) -> Streams | None:
+    """The ``stream`` of the kind that serves ``plan`` (None: no kind does, or it has none)."""
+    for kind in kinds:
+        if kind.serves(plan):
+            found: Streams | None = getattr(kind, "stream", None)
+            return found
+    return None
 
 
 def handler_for(kinds: tuple[RequestKind, ...], plan: ModelPlan) -> Handler | None:

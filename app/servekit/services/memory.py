@@ -42,6 +42,13 @@ log = logging.getLogger("servekit.memory")
 
 NOT_LOADED = "not loaded (load: onDemand): its first inference request loads it"
 """The index's reason for an on-demand model before its first request."""
+
+
+def not_loaded(plan: ModelPlan) -> str:
+    """The index's reason for a model registered before its first load."""
+    return NOT_LOADED if plan.on_demand else "not loaded"
+
+
 UNLOADED = (
     "unloaded to stay within server.modelMemory (load: onDemand): its next inference request "
     "loads it again"
@@ -335,10 +342,12 @@ class OnDemand:
     def status(self) -> MemoryStatus:
         """The budget, what is held and each model's figures, sorted by name."""
         models = []
+        used = 0  # what used() sums, summed here on the way
         for entry in sorted(self._repository.entries(), key=lambda e: e.plan.name):
             name = entry.plan.name
             record = self._records.get(name, _Record())
             size = _size(entry)
+            used += size or 0
             loaded = any(v.runtime is not None for v in entry.versions.values())
             models.append(
                 ModelMemory(
@@ -352,7 +361,7 @@ class OnDemand:
                     record.last_seconds,
                 )
             )
-        return MemoryStatus(self.budget(), self.used(), tuple(models))
+        return MemoryStatus(self.budget(), used, tuple(models))
 
     async def close(self) -> None:
         """Stop the loads under way (the server is stopping)."""

@@ -19,15 +19,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from typing import Any
 
+from servekit.codecs import v2_json
 from servekit.config.compiler import ModelPlan
-from servekit.errors import Internal, Unavailable, Unimplemented
+from servekit.errors import Internal, Unimplemented
 from servekit.models.repository import ModelEntry, VersionEntry
 from servekit.observability.request_ids import CURRENT
 from servekit.runtimes import mlserver_wire
-from servekit.runtimes.base import predict_stream
+from servekit.runtimes.base import Arrays
 from servekit.runtimes.mlserver_model import SETTINGS_KEY
 from servekit.runtimes.python import decoupled_refusal
 from servekit.services.account import Account
@@ -35,6 +35,7 @@ from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.state import ServerState
 from servekit.services.stats import Statistics
+from servekit.services.streaming import streamed
 from servekit.types import InferRequest, InferResponse, Tensor
 
 PYTHON = "python"
@@ -77,39 +78,32 @@ class MLServerRequests:
                 feed, [mlserver_wire.RESPONSE], 1, deadline, queue_by
             )
             infer_done = time.perf_counter_ns()
-            response = response_of(results[mlserver_wire.RESPONSE], plan.name, version)
-            response.id = document["id"]
+            response = response_of(results[mlserver_wire.RESPONSE], plan.name, version, document)
             output_ns = time.perf_counter_ns() - infer_done
             account.succeeded(1, queue_ns, input_done - started, spent, output_ns, False)
         return response
 
-    async def stream(
+    def stream(
         self, entry: ModelEntry, version: VersionEntry, request: InferRequest
     ) -> AsyncGenerator[InferResponse, None]:
         """The responses of a streaming runtime's ``predict_stream`` to one request, each as
         the runtime wrote it (DataPlane.infer_stream's rules: counted once, a stopping server
         ends the stream after the next response)."""
-        started = time.perf_counter_ns()
         plan = entry.plan
         runtime = version.runtime
         if runtime is None:
             raise Internal(f"model {plan.name!r} lost its runtime while in use")
+        document: dict[str, Any] = {}  # made in its account, as infer makes it
+
+        def prepare() -> tuple[Arrays, list[str]]:
+            document.update(request_document(request, as_bytes=_over_grpc()))
+            return {mlserver_wire.REQUEST: mlserver_wire.pack(document)}, [mlserver_wire.RESPONSE]
+
+        def respond(result: Arrays) -> InferResponse:
+            return response_of(result[mlserver_wire.RESPONSE], plan.name, version, document)
+
         stats = self._statistics.of(plan.name, version.version)
-        with Account(stats, plan.name, started) as account:
-            account.hold(version)
-            document = request_document(request, as_bytes=_over_grpc())
-            feed = {mlserver_wire.REQUEST: mlserver_wire.pack(document)}
-            input_done = time.perf_counter_ns()
-            results = predict_stream(runtime, feed, [mlserver_wire.RESPONSE])
-            async with aclosing(results):
-                async for result in results:
-                    response = response_of(result[mlserver_wire.RESPONSE], plan.name, version)
-                    response.id = document["id"]
-                    yield response
-                    if self._state.stopping:
-                        raise Unavailable("the server is shutting down; the stream ends here")
-            spent = time.perf_counter_ns() - input_done
-            account.succeeded(1, 0, input_done - started, spent, 0, executed=True)
+        return streamed(plan.name, version, runtime, stats, self._state, prepare, respond)
 
 
 def _over_grpc() -> bool:
@@ -125,17 +119,10 @@ def request_document(request: InferRequest, as_bytes: bool = False) -> dict[str,
     when ``as_bytes`` (gRPC's ``bytes_contents``); an ``id`` made up when the request has
     none (MLServer's answer carries it); ``parameters`` always (MLServer copies the request's
     headers into them, which servekit does not)."""
-    inputs = []
-    for tensor in request.inputs:
-        item: dict[str, Any] = {
-            "name": tensor.name,
-            "datatype": tensor.datatype,
-            "shape": list(tensor.shape),
-            "data": mlserver_wire.flat_data(tensor.data, as_bytes),
-        }
-        if tensor.parameters:
-            item["parameters"] = dict(tensor.parameters)
-        inputs.append(item)
+    inputs = [  # an input's entry has an output's fields
+        {**v2_json.output_entry(t), "data": mlserver_wire.flat_data(t.data, as_bytes)}
+        for t in request.inputs
+    ]
     document: dict[str, Any] = {"id": request.id or str(uuid.uuid4()), "inputs": inputs}
     document["parameters"] = dict(request.parameters)  # always there, as MLServer's are
     if request.outputs:
@@ -146,9 +133,12 @@ def request_document(request: InferRequest, as_bytes: bool = False) -> dict[str,
     return document
 
 
-def response_of(carried: Any, name: str, version: VersionEntry) -> InferResponse:
-    """The answer document as the response: each output as the model wrote it; an output
-    whose data does not fill its shape is the model's error, answered 500 naming it."""
+def response_of(
+    carried: Any, name: str, version: VersionEntry, asked: dict[str, Any]
+) -> InferResponse:
+    """The answer document as the response to the request document ``asked`` (its ``id``):
+    each output as the model wrote it; an output whose data does not fill its shape is the
+    model's error, answered 500 naming it."""
     try:
         document = mlserver_wire.unpack(carried)
     except ValueError as exc:
@@ -164,4 +154,4 @@ def response_of(carried: Any, name: str, version: VersionEntry) -> InferResponse
         parameters = item.get("parameters") or {}
         outputs.append(Tensor(output, datatype, tuple(array.shape), array, parameters))
     parameters = document.get("parameters") or {}
-    return InferResponse(name, str(version.version), outputs, None, parameters)
+    return InferResponse(name, str(version.version), outputs, asked["id"], parameters)

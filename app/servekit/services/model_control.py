@@ -68,7 +68,7 @@ from servekit.results import DownloadStatus, IndexRow, LoggedError
 from servekit.runtimes.python import forget_object, import_root, register_object
 from servekit.runtimes.python_check import python_problems
 from servekit.services.composition.pipelines import with_steps_waiting
-from servekit.services.memory import NOT_LOADED
+from servekit.services.memory import not_loaded
 from servekit.services.state import ServerState
 
 Fingerprint = tuple[tuple[int, str, int, int], ...]
@@ -166,7 +166,7 @@ class ModelControl:
         # Not under the lock: clients may load and unload while start-up models load (the
         # repository serialises loads per model), as the watcher waits for this to finish.
         for model in plan.models:
-            self._repository.register(model, NOT_LOADED if model.on_demand else "not loaded")
+            self._repository.register(model, not_loaded(model))
         # Remote models download side by side (each in a thread) while the local ones load:
         # a large download keeps no other model from serving.
         starting = [m for m in plan.models if plan.loads_at_start(m.name)]
@@ -185,7 +185,7 @@ class ModelControl:
             self._refresher = asyncio.create_task(self._refresh_remote_models())
 
     async def _fetch_and_load(self, model: ModelPlan) -> None:
-        fetched = await self._fetched(model)
+        fetched = await self.fetched(model)
         self._fingerprints[model.name] = fingerprint(fetched)
         await self._repository.load(fetched)
 
@@ -199,10 +199,6 @@ class ModelControl:
             self._refresher = None
 
     async def fetched(self, plan: ModelPlan) -> ModelPlan:
-        """``plan`` with a remote storageUri's files at hand (an on-demand model's load)."""
-        return await self._fetched(plan)
-
-    async def _fetched(self, plan: ModelPlan) -> ModelPlan:
         """``plan`` with a remote storageUri's files at hand (downloaded in a thread, so the
         loop keeps serving); any other plan as it is."""
         if plan.remote is None:
@@ -233,7 +229,7 @@ class ModelControl:
                     current = self._current(plan.name)
                     if current is None or current.remote is None:
                         continue  # replaced by a push or removed meanwhile
-                    fresh = await self._fetched(current)
+                    fresh = await self.fetched(current)
                     reached = fresh.cached_copy is None
                     same = fingerprint(fresh) == self._fingerprints.get(plan.name)
                     if not failed and same and not (stale and reached):
@@ -409,7 +405,7 @@ class ModelControl:
         done: dict[str, list[str]],
     ) -> None:
         """One model of an edited serve.yaml (under that model's lock)."""
-        plan = await self._fetched(plan)  # under --watch, every edit looks at the remote too
+        plan = await self.fetched(plan)  # under --watch, every edit looks at the remote too
         if before is not None and self._unchanged(before, plan, old, new_plan):
             return
         entry = self._entry(plan.name)
@@ -429,7 +425,7 @@ class ModelControl:
         done["added" if before is None else "reloaded"].append(plan.name)
         if not should_load:
             self._release_push(plan.name, plan)
-            self._repository.register(plan, NOT_LOADED if plan.on_demand else "not loaded")
+            self._repository.register(plan, not_loaded(plan))
             self._fingerprints[plan.name] = fingerprint(plan)
             self._overridden.discard(plan.name)
             return
@@ -504,7 +500,7 @@ class ModelControl:
         return self.compile_model(plan.config) if plan.config is not None else plan
 
     async def _load(self, plan: ModelPlan, folder: Path | None) -> None:
-        plan = await self._fetched(plan)
+        plan = await self.fetched(plan)
         before = self._current(plan.name)
         try:
             entry = await self._repository.load(plan)

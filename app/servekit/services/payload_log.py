@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from servekit.codecs import v2_json
 from servekit.config.payload_log import PayloadLogConfig
@@ -73,7 +72,11 @@ def with_payload_log(state: ServerState, repository: ModelRepository, infer: Inf
 def recording(
     state: ServerState, repository: ModelRepository, payloads: PayloadLog, infer: Infer
 ) -> Infer:
-    """``infer`` recording the marked models' sampled requests (see the module docstring)."""
+    """``infer`` recording the marked models' sampled requests (see the module docstring).
+    ``server.payloadLog`` is restart-only, so its settings are read once, here."""
+    settings = state.plan.server.payload_log
+    assert settings is not None  # with_payload_log wraps only when it is set
+    ratio, per_request = settings.sample_ratio, settings.inputs + settings.outputs
 
     async def logged(
         request: InferRequest,
@@ -81,12 +84,9 @@ def recording(
         arrived: float | None = None,
         step: bool = False,
     ) -> InferResponse:
-        settings = state.plan.server.payload_log
-        if settings is None or not _marked(repository, request.model_name):
+        if not _marked(repository, request.model_name):
             return await infer(request, deadline, arrived, step)
-        if random.random() >= settings.sample_ratio or not payloads.admits(
-            settings.inputs + settings.outputs
-        ):
+        if random.random() >= ratio or not payloads.admits(per_request):
             return await infer(request, deadline, arrived, step)
         info = CURRENT.get()
         request_id = info.id if info is not None else (request.id or new_id())
@@ -152,13 +152,13 @@ def request_json(request: InferRequest) -> bytes:
             {"name": o.name, "parameters": o.parameters} if o.parameters else {"name": o.name}
             for o in request.outputs
         ]
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    return v2_json.dumps(body)
 
 
 def response_json(response: InferResponse) -> bytes:
     """The V2 JSON of an answer (every output as JSON data, whatever the client asked)."""
     body = v2_json.response_header(response, [_tensor(t) for t in response.outputs])
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+    return v2_json.dumps(body)
 
 
 def _tensor(tensor: Tensor) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from dataclasses import replace
 import numpy as np
 
 from servekit.config.traffic import TRAFFIC_KEY_HEADER, Routing
-from servekit.models.repository import ModelEntry, ModelRepository, State
+from servekit.models.repository import ModelEntry, State, VersionEntry
 from servekit.observability.request_ids import sent_header
 from servekit.services.state import ServerState
 from servekit.services.stats import Statistics
@@ -86,11 +86,8 @@ def agree(served: list[Tensor], shadow: list[Tensor]) -> bool:
 class Traffic:
     """Chooses the version of requests naming none and sends their shadow copies."""
 
-    def __init__(
-        self, run: Run, repository: ModelRepository, statistics: Statistics, state: ServerState
-    ) -> None:
+    def __init__(self, run: Run, statistics: Statistics, state: ServerState) -> None:
         self._run = run
-        self._repository = repository
         self._statistics = statistics
         self._state = state
         self._waiting: dict[tuple[str, int], int] = {}
@@ -105,51 +102,52 @@ class Traffic:
         for task in list(self._tasks):
             task.cancel()
 
-    def pinned(self, entry: ModelEntry, request: InferRequest) -> InferRequest:
-        """``request`` naming the version it reaches: the split's choice when that version is
-        ready, else the version a request naming none reaches."""
+    def pinned(
+        self, entry: ModelEntry, serving: VersionEntry, request: InferRequest
+    ) -> tuple[InferRequest, VersionEntry]:
+        """``request`` naming the version it reaches, and that version: the split's choice when
+        that version is ready, else ``serving``, the version a request naming none reaches."""
         routing = entry.plan.routing
         if routing is not None and routing.versions:
             number = choose(routing, draw(sent_header(TRAFFIC_KEY_HEADER)))
             found = entry.versions.get(number)
             if found is not None and found.state is State.READY:
-                return replace(request, model_version=str(number))
-        _, serving = self._repository.resolve(request.model_name, None)
-        return replace(request, model_version=str(serving.version))
+                return replace(request, model_version=str(number)), found
+        return replace(request, model_version=str(serving.version)), serving
 
     async def infer(
         self,
         entry: ModelEntry,
+        serving: VersionEntry,
         request: InferRequest,
         deadline: float | None,
         arrived: float | None,
         step: bool,
     ) -> InferResponse:
-        """Answer ``request`` (naming no version) by the version it reaches, and send its
-        shadow copy if the share draws it."""
+        """Answer ``request`` (naming no version; ``serving`` is the version that reaches) by
+        the version it reaches, and send its shadow copy if the share draws it."""
         routing = entry.plan.routing
-        pinned = self.pinned(entry, request)
-        shadow = routing.shadow if routing is not None else None
+        assert routing is not None  # the DataPlane sends only a routed model's requests here
+        pinned, _ = self.pinned(entry, serving, request)
+        shadow = routing.shadow
         copy = None
         if (
             shadow is not None
-            and routing is not None
             and pinned.model_version != str(shadow)
             and not request.shared_memory
             and random.random() < routing.share
         ):
             copy = _copy(pinned, shadow)
         response = await self._run(pinned, deadline, arrived, step)
-        if copy is not None:
-            self._send(entry.plan.name, copy, response)
+        if copy is not None and shadow is not None:
+            self._send((entry.plan.name, shadow), copy, response)
         return response
 
-    def _send(self, model: str, copy: InferRequest, served: InferResponse) -> None:
-        """Start the shadow copy, or drop it when its version has SHADOW_QUEUE copies."""
+    def _send(self, key: tuple[str, int], copy: InferRequest, served: InferResponse) -> None:
+        """Start the shadow copy (``key``: the model and its shadow version), or drop it when
+        that version has SHADOW_QUEUE copies."""
         if self._state.draining:
             return  # a stopping server starts nothing that would outlive the drain
-        assert copy.model_version is not None
-        key = (model, int(copy.model_version))
         stats = self._statistics.of(*key)
         waiting = self._waiting.get(key, 0)
         if waiting >= SHADOW_QUEUE:

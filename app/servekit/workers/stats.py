@@ -68,7 +68,7 @@ def add_json(into: VersionStats, data: dict[str, Any]) -> None:
         into.queue_histogram[bucket] += int(count)
     for reason, count in data["batch_reasons"].items():
         into.batch_reasons[str(reason)] = into.batch_reasons.get(str(reason), 0) + int(count)
-    for outcome, count in data.get("shadow", {}).items():
+    for outcome, count in data["shadow"].items():
         into.shadow[str(outcome)] = into.shadow.get(str(outcome), 0) + int(count)
 
 

@@ -135,13 +135,12 @@ def check_request(
     tabular = signature.tabular
     if tabular is not None:
         feed, rows = tabular_feed(request, signature.inputs, tabular, max_batch_size)
-        wanted, classes = requested_outputs(request, signature)
-        return feed, wanted, classes, rows
-    feed = validate_inputs(request, signature.input_index, max_batch_size)
+    else:
+        feed = validate_inputs(request, signature.input_index, max_batch_size)
+        rows = 1
+        if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
+            rows = request.inputs[0].shape[0]
     wanted, classes = requested_outputs(request, signature)
-    rows = 1
-    if max_batch_size > 0 and request.inputs and request.inputs[0].shape:
-        rows = request.inputs[0].shape[0]
     return feed, wanted, classes, rows
 
 
