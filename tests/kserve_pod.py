@@ -263,6 +263,32 @@ class Pod:
                 self.process.wait(timeout=10)
 
 
+KSERVE_E2E = Path(__file__).with_name("data") / "kserve-e2e"
+"""The request files of KServe's e2e tests, which ``ask_clients`` calls name."""
+CLIENT = Path(__file__).with_name("kserve_pod_client.py")
+
+
+def ask_clients(python: Path, pod: Pod, calls: list[dict[str, Any]]) -> list[Any]:
+    """KServe's clients, run by ``python`` (KServe's venv), send ``calls`` to ``pod``'s HTTP
+    port 8080 (gRPC calls to 8081) unless a call names its own address; their answers, in
+    order. A client's error fails the test, with the pod's output."""
+    for entry in calls:
+        entry["file"] = str(KSERVE_E2E / entry["file"])
+        entry.setdefault("url", pod.url(8080))
+        if entry["kind"] == "grpc":
+            entry.setdefault("target", pod.target(8081))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    result = subprocess.run(
+        [str(python), str(CLIENT)], input=json.dumps(calls), capture_output=True, text=True,
+        timeout=120, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    answers: list[Any] = json.loads(result.stdout)
+    for entry, answer in zip(calls, answers, strict=True):
+        assert not (isinstance(answer, dict) and "error" in answer), (entry, answer, pod.output())
+    return answers
+
+
 def pod_ports(container: dict[str, Any]) -> dict[int, int]:
     """The pod's ports, each given a free port on this machine: Knative's, the declared ones,
     and every port number the args name (--grpc-port 8081)."""

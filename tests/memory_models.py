@@ -51,3 +51,16 @@ class Ballast:
             with Path(self.record).open("a") as file:
                 file.write(f"unloaded with {busy} call(s) running\n")
         del self.ballast
+
+
+def ballast_entry(name: str, megabytes: float, record: Path) -> str:
+    """serve.yaml's entry of an on-demand ``Ballast`` model ``name`` holding ``megabytes``."""
+    return (
+        f"  - name: {name}\n"
+        "    modelFormat: {name: python}\n"
+        "    entrypoint: memory_models:Ballast\n"
+        "    load: onDemand\n"
+        f"    parameters: {{megabytes: {megabytes}, record: '{record}'}}\n"
+        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
+        "    outputs: [{name: output, datatype: FP32, shape: [-1]}]\n"
+    )

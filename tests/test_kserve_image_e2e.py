@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from kserve_pod import Pod, pod_container, start_pod_in_image, storage_initializer
+from kserve_pod import Pod, ask_clients, pod_container, start_pod_in_image, storage_initializer
 from kserve_schemas import validate_kserve
 from object_stores import moto_s3
 from test_kserve_clients import kserve_python
@@ -41,7 +41,6 @@ from test_kserve_clients import kserve_python
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 DATA = Path(__file__).with_name("data")
-CLIENT = Path(__file__).with_name("kserve_pod_client.py")
 MLSERVER_RUNTIME = DATA / "kserve-crds" / "kserve-mlserver.yaml"
 BUCKET = "kfserving-examples"
 SKLEARN = f"s3://{BUCKET}/models/sklearn/1.0/model"
@@ -139,21 +138,7 @@ def start(
 def ask(pod: Pod, calls: list[dict[str, Any]]) -> list[Any]:
     """KServe's clients (in KServe's venv, tests/kserve_pod_client.py) send ``calls`` to the
     pod's HTTP port 8080 (and gRPC 8081 where the pod has it); their answers, in order."""
-    for entry in calls:
-        entry["file"] = str(DATA / "kserve-e2e" / entry["file"])
-        entry["url"] = pod.url(8080)
-        if entry["kind"] == "grpc":
-            entry["target"] = pod.target(8081)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    result = subprocess.run(
-        [str(kserve_python()), str(CLIENT)], input=json.dumps(calls), capture_output=True,
-        text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    answers: list[Any] = json.loads(result.stdout)
-    for entry, answer in zip(calls, answers, strict=True):
-        assert not (isinstance(answer, dict) and "error" in answer), (entry, answer, pod.output())
-    return answers
+    return ask_clients(kserve_python(), pod, calls)
 
 
 def isvc_of(name: str, predictor: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -46,7 +45,7 @@ import pytest
 import trustme
 import yaml
 from gated_proxy import GatedProxy
-from kserve_pod import Pod, pod_container, start_pod, storage_initializer
+from kserve_pod import Pod, ask_clients, pod_container, start_pod, storage_initializer
 from kserve_schemas import validate_kserve
 from object_stores import (
     AZURE_BLOB_HOST,
@@ -62,7 +61,6 @@ from test_kserve_clients import kserve_python
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 DATA = Path(__file__).with_name("data") / "kserve-e2e"
-CLIENT = Path(__file__).with_name("kserve_pod_client.py")
 BUCKET = "kfserving-examples"
 WINE_COLUMNS = [
     "fixed acidity", "volatile acidity", "citric acid", "residual sugar", "chlorides",
@@ -269,20 +267,7 @@ def serve(runtime: dict[str, Any], isvc: dict[str, Any], store: Store, tmp_path:
 
 def call(pod: Pod, calls: list[dict[str, Any]]) -> list[Any]:
     """KServe's clients (in KServe's venv) send ``calls``; their answers, in order."""
-    for entry in calls:
-        entry["file"] = str(DATA / entry["file"])
-        entry.setdefault("url", pod.url(8080))
-        entry.setdefault("target", pod.target(8081))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    result = subprocess.run(
-        [str(kserve_python()), str(CLIENT)], input=json.dumps(calls), capture_output=True,
-        text=True, timeout=120, env=env,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    answers: list[Any] = json.loads(result.stdout)
-    for entry, answer in zip(calls, answers, strict=True):
-        assert not (isinstance(answer, dict) and "error" in answer), (entry, answer, pod.output())
-    return answers
+    return ask_clients(kserve_python(), pod, calls)
 
 
 @pytest.fixture

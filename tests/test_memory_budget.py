@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from fakes import request
 from inprocess import Serve, Services, plan_of
+from memory_models import ballast_entry
 from waits import async_wait_until
 
 from servekit.config.loader import ConfigError, parse_config
@@ -31,16 +32,7 @@ MIB = 2**20
 def served(names: list[str], megabytes: float, budget: int | str | None, record: Path) -> str:
     """serve.yaml text: ``names`` as on-demand Ballast models of ``megabytes`` each."""
     server = f"server: {{modelMemory: {budget!r}}}\n" if budget is not None else ""
-    models = "".join(
-        f"  - name: {name}\n"
-        "    modelFormat: {name: python}\n"
-        "    entrypoint: memory_models:Ballast\n"
-        "    load: onDemand\n"
-        f"    parameters: {{megabytes: {megabytes}, record: '{record}'}}\n"
-        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
-        "    outputs: [{name: output, datatype: FP32, shape: [-1]}]\n"
-        for name in names
-    )
+    models = "".join(ballast_entry(name, megabytes, record) for name in names)
     return f"{server}models:\n{models}"
 
 

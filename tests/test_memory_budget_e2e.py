@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from memory_models import ballast_entry
 from prometheus_client.parser import text_string_to_metric_families
 from servers import running_server
 from waits import wait_until
@@ -36,18 +37,6 @@ BUDGET = int(5.5 * MODEL_MIB * MIB)
 REQUESTS = 400
 CLIENTS = 6
 HERE = Path(__file__).parent
-
-
-def entry(name: str, megabytes: int, record: Path) -> str:
-    return (
-        f"  - name: {name}\n"
-        "    modelFormat: {name: python}\n"
-        "    entrypoint: memory_models:Ballast\n"
-        "    load: onDemand\n"
-        f"    parameters: {{megabytes: {megabytes}, record: '{record}'}}\n"
-        "    inputs: [{name: x, datatype: FP32, shape: [-1]}]\n"
-        "    outputs: [{name: output, datatype: FP32, shape: [-1]}]\n"
-    )
 
 
 def rss(pid: int) -> int:
@@ -95,8 +84,8 @@ def test_fifty_models_under_a_budget_of_five(tmp_path: Path) -> None:
     config = tmp_path / "serve.yaml"
     config.write_text(
         f"server: {{httpPort: 0, grpcPort: null, modelMemory: {BUDGET}}}\nmodels:\n"
-        + "".join(entry(name, MODEL_MIB, record) for name in names)
-        + entry("big", 64, record)
+        + "".join(ballast_entry(name, MODEL_MIB, record) for name in names)
+        + ballast_entry("big", 64, record)
     )
     rng = random.Random(43)
     # Zipf-like: a few hot models take most requests, every model gets some.
@@ -228,8 +217,8 @@ def test_a_notebook_reads_the_same_figures(tmp_path: Path) -> None:
     record = tmp_path / "record"
     config.write_text(
         f"server: {{modelMemory: {int(1.5 * MODEL_MIB * MIB)}}}\nmodels:\n"
-        + entry("a", MODEL_MIB, record)
-        + entry("b", MODEL_MIB, record)
+        + ballast_entry("a", MODEL_MIB, record)
+        + ballast_entry("b", MODEL_MIB, record)
     )
     ran = subprocess.run(
         [sys.executable, "-c", NOTEBOOK_CELL, str(config)],

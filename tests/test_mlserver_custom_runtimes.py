@@ -189,8 +189,10 @@ def test_the_content_type_example_answers_as_in_mlserver(tmp_path: Path) -> None
         assert status == their_status, (request, body, their_body)
         if status == 200:
             assert _answer(body) == _answer(their_body), request
-        else:  # the README's img request fails in the example's own code on both servers:
-            # MLServer 1.7.1's PillowCodec does not implement decoding (NotImplementedError)
+        else:
+            # The README's image request fails on MLServer itself (the same 500, compared
+            # above): the example, run unmodified, decodes with MLServer 1.7.1's PillowCodec,
+            # which raises NotImplementedError. servekit must fail it the same way and say so.
             assert "the model raised NotImplementedError" in body["error"], body
     assert mine["rest"][-1][1]["id"] == theirs["rest"][-1][1]["id"] == "my-request-1"
     statuses = [status for status, _ in theirs["rest"]]
@@ -480,8 +482,9 @@ def test_a_streaming_runtime_streams_as_in_mlserver(tmp_path: Path) -> None:
         del event["parameters"]
     assert [_answer(e) for e in events] == [_answer(e) for e in their_events]
     assert all(e["id"] == "s-1" for e in [*events, *their_events])
-    # /infer of a streaming runtime: MLServer answers 500 (MLModel.predict raises
-    # NotImplementedError), servekit 501 as for any decoupled model on a unary route.
+    # /infer of a streaming runtime has no answer on either server: MLServer answers 500
+    # (its MLModel.predict raises NotImplementedError); servekit 501 Not Implemented, naming
+    # the streaming route, as it answers any decoupled model asked on a unary route.
     ((unary, body),), ((their_unary, _),) = mine["unary"], theirs["unary"]
     assert (unary, their_unary) == (501, 500), (unary, their_unary)
     assert "decoupled" in body["error"], body
