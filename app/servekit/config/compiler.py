@@ -263,7 +263,7 @@ def compile_plan(config: ServeConfig, base_dir: Path, config_path: Path | None =
     issues.extend(shared_memory_issues(config.server, access, config_path))
     issues.extend(pipeline_issues(config.models, config_path))
     issues.extend(sequence_issues(config, config_path))
-    issues.extend(payload_log_issues(config, config_path, available_cores()))
+    issues.extend(payload_log_issues(config, config_path, worker_processes(config.server)))
     if issues:
         raise ConfigError(str(config_path or "serve.yaml"), issues)
     return ServePlan(
@@ -293,8 +293,7 @@ def routing_problem(plan: ModelPlan) -> str | None:
 def sequence_issues(config: ServeConfig, config_path: Path | None) -> list[ConfigIssue]:
     """Sequence batching keeps each sequence in one process: under several workers the
     requests of one sequence could reach two of them."""
-    workers = available_cores() if config.server.workers == "auto" else config.server.workers
-    if workers <= 1:
+    if worker_processes(config.server) <= 1:
         return []
     return [
         ConfigIssue(
@@ -332,8 +331,7 @@ def shared_memory_issues(
                 "the repository API with a token (server.auth.repository)",
             )
         )
-    workers = available_cores() if server.workers == "auto" else server.workers
-    if workers > 1:
+    if worker_processes(server) > 1:
         issues.append(
             ConfigIssue(
                 "server.sharedMemory",
@@ -344,6 +342,11 @@ def shared_memory_issues(
             )
         )
     return issues
+
+
+def worker_processes(server: ServerConfig) -> int:
+    """How many server processes ``server.workers`` starts (``auto``: one per core here)."""
+    return available_cores() if server.workers == "auto" else server.workers
 
 
 def available_cores() -> int:

@@ -65,11 +65,11 @@ class PayloadLogConfig(Section):
 
 
 def payload_log_issues(
-    config: ServeConfig, config_path: Path | None, cores: int
+    config: ServeConfig, config_path: Path | None, workers: int
 ) -> list[ConfigIssue]:
     """Why the payload log cannot run as configured: a model marked `payloadLog: true` with no
     `server.payloadLog` to write to, or a file sink shared by several worker processes (each
-    would rotate the same file under the others). ``cores``: what `workers: auto` means here."""
+    would rotate the same file under the others). ``workers``: the server processes."""
     from servekit.config.loader import ConfigIssue, line_in_file  # (the loader reads the schema)
 
     settings = config.server.payload_log
@@ -82,7 +82,6 @@ def payload_log_issues(
         for index, model in enumerate(config.models)
         if model.payload_log and settings is None
     ]
-    workers = cores if config.server.workers == "auto" else config.server.workers
     if settings is not None and settings.sink == "file" and workers > 1:
         issues.append(
             ConfigIssue(
