@@ -289,6 +289,25 @@ def ask_clients(python: Path, pod: Pod, calls: list[dict[str, Any]]) -> list[Any
     return answers
 
 
+def broken_runtime(runtime: dict[str, Any], how: str) -> dict[str, Any]:
+    """A copy of ``runtime`` broken as a careless edit would break it: ``args`` without
+    ``--model-dir``, another ``port``, a wrong readiness ``probe`` path, or the
+    ``image-command`` the image had before it honoured MLServer's environment."""
+    broken = copy.deepcopy(runtime)
+    container = broken["spec"]["containers"][0]
+    args = container.get("args", [])
+    if how == "args":  # the model mount not passed: servekit looks for serve.yaml instead
+        index = args.index("--model-dir")
+        del args[index : index + 2]
+    elif how == "port":
+        args[args.index("--http-port") + 1] = "9090"
+    elif how == "probe":
+        container["readinessProbe"]["httpGet"]["path"] = "/v2/health/readiness"
+    elif how == "image-command":  # the image's command before MLServer's env was honoured
+        container["args"] = ["serve", "/srv/serve.yaml", "--host", "0.0.0.0"]
+    return broken
+
+
 def pod_ports(container: dict[str, Any]) -> dict[int, int]:
     """The pod's ports, each given a free port on this machine: Knative's, the declared ones,
     and every port number the args name (--grpc-port 8081)."""

@@ -19,7 +19,6 @@ serve.yaml instead of MLServer's folder, never turns ready here (test_a_broken_*
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -32,7 +31,14 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
-from kserve_pod import Pod, ask_clients, pod_container, start_pod_in_image, storage_initializer
+from kserve_pod import (
+    Pod,
+    ask_clients,
+    broken_runtime,
+    pod_container,
+    start_pod_in_image,
+    storage_initializer,
+)
 from kserve_schemas import validate_kserve
 from object_stores import moto_s3
 from test_kserve_clients import kserve_python
@@ -267,22 +273,6 @@ def test_kserve_mlserver_runtime_with_servekit_image(
 # --- the contract holds both ways: a broken runtime or image command fails ------------------
 
 
-def _broken(runtime: dict[str, Any], how: str) -> dict[str, Any]:
-    broken = copy.deepcopy(runtime)
-    container = broken["spec"]["containers"][0]
-    args = container.get("args", [])
-    if how == "args":  # the model mount not passed: servekit looks for serve.yaml instead
-        index = args.index("--model-dir")
-        del args[index : index + 2]
-    elif how == "port":
-        args[args.index("--http-port") + 1] = "9090"
-    elif how == "probe":
-        container["readinessProbe"]["httpGet"]["path"] = "/v2/health/readiness"
-    elif how == "image-command":  # the image's command before MLServer's env was honoured
-        container["args"] = ["serve", "/srv/serve.yaml", "--host", "0.0.0.0"]
-    return broken
-
-
 @pytest.mark.parametrize("how", ["args", "port", "probe", "image-command"])
 def test_a_broken_runtime_in_image_never_turns_ready(
     how: str,
@@ -301,7 +291,7 @@ def test_a_broken_runtime_in_image_never_turns_ready(
         if how == "args":  # without --model-dir the image serves its own /srv/serve.yaml, whose
             model["readinessProbe"] = ready_probe("isvc-sklearn")  # health is ready: ask the model
         runtime, isvc = servekit_runtime, isvc_of("isvc-sklearn", {"model": model})
-    pod = start(_broken(runtime, how), isvc, s3, tmp_path, podman_env, pods)
+    pod = start(broken_runtime(runtime, how), isvc, s3, tmp_path, podman_env, pods)
     with pytest.raises(AssertionError, match=r"exited|not ready within"):
         pod.wait_ready(timeout=30)
     assert pod.output(), "the container said nothing"

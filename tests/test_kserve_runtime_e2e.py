@@ -30,7 +30,6 @@ pod would fail on a cluster.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import subprocess
 import sys
@@ -45,7 +44,14 @@ import pytest
 import trustme
 import yaml
 from gated_proxy import GatedProxy
-from kserve_pod import Pod, ask_clients, pod_container, start_pod, storage_initializer
+from kserve_pod import (
+    Pod,
+    ask_clients,
+    broken_runtime,
+    pod_container,
+    start_pod,
+    storage_initializer,
+)
 from kserve_schemas import validate_kserve
 from object_stores import (
     AZURE_BLOB_HOST,
@@ -445,20 +451,6 @@ def test_mlflow(runtime: dict[str, Any], store: Store, tmp_path: Path, pods: lis
 # --- the contract holds both ways: a broken runtime fails -----------------------------------
 
 
-def _broken(runtime: dict[str, Any], how: str) -> dict[str, Any]:
-    broken = copy.deepcopy(runtime)
-    container = broken["spec"]["containers"][0]
-    args = container["args"]
-    if how == "args":  # the model mount not passed: servekit looks for serve.yaml instead
-        index = args.index("--model-dir")
-        del args[index : index + 2]
-    elif how == "port":
-        args[args.index("--http-port") + 1] = "9090"
-    elif how == "probe":
-        container["readinessProbe"]["httpGet"]["path"] = "/v2/health/readiness"
-    return broken
-
-
 @pytest.mark.parametrize("how", ["args", "port", "probe"])
 def test_a_broken_runtime_never_turns_ready(
     how: str, runtime: dict[str, Any], s3: Store, tmp_path: Path, pods: list[Pod]
@@ -466,7 +458,7 @@ def test_a_broken_runtime_never_turns_ready(
     isvc = inference_service("isvc-sklearn", "sklearn", s3.uri("models/sklearn/1.0/model"))
     models = tmp_path / "mnt-models"
     storage_initializer(kserve_python(), s3.uri("models/sklearn/1.0/model"), models, s3.env)
-    pod = start_pod(pod_container(_broken(runtime, how), isvc), models, tmp_path / "c.log")
+    pod = start_pod(pod_container(broken_runtime(runtime, how), isvc), models, tmp_path / "c.log")
     pods.append(pod)
     with pytest.raises(AssertionError, match=r"exited|not ready within"):
         pod.wait_ready(timeout=20)
