@@ -67,6 +67,7 @@ def _info(context: grpc.aio.ServicerContext, request: Any) -> RequestInfo:
     metadata = context.invocation_metadata() or ()
     info = _named(metadata, request)
     info.client = context.peer()
+    info.over_grpc = True
     info.sent_headers = metadata
     return info
 

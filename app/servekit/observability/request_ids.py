@@ -50,6 +50,10 @@ class RequestInfo:
     client: Any = None
     """Who sent it, as its transport said: ASGI's ``(host, port)``, grpcio's peer text
     (``ipv4:127.0.0.1:51234``); None in process. :func:`client_address` reads the address."""
+    over_grpc: bool = False
+    """Whether it came over gRPC (set by that adapter): a service that answers as the
+    transport's peers do (MLServer hands BYTES over gRPC as bytes, over REST as text) reads it
+    here instead of guessing from another field."""
     sent_headers: Any = None
     """The request's headers as its transport gave them (HTTP: uvicorn's ``(bytes, bytes)``
     pairs, lower-case names; gRPC: the invocation metadata's ``(str, str)`` pairs; None in

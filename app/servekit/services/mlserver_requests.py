@@ -107,10 +107,9 @@ class MLServerRequests:
 
 
 def _over_grpc() -> bool:
-    """Whether the request being answered came over gRPC (its transport's peer is text:
-    observability/request_ids.py ``RequestInfo.client``)."""
+    """Whether the request being answered came over gRPC (``RequestInfo.over_grpc``)."""
     info = CURRENT.get()
-    return info is not None and isinstance(info.client, str)
+    return info is not None and info.over_grpc
 
 
 def request_document(request: InferRequest, as_bytes: bool = False) -> dict[str, Any]:
