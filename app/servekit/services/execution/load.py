@@ -33,7 +33,7 @@ answers are 0: never alone, batching as usual.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sized
+from collections.abc import Collection
 
 
 class CallCount:
@@ -52,7 +52,7 @@ class Load:
     __slots__ = ("_http", "grpc_calls", "last", "now", "watched")
 
     def __init__(self) -> None:
-        self._http: Sized = ()
+        self._http: Collection[object] = ()
         self.grpc_calls = CallCount()
         """Unary gRPC inference calls the servicer holds (app/servekit/grpc/servicer.py)."""
         self.now = 0
@@ -62,7 +62,7 @@ class Load:
         self.watched = False
         """Reads are counted (someone asked :meth:`read_together`)."""
 
-    def listen_http(self, requests: Sized) -> None:
+    def listen_http(self, requests: Collection[object]) -> None:
         """The HTTP listener's requests in progress (uvicorn's task set, where the edge puts
         the requests it answers itself too), set once it listens."""
         self._http = requests
@@ -87,6 +87,24 @@ class Load:
         return 0
 
     def in_progress(self) -> int:
-        """Requests the listeners hold now: HTTP requests in progress, unary gRPC calls, and
-        one more while the HTTP listener reads several a pass (:meth:`read_together`)."""
-        return len(self._http) + self.grpc_calls.n + self.read_together()
+        """Requests the listeners hold now: HTTP requests in progress (counted up to two: only
+        whether a request is alone is asked), unary gRPC calls, and one more while the HTTP
+        listener reads several a pass (:meth:`read_together`)."""
+        held = len(self._http)
+        if held > 1:
+            held = _unfinished(self._http)
+        return held + self.grpc_calls.n + self.read_together()
+
+
+def _unfinished(requests: Collection[object]) -> int:
+    """The requests of ``requests`` still in progress, up to two. A uvicorn task that has
+    answered stays in its listener's set until its done callback runs, which asyncio schedules
+    for a later step: a request read in the same step must not count it, or after a
+    ``GET /metrics`` a batching model's lone request waited a loop pass for company."""
+    count = 0
+    for request in requests:
+        if type(request) is not asyncio.Task or not request.done():
+            count += 1
+            if count == 2:
+                break
+    return count
