@@ -63,7 +63,8 @@ def flat_data(data: Any, as_bytes: bool = False) -> list[Any]:
     """A tensor's elements (an array, a list nested or not, a bare value) as a flat JSON list
     (BYTES: text, or ``{"base64": ...}`` when not UTF-8 or ``as_bytes``)."""
     if isinstance(data, np.ndarray) and data.dtype.kind in "biuf":
-        return list(data.reshape(-1).tolist())  # numbers: already JSON's
+        numbers: list[Any] = data.reshape(-1).tolist()  # already JSON's
+        return numbers
     return [_element(v, as_bytes) for v in flatten(data)]
 
 

@@ -36,7 +36,7 @@ from servekit.services.deadlines import request_deadlines
 from servekit.services.execution.executor import ModelExecutor
 from servekit.services.execution.inputs import check_request
 from servekit.services.extensions import BINARY_DATA
-from servekit.services.kinds import RequestKind, handler_for, stream_for
+from servekit.services.kinds import RequestKind, Streams, handler_for, kind_for
 from servekit.services.loading import VersionSetup
 from servekit.services.memory import OnDemand, declared_metadata
 from servekit.services.mlserver_requests import MLServerRequests
@@ -339,9 +339,9 @@ class DataPlane:
             entry, version = self._repository.resolve(request.model_name, request.model_version)
         except Unavailable as error:
             entry, version = await self.on_demand.loaded(request, deadline, error)
-        runtime, prepared = version.runtime, version.prepared
-        kind = prepared.handler if prepared is not None else handler_for(self._kinds, entry.plan)
-        stream = stream_for(self._kinds, entry.plan) if kind is not None else None
+        runtime = version.runtime
+        kind = kind_for(self._kinds, entry.plan)
+        stream: Streams | None = getattr(kind, "stream", None)  # a kind's own, if it streams
         if runtime is None or not runtime.decoupled or (kind is not None and stream is None):
             yield await self.infer(request, deadline, arrived)  # answers once
             return

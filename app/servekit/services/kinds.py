@@ -59,18 +59,15 @@ Streams = Callable[[ModelEntry, VersionEntry, InferRequest], AsyncGenerator[Infe
 """A request kind's ``stream``: the responses of a decoupled model of that kind to one request."""
 
 
-def stream_for(kinds: tuple[RequestKind, ...], plan: ModelPlan) -> Streams | None:
-    """The ``stream`` of the kind that serves ``plan`` (None: no kind does, or it has none)."""
+def kind_for(kinds: tuple[RequestKind, ...], plan: ModelPlan) -> RequestKind | None:
+    """The first kind that serves ``plan`` (None: a plain model call)."""
     for kind in kinds:
         if kind.serves(plan):
-            found: Streams | None = getattr(kind, "stream", None)
-            return found
+            return kind
     return None
 
 
 def handler_for(kinds: tuple[RequestKind, ...], plan: ModelPlan) -> Handler | None:
     """The handler of the first kind that serves ``plan`` (None: a plain model call)."""
-    for kind in kinds:
-        if kind.serves(plan):
-            return kind.infer
-    return None
+    kind = kind_for(kinds, plan)
+    return None if kind is None else kind.infer

@@ -342,12 +342,10 @@ class OnDemand:
     def status(self) -> MemoryStatus:
         """The budget, what is held and each model's figures, sorted by name."""
         models = []
-        used = 0  # what used() sums, summed here on the way
         for entry in sorted(self._repository.entries(), key=lambda e: e.plan.name):
             name = entry.plan.name
             record = self._records.get(name, _Record())
             size = _size(entry)
-            used += size or 0
             loaded = any(v.runtime is not None for v in entry.versions.values())
             models.append(
                 ModelMemory(
@@ -361,7 +359,7 @@ class OnDemand:
                     record.last_seconds,
                 )
             )
-        return MemoryStatus(self.budget(), used, tuple(models))
+        return MemoryStatus(self.budget(), self.used(), tuple(models))
 
     async def close(self) -> None:
         """Stop the loads under way (the server is stopping)."""
